@@ -1,0 +1,35 @@
+"""posenc: positional encodings for transformers, behind one small API.
+
+>>> import posenc
+>>> enc = posenc.create("sinusoidal", dim=64)
+>>> enc.kind
+'additive'
+"""
+
+from . import additive, functional, models, nope
+from .attention import KVCache, attention
+from .base import AdditiveEncoding, BiasEncoding, Encoding, NoEncoding, RotaryEncoding
+from .positions import PositionOutOfRangeError
+from .registry import EncodingInfo, available, create, info
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AdditiveEncoding",
+    "BiasEncoding",
+    "Encoding",
+    "EncodingInfo",
+    "KVCache",
+    "NoEncoding",
+    "PositionOutOfRangeError",
+    "RotaryEncoding",
+    "__version__",
+    "additive",
+    "attention",
+    "available",
+    "create",
+    "functional",
+    "info",
+    "models",
+    "nope",
+]

@@ -1,0 +1,197 @@
+"""Scaled dot-product attention with a positional encoding plugged in, and a KV cache.
+
+:func:`attention` is the one place where rotary and bias encodings meet attention: rotary
+encodings rotate q and k, bias encodings add their term to the scores, additive encodings
+belong at the input and are refused here, and ``none`` adds nothing. It runs on
+``torch.nn.functional.scaled_dot_product_attention`` (fused kernels, grouped-query heads).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from .base import Encoding
+from .positions import arange, check_positions
+
+__all__ = ["KVCache", "attention"]
+
+
+def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+            got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
+            raise TypeError(f"{name} must be a floating-point tensor, got {got}")
+        if t.dim() != 4:
+            raise ValueError(
+                f"{name} must be [batch, heads, seq, head_dim], got shape {tuple(t.shape)}"
+            )
+    if not q.dtype == k.dtype == v.dtype:
+        raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not q.shape[0] == k.shape[0] == v.shape[0]:
+        raise ValueError(f"batch sizes differ: q {q.shape[0]}, k {k.shape[0]}, v {v.shape[0]}")
+    if k.shape[1] != v.shape[1] or k.shape[2] != v.shape[2]:
+        raise ValueError(f"k and v must have the same heads and length, got {k.shape}, {v.shape}")
+    if q.shape[1] % k.shape[1]:
+        raise ValueError(
+            f"query heads ({q.shape[1]}) must be a multiple of key/value heads ({k.shape[1]})"
+        )
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k head_dim differ: {q.shape[-1]} vs {k.shape[-1]}")
+
+
+def causal_mask(q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor:
+    """True where a query may see a key: ``k_position <= q_position``.
+
+    Shapes:
+        q_positions ``[q_len]`` or ``[batch, q_len]``; k_positions ``[k_len]`` or
+        ``[batch, k_len]`` -> ``[q_len, k_len]`` or ``[batch, 1, q_len, k_len]``.
+    """
+    mask = k_positions.unsqueeze(-2) <= q_positions.unsqueeze(-1)  # [..., q_len, k_len]
+    return mask.unsqueeze(-3) if mask.dim() == 3 else mask
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    encoding: Encoding | None = None,
+    q_positions: torch.Tensor | None = None,
+    k_positions: torch.Tensor | None = None,
+    causal: bool = True,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """Attention of ``q`` over ``k, v`` with a positional encoding.
+
+    Args:
+        q: ``[batch, heads, q_len, head_dim]``.
+        k, v: ``[batch, kv_heads, k_len, head_dim]``; ``heads`` a multiple of ``kv_heads``
+            (grouped-query attention).
+        encoding: a ``rotary`` or ``bias`` encoding, a ``none`` encoding, or None.
+        q_positions, k_positions: ``[len]`` or ``[batch, len]``. By default the queries are
+            the last ``q_len`` of the ``k_len`` keys (``arange(k_len - q_len, k_len)`` and
+            ``arange(k_len)``): the layout of a KV cache during decoding.
+        causal: a query sees the keys at its own position and before.
+        scale: the score scale, default ``1/sqrt(head_dim)``. A bias is added after scaling
+            (ALiBi's bias is not divided by ``sqrt(head_dim)``).
+
+    Returns:
+        ``[batch, heads, q_len, head_dim]`` in the dtype of ``q``.
+    """
+    _check_qkv(q, k, v)
+    q_len, k_len = q.shape[2], k.shape[2]
+    explicit = q_positions is not None or k_positions is not None
+    if q_positions is None:
+        if q_len > k_len:
+            raise ValueError(
+                f"q has {q_len} positions but k only {k_len}: pass q_positions and k_positions"
+            )
+        q_positions = arange(q_len, device=q.device, offset=k_len - q_len)
+    else:
+        check_positions(q_positions, seq_len=q_len, name="q_positions")
+    if k_positions is None:
+        k_positions = arange(k_len, device=k.device)
+    else:
+        check_positions(k_positions, seq_len=k_len, name="k_positions")
+
+    kind = None if encoding is None else encoding.kind
+    bias = None
+    if kind == "rotary":
+        q, k = encoding(q, k, positions=q_positions, k_positions=k_positions)
+    elif kind == "bias":
+        bias = encoding.bias(q_positions, k_positions)
+    elif kind == "additive":
+        raise ValueError(
+            f"{encoding.info.name!r} is an additive encoding: add it to the token embeddings "
+            "(enc(x)) before the first layer instead of passing it to attention"
+        )
+    elif kind not in (None, "none"):
+        raise ValueError(f"unknown encoding kind {kind!r}")
+
+    mask: torch.Tensor | None = None
+    is_causal = False
+    if causal:
+        if explicit or bias is not None:
+            mask = causal_mask(q_positions, k_positions)
+        elif q_len == k_len:
+            is_causal = True  # the fused kernels' own top-left causal mask
+        elif q_len > 1:
+            mask = causal_mask(q_positions, k_positions)  # bottom-right: cached keys first
+    if bias is not None:
+        if mask is not None:
+            bias = bias.masked_fill(~mask, float("-inf"))
+        mask = bias.to(q.dtype)
+    return F.scaled_dot_product_attention(
+        q,
+        k,
+        v,
+        attn_mask=mask,
+        is_causal=is_causal,
+        scale=scale if scale is not None else 1.0 / math.sqrt(q.shape[-1]),
+        enable_gqa=q.shape[1] != k.shape[1],
+    )
+
+
+class KVCache:
+    """Keys, values and positions of every layer, preallocated for incremental decoding.
+
+    Each forward step writes its new keys at ``length`` in every layer (:meth:`update`),
+    then advances ``length`` once (:meth:`advance`). Rotary encodings rotate keys before
+    they are cached, so cached keys keep the rotation of their own position.
+
+    Shapes:
+        keys, values: ``[n_layers, batch, kv_heads, max_seq_len, head_dim]``;
+        positions: ``[batch, max_seq_len]``.
+    """
+
+    def __init__(
+        self,
+        n_layers: int,
+        batch: int,
+        kv_heads: int,
+        head_dim: int,
+        max_seq_len: int,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        shape = (n_layers, batch, kv_heads, max_seq_len, head_dim)
+        self.keys = torch.zeros(shape, device=device, dtype=dtype)
+        self.values = torch.zeros(shape, device=device, dtype=dtype)
+        self.positions = torch.zeros(batch, max_seq_len, device=device, dtype=torch.long)
+        self.max_seq_len = max_seq_len
+        self.length = 0
+        #: set once explicit positions were cached: attention then needs them all
+        self.explicit_positions = False
+
+    def _end(self, n: int) -> int:
+        end = self.length + n
+        if end > self.max_seq_len:
+            raise ValueError(
+                f"KV cache holds max_seq_len={self.max_seq_len} positions; "
+                f"{self.length} are used and {n} more do not fit"
+            )
+        return end
+
+    def update(
+        self, layer: int, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store ``k, v`` ``[batch, kv_heads, n, head_dim]`` after the cached ones and return
+        all keys and values so far, ``[batch, kv_heads, length + n, head_dim]``."""
+        end = self._end(k.shape[2])
+        self.keys[layer, :, :, self.length : end] = k
+        self.values[layer, :, :, self.length : end] = v
+        return self.keys[layer, :, :, :end], self.values[layer, :, :, :end]
+
+    def update_positions(self, positions: torch.Tensor) -> torch.Tensor:
+        """Store the new tokens' positions (``[n]`` or ``[batch, n]``) and return all
+        positions so far, ``[batch, length + n]``."""
+        end = self._end(positions.shape[-1])
+        self.positions[:, self.length : end] = positions
+        return self.positions[:, :end]
+
+    def advance(self, n: int) -> None:
+        """Mark ``n`` more positions as filled, once every layer has been updated."""
+        self.length = self._end(n)

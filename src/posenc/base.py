@@ -1,0 +1,199 @@
+"""The encoding base classes: one per place where position can enter attention.
+
+===========  ======================================================  ============
+kind         where it acts                                           size key
+===========  ======================================================  ============
+additive     added to the token embeddings before the first layer    ``dim``
+rotary       rotates queries and keys inside every attention layer   ``head_dim``
+bias         adds a term to the attention scores before softmax      ``n_heads``
+none         nothing: order comes from the causal mask alone         --
+===========  ======================================================  ============
+
+A model needs to know only the kind. Every encoding is a thin ``nn.Module`` over pure
+functions in :mod:`posenc.functional`; its configuration is a frozen dataclass ``Config``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from .config import EncodingConfig
+from .positions import PositionOutOfRangeError, arange, check_positions
+from .registry import EncodingInfo
+
+__all__ = ["AdditiveEncoding", "BiasEncoding", "Encoding", "NoEncoding", "RotaryEncoding"]
+
+
+def math_dtype(*dtypes: torch.dtype) -> torch.dtype:
+    """The dtype position math runs in: float32, or float64 when an input is float64."""
+    return torch.float64 if torch.float64 in dtypes else torch.float32
+
+
+class Encoding(nn.Module):
+    """Base of every positional encoding.
+
+    Subclasses set ``kind`` (through the kind base classes below) and define ``Config``.
+    Build one with keyword arguments (``Sinusoidal(dim=64)``) or a ready ``Config``;
+    ``device`` and ``dtype`` place any parameters.
+    """
+
+    kind: ClassVar[str]
+    #: the configuration key a model fills in with its own size (None: needs no size)
+    size_key: ClassVar[str | None] = None
+    Config: ClassVar[type[EncodingConfig]] = EncodingConfig
+    #: set by :func:`posenc.registry.register`
+    info: ClassVar[EncodingInfo]
+
+    def __init__(
+        self,
+        config: EncodingConfig | None = None,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__()
+        if config is None:
+            config = self.Config.from_kwargs(**kwargs)
+        elif kwargs:
+            raise TypeError("pass either a Config or keyword arguments, not both")
+        elif not isinstance(config, self.Config):
+            raise TypeError(
+                f"config must be a {self.Config.__name__}, got {type(config).__name__}"
+            )
+        self.config = config
+        self.factory_kwargs = {"device": device, "dtype": dtype}
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.config.to_dict().items())
+
+
+class AdditiveEncoding(Encoding):
+    """An encoding added to the token embeddings: ``y = x + encode(positions)``.
+
+    Subclasses implement :meth:`_encode`; they may set ``integer_positions`` (table lookups)
+    and return a limit from :meth:`position_limit` (learned tables).
+
+    Shapes:
+        x: ``[batch, seq, dim]``; positions: ``[seq]`` or ``[batch, seq]``;
+        ``encode(positions)``: ``positions.shape + (dim,)``.
+    """
+
+    kind = "additive"
+    size_key = "dim"
+    integer_positions: ClassVar[bool] = False
+    #: the configuration key named when a position passes :meth:`position_limit`
+    limit_name: ClassVar[str] = "max_positions"
+
+    @property
+    def dim(self) -> int:
+        return self.config.dim
+
+    def position_limit(self) -> int | None:
+        """The exclusive upper bound on positions, or None when there is none."""
+        return None
+
+    def _encode(self, positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        raise NotImplementedError
+
+    def encode(self, positions: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """The encoding of each position, computed in float32 (float64 for float64 positions).
+
+        Args:
+            positions: ``[seq]`` or ``[batch, seq]``, integer or float (integer only for
+                table lookups).
+            dtype: the result dtype; default float32 (float64 for float64 positions).
+
+        Returns:
+            ``positions.shape + (dim,)``.
+        """
+        self._check(positions)
+        return self._encode(positions, dtype or math_dtype(positions.dtype))
+
+    def _check(self, positions: torch.Tensor, seq_len: int | None = None) -> None:
+        check_positions(
+            positions,
+            seq_len=seq_len,
+            integer=self.integer_positions,
+            limit=self.position_limit(),
+            limit_name=self.limit_name,
+        )
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """``x + encode(positions)``, added in float32 and rounded once to ``x.dtype``.
+
+        Shapes:
+            x: ``[batch, seq, dim]``; positions: ``[seq]`` or ``[batch, seq]``, default
+            ``arange(seq)``. Returns ``[batch, seq, dim]``.
+        """
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+            got = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
+            raise TypeError(f"x must be a floating-point tensor, got {got}")
+        if x.dim() != 3 or x.shape[-1] != self.dim:
+            raise ValueError(
+                f"x must be [batch, seq, dim] with dim={self.dim}, got shape {tuple(x.shape)}"
+            )
+        seq_len = x.shape[1]
+        if positions is None:
+            limit = self.position_limit()
+            if limit is not None and seq_len > limit:
+                raise PositionOutOfRangeError(seq_len - 1, limit, self.limit_name)
+            positions = arange(seq_len, device=x.device)
+        else:
+            self._check(positions, seq_len)
+            if positions.dim() == 2 and positions.shape[0] not in (1, x.shape[0]):
+                raise ValueError(
+                    f"positions has batch size {positions.shape[0]} but x has {x.shape[0]}"
+                )
+        dtype = math_dtype(x.dtype, positions.dtype)
+        return (x.to(dtype) + self._encode(positions, dtype)).to(x.dtype)
+
+
+class RotaryEncoding(Encoding):
+    """An encoding that rotates queries and keys inside attention.
+
+    Shapes:
+        q: ``[batch, heads, seq, head_dim]``; k: ``[batch, kv_heads, k_seq, head_dim]``;
+        positions: ``[seq]`` or ``[batch, seq]``; ``k_positions`` defaults to ``positions``.
+    """
+
+    kind = "rotary"
+    size_key = "head_dim"
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        k_positions: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+
+class BiasEncoding(Encoding):
+    """An encoding that adds one value per head and (query, key) pair to the scores.
+
+    Shapes:
+        ``bias(q_positions, k_positions)``: ``[heads, q_len, k_len]`` for 1-D positions.
+    """
+
+    kind = "bias"
+    size_key = "n_heads"
+
+    def bias(self, q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class NoEncoding(Encoding):
+    """No positional signal: order reaches the model only through the causal mask.
+
+    Calling it returns its input unchanged, so it can stand where an additive encoding would.
+    """
+
+    kind = "none"
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        return x

@@ -1,0 +1,87 @@
+"""Configuration of an encoding: one frozen dataclass per variant, validated on creation.
+
+Every encoding declares a ``Config`` dataclass. :meth:`EncodingConfig.from_kwargs` turns the
+keyword arguments of :func:`posenc.create` into it and rejects unknown keys by name, and each
+``__post_init__`` rejects impossible values, so nothing is silently ignored or clamped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable
+from typing import Any, ClassVar, TypeVar
+
+C = TypeVar("C", bound="EncodingConfig")
+
+
+@dataclasses.dataclass(frozen=True)
+class EncodingConfig:
+    """Base of every encoding's configuration. Subclasses add fields and ``__post_init__``."""
+
+    #: the registered name of the encoding, used in error messages
+    encoding_name: ClassVar[str] = "encoding"
+
+    @classmethod
+    def keys(cls) -> list[str]:
+        """The accepted configuration keys, in declaration order."""
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def required_keys(cls) -> list[str]:
+        missing = dataclasses.MISSING
+        return [
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.default is missing and f.default_factory is missing
+        ]
+
+    @classmethod
+    def from_kwargs(cls: type[C], **kwargs: Any) -> C:
+        """Build the config, naming any unknown or missing key and the accepted ones."""
+        unknown = sorted(set(kwargs) - set(cls.keys()))
+        if unknown:
+            raise ValueError(
+                f"unknown config key(s) {unknown} for {cls.encoding_name!r}; "
+                f"accepted keys: {cls.keys()}"
+            )
+        missing = [k for k in cls.required_keys() if k not in kwargs]
+        if missing:
+            raise ValueError(
+                f"missing required config key(s) {missing} for {cls.encoding_name!r}; "
+                f"accepted keys: {cls.keys()}"
+            )
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def replace(self: C, **changes: Any) -> C:
+        return dataclasses.replace(self, **changes)
+
+
+def check_int(name: str, value: Any, *, minimum: int = 1, even: bool = False) -> None:
+    """Raise unless ``value`` is an ``int`` (not a bool) >= ``minimum`` (and even if asked)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    if even and value % 2:
+        raise ValueError(f"{name} must be even (sin/cos come in pairs), got {value}")
+
+
+def check_float(name: str, value: Any, *, positive: bool = True) -> None:
+    """Raise unless ``value`` is a finite real number (and > 0 if ``positive``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} ({value!r})")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    if positive and value <= 0:
+        raise ValueError(f"{name} must be > 0, got {value}")
+
+
+def check_choice(name: str, value: Any, choices: Iterable[str]) -> None:
+    """Raise unless ``value`` is one of ``choices``."""
+    choices = tuple(choices)
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")

@@ -1,0 +1,69 @@
+"""Sinusoidal positional encoding (Vaswani et al. 2017, "Attention Is All You Need", §3.5,
+arXiv:1706.03762).
+
+    PE(pos, 2i)     = sin(pos / base^(2i/dim))
+    PE(pos, 2i + 1) = cos(pos / base^(2i/dim))
+
+Wavelengths grow geometrically from 2π to base·2π. Values are bounded in [-1, 1], and
+PE(pos + k) is a fixed linear map of PE(pos) (a rotation of each (sin, cos) pair by k·ω_i).
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["SINUSOIDAL_LAYOUTS", "sinusoidal", "sinusoidal_inv_freq"]
+
+#: ``interleaved``: sin on even columns, cos on odd (the paper, the article's module);
+#: ``concat``: all sines, then all cosines (tensor2tensor, fairseq).
+SINUSOIDAL_LAYOUTS = ("interleaved", "concat")
+
+
+def sinusoidal_inv_freq(
+    dim: int,
+    base: float = 10000.0,
+    *,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """The angular frequencies ω_i = base^(-2i/dim), i = 0 .. dim/2 - 1.
+
+    Shapes:
+        returns ``[dim // 2]``
+    """
+    exponents = torch.arange(0, dim, 2, device=device, dtype=dtype) / dim
+    return base**-exponents
+
+
+def sinusoidal(
+    positions: torch.Tensor,
+    dim: int,
+    base: float = 10000.0,
+    layout: str = "interleaved",
+    *,
+    dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """The sinusoidal encoding of each position (integer or fractional, any size).
+
+    Args:
+        positions: any shape, integer or float.
+        dim: the encoding size (even).
+        base: the wavelength base (10000 in the paper).
+        layout: ``"interleaved"`` or ``"concat"`` (see :data:`SINUSOIDAL_LAYOUTS`).
+        dtype: the math and result dtype; default float32, float64 for float64 positions.
+
+    Shapes:
+        positions: ``[...]`` -> returns ``[..., dim]``
+    """
+    if dim % 2:
+        raise ValueError(f"dim must be even (sin/cos come in pairs), got {dim}")
+    if layout not in SINUSOIDAL_LAYOUTS:
+        raise ValueError(f"layout must be one of {list(SINUSOIDAL_LAYOUTS)}, got {layout!r}")
+    if dtype is None:
+        dtype = torch.float64 if positions.dtype == torch.float64 else torch.float32
+    inv_freq = sinusoidal_inv_freq(dim, base, device=positions.device, dtype=dtype)
+    angles = positions.to(dtype).unsqueeze(-1) * inv_freq  # [..., dim/2]
+    sin, cos = angles.sin(), angles.cos()
+    if layout == "interleaved":
+        return torch.stack((sin, cos), dim=-1).flatten(-2)  # [..., dim/2, 2] -> [..., dim]
+    return torch.cat((sin, cos), dim=-1)

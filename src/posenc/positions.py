@@ -1,0 +1,94 @@
+"""Positions: validation and defaults shared by every encoding.
+
+Positions are explicit tensors: ``[seq]`` (shared by the batch) or ``[batch, seq]`` (left
+padding, packed sequences, KV-cache decoding). Integer and fractional positions are both
+accepted where the encoding is defined for them; anything else is an error that names the
+parameter, never a silent clamp or wrap.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["PositionOutOfRangeError", "arange", "check_positions"]
+
+
+class PositionOutOfRangeError(ValueError):
+    """A position lies outside what an encoding can represent (e.g. a learned table's size).
+
+    Attributes:
+        position: the first offending position.
+        limit: the exclusive upper limit.
+        limit_name: the configuration key that sets the limit (e.g. ``"max_positions"``).
+    """
+
+    def __init__(self, position: int | float, limit: int, limit_name: str) -> None:
+        self.position = position
+        self.limit = limit
+        self.limit_name = limit_name
+        super().__init__(
+            f"position {position} is out of range: this encoding has {limit_name}={limit}, "
+            f"so positions must be in [0, {limit - 1}]"
+        )
+
+
+def arange(seq_len: int, device: torch.device | str | None = None, offset: int = 0) -> torch.Tensor:
+    """The default positions ``offset, offset + 1, ..., offset + seq_len - 1`` as int64.
+
+    Shapes:
+        returns ``[seq_len]``
+    """
+    return torch.arange(offset, offset + seq_len, device=device, dtype=torch.long)
+
+
+def check_positions(
+    positions: torch.Tensor,
+    *,
+    seq_len: int | None = None,
+    name: str = "positions",
+    integer: bool = False,
+    limit: int | None = None,
+    limit_name: str = "max_positions",
+    ndims: tuple[int, ...] = (1, 2),
+) -> torch.Tensor:
+    """Validate a positions tensor and return it unchanged.
+
+    Args:
+        positions: ``[seq]`` or ``[batch, seq]``, integer or floating.
+        seq_len: if given, the last dimension must equal it.
+        name: the parameter name used in messages.
+        integer: require an integer dtype (table lookups).
+        limit: exclusive upper bound; a position at or past it raises
+            :class:`PositionOutOfRangeError` naming ``limit_name``.
+        ndims: the accepted numbers of dimensions.
+
+    Value checks (negative, non-finite, past ``limit``) read the tensor, so they are skipped
+    while ``torch.compile`` traces (a data-dependent branch would break the graph); shape and
+    dtype checks always run.
+    """
+    if not isinstance(positions, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(positions).__name__}")
+    if positions.dtype == torch.bool or positions.is_complex():
+        raise TypeError(f"{name} must be an integer or floating tensor, got {positions.dtype}")
+    if integer and positions.is_floating_point():
+        raise TypeError(f"{name} must be an integer tensor for this encoding, got {positions.dtype}")
+    if positions.dim() not in ndims:
+        shapes = " or ".join(f"{n}-D" for n in ndims)
+        raise ValueError(f"{name} must be {shapes}, got shape {tuple(positions.shape)}")
+    if seq_len is not None and positions.shape[-1] != seq_len:
+        raise ValueError(
+            f"{name} has {positions.shape[-1]} positions in its last dimension "
+            f"but the sequence has {seq_len}"
+        )
+    if torch.compiler.is_compiling() or positions.device.type == "meta" or positions.numel() == 0:
+        return positions
+    if positions.is_floating_point() and not bool(torch.isfinite(positions).all()):
+        raise ValueError(f"{name} must be finite, got non-finite values")
+    low = positions.min()
+    if bool(low < 0):
+        raise ValueError(f"{name} must be >= 0, got {low.item()}")
+    if limit is not None:
+        high = positions.max()
+        if bool(high >= limit):
+            raise PositionOutOfRangeError(high.item(), limit, limit_name)
+    return positions
