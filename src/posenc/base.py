@@ -61,9 +61,7 @@ class Encoding(nn.Module):
         elif kwargs:
             raise TypeError("pass either a Config or keyword arguments, not both")
         elif not isinstance(config, self.Config):
-            raise TypeError(
-                f"config must be a {self.Config.__name__}, got {type(config).__name__}"
-            )
+            raise TypeError(f"config must be a {self.Config.__name__}, got {type(config).__name__}")
         self.config = config
         self.factory_kwargs = {"device": device, "dtype": dtype}
 

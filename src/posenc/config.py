@@ -23,7 +23,7 @@ class EncodingConfig:
     encoding_name: ClassVar[str] = "encoding"
 
     @classmethod
-    def keys(cls) -> list[str]:
+    def accepted_keys(cls) -> list[str]:
         """The accepted configuration keys, in declaration order."""
         return [f.name for f in dataclasses.fields(cls)]
 
@@ -39,17 +39,17 @@ class EncodingConfig:
     @classmethod
     def from_kwargs(cls: type[C], **kwargs: Any) -> C:
         """Build the config, naming any unknown or missing key and the accepted ones."""
-        unknown = sorted(set(kwargs) - set(cls.keys()))
+        unknown = sorted(set(kwargs) - set(cls.accepted_keys()))
         if unknown:
             raise ValueError(
                 f"unknown config key(s) {unknown} for {cls.encoding_name!r}; "
-                f"accepted keys: {cls.keys()}"
+                f"accepted keys: {cls.accepted_keys()}"
             )
         missing = [k for k in cls.required_keys() if k not in kwargs]
         if missing:
             raise ValueError(
                 f"missing required config key(s) {missing} for {cls.encoding_name!r}; "
-                f"accepted keys: {cls.keys()}"
+                f"accepted keys: {cls.accepted_keys()}"
             )
         return cls(**kwargs)
 

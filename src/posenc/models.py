@@ -259,11 +259,8 @@ class TransformerLM(nn.Module):
         cache = self.new_cache(input_ids.shape[0], input_ids.shape[1] + max_new_tokens)
         step_input = input_ids
         for _ in range(max_new_tokens):
-            if use_cache:
-                logits = self(step_input, cache=cache)[:, -1]
-            else:
-                logits = self(tokens)[:, -1]
-            next_token = sample(logits, temperature, top_k, generator)  # [b, 1]
+            logits = self(step_input, cache=cache) if use_cache else self(tokens)
+            next_token = sample(logits[:, -1], temperature, top_k, generator)  # [b, 1]
             tokens = torch.cat((tokens, next_token), dim=1)
             step_input = next_token
         return tokens

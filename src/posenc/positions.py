@@ -71,7 +71,9 @@ def check_positions(
     if positions.dtype == torch.bool or positions.is_complex():
         raise TypeError(f"{name} must be an integer or floating tensor, got {positions.dtype}")
     if integer and positions.is_floating_point():
-        raise TypeError(f"{name} must be an integer tensor for this encoding, got {positions.dtype}")
+        raise TypeError(
+            f"{name} must be an integer tensor for this encoding, got {positions.dtype}"
+        )
     if positions.dim() not in ndims:
         shapes = " or ".join(f"{n}-D" for n in ndims)
         raise ValueError(f"{name} must be {shapes}, got shape {tuple(positions.shape)}")

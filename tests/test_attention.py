@@ -1,0 +1,145 @@
+"""attention(): against a naive reference, with GQA, KV-cache layouts and encoding dispatch."""
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+import posenc
+from posenc.base import BiasEncoding, RotaryEncoding
+from posenc.config import EncodingConfig
+
+
+def reference(q, k, v, allowed=None, bias=None):
+    """softmax(q kᵀ / sqrt(d) + bias) v, computed densely in float64 with repeated kv heads."""
+    q, k, v = q.double(), k.double(), v.double()
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if bias is not None:
+        scores = scores + bias.double()
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    return scores.softmax(-1) @ v
+
+
+def qkv(b=2, h=4, kv_h=4, lq=6, lk=6, d=8, dtype=torch.float32):
+    return (
+        torch.randn(b, h, lq, d, dtype=dtype),
+        torch.randn(b, kv_h, lk, d, dtype=dtype),
+        torch.randn(b, kv_h, lk, d, dtype=dtype),
+    )
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2, 1])
+@pytest.mark.parametrize("causal", [True, False])
+def test_matches_reference(causal, kv_heads):
+    q, k, v = qkv(kv_h=kv_heads)
+    allowed = torch.ones(6, 6).tril().bool() if causal else None
+    out = posenc.attention(q, k, v, causal=causal)
+    torch.testing.assert_close(out.double(), reference(q, k, v, allowed), atol=1e-5, rtol=1e-5)
+
+
+def test_kv_cache_layout_queries_are_the_last_positions():
+    q, k, v = qkv(lq=6, lk=6)
+    full = posenc.attention(q, k, v)
+    torch.testing.assert_close(posenc.attention(q[:, :, 4:], k, v), full[:, :, 4:])  # 2 new
+    torch.testing.assert_close(posenc.attention(q[:, :, 5:], k, v), full[:, :, 5:])  # 1 new
+
+
+def test_explicit_positions_define_the_causal_mask():
+    q, k, v = qkv(b=2, lq=3, lk=5)
+    q_pos = torch.tensor([[1, 2, 4], [0, 3, 4]])
+    k_pos = torch.tensor([[0, 1, 2, 3, 4], [4, 3, 2, 1, 0]])
+    allowed = (k_pos[:, None, None, :] <= q_pos[:, None, :, None]).expand(2, 4, 3, 5)
+    out = posenc.attention(q, k, v, q_positions=q_pos, k_positions=k_pos)
+    torch.testing.assert_close(out.double(), reference(q, k, v, allowed), atol=1e-5, rtol=1e-5)
+    default = posenc.attention(q, k, v)
+    explicit = posenc.attention(
+        q, k, v, q_positions=torch.arange(2, 5), k_positions=torch.arange(5)
+    )
+    torch.testing.assert_close(explicit, default)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Heads(EncodingConfig):
+    n_heads: int = 4
+
+
+class DistanceBias(BiasEncoding):
+    """Test double: bias = -(h + 1) * |i - j|."""
+
+    Config = _Heads
+
+    def bias(self, q_positions, k_positions):
+        distance = (q_positions[:, None] - k_positions[None, :]).abs().float()
+        return -torch.arange(1, self.config.n_heads + 1).view(-1, 1, 1) * distance
+
+
+class Scale(RotaryEncoding):
+    """Test double: multiplies q by (1 + position), keys by 2."""
+
+    Config = _Heads
+
+    def forward(self, q, k, positions=None, k_positions=None):
+        return q * (1 + positions.view(1, 1, -1, 1)), k * 2
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_bias_encodings_are_added_to_the_scores(causal):
+    q, k, v = qkv(lq=3, lk=6)
+    enc = DistanceBias()
+    bias = enc.bias(torch.arange(3, 6), torch.arange(6))
+    allowed = torch.ones(6, 6).tril().bool()[3:] if causal else None
+    out = posenc.attention(q, k, v, encoding=enc, causal=causal)
+    torch.testing.assert_close(
+        out.double(), reference(q, k, v, allowed, bias), atol=1e-5, rtol=1e-5
+    )
+
+
+def test_rotary_encodings_transform_q_and_k_with_query_positions():
+    q, k, v = qkv(lq=2, lk=5)
+    out = posenc.attention(q, k, v, encoding=Scale())
+    q2 = q * torch.tensor([4.0, 5.0]).view(1, 1, 2, 1)
+    expected = reference(q2, 2 * k, v, torch.ones(5, 5).tril().bool()[3:])
+    torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_none_is_plain_attention_and_additive_is_refused():
+    q, k, v = qkv()
+    torch.testing.assert_close(
+        posenc.attention(q, k, v, encoding=posenc.create("nope")), posenc.attention(q, k, v)
+    )
+    with pytest.raises(ValueError, match="additive encoding: add it to the token embeddings"):
+        posenc.attention(q, k, v, encoding=posenc.create("sinusoidal", dim=8))
+
+
+def test_bad_inputs():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match=r"q must be \[batch, heads, seq, head_dim\]"):
+        posenc.attention(q[0], k, v)
+    with pytest.raises(ValueError, match="multiple of key/value heads"):
+        posenc.attention(q, k[:, :3], v[:, :3])
+    with pytest.raises(TypeError, match="share a dtype"):
+        posenc.attention(q, k.double(), v)
+    with pytest.raises(TypeError, match="floating-point"):
+        posenc.attention(q.long(), k, v)
+    with pytest.raises(ValueError, match="pass q_positions and k_positions"):
+        posenc.attention(q, k[:, :, :3], v[:, :, :3])
+    with pytest.raises(ValueError, match="q_positions has 2 positions"):
+        posenc.attention(q, k, v, q_positions=torch.arange(2))
+
+
+def test_kv_cache_stores_and_refuses_overflow():
+    cache = posenc.KVCache(n_layers=2, batch=1, kv_heads=2, head_dim=4, max_seq_len=5)
+    k, v = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4)
+    k_all, v_all = cache.update(1, k, v)
+    assert torch.equal(k_all, k) and torch.equal(v_all, v)
+    cache.advance(3)
+    k2 = torch.randn(1, 2, 2, 4)
+    k_all, _ = cache.update(1, k2, k2)
+    assert torch.equal(k_all, torch.cat((k, k2), dim=2))
+    cache.advance(2)
+    with pytest.raises(ValueError, match="max_seq_len=5"):
+        cache.update(0, k2[:, :, :1], k2[:, :, :1])
