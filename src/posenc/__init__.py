@@ -6,7 +6,7 @@
 'additive'
 """
 
-from . import additive, functional, models, nope
+from . import additive, functional, models, nope, rotary
 from .attention import KVCache, attention
 from .base import AdditiveEncoding, BiasEncoding, Encoding, NoEncoding, RotaryEncoding
 from .positions import PositionOutOfRangeError
@@ -32,4 +32,5 @@ __all__ = [
     "info",
     "models",
     "nope",
+    "rotary",
 ]

@@ -153,13 +153,47 @@ class AdditiveEncoding(Encoding):
 class RotaryEncoding(Encoding):
     """An encoding that rotates queries and keys inside attention.
 
+    Subclasses implement :meth:`rotation` (the per-position tables, computed once per
+    forward and shared by every layer) and :meth:`apply` (rotate one tensor with them).
+
     Shapes:
         q: ``[batch, heads, seq, head_dim]``; k: ``[batch, kv_heads, k_seq, head_dim]``;
-        positions: ``[seq]`` or ``[batch, seq]``; ``k_positions`` defaults to ``positions``.
+        positions: ``[seq]`` or ``[batch, seq]``.
     """
 
     kind = "rotary"
     size_key = "head_dim"
+
+    @property
+    def head_dim(self) -> int:
+        return self.config.head_dim
+
+    def rotation(
+        self, positions: torch.Tensor, seq_len: int | None = None
+    ) -> tuple[torch.Tensor, ...]:
+        """The tables that rotate tokens at ``positions`` (e.g. ``(cos, sin)``).
+
+        ``seq_len`` is the current total length, for encodings whose frequencies depend on
+        it (dynamic NTK, LongRoPE); by default ``max(positions) + 1``.
+        """
+        raise NotImplementedError
+
+    def apply(
+        self, x: torch.Tensor, rotation: tuple[torch.Tensor, ...], key: bool = False
+    ) -> torch.Tensor:
+        """Rotate ``x`` ``[batch, heads, seq, head_dim]`` (``key`` marks keys, for encodings
+        that treat queries and keys differently, such as xPos)."""
+        raise NotImplementedError
+
+    def _check_heads(self, name: str, t: torch.Tensor) -> None:
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+            got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
+            raise TypeError(f"{name} must be a floating-point tensor, got {got}")
+        if t.dim() != 4 or t.shape[-1] != self.head_dim:
+            raise ValueError(
+                f"{name} must be [batch, heads, seq, head_dim] with head_dim={self.head_dim}, "
+                f"got shape {tuple(t.shape)}"
+            )
 
     def forward(
         self,
@@ -167,8 +201,38 @@ class RotaryEncoding(Encoding):
         k: torch.Tensor,
         positions: torch.Tensor | None = None,
         k_positions: torch.Tensor | None = None,
+        seq_len: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        raise NotImplementedError
+        """Rotate queries by ``positions`` and keys by ``k_positions``.
+
+        By default the queries are the last ``q_len`` of the ``k_len`` keys, as in
+        :func:`posenc.attention`: ``arange(k_len - q_len, k_len)`` and ``arange(k_len)``;
+        given ``positions`` alone serve both when the lengths agree.
+
+        Returns:
+            ``(q_rotated, k_rotated)`` with the shapes and dtypes of ``q`` and ``k``.
+        """
+        self._check_heads("q", q)
+        self._check_heads("k", k)
+        q_len, k_len = q.shape[2], k.shape[2]
+        if positions is None:
+            if q_len > k_len:
+                raise ValueError(f"q has {q_len} positions but k only {k_len}: pass positions")
+            positions = arange(q_len, device=q.device, offset=k_len - q_len)
+            if k_positions is None:
+                k_positions = arange(k_len, device=k.device)
+        check_positions(positions, seq_len=q_len)
+        if k_positions is None:
+            if k_len != q_len:
+                raise ValueError(f"k has {k_len} positions and q {q_len}: pass k_positions")
+            k_positions = positions
+        else:
+            check_positions(k_positions, seq_len=k_len, name="k_positions")
+        if k_positions is positions:
+            q_rot = k_rot = self.rotation(positions, seq_len)
+        else:
+            q_rot, k_rot = self.rotation(positions, seq_len), self.rotation(k_positions, seq_len)
+        return self.apply(q, q_rot), self.apply(k, k_rot, key=True)
 
 
 class BiasEncoding(Encoding):

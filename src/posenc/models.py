@@ -43,7 +43,7 @@ class SelfAttention(nn.Module):
         self,
         x: torch.Tensor,
         encoding: Encoding,
-        positions: torch.Tensor,
+        rotation: tuple[torch.Tensor, ...] | None,
         attn_positions: tuple[torch.Tensor, torch.Tensor] | None,
         causal: bool,
         cache: KVCache | None,
@@ -57,8 +57,8 @@ class SelfAttention(nn.Module):
         q = q.view(b, s, self.n_heads, hd).transpose(1, 2)  # [b, h, s, hd]
         k = k.view(b, s, self.n_kv_heads, hd).transpose(1, 2)  # [b, kv_h, s, hd]
         v = v.view(b, s, self.n_kv_heads, hd).transpose(1, 2)  # [b, kv_h, s, hd]
-        if encoding.kind == "rotary":  # rotate before caching: cached keys keep their angle
-            q, k = encoding(q, k, positions=positions)
+        if rotation is not None:  # rotate before caching: cached keys keep their angle
+            q, k = encoding.apply(q, rotation), encoding.apply(k, rotation, key=True)
         if cache is not None:
             k, v = cache.update(layer, k, v)
         q_pos, k_pos = attn_positions if attn_positions is not None else (None, None)
@@ -225,10 +225,13 @@ class TransformerLM(nn.Module):
             attn_positions = (positions, positions)
 
         x = self.embed(input_ids) * math.sqrt(self.dim)
+        rotation = None
         if self.encoding.kind == "additive":
             x = self.encoding(x, positions)
+        elif self.encoding.kind == "rotary":  # computed once, shared by every layer
+            rotation = self.encoding.rotation(positions, None if explicit else offset + s)
         for i, block in enumerate(self.blocks):
-            x = block(x, self.encoding, positions, attn_positions, self.causal, cache, i)
+            x = block(x, self.encoding, rotation, attn_positions, self.causal, cache, i)
         if cache is not None:
             cache.advance(s)
         return F.linear(self.norm(x), self.embed.weight)  # tied head

@@ -1,0 +1,161 @@
+"""RoPE (Su et al. 2021, arXiv:2104.09864) with every context-extension scaling.
+
+The scaling is a Hugging Face ``rope_parameters`` dict, accepted verbatim
+(:mod:`posenc.functional.rope_scaling` lists the types and their formulas).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from ..base import RotaryEncoding
+from ..config import EncodingConfig, check_choice, check_float, check_int
+from ..functional.rope import ROPE_LAYOUTS, apply_rope, rope_cos_sin, rope_inv_freq
+from ..functional.rope_scaling import ScalingConfig, parse_scaling
+from ..positions import check_positions
+from ..registry import register
+
+__all__ = ["RoPE"]
+
+DEFAULT_BASE = 10000.0
+
+
+@dataclasses.dataclass(frozen=True)
+class RopeConfig(EncodingConfig):
+    """Configuration of :class:`RoPE`.
+
+    Attributes:
+        head_dim: size of each attention head (even).
+        base: the wavelength base θ (``rope_theta``); default 10000, or the ``rope_theta``
+            of ``scaling``.
+        layout: ``"half"`` (NeoX/Llama pairs i, i + d/2; the default, as in Hugging Face)
+            or ``"interleaved"`` (GPT-J/RoFormer/Meta pairs 2i, 2i + 1). Never guessed.
+        scaling: a Hugging Face ``rope_parameters`` dict, e.g. ``{"rope_type": "yarn",
+            "factor": 4.0, "original_max_position_embeddings": 2048}``; after validation a
+            parameter record (:class:`~posenc.functional.rope_scaling.ScalingConfig`).
+        partial_rotary_factor: fraction of each head that rotates (Hugging Face's name).
+        rotary_dim: how many leading dimensions of each head rotate (GPT-NeoX's name);
+            resolved from ``partial_rotary_factor`` when that is given.
+    """
+
+    head_dim: int
+    base: float | None = None
+    layout: str = "half"
+    scaling: Any = None
+    partial_rotary_factor: float | None = None
+    rotary_dim: int | None = None
+
+    def __post_init__(self) -> None:
+        check_int("head_dim", self.head_dim, minimum=2, even=True)
+        check_choice("layout", self.layout, ROPE_LAYOUTS)
+        record, from_scaling = parse_scaling(self.scaling)
+        set_ = object.__setattr__  # frozen: normalise once, here
+        set_(self, "scaling", record)
+        for key, name in (
+            ("rope_theta", "base"),
+            ("partial_rotary_factor", "partial_rotary_factor"),
+        ):
+            if key in from_scaling:
+                ours, theirs = getattr(self, name), from_scaling[key]
+                if ours is not None and ours != theirs:
+                    raise ValueError(f"{name}={ours} conflicts with scaling {key}={theirs}")
+                set_(self, name, theirs)
+        set_(self, "base", DEFAULT_BASE if self.base is None else self.base)
+        check_float("base", self.base)
+        if self.base <= 1:
+            raise ValueError(f"base must be > 1, got {self.base}")
+        factor = self.partial_rotary_factor
+        if factor is not None:
+            check_float("partial_rotary_factor", factor)
+            if factor > 1:
+                raise ValueError(f"partial_rotary_factor must be in (0, 1], got {factor}")
+            derived = int(self.head_dim * factor)
+            if self.rotary_dim is not None and self.rotary_dim != derived:
+                raise ValueError(
+                    f"rotary_dim={self.rotary_dim} conflicts with partial_rotary_factor={factor} "
+                    f"(head_dim * factor = {derived})"
+                )
+            set_(self, "rotary_dim", derived)
+        if self.rotary_dim is None:
+            set_(self, "rotary_dim", self.head_dim)
+        check_int("rotary_dim", self.rotary_dim, minimum=2, even=True)
+        if self.rotary_dim > self.head_dim:
+            raise ValueError(f"rotary_dim ({self.rotary_dim}) exceeds head_dim ({self.head_dim})")
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        out["scaling"] = self.scaling.to_dict()
+        return out
+
+
+@register(
+    "rope",
+    trainable=False,
+    relative=True,
+    extrapolates=True,
+    reference="Su et al. 2021, RoFormer, arXiv:2104.09864",
+    summary="rotates query/key pairs by position-proportional angles; scores see n - m only",
+)
+class RoPE(RotaryEncoding):
+    """Rotary position embedding, with optional context-extension scaling.
+
+    No tables are stored: the frequencies are derived from the config and the cos/sin of
+    the angles from the positions (in float64, rounded once to float32), once per forward,
+    so no cache can go stale and ``model.to(torch.bfloat16)`` cannot round them.
+
+    Shapes:
+        q ``[batch, heads, seq, head_dim]``, k ``[batch, kv_heads, seq, head_dim]``,
+        positions ``[seq]`` or ``[batch, seq]`` -> rotated q, k of the same shapes.
+
+    Example:
+        >>> import torch, posenc
+        >>> rope = posenc.create("rope", head_dim=64, scaling={"rope_type": "yarn",
+        ...     "factor": 4.0, "original_max_position_embeddings": 2048})
+        >>> q = k = torch.randn(1, 8, 10, 64)
+        >>> q2, k2 = rope(q, k)
+        >>> torch.allclose(q2.norm(dim=-1), q.norm(dim=-1) * rope.attention_factor())
+        True
+    """
+
+    Config = RopeConfig
+
+    @property
+    def scaling(self) -> ScalingConfig:
+        return self.config.scaling
+
+    def inv_freq(
+        self, seq_len: int | None = None, device: torch.device | str | None = None
+    ) -> torch.Tensor:
+        """The per-pair frequencies (float64) at ``seq_len``. Shapes: ``[rotary_dim // 2]``."""
+        return self._frequencies(seq_len, device)[0]
+
+    def attention_factor(self, seq_len: int | None = None) -> float:
+        """The factor multiplying cos and sin (the logits scale by its square)."""
+        return self._frequencies(seq_len, "cpu")[1]
+
+    def _frequencies(self, seq_len, device) -> tuple[torch.Tensor, float]:
+        c = self.config
+        return rope_inv_freq(
+            c.head_dim, c.base, c.scaling, seq_len, rotary_dim=c.rotary_dim, device=device
+        )
+
+    def rotation(
+        self, positions: torch.Tensor, seq_len: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(cos, sin)`` of every position's angles, float32, ``positions.shape + (n,)``."""
+        check_positions(positions)
+        if seq_len is None and self.scaling.depends_on_length:
+            if torch.compiler.is_compiling():
+                raise ValueError(f"{self.scaling.rope_type!r} scaling needs seq_len under compile")
+            seq_len = int(positions.max()) + 1
+        inv_freq, attention_factor = self._frequencies(seq_len, positions.device)
+        return rope_cos_sin(positions, inv_freq, attention_factor)
+
+    def apply(
+        self, x: torch.Tensor, rotation: tuple[torch.Tensor, ...], key: bool = False
+    ) -> torch.Tensor:
+        cos, sin = rotation
+        return apply_rope(x, cos, sin, self.config.layout)
