@@ -1,0 +1,115 @@
+"""RoPE math: against a per-pair loop of the paper's formula, its properties, and precision."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from posenc.functional import apply_rope, rope_cos_sin, rope_inv_freq
+
+
+def reference(x, positions, base=10000.0, layout="half", rotary_dim=None):
+    """Rotate pair i of the vector at position m by m·base^(-2i/d): a loop, in float64."""
+    x = x.double()
+    out = x.clone()
+    d = rotary_dim or x.shape[-1]
+    for s, m in enumerate(positions):
+        for i in range(d // 2):
+            a, b = (i, i + d // 2) if layout == "half" else (2 * i, 2 * i + 1)
+            angle = float(m) * base ** (-2 * i / d)
+            c, si = math.cos(angle), math.sin(angle)
+            xa, xb = x[..., s, a], x[..., s, b]
+            out[..., s, a] = xa * c - xb * si
+            out[..., s, b] = xb * c + xa * si
+    return out
+
+
+def rotate(x, positions, layout="half", base=10000.0, rotary_dim=None, head_dim=None):
+    inv_freq, factor = rope_inv_freq(head_dim or x.shape[-1], base, rotary_dim=rotary_dim)
+    cos, sin = rope_cos_sin(positions, inv_freq, factor)
+    return apply_rope(x, cos, sin, layout)
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("head_dim", [2, 8, 64])
+def test_matches_the_formula(layout, head_dim):
+    x = torch.randn(2, 3, 7, head_dim)
+    positions = torch.tensor([0, 1, 2, 5, 100, 4095, 70000])
+    expected = reference(x, positions.tolist(), layout=layout)
+    torch.testing.assert_close(rotate(x, positions, layout).double(), expected, atol=2e-6, rtol=0)
+
+
+def test_partial_rotary_rotates_the_leading_dimensions_only():
+    x = torch.randn(1, 2, 5, 16)
+    out = rotate(x, torch.arange(5), rotary_dim=8)
+    torch.testing.assert_close(out[..., 8:], x[..., 8:], rtol=0, atol=0)
+    expected = reference(x[..., :8], range(5), rotary_dim=8)
+    torch.testing.assert_close(out[..., :8].double(), expected, atol=2e-6, rtol=0)
+
+
+def test_batched_positions():
+    x = torch.randn(2, 3, 4, 8)
+    positions = torch.tensor([[0, 1, 2, 3], [7, 8, 9, 10]])
+    out = rotate(x, positions)
+    for b in range(2):
+        torch.testing.assert_close(out[b : b + 1], rotate(x[b : b + 1], positions[b]))
+
+
+vectors = st.lists(st.floats(-3, 3, allow_nan=False), min_size=16, max_size=16)
+
+
+@given(vectors, vectors, st.integers(0, 5000), st.integers(0, 5000), st.integers(0, 5000))
+def test_scores_depend_only_on_the_distance(q, k, m, n, shift):
+    """⟨R(m) q, R(n) k⟩ = ⟨R(m + s) q, R(n + s) k⟩."""
+    q = torch.tensor(q, dtype=torch.float64).view(1, 1, 1, 16)
+    k = torch.tensor(k, dtype=torch.float64).view(1, 1, 1, 16)
+
+    def score(a, b):
+        return (rotate(q, torch.tensor([a])) * rotate(k, torch.tensor([b]))).sum()
+
+    torch.testing.assert_close(score(m, n), score(m + shift, n + shift), atol=1e-5, rtol=1e-6)
+
+
+@given(vectors, st.integers(0, 10**7), st.sampled_from(["half", "interleaved"]))
+def test_norm_is_preserved(v, m, layout):
+    x = torch.tensor(v, dtype=torch.float64).view(1, 1, 1, 16)
+    out = rotate(x, torch.tensor([m]), layout)
+    torch.testing.assert_close(out.norm(), x.norm(), atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("position", [1_000_000, 10_000_000])
+def test_fp32_path_is_exact_at_large_positions(position):
+    """A float32 product m·θ loses the phase at these positions; posenc forms angles in
+    float64. Compared with a float64 reference, on the rotated vector."""
+    x = torch.randn(1, 4, 3, 128)
+    positions = torch.tensor([position - 1, position, position + 1])
+    expected = reference(x, positions.tolist())
+    out = rotate(x, positions)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out.double(), expected, atol=1e-4, rtol=0)
+    naive = positions.float()[:, None] * rope_inv_freq(128)[0].float()  # what fp32 would give
+    assert (naive.double() - positions.double()[:, None] * rope_inv_freq(128)[0]).abs().max() > 0.01
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_input_is_the_fp32_result_rounded_once(dtype):
+    x = torch.randn(2, 4, 50, 64).to(dtype)
+    positions = torch.arange(1000, 1050)
+    out = rotate(x, positions)
+    assert out.dtype == dtype
+    assert torch.equal(out, rotate(x.float(), positions).to(dtype))
+
+
+def test_attention_factor_scales_cos_and_sin_once():
+    inv_freq, _ = rope_inv_freq(8)
+    cos, sin = rope_cos_sin(torch.arange(4), inv_freq, 1.5)
+    cos1, sin1 = rope_cos_sin(torch.arange(4), inv_freq)
+    torch.testing.assert_close(cos, 1.5 * cos1)
+    torch.testing.assert_close(sin, 1.5 * sin1)
+
+
+def test_bad_layout():
+    with pytest.raises(ValueError, match="layout must be one of"):
+        apply_rope(torch.randn(1, 1, 1, 4), torch.ones(1, 2), torch.zeros(1, 2), "gptj")
