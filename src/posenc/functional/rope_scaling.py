@@ -199,19 +199,25 @@ class ProportionalScaling(ScalingConfig):
 
 
 def _default(p: DefaultScaling, head_dim, rotary_dim, base, seq_len, device):
+    """θ_i = base^(-2i/d) (Su et al. 2021, arXiv:2104.09864)."""
     return default_inv_freq(rotary_dim, base, device=device), 1.0
 
 
 def _linear(p: LinearScaling, head_dim, rotary_dim, base, seq_len, device):
+    """Position interpolation f(x, m) = f(x, m / factor), as θ_i / factor (Chen et al. 2023,
+    arXiv:2306.15595)."""
     return default_inv_freq(rotary_dim, base, device=device) / p.factor, 1.0
 
 
 def _ntk(p: NTKScaling, head_dim, rotary_dim, base, seq_len, device):
+    """NTK-aware: base' = base · factor^(d/(d-2)), positions unchanged (bloc97, 2023)."""
     base = base * p.factor ** (rotary_dim / (rotary_dim - 2))
     return default_inv_freq(rotary_dim, base, device=device), 1.0
 
 
 def _dynamic(p: DynamicScaling, head_dim, rotary_dim, base, seq_len, device):
+    """Dynamic NTK: past L_orig, base' = base · (factor·L/L_orig - (factor - 1))^(d/(d-2));
+    the default at or below L_orig (Hugging Face "dynamic", after bloc97 and emozilla 2023)."""
     original = p.original_max_position_embeddings
     seq_len = original if seq_len is None else max(seq_len, original)
     factor = p.factor * seq_len / original - (p.factor - 1)
@@ -225,6 +231,10 @@ def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
 
 
 def _yarn(p: YarnScaling, head_dim, rotary_dim, base, seq_len, device):
+    """YaRN (Peng et al. 2023, arXiv:2309.00071): pairs with wavelengths that fit more than
+    beta_fast times into L_orig keep θ_i, those fitting fewer than beta_slow times use
+    θ_i / factor, with a linear ramp in pair index between (the reference code's ramp);
+    attention factor 0.1·ln(factor) + 1, or DeepSeek's mscale ratio, or as given."""
     if p.attention_factor is not None:
         attention_factor = p.attention_factor
     elif p.mscale and p.mscale_all_dim:  # DeepSeek: the ratio of two temperatures
@@ -251,6 +261,9 @@ def _yarn(p: YarnScaling, head_dim, rotary_dim, base, seq_len, device):
 
 
 def _llama3(p: Llama3Scaling, head_dim, rotary_dim, base, seq_len, device):
+    """Llama 3.1: wavelengths λ < L_orig/high_freq_factor keep θ_i, λ > L_orig/low_freq_factor
+    use θ_i / factor, and between, (1 - s)·θ_i/factor + s·θ_i with
+    s = (L_orig/λ - low_freq_factor) / (high_freq_factor - low_freq_factor) (Meta 2024)."""
     inv_freq = default_inv_freq(rotary_dim, base, device=device)
     original = p.original_max_position_embeddings
     wavelength = 2 * math.pi / inv_freq
@@ -264,6 +277,9 @@ def _llama3(p: Llama3Scaling, head_dim, rotary_dim, base, seq_len, device):
 
 
 def _longrope(p: LongRopeScaling, head_dim, rotary_dim, base, seq_len, device):
+    """LongRoPE (Ding et al. 2024, arXiv:2402.13753; Phi-3): θ_i / short_factor_i up to
+    L_orig, θ_i / long_factor_i beyond; attention factor sqrt(1 + ln(factor)/ln(L_orig)).
+    The choice follows seq_len, so keys cached before the switch keep the short factors."""
     original = p.original_max_position_embeddings
     if len(p.long_factor) != rotary_dim // 2:
         raise ValueError(
@@ -282,6 +298,8 @@ def _longrope(p: LongRopeScaling, head_dim, rotary_dim, base, seq_len, device):
 
 
 def _proportional(p: ProportionalScaling, head_dim, rotary_dim, base, seq_len, device):
+    """Proportional (Hugging Face, Gemma): the first rotary_dim/2 pairs use
+    base^(-2i/head_dim), the others do not rotate; all divided by factor."""
     # the rotated pairs take their exponent over the whole head; the remaining pairs of the
     # head get frequency 0 (no rotation), so this scaling always covers head_dim
     rotated = default_inv_freq(rotary_dim, base, denominator=head_dim, device=device)
