@@ -9,7 +9,7 @@ Two pair layouts exist in the wild, and a checkpoint only works in the one it wa
 - ``interleaved`` (the paper, GPT-J, Meta's reference code): pair i is (2i, 2i + 1).
 
 They differ by a fixed permutation of the q/k dimensions
-(:func:`posenc.hf.permute_for_layout` converts projection weights).
+(:func:`posenc.rotary.permute_for_layout` converts projection weights).
 """
 
 from __future__ import annotations

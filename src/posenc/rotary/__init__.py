@@ -1,5 +1,7 @@
 """Rotary encodings: rotate queries and keys inside every attention layer."""
 
+from .layouts import layout_permutation, permute_for_layout
 from .rope import RoPE
+from .xpos import XPos
 
-__all__ = ["RoPE"]
+__all__ = ["RoPE", "XPos", "layout_permutation", "permute_for_layout"]
