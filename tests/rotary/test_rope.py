@@ -141,3 +141,21 @@ def test_dynamic_ntk_with_a_kv_cache():
     assert (rest - full[:, 8:]).abs().max() > 1e-4
     # the first 8 logits of the full pass already use the length-10 base
     assert (model(ids[:, :8]) - full[:, :8]).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("rope_type", ["ntk", "dynamic"])
+def test_ntk_needs_more_than_one_pair(rope_type):
+    scaling = {"rope_type": rope_type, "factor": 2.0, "original_max_position_embeddings": 4}
+    if rope_type == "ntk":
+        del scaling["original_max_position_embeddings"]
+    with pytest.raises(ValueError, match="needs a rotary dimension > 2"):
+        posenc.create("rope", head_dim=2, scaling=scaling)
+
+
+def test_deepseek_mscale_zero_means_absent():
+    scaling = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
+    plain = posenc.create("rope", head_dim=16, scaling=scaling)
+    zero = posenc.create(
+        "rope", head_dim=16, scaling={**scaling, "mscale": 1.0, "mscale_all_dim": 0}
+    )
+    assert zero.attention_factor() == plain.attention_factor()

@@ -34,7 +34,7 @@ import torch
 
 from ..config import EncodingConfig, check_float, check_int
 
-__all__ = ["ROPE_SCALINGS", "ScalingConfig", "default_inv_freq", "parse_scaling"]
+__all__ = ["ROPE_SCALINGS", "ScalingConfig", "default_inv_freq", "ntk_base", "parse_scaling"]
 
 #: keys of a Hugging Face ``rope_parameters`` dict that are not scaling parameters: they
 #: configure the encoding itself and are read by :class:`posenc.rotary.RoPE`
@@ -122,9 +122,13 @@ class YarnScaling(ScalingConfig):
     def __post_init__(self) -> None:
         _check_factor(self.factor)
         check_int("original_max_position_embeddings", self.original_max_position_embeddings)
-        for name in ("attention_factor", "mscale", "mscale_all_dim"):
+        if self.attention_factor is not None:
+            check_float("attention_factor", self.attention_factor)
+        for name in ("mscale", "mscale_all_dim"):  # 0 means absent, as in DeepSeek configs
             if getattr(self, name) is not None:
-                check_float(name, getattr(self, name))
+                check_float(name, getattr(self, name), positive=False)
+                if getattr(self, name) < 0:
+                    raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         check_float("beta_fast", self.beta_fast)
         check_float("beta_slow", self.beta_slow)
         if self.beta_fast <= self.beta_slow:
@@ -209,9 +213,19 @@ def _linear(p: LinearScaling, head_dim, rotary_dim, base, seq_len, device):
     return default_inv_freq(rotary_dim, base, device=device) / p.factor, 1.0
 
 
+def ntk_base(base: float, factor: float, rotary_dim: int, rope_type: str = "ntk") -> float:
+    """The NTK-aware base' = base · factor^(d/(d-2)) for rotary dimension d (bloc97, 2023)."""
+    if rotary_dim <= 2:
+        raise ValueError(
+            f"{rope_type!r} scaling needs a rotary dimension > 2 (base · factor^(d/(d-2))), "
+            f"got {rotary_dim}"
+        )
+    return base * factor ** (rotary_dim / (rotary_dim - 2))
+
+
 def _ntk(p: NTKScaling, head_dim, rotary_dim, base, seq_len, device):
     """NTK-aware: base' = base · factor^(d/(d-2)), positions unchanged (bloc97, 2023)."""
-    base = base * p.factor ** (rotary_dim / (rotary_dim - 2))
+    base = ntk_base(base, p.factor, rotary_dim, "ntk")
     return default_inv_freq(rotary_dim, base, device=device), 1.0
 
 
@@ -221,7 +235,7 @@ def _dynamic(p: DynamicScaling, head_dim, rotary_dim, base, seq_len, device):
     original = p.original_max_position_embeddings
     seq_len = original if seq_len is None else max(seq_len, original)
     factor = p.factor * seq_len / original - (p.factor - 1)
-    base = base * factor ** (rotary_dim / (rotary_dim - 2))
+    base = ntk_base(base, factor, rotary_dim, "dynamic")
     return default_inv_freq(rotary_dim, base, device=device), 1.0
 
 

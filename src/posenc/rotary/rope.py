@@ -84,6 +84,9 @@ class RopeConfig(EncodingConfig):
         check_int("rotary_dim", self.rotary_dim, minimum=2, even=True)
         if self.rotary_dim > self.head_dim:
             raise ValueError(f"rotary_dim ({self.rotary_dim}) exceeds head_dim ({self.head_dim})")
+        # the scaling's own checks against the sizes (NTK needs d > 2, LongRoPE one factor
+        # per pair) run now, at creation, not at the first forward
+        rope_inv_freq(self.head_dim, self.base, record, rotary_dim=self.rotary_dim, device="cpu")
 
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()

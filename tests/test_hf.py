@@ -1,0 +1,529 @@
+"""Hugging Face interop: posenc's RoPE inside transformers' Llama, configs of real models, and
+context extension, each compared with what transformers itself computes.
+
+Models are tiny and randomly initialised (no downloads). transformers computes angles in
+float32, posenc in float64: positions stay below ~64 so that the float32 angles are exact
+to ~1e-5 and the comparisons can be tight.
+"""
+
+import copy
+import importlib
+import math
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+import posenc.hf
+from posenc.hf import EXTEND_METHODS, extend_context, rope_from_hf_config
+from posenc.rotary import RoPE
+
+transformers = pytest.importorskip("transformers")
+from transformers import AutoConfig, LlamaConfig, LlamaForCausalLM  # noqa: E402
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # noqa: E402
+from transformers.models.deepseek_v3.modeling_deepseek_v3 import (  # noqa: E402
+    apply_rotary_pos_emb_interleave,
+)
+from transformers.models.llama.modeling_llama import (  # noqa: E402
+    LlamaRotaryEmbedding,
+    apply_rotary_pos_emb,
+)
+
+HEAD_DIM = 16  # of the tiny model: hidden 64, 4 heads
+SEQ = 40  # longer than the tiny model's original length, 16
+
+
+def long_factors(n):
+    return [1.0 + 0.05 * i for i in range(n)], [1.0 + 1.5 * i for i in range(n)]
+
+
+def scalings(original, head_dim):
+    """rope_parameters of every scaling transformers runs, with original length ``original``."""
+    short, long = long_factors(head_dim // 2)
+    return {
+        "default": {"rope_type": "default"},
+        "linear": {"rope_type": "linear", "factor": 4.0},
+        "dynamic": {"rope_type": "dynamic", "factor": 4.0},
+        "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": original},
+        "yarn-deepseek": {
+            "rope_type": "yarn",
+            "factor": 4.0,
+            "original_max_position_embeddings": original,
+            "mscale": 1.0,
+            "mscale_all_dim": 0.8,
+        },
+        "yarn-attention-factor": {
+            "rope_type": "yarn",
+            "factor": 4.0,
+            "original_max_position_embeddings": original,
+            "attention_factor": 1.1,
+            "truncate": False,
+        },
+        "llama3": {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": original,
+        },
+        "longrope": {
+            "rope_type": "longrope",
+            "short_factor": short,
+            "long_factor": long,
+            "original_max_position_embeddings": original,
+        },
+    }
+
+
+def max_positions(rope_parameters, original):
+    """``max_position_embeddings`` as a real config sets it: the original length for dynamic
+    (transformers scales past it), the extended one for the others."""
+    if rope_parameters["rope_type"] in ("default", "dynamic"):
+        return original
+    return int(original * rope_parameters.get("factor", 4.0))
+
+
+def llama_config(
+    rope_parameters, original=16, head_dim=HEAD_DIM, base=10000.0, max_position_embeddings=None
+):
+    """A tiny Llama config; ``rope_theta`` in ``rope_parameters`` wins over ``base``."""
+    if max_position_embeddings is None:
+        max_position_embeddings = max_positions(rope_parameters, original)
+    return LlamaConfig(
+        hidden_size=4 * head_dim,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=100,
+        max_position_embeddings=max_position_embeddings,
+        rope_parameters={"rope_theta": base, **rope_parameters},
+    )
+
+
+SCALINGS = scalings(16, HEAD_DIM)
+
+
+# --- (a) rotated q/k against transformers' apply_rotary_pos_emb ---
+
+
+@pytest.mark.parametrize("head_dim", [16, 64, 128])
+@pytest.mark.parametrize("name", sorted(SCALINGS))
+@pytest.mark.parametrize("batch_positions", [False, True], ids=["positions", "batch-positions"])
+def test_rotation_matches_transformers(name, head_dim, batch_positions):
+    config = llama_config(scalings(24, head_dim)[name], original=24, head_dim=head_dim)
+    seq, heads = 20, 4
+    if batch_positions:  # each row at its own offset: the second one runs past the original 24
+        positions = torch.stack([torch.arange(seq), torch.arange(seq) + 17])
+    else:
+        positions = torch.arange(seq)
+    position_ids = positions if batch_positions else positions[None]  # [b, s]
+    q = torch.randn(2, heads, seq, head_dim)
+    k = torch.randn(2, heads // 2, seq, head_dim)
+
+    cos, sin = LlamaRotaryEmbedding(config)(q, position_ids)  # [b, s, head_dim]
+    q_hf, k_hf = apply_rotary_pos_emb(q, k, cos, sin)
+    rope = rope_from_hf_config(config)
+    q_ours, k_ours = rope(q, k, positions)
+
+    torch.testing.assert_close(q_ours, q_hf, atol=2e-5, rtol=1e-5)
+    torch.testing.assert_close(k_ours, k_hf, atol=2e-5, rtol=1e-5)
+
+
+def test_deepseek_layout_is_interleaved():
+    """DeepSeek-V3 keeps interleaved pairs in its weights: posenc's ``interleaved`` layout gives
+    transformers' attention scores (its output is de-interleaved, a permutation shared by q
+    and k that leaves every q·k unchanged)."""
+    config = {
+        "model_type": "deepseek_v3",
+        "hidden_size": 256,
+        "num_attention_heads": 4,
+        "qk_rope_head_dim": 32,
+        "max_position_embeddings": 64,
+        "rope_theta": 10000.0,
+        "rope_scaling": {
+            "type": "yarn",
+            "factor": 4,
+            "original_max_position_embeddings": 16,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+            "beta_fast": 32,
+            "beta_slow": 1,
+        },
+    }
+    rope = rope_from_hf_config(config)
+    assert rope.config.layout == "interleaved" and rope.head_dim == 32
+    hf_config = AutoConfig.for_model(**config)
+    q, k = torch.randn(1, 4, 12, 32), torch.randn(1, 4, 12, 32)
+    positions = torch.arange(12)
+    cos, sin = LlamaRotaryEmbedding(hf_config)(q, positions[None])
+    q_hf, k_hf = apply_rotary_pos_emb_interleave(q, k, cos, sin)
+    q_ours, k_ours = rope(q, k, positions)
+    deinterleave = torch.cat((torch.arange(0, 32, 2), torch.arange(1, 32, 2)))
+    torch.testing.assert_close(q_ours[..., deinterleave], q_hf, atol=2e-5, rtol=1e-5)
+    torch.testing.assert_close(q_ours @ k_ours.mT, q_hf @ k_hf.mT, atol=1e-4, rtol=1e-5)
+    assert rope_from_hf_config({**config, "rope_interleave": False}).config.layout == "half"
+
+
+# --- (b) a tiny Llama with posenc's RoPE in place of its own ---
+
+
+class PosencRotary(nn.Module):
+    """posenc standing in for ``model.model.rotary_emb`` of a transformers Llama.
+
+    The Llama model calls ``rotary_emb(hidden_states, position_ids=position_ids)`` once per
+    forward and hands the result to every layer's ``apply_rotary_pos_emb``. It expects cos
+    and sin ``[batch, seq, head_dim]`` in the half layout's duplicated format: the n =
+    head_dim / 2 per-pair values written twice, ``cat([c, c])``, in the activations' dtype.
+    posenc's ``rotation`` gives ``[batch, seq, n]`` (the attention factor included).
+    """
+
+    def __init__(self, rope: RoPE) -> None:
+        super().__init__()
+        self.rope = rope
+
+    def forward(self, x, position_ids):
+        cos, sin = self.rope.rotation(position_ids)  # [b, s, n]
+        return torch.cat((cos, cos), dim=-1).to(x.dtype), torch.cat((sin, sin), dim=-1).to(x.dtype)
+
+
+def tiny_model(config):
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config).eval()
+
+
+@torch.no_grad()
+def logits_with_posenc(model, ids, rope):
+    """The model's logits with its rotary embedding swapped for posenc's, then restored."""
+    own = model.model.rotary_emb
+    model.model.rotary_emb = PosencRotary(rope)
+    try:
+        return model(ids).logits
+    finally:
+        model.model.rotary_emb = own
+
+
+@pytest.mark.parametrize("seq", [12, SEQ], ids=["within", "beyond"])
+@pytest.mark.parametrize("name", sorted(SCALINGS))
+def test_llama_logits_with_posenc_rope(name, seq):
+    model = tiny_model(llama_config(SCALINGS[name]))
+    ids = torch.randint(0, 100, (2, seq))
+    with torch.no_grad():
+        expected = model(ids).logits
+    got = logits_with_posenc(model, ids, rope_from_hf_config(model.config))
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+    # the patch is what is tested: a wrong scaling changes the logits
+    wrong = RoPE(head_dim=HEAD_DIM, base=10000.0, scaling={"rope_type": "linear", "factor": 3.0})
+    assert not torch.allclose(logits_with_posenc(model, ids, wrong), expected, atol=1e-4)
+
+
+# --- (c) configs of real models ---
+
+PHI3_SHORT = [round(1.0 + 0.002 * i * i / 48, 5) for i in range(48)]
+PHI3_LONG = [round(1.0 + 46.0 * (i / 47) ** 2, 4) for i in range(48)]
+
+REAL_CONFIGS = {
+    "llama-3.1-8b": {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_attention_heads": 32,
+        "num_hidden_layers": 32,
+        "num_key_value_heads": 8,
+        "max_position_embeddings": 131072,
+        "rms_norm_eps": 1e-05,
+        "rope_scaling": {
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+            "rope_type": "llama3",
+        },
+        "rope_theta": 500000.0,
+        "vocab_size": 128256,
+    },
+    "mistral-7b": {
+        "architectures": ["MistralForCausalLM"],
+        "model_type": "mistral",
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_attention_heads": 32,
+        "num_hidden_layers": 32,
+        "num_key_value_heads": 8,
+        "max_position_embeddings": 32768,
+        "rope_theta": 10000.0,
+        "sliding_window": 4096,
+        "vocab_size": 32000,
+    },
+    "qwen2-7b": {
+        "architectures": ["Qwen2ForCausalLM"],
+        "model_type": "qwen2",
+        "hidden_size": 3584,
+        "intermediate_size": 18944,
+        "num_attention_heads": 28,
+        "num_hidden_layers": 28,
+        "num_key_value_heads": 4,
+        "max_position_embeddings": 131072,
+        "max_window_layers": 28,
+        "rope_theta": 1000000.0,
+        "sliding_window": 131072,
+        "use_sliding_window": False,
+        "vocab_size": 152064,
+    },
+    "phi-3-mini-128k": {
+        "architectures": ["Phi3ForCausalLM"],
+        "model_type": "phi3",
+        "hidden_size": 3072,
+        "intermediate_size": 8192,
+        "num_attention_heads": 32,
+        "num_hidden_layers": 32,
+        "num_key_value_heads": 32,
+        "max_position_embeddings": 131072,
+        "original_max_position_embeddings": 4096,
+        "rope_scaling": {"long_factor": PHI3_LONG, "short_factor": PHI3_SHORT, "type": "longrope"},
+        "rope_theta": 10000.0,
+        "sliding_window": 262144,
+        "vocab_size": 32064,
+    },
+    "deepseek-v3": {
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "model_type": "deepseek_v3",
+        "hidden_size": 7168,
+        "intermediate_size": 18432,
+        "kv_lora_rank": 512,
+        "q_lora_rank": 1536,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "num_attention_heads": 128,
+        "num_hidden_layers": 61,
+        "num_key_value_heads": 128,
+        "max_position_embeddings": 163840,
+        "rope_scaling": {
+            "beta_fast": 32,
+            "beta_slow": 1,
+            "factor": 40,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+            "original_max_position_embeddings": 4096,
+            "type": "yarn",
+        },
+        "rope_theta": 10000,
+        "vocab_size": 129280,
+    },
+}
+
+EXPECTED = {  # (head_dim, rope_type, layout) read by hand from the configs above
+    "llama-3.1-8b": (128, "llama3", "half"),
+    "mistral-7b": (128, "default", "half"),
+    "qwen2-7b": (128, "default", "half"),
+    "phi-3-mini-128k": (96, "longrope", "half"),
+    "deepseek-v3": (64, "yarn", "interleaved"),
+}
+
+
+def hf_frequencies(config, seq_len=None):
+    rope_type = config.rope_parameters["rope_type"]
+    if rope_type == "default":
+        return LlamaRotaryEmbedding.compute_default_rope_parameters(config)
+    return ROPE_INIT_FUNCTIONS[rope_type](config, "cpu", seq_len)
+
+
+@pytest.mark.parametrize("name", sorted(REAL_CONFIGS))
+def test_real_config_matches_transformers(name):
+    raw = REAL_CONFIGS[name]
+    hf_config = AutoConfig.for_model(**copy.deepcopy(raw))
+    rope = rope_from_hf_config(copy.deepcopy(raw))
+    assert (rope.head_dim, rope.scaling.rope_type, rope.config.layout) == EXPECTED[name]
+    from_object = rope_from_hf_config(hf_config).config  # the config object reads the same
+    for key in ("head_dim", "rotary_dim", "base", "layout", "scaling"):
+        assert getattr(from_object, key) == getattr(rope.config, key), key
+    original = hf_config.rope_parameters.get("original_max_position_embeddings", 4096)
+    for seq_len in (None, original, original + 1, 4 * original):
+        expected, expected_factor = hf_frequencies(hf_config, seq_len)
+        torch.testing.assert_close(rope.inv_freq(seq_len).float(), expected, rtol=1e-6, atol=0)
+        assert rope.attention_factor(seq_len) == pytest.approx(expected_factor, rel=1e-12)
+
+
+def test_phi3_reads_the_top_level_original_length():
+    rope = rope_from_hf_config(REAL_CONFIGS["phi-3-mini-128k"])
+    assert rope.scaling.original_max_position_embeddings == 4096
+    assert rope.scaling.factor == 32.0  # 131072 / 4096, as transformers derives it
+    assert rope.attention_factor() == pytest.approx(math.sqrt(1 + math.log(32) / math.log(4096)))
+    # Phi-3's first releases called LongRoPE "su"; transformers' Phi-3 config renames it
+    old = copy.deepcopy(REAL_CONFIGS["phi-3-mini-128k"])
+    old["rope_scaling"]["type"] = "su"
+    assert rope_from_hf_config(old).config == rope.config
+
+
+def test_transformers_5_rope_parameters_and_partial_rotary():
+    config = {
+        "hidden_size": 2560,
+        "num_attention_heads": 32,
+        "max_position_embeddings": 4096,
+        "partial_rotary_factor": 0.5,
+        "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 25000.0},
+    }
+    rope = rope_from_hf_config(config)
+    assert (rope.head_dim, rope.config.rotary_dim, rope.config.base) == (80, 40, 25000.0)
+    expected, _ = hf_frequencies(LlamaConfig(**config))
+    torch.testing.assert_close(rope.inv_freq().float(), expected, rtol=1e-6, atol=0)
+
+
+def test_dynamic_takes_max_position_embeddings_as_original():
+    config = {
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "max_position_embeddings": 2048,
+        "rope_theta": 10000.0,
+        "rope_scaling": {"type": "dynamic", "factor": 2.0},
+    }
+    assert rope_from_hf_config(config).scaling.original_max_position_embeddings == 2048
+    config["rope_scaling"]["original_max_position_embeddings"] = 1024
+    with pytest.raises(ValueError, match="original_max_position_embeddings"):
+        rope_from_hf_config(config)
+
+
+@pytest.mark.parametrize(
+    "change, named",
+    [
+        ({"rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}}, "mrope"),
+        (
+            {"rope_scaling": {"type": "linear", "factor": 2.0, "mrope_section": [2]}},
+            "mrope_section",
+        ),
+        ({"rope_scaling": {"rope_type": "yarn", "factor": 2.0, "beta_fastest": 8}}, "beta_fastest"),
+        ({"rope_scaling": {"rope_type": "ntk-by-parts", "factor": 2.0}}, "ntk-by-parts"),
+        ({"rope_parameters": {"full_attention": {"rope_type": "default"}}}, "full_attention"),
+        ({"hidden_size": None, "num_attention_heads": None}, "head_dim"),
+        (
+            {"rope_scaling": {"type": "llama3", "factor": 8.0}, "max_position_embeddings": None},
+            "max_position_embeddings",
+        ),
+    ],
+)
+def test_unknown_things_are_named(change, named):
+    config = {"hidden_size": 64, "num_attention_heads": 4, "max_position_embeddings": 32, **change}
+    with pytest.raises(ValueError, match=named):
+        rope_from_hf_config(config)
+
+
+def test_import_without_transformers(monkeypatch):
+    monkeypatch.setitem(sys.modules, "transformers", None)  # `import transformers` now fails
+    module = importlib.reload(posenc.hf)
+    rope = module.rope_from_hf_config(REAL_CONFIGS["llama-3.1-8b"])
+    assert rope.scaling.rope_type == "llama3"
+
+
+# --- (d) extend_context ---
+
+BASE = 10000.0
+
+
+def extended(method):
+    """(rope_parameters, max_position_embeddings) of a model built directly for ``method``
+    at factor 4 from original length 16, and the posenc scaling that rotates the same."""
+    if method == "ntk":
+        rope_theta = BASE * 4.0 ** (HEAD_DIM / (HEAD_DIM - 2))
+        return (
+            {"rope_type": "default", "rope_theta": rope_theta},
+            64,
+            {"rope_type": "ntk", "factor": 4.0},
+        )
+    params = {"rope_type": method, "factor": 4.0, "rope_theta": BASE}
+    if method == "dynamic":
+        return params, 16, {**params, "original_max_position_embeddings": 16}
+    if method == "linear":
+        return params, 64, params
+    params["original_max_position_embeddings"] = 16
+    if method == "llama3":
+        params.update(low_freq_factor=1.0, high_freq_factor=4.0)
+    return params, 64, params
+
+
+@pytest.mark.parametrize("method", EXTEND_METHODS)
+def test_extend_context_equals_the_model_built_for_it(method):
+    model = tiny_model(llama_config({"rope_type": "default"}, base=BASE))
+    state = copy.deepcopy(model.state_dict())
+    assert extend_context(model, method, 4.0) is model
+
+    rope_parameters, max_position_embeddings, scaling = extended(method)
+    assert model.config.rope_parameters == rope_parameters
+    assert model.config.max_position_embeddings == max_position_embeddings
+    reference = LlamaForCausalLM(
+        llama_config(rope_parameters, max_position_embeddings=max_position_embeddings)
+    ).eval()
+    reference.load_state_dict(state)
+    ids = torch.randint(0, 100, (2, SEQ))
+    with torch.no_grad():
+        got, expected = model(ids).logits, reference(ids).logits
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
+    # and posenc's own scaling of that name rotates the same
+    rope = RoPE(head_dim=HEAD_DIM, base=BASE, scaling=scaling)
+    torch.testing.assert_close(logits_with_posenc(model, ids, rope), got, atol=1e-5, rtol=0)
+
+
+def test_extend_context_takes_scaling_keys_and_original_length():
+    model = tiny_model(llama_config({"rope_type": "default"}, base=BASE))
+    extend_context(model, "yarn", 2.0, original_max_position_embeddings=12, beta_fast=16.0)
+    assert model.config.rope_parameters == {
+        "rope_type": "yarn",
+        "factor": 2.0,
+        "rope_theta": BASE,
+        "original_max_position_embeddings": 12,
+        "beta_fast": 16.0,
+    }
+    assert model.config.max_position_embeddings == 24
+    rope = rope_from_hf_config(model.config)
+    ids = torch.randint(0, 100, (1, 30))
+    with torch.no_grad():
+        expected = model(ids).logits
+    torch.testing.assert_close(logits_with_posenc(model, ids, rope), expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "method, factor, params, named",
+    [
+        ("ntk-by-parts", 2.0, {}, "ntk-by-parts"),
+        ("default", 2.0, {}, "default"),
+        ("linear", 1.0, {}, "factor"),
+        ("linear", 0.5, {}, "factor"),
+        ("yarn", -2.0, {}, "factor"),
+        ("yarn", float("nan"), {}, "factor"),
+        ("yarn", float("inf"), {}, "factor"),
+        ("linear", "2", {}, "factor"),
+        ("linear", True, {}, "factor"),
+        ("yarn", 2.0, {"beta_fastest": 8.0}, "beta_fastest"),
+        ("ntk", 2.0, {"beta_fast": 8.0}, "beta_fast"),
+        ("linear", 2.0, {"low_freq_factor": 1.0}, "low_freq_factor"),
+        ("llama3", 2.0, {"rope_theta": 1e6}, "rope_theta"),
+        ("llama3", 2.0, {"low_freq_factor": 4.0}, "high_freq_factor"),
+    ],
+)
+def test_extend_context_rejects_bad_input(method, factor, params, named):
+    model = tiny_model(llama_config({"rope_type": "default"}))
+    before = copy.deepcopy(model.config.to_dict())
+    rotary = model.model.rotary_emb
+    with pytest.raises(ValueError, match=named):
+        extend_context(model, method, factor, **params)
+    assert model.config.to_dict() == before and model.model.rotary_emb is rotary  # untouched
+
+
+def test_extend_context_rejects_scaled_and_foreign_models():
+    model = tiny_model(llama_config(SCALINGS["yarn"]))
+    with pytest.raises(ValueError, match="already uses 'yarn'"):
+        extend_context(model, "linear", 2.0)
+    with pytest.raises(ValueError, match="rotary_emb"):
+        extend_context(nn.Linear(2, 2), "linear", 2.0)
+    with pytest.raises(ValueError, match="original_max_position_embeddings"):
+        extend_context(tiny_model(llama_config({"rope_type": "default"})), "yarn", 2.0, 0)
+
+
+def test_extend_context_keeps_float32_frequencies_on_a_bfloat16_model():
+    model = tiny_model(llama_config({"rope_type": "default"})).to(torch.bfloat16)
+    assert model.model.rotary_emb.inv_freq.dtype == torch.bfloat16  # rounded by .to()
+    extend_context(model, "linear", 2.0)
+    assert model.model.rotary_emb.inv_freq.dtype == torch.float32
+    assert model.model.rotary_emb.inv_freq.device == model.lm_head.weight.device
