@@ -72,9 +72,8 @@ class DistanceBias(BiasEncoding):
 
     Config = _Heads
 
-    def bias(self, q_positions, k_positions):
-        distance = (q_positions[:, None] - k_positions[None, :]).abs().float()
-        return -torch.arange(1, self.config.n_heads + 1).view(-1, 1, 1) * distance
+    def bias_at(self, head, q_pos, k_pos):
+        return -(head + 1) * (q_pos - k_pos).abs().float()
 
 
 class Scale(RotaryEncoding):
@@ -86,16 +85,26 @@ class Scale(RotaryEncoding):
         return q * (1 + positions.view(1, 1, -1, 1)), k * 2
 
 
+@pytest.mark.parametrize("backend", ["auto", "flex", "sdpa", "math"])
 @pytest.mark.parametrize("causal", [True, False])
-def test_bias_encodings_are_added_to_the_scores(causal):
-    q, k, v = qkv(lq=3, lk=6)
+def test_bias_encodings_are_added_to_the_scores(causal, backend):
+    q, k, v = qkv(lq=3, lk=6, kv_h=2)
     enc = DistanceBias()
-    bias = enc.bias(torch.arange(3, 6), torch.arange(6))
-    allowed = torch.ones(6, 6).tril().bool()[3:] if causal else None
-    out = posenc.attention(q, k, v, encoding=enc, causal=causal)
-    torch.testing.assert_close(
-        out.double(), reference(q, k, v, allowed, bias), atol=1e-5, rtol=1e-5
+    bias = (
+        -torch.arange(1.0, 5.0).view(-1, 1, 1)
+        * (torch.arange(3, 6)[:, None] - torch.arange(6)).abs()
     )
+    torch.testing.assert_close(enc.bias(torch.arange(3, 6), torch.arange(6)), bias)
+    allowed = torch.ones(6, 6).tril().bool()[3:] if causal else None
+    out = posenc.attention(q, k, v, encoding=enc, causal=causal, backend=backend)
+    expected = reference(q, k, v, allowed, bias)
+    torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)
+    # explicit (batched) positions give the same result through every backend
+    positions = torch.arange(6).expand(2, 6)
+    out = posenc.attention(
+        q, k, v, enc, positions[:, 3:], positions, causal=causal, backend=backend
+    )
+    torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)
 
 
 def test_rotary_encodings_transform_q_and_k_with_query_positions():

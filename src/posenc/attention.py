@@ -14,9 +14,14 @@ import torch
 import torch.nn.functional as F
 
 from .base import Encoding
+from .flex import flex_attention, flex_available
 from .positions import arange, check_positions
 
-__all__ = ["KVCache", "attention"]
+__all__ = ["BACKENDS", "KVCache", "attention"]
+
+BACKENDS = ("auto", "flex", "sdpa", "math")
+#: the number of scores per head (q_len * k_len) from which ``auto`` uses flex attention
+FLEX_MIN_SCORES = 256 * 256
 
 
 def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -62,6 +67,7 @@ def attention(
     k_positions: torch.Tensor | None = None,
     causal: bool = True,
     scale: float | None = None,
+    backend: str = "auto",
 ) -> torch.Tensor:
     """Attention of ``q`` over ``k, v`` with a positional encoding.
 
@@ -76,6 +82,9 @@ def attention(
         causal: a query sees the keys at its own position and before.
         scale: the score scale, default ``1/sqrt(head_dim)``. A bias is added after scaling
             (ALiBi's bias is not divided by ``sqrt(head_dim)``).
+        backend: for bias encodings, ``"auto"`` (the fastest exact one), ``"flex"`` (flex
+            attention: no ``[heads, L, L]`` tensor), ``"sdpa"`` (SDPA with the materialised
+            bias) or ``"math"`` (explicit softmax in float32). Other kinds always use SDPA.
 
     Returns:
         ``[batch, heads, q_len, head_dim]`` in the dtype of ``q``.
@@ -97,11 +106,15 @@ def attention(
         check_positions(k_positions, seq_len=k_len, name="k_positions")
 
     kind = None if encoding is None else encoding.kind
-    bias = None
+    scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
+    if kind == "bias":
+        return _bias_attention(
+            q, k, v, encoding, q_positions, k_positions, explicit, causal, scale, backend
+        )
     if kind == "rotary":
         q, k = encoding(q, k, positions=q_positions, k_positions=k_positions)
-    elif kind == "bias":
-        bias = encoding.bias(q_positions, k_positions)
     elif kind == "additive":
         raise ValueError(
             f"{encoding.info.name!r} is an additive encoding: add it to the token embeddings "
@@ -113,25 +126,74 @@ def attention(
     mask: torch.Tensor | None = None
     is_causal = False
     if causal:
-        if explicit or bias is not None:
+        if explicit:
             mask = causal_mask(q_positions, k_positions)
         elif q_len == k_len:
             is_causal = True  # the fused kernels' own top-left causal mask
         elif q_len > 1:
             mask = causal_mask(q_positions, k_positions)  # bottom-right: cached keys first
-    if bias is not None:
-        if mask is not None:
-            bias = bias.masked_fill(~mask, float("-inf"))
-        mask = bias.to(q.dtype)
     return F.scaled_dot_product_attention(
         q,
         k,
         v,
         attn_mask=mask,
         is_causal=is_causal,
-        scale=scale if scale is not None else 1.0 / math.sqrt(q.shape[-1]),
+        scale=scale,
         enable_gqa=q.shape[1] != k.shape[1],
     )
+
+
+def _bias_attention(q, k, v, encoding, q_positions, k_positions, explicit, causal, scale, backend):
+    """Attention with a bias encoding, on the fastest exact backend.
+
+    ``auto`` tries the encoding's own fused path, then flex attention for sequences of at
+    least ``FLEX_MIN_SCORES`` scores per head (below that, compiling buys nothing), then SDPA
+    with the materialised bias (decoding: one query against N keys costs O(N) per head).
+    Encodings that add to the values (Shaw) always take the math path.
+    """
+    if encoding.adds_to_values:
+        if backend not in ("auto", "math"):
+            raise ValueError(
+                f"{encoding.info.name!r} adds to the values: only backend='math' runs it"
+            )
+        backend = "math"
+    if backend == "auto":
+        fused = encoding.fused_attention(q, k, v, q_positions, k_positions, causal, scale)
+        if fused is not None:
+            return fused
+        big = q.shape[2] * k.shape[2] >= FLEX_MIN_SCORES
+        backend = "flex" if big and flex_available(q.device) else "sdpa"
+    if backend == "flex":
+        mod = encoding.score_mod(
+            q_positions if explicit else None,
+            k_positions if explicit else None,
+            q=q,
+            q_offset=k.shape[2] - q.shape[2],
+        )
+        qp, kp = (q_positions, k_positions) if explicit else (None, None)
+        return flex_attention(q, k, v, mod, qp, kp, causal, scale)
+    bias = encoding.bias(q_positions, k_positions, q=q)  # [(b,) h, q_len, k_len]
+    if causal:
+        bias = bias.masked_fill(~causal_mask(q_positions, k_positions), float("-inf"))
+    if backend == "sdpa":
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=bias.to(q.dtype), scale=scale, enable_gqa=q.shape[1] != k.shape[1]
+        )
+    return _math_attention(q, k, v, bias, scale, encoding, q_positions, k_positions)
+
+
+def _math_attention(q, k, v, bias, scale, encoding, q_positions, k_positions):
+    """softmax(q kᵀ · scale + bias) v in float32, plus the encoding's value term if any."""
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)  # [b, h, k_len, d]
+    v = v.repeat_interleave(group, dim=1)
+    dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+    scores = (q.to(dtype) @ k.to(dtype).transpose(-1, -2)) * scale + bias.to(dtype)
+    probs = scores.softmax(dim=-1)  # [b, h, q_len, k_len]
+    out = probs @ v.to(dtype)
+    if encoding.adds_to_values:
+        out = out + encoding.value_term(probs, q_positions, k_positions).to(dtype)
+    return out.to(q.dtype)
 
 
 class KVCache:

@@ -238,14 +238,95 @@ class RotaryEncoding(Encoding):
 class BiasEncoding(Encoding):
     """An encoding that adds one value per head and (query, key) pair to the scores.
 
+    A subclass implements one method, :meth:`bias_at`: the bias as an elementwise function
+    of head index, query position and key position. The same code then runs vectorised in
+    :meth:`bias` (a materialised ``[heads, q_len, k_len]`` tensor, for short sequences and
+    tests) and per score inside flex attention through :meth:`score_mod`, so no
+    ``[heads, L, L]`` tensor is ever built on the fast path and the two cannot disagree.
+
     Shapes:
-        ``bias(q_positions, k_positions)``: ``[heads, q_len, k_len]`` for 1-D positions.
+        ``bias(q_positions, k_positions)``: ``[heads, q_len, k_len]`` for 1-D positions,
+        ``[batch, heads, q_len, k_len]`` for 2-D ones.
     """
 
     kind = "bias"
     size_key = "n_heads"
+    #: True when the encoding also adds a term to the attention output (Shaw's values):
+    #: attention then needs the probabilities and runs on the math path
+    adds_to_values: ClassVar[bool] = False
 
-    def bias(self, q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor:
+    @property
+    def n_heads(self) -> int:
+        return self.config.n_heads
+
+    def bias_at(self, head: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+        """The bias for ``head`` of a query at ``q_pos`` and a key at ``k_pos``.
+
+        Elementwise over broadcastable tensors (integer head indices and integer or float
+        positions); it may only use pointwise operations and index parameters by ``head``
+        or by integer functions of the positions, because inside flex attention each
+        argument is a scalar per score. Returns float32 (float64 for float64 positions).
+        """
+        raise NotImplementedError
+
+    def bias(
+        self,
+        q_positions: torch.Tensor,
+        k_positions: torch.Tensor,
+        q: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The materialised bias: ``[heads, q_len, k_len]``, or ``[batch, heads, q_len,
+        k_len]`` when positions are ``[batch, len]``. ``q`` is needed only by biases that
+        depend on the queries (Shaw's ``q · a_K``, which overrides this). Costs
+        ``heads * q_len * k_len`` memory: the fast path never calls it."""
+        check_positions(q_positions, name="q_positions")
+        check_positions(k_positions, name="k_positions")
+        heads = torch.arange(self.n_heads, device=q_positions.device)
+        if q_positions.dim() == 1 and k_positions.dim() == 1:
+            h, qp, kp = heads.view(-1, 1, 1), q_positions.view(1, -1, 1), k_positions.view(1, 1, -1)
+        else:
+            h = heads.view(1, -1, 1, 1)
+            qp = q_positions.view(-1, 1, q_positions.shape[-1], 1)  # [b, 1, q_len, 1]
+            kp = k_positions.view(-1, 1, 1, k_positions.shape[-1])  # [b, 1, 1, k_len]
+        return self.bias_at(h, qp, kp)
+
+    def score_mod(
+        self,
+        q_positions: torch.Tensor | None = None,
+        k_positions: torch.Tensor | None = None,
+        q: torch.Tensor | None = None,
+        q_offset: int = 0,
+    ):
+        """A ``torch.nn.attention.flex_attention`` score_mod that adds this bias.
+
+        Positions default to the indices (``q_idx + q_offset`` for queries, as in a KV
+        cache where the queries follow ``q_offset`` cached keys); ``[len]`` or
+        ``[batch, len]`` tensors give them explicitly.
+        """
+
+        def position(positions, b, index, offset=0):
+            if positions is None:
+                return index + offset
+            return positions[index] if positions.dim() == 1 else positions[b, index]
+
+        def mod(score, b, h, q_idx, kv_idx):
+            q_pos = position(q_positions, b, q_idx, q_offset)
+            k_pos = position(k_positions, b, kv_idx)
+            return score + self.bias_at(h, q_pos, k_pos).to(score.dtype)
+
+        return mod
+
+    def fused_attention(self, q, k, v, q_positions, k_positions, causal, scale):
+        """An exact attention faster than the generic paths, or None (the default) when
+        this encoding has none for these inputs. Called by :func:`posenc.attention` first."""
+        return None
+
+    def value_term(self, probs: torch.Tensor, q_positions, k_positions) -> torch.Tensor:
+        """The term added to the attention output by encodings with ``adds_to_values``.
+
+        Shapes:
+            probs ``[batch, heads, q_len, k_len]`` -> ``[batch, heads, q_len, head_dim]``
+        """
         raise NotImplementedError
 
 

@@ -1,0 +1,99 @@
+"""Flex attention for bias encodings: compiled once, block masks cached per shape.
+
+``torch.nn.attention.flex_attention`` fuses a ``score_mod`` into the attention kernel, so a
+bias encoding adds its term score by score and no ``[heads, L, L]`` tensor exists. The
+compiled kernel is built once per process (``dynamic=False``: one graph per shape class),
+and causal block masks for the default positions are cached per (q_len, k_len, device).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+__all__ = ["flex_attention", "flex_available"]
+
+
+@functools.cache
+def _compiled():
+    from torch.nn.attention.flex_attention import flex_attention as flex
+
+    return torch.compile(flex, dynamic=False)
+
+
+def flex_available(device: torch.device) -> bool:
+    """Whether compiled flex attention can run on ``device`` (CPU and CUDA)."""
+    try:
+        import torch.nn.attention.flex_attention  # noqa: F401
+    except ImportError:  # pragma: no cover - torch < 2.5
+        return False
+    return device.type in ("cpu", "cuda")
+
+
+@functools.lru_cache(maxsize=32)
+def _default_causal_mask(q_len: int, k_len: int, device: torch.device):
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    offset = k_len - q_len  # the queries are the last q_len positions
+
+    def causal(b, h, q_idx, kv_idx):
+        return kv_idx <= q_idx + offset
+
+    return create_block_mask(causal, None, None, q_len, k_len, device=device)
+
+
+def _positions_causal_mask(q_positions: torch.Tensor, k_positions: torch.Tensor):
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    if q_positions.dim() == 1 and k_positions.dim() == 1:
+
+        def causal(b, h, q_idx, kv_idx):
+            return k_positions[kv_idx] <= q_positions[q_idx]
+
+        q_len, k_len = len(q_positions), len(k_positions)
+        return create_block_mask(causal, None, None, q_len, k_len, device=q_positions.device)
+
+    batch = max(p.shape[0] for p in (q_positions, k_positions) if p.dim() == 2)
+    q2, k2 = q_positions.expand(batch, -1), k_positions.expand(batch, -1)  # [b, len]
+
+    def batched(b, h, q_idx, kv_idx):
+        return k2[b, kv_idx] <= q2[b, q_idx]
+
+    return create_block_mask(batched, batch, None, q2.shape[1], k2.shape[1], device=q2.device)
+
+
+def flex_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    score_mod,
+    q_positions: torch.Tensor | None,
+    k_positions: torch.Tensor | None,
+    causal: bool,
+    scale: float,
+) -> torch.Tensor:
+    """Attention with ``score_mod`` fused into compiled flex attention.
+
+    Positions None means the default layout (queries are the last ``q_len`` of the keys);
+    its causal block mask is cached. Explicit positions build their mask per call.
+
+    Shapes:
+        q ``[batch, heads, q_len, d]``, k, v ``[batch, kv_heads, k_len, d]`` ->
+        ``[batch, heads, q_len, d]``
+    """
+    block_mask = None
+    if causal:
+        if q_positions is None:
+            block_mask = _default_causal_mask(q.shape[2], k.shape[2], q.device)
+        else:
+            block_mask = _positions_causal_mask(q_positions, k_positions)
+    return _compiled()(
+        q,
+        k,
+        v,
+        score_mod=score_mod,
+        block_mask=block_mask,
+        scale=scale,
+        enable_gqa=q.shape[1] != k.shape[1],
+    )
