@@ -110,8 +110,9 @@ def create(name: str, **config: Any) -> Encoding:
 def resolve(spec: str | Mapping[str, Any] | Encoding, **sizes: Any) -> Encoding:
     """Turn an encoding given by name, by dict or as an instance into an instance.
 
-    ``sizes`` are the size keys a model knows (``dim``, ``head_dim``, ``n_heads``); only the one
-    that the encoding's kind uses is passed on, and a conflicting value in a dict spec raises.
+    ``sizes`` are the size keys a model knows (``dim``, ``head_dim``, ``n_heads``); the one
+    that the encoding's kind uses is passed on, and any other the encoding requires (a bias
+    that needs ``head_dim``); a conflicting value in a dict spec raises.
     A dict spec holds ``"name"`` plus configuration keys, e.g. ``{"name": "learned",
     "max_positions": 512}``.
     """
@@ -136,8 +137,10 @@ def resolve(spec: str | Mapping[str, Any] | Encoding, **sizes: Any) -> Encoding:
         raise TypeError(
             f"encoding must be a name, a dict or an Encoding, got {type(spec).__name__}"
         )
-    key = get(name).size_key
-    if key is not None and key in sizes:
+    cls = get(name)
+    # the kind's size key, and any other size the encoding requires (Shaw's head_dim)
+    wanted = {cls.size_key} | (set(cls.Config.required_keys()) & set(sizes))
+    for key in sorted(k for k in wanted if k is not None and k in sizes):
         if key in config and config[key] != sizes[key]:
             raise ValueError(
                 f"encoding {name!r} was given {key}={config[key]} "
