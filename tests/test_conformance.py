@@ -10,7 +10,8 @@ once:
 - rotary: inputs ``(q, k)``, ``[batch, heads, seq, head_dim]``;
   ``enc(q, k, positions=positions)`` returns ``(q2, k2)``.
 - bias: no floating inputs; ``enc.bias(positions, positions)`` returns
-  ``[n_heads, seq, seq]``.
+  ``[n_heads, seq, seq]``. A bias that depends on the queries (``needs_q``, Shaw) gets a
+  fixed ``q`` ``[batch, n_heads, seq, head_dim]`` and returns ``[batch, n_heads, seq, seq]``.
 
 An encoding that needs configuration keys besides its size key gets them in ``EXTRA_CONFIG``.
 """
@@ -31,7 +32,7 @@ from posenc.models import TransformerLM
 NAMES = posenc.available()
 KINDS = ("additive", "rotary", "bias", "none")
 #: configuration keys, besides the size key, that an encoding needs to be built
-EXTRA_CONFIG: dict[str, dict[str, Any]] = {}
+EXTRA_CONFIG: dict[str, dict[str, Any]] = {"shaw": {"head_dim": 4}}
 
 SIZE = 8  # the size key's value: dim (additive), head_dim (rotary) or n_heads (bias)
 BATCH, HEADS, SEQ = 2, 2, 6
@@ -71,10 +72,21 @@ def make_inputs(
     raise AssertionError(f"unknown kind {kind!r}")
 
 
-def expected_shapes(kind: str, inputs: tuple[torch.Tensor, ...]) -> list[tuple[int, ...]]:
-    if kind == "bias":
-        return [(SIZE, SEQ, SEQ)]
+def expected_shapes(
+    enc: posenc.Encoding, inputs: tuple[torch.Tensor, ...]
+) -> list[tuple[int, ...]]:
+    if enc.kind == "bias":
+        return [(BATCH, SIZE, SEQ, SEQ) if enc.needs_q else (SIZE, SEQ, SEQ)]
     return [tuple(t.shape) for t in inputs]
+
+
+def fixed_q(enc: posenc.Encoding, device: str = "cpu") -> dict[str, torch.Tensor]:
+    """``{"q": ...}`` for a bias that depends on the queries (the same q every call), else {}."""
+    if enc.kind != "bias" or not enc.needs_q:
+        return {}
+    generator = torch.Generator().manual_seed(0)
+    q = torch.randn(BATCH, SIZE, SEQ, enc.config.head_dim, generator=generator)
+    return {"q": q.to(device)}
 
 
 class Driver(nn.Module):
@@ -84,6 +96,7 @@ class Driver(nn.Module):
         super().__init__()
         self.enc = enc
         self.device = device  # of the default positions of a bias
+        self.q = fixed_q(enc, device)  # for a bias that depends on the queries
 
     def forward(
         self, *inputs: torch.Tensor, positions: torch.Tensor | None = None
@@ -98,7 +111,7 @@ class Driver(nn.Module):
         if kind == "bias":
             if positions is None:
                 positions = torch.arange(SEQ, device=self.device)
-            return (self.enc.bias(positions, positions),)
+            return (self.enc.bias(positions, positions, **self.q),)
         raise AssertionError(f"unknown kind {kind!r}")
 
 
@@ -140,7 +153,7 @@ def test_output_shapes(name):
     inputs = make_inputs(enc.kind)
     for positions in (None, arange_positions(), arange_positions(OFFSET)):
         outs = drive(*inputs, positions=positions)
-        assert [tuple(o.shape) for o in outs] == expected_shapes(enc.kind, inputs)
+        assert [tuple(o.shape) for o in outs] == expected_shapes(enc, inputs)
         assert all(o.dtype == torch.float32 for o in outs)
     # the default positions are arange(seq)
     assert_all_close(drive(*inputs), drive(*inputs, positions=arange_positions()), rtol=0, atol=0)
@@ -315,7 +328,7 @@ def test_meta_device(name):
     inputs = make_inputs(enc.kind, device="meta")
     for positions in (None, arange_positions(device="meta")):
         outs = Driver(enc, device="meta")(*inputs, positions=positions)
-        assert [tuple(o.shape) for o in outs] == expected_shapes(enc.kind, inputs)
+        assert [tuple(o.shape) for o in outs] == expected_shapes(enc, inputs)
         assert all(o.device.type == "meta" for o in outs)
 
     enc.to_empty(device="cpu")
@@ -405,9 +418,10 @@ def bad_calls(enc: posenc.Encoding, case: str) -> list[tuple[Any, type[Exception
         return calls
     if kind == "bias" and case in ("negative_positions", "bool_positions"):
         pos, exc, match = wrong_positions[case]
+        q = fixed_q(enc)
         return [
-            (lambda: enc.bias(pos, positions), exc, match),
-            (lambda: enc.bias(positions, pos), exc, match),
+            (lambda: enc.bias(pos, positions, **q), exc, match),
+            (lambda: enc.bias(positions, pos, **q), exc, match),
         ]
     return []
 

@@ -162,17 +162,25 @@ def _bias_attention(q, k, v, encoding, q_positions, k_positions, explicit, causa
         if fused is not None:
             return fused
         big = q.shape[2] * k.shape[2] >= FLEX_MIN_SCORES
-        backend = "flex" if big and flex_available(q.device) else "sdpa"
+        # compiled flex attention has no backward on the CPU: torch refuses q, k, v that
+        # require grad (even under no_grad), and inductor fails on a score_mod whose
+        # captured tables need gradients. Train there on SDPA.
+        needs_grad = any(t.requires_grad for t in (q, k, v)) or (
+            torch.is_grad_enabled() and any(p.requires_grad for p in encoding.parameters())
+        )
+        cpu_training = q.device.type == "cpu" and needs_grad
+        backend = "flex" if big and flex_available(q.device) and not cpu_training else "sdpa"
     if backend == "flex":
         mod = encoding.score_mod(
             q_positions if explicit else None,
             k_positions if explicit else None,
             q=q,
             q_offset=k.shape[2] - q.shape[2],
+            scale=scale,
         )
         qp, kp = (q_positions, k_positions) if explicit else (None, None)
         return flex_attention(q, k, v, mod, qp, kp, causal, scale)
-    bias = encoding.bias(q_positions, k_positions, q=q)  # [(b,) h, q_len, k_len]
+    bias = encoding.bias(q_positions, k_positions, q=q, scale=scale)  # [(b,) h, q_len, k_len]
     if causal:
         bias = bias.masked_fill(~causal_mask(q_positions, k_positions), float("-inf"))
     if backend == "sdpa":

@@ -254,6 +254,8 @@ class BiasEncoding(Encoding):
     #: True when the encoding also adds a term to the attention output (Shaw's values):
     #: attention then needs the probabilities and runs on the math path
     adds_to_values: ClassVar[bool] = False
+    #: True when the bias depends on the queries (Shaw): bias() and score_mod() need ``q``
+    needs_q: ClassVar[bool] = False
 
     @property
     def n_heads(self) -> int:
@@ -274,10 +276,12 @@ class BiasEncoding(Encoding):
         q_positions: torch.Tensor,
         k_positions: torch.Tensor,
         q: torch.Tensor | None = None,
+        scale: float | None = None,
     ) -> torch.Tensor:
         """The materialised bias: ``[heads, q_len, k_len]``, or ``[batch, heads, q_len,
-        k_len]`` when positions are ``[batch, len]``. ``q`` is needed only by biases that
-        depend on the queries (Shaw's ``q · a_K``, which overrides this). Costs
+        k_len]`` when positions are ``[batch, len]``. ``q`` and ``scale`` (the attention's
+        score scale) are needed only by biases that depend on the queries (Shaw's
+        ``q · a_K * scale``, which overrides this). Costs
         ``heads * q_len * k_len`` memory: the fast path never calls it."""
         check_positions(q_positions, name="q_positions")
         check_positions(k_positions, name="k_positions")
@@ -296,6 +300,7 @@ class BiasEncoding(Encoding):
         k_positions: torch.Tensor | None = None,
         q: torch.Tensor | None = None,
         q_offset: int = 0,
+        scale: float | None = None,
     ):
         """A ``torch.nn.attention.flex_attention`` score_mod that adds this bias.
 

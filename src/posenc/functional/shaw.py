@@ -1,0 +1,82 @@
+"""Shaw's relative position representations (Shaw, Uszkoreit, Vaswani 2018, "Self-Attention
+with Relative Position Representations", arXiv:1803.02155).
+
+Each clipped distance ``clip(j - i, -k, k)`` has a learned key vector ``a^K`` and value
+vector ``a^V`` (2k + 1 of each)::
+
+    e_ij = q_i · (k_j + a^K[clip(j - i)]) / sqrt(d)        (eq. 4; q_i = x_i W^Q, ...)
+    z_i  = sum_j alpha_ij (v_j + a^V[clip(j - i)])          (eq. 3)
+
+Both relative terms are computed without an ``[L, L, d]`` tensor, as in the paper's §3.3:
+the key term from ``q_i · a^K_r`` for the 2k + 1 distances r (``[L, 2k + 1]`` per head)
+gathered by distance; the value term by summing each query's probabilities into its 2k + 1
+distance bins and multiplying the bins by ``a^V``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["shaw_index", "shaw_key_bias", "shaw_key_scores", "shaw_value_term"]
+
+
+def shaw_index(relative_position: torch.Tensor, max_distance: int) -> torch.Tensor:
+    """The table row of each distance ``j - i``: ``clip(j - i, -k, k) + k``.
+
+    Elementwise (it runs inside a flex attention ``score_mod``).
+
+    Shapes:
+        relative_position ``[...]`` (integer) -> ``[...]`` in ``[0, 2 * max_distance]``
+    """
+    if relative_position.is_floating_point():
+        raise TypeError(
+            f"Shaw's tables are indexed by integer distances, got {relative_position.dtype}"
+        )
+    return relative_position.clamp(-max_distance, max_distance) + max_distance
+
+
+def shaw_key_scores(q: torch.Tensor, key_table: torch.Tensor, scale: float) -> torch.Tensor:
+    """``q_i · a^K_r * scale`` for every query and each of the ``2k + 1`` distances.
+
+    Computed in float32 (float64 when ``q`` or the table is float64).
+
+    Shapes:
+        q ``[..., q_len, head_dim]``, key_table ``[2k + 1, head_dim]`` ->
+        ``[..., q_len, 2k + 1]``
+    """
+    dtype = torch.float64 if torch.float64 in (q.dtype, key_table.dtype) else torch.float32
+    return (q.to(dtype) @ key_table.to(dtype).transpose(0, 1)) * scale
+
+
+def shaw_key_bias(key_scores: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """The key term of eq. 4, ``bias[..., i, j] = key_scores[..., i, index[i, j]]``.
+
+    Args:
+        key_scores: from :func:`shaw_key_scores`.
+        index: :func:`shaw_index` of ``k_position - q_position``, with as many dimensions
+            as ``key_scores`` and broadcastable against it in all but the last.
+
+    Shapes:
+        key_scores ``[b, h, q_len, 2k + 1]``, index ``[1, 1, q_len, k_len]`` or
+        ``[b, 1, q_len, k_len]`` -> ``[b, h, q_len, k_len]``
+    """
+    return torch.take_along_dim(key_scores, index, dim=-1)
+
+
+def shaw_value_term(
+    probs: torch.Tensor, value_table: torch.Tensor, index: torch.Tensor
+) -> torch.Tensor:
+    """The value term of eq. 3, ``sum_j probs[..., i, j] * a^V[index[i, j]]``.
+
+    The probabilities are summed into ``2k + 1`` distance bins first (a scatter-add), then
+    the bins multiply the table: ``O(L^2 + L k d)``, never an ``[L, L, head_dim]`` tensor.
+    The math runs in the dtype of ``probs``.
+
+    Shapes:
+        probs ``[b, h, q_len, k_len]``, value_table ``[2k + 1, head_dim]``, index
+        broadcastable to probs -> ``[b, h, q_len, head_dim]``
+    """
+    index = index.expand(probs.shape)  # a view: [b, h, q_len, k_len]
+    bins = probs.new_zeros(*probs.shape[:-1], value_table.shape[0])  # [b, h, q_len, 2k + 1]
+    bins = bins.scatter_add(-1, index, probs)
+    return bins @ value_table.to(probs.dtype)
