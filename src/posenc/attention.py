@@ -157,18 +157,23 @@ def _bias_attention(q, k, v, encoding, q_positions, k_positions, explicit, causa
                 f"{encoding.info.name!r} adds to the values: only backend='math' runs it"
             )
         backend = "math"
+    # compiled flex attention has no backward on the CPU (torch 2.13): torch refuses q, k, v
+    # that require grad (even under no_grad), and inductor fails on a score_mod whose
+    # captured tables need gradients. Training on the CPU uses SDPA.
+    needs_grad = any(t.requires_grad for t in (q, k, v)) or (
+        torch.is_grad_enabled() and any(p.requires_grad for p in encoding.parameters())
+    )
+    cpu_training = q.device.type == "cpu" and needs_grad
+    if backend == "flex" and cpu_training:
+        raise ValueError(
+            "compiled flex attention has no backward on the CPU: use backend='sdpa' (or "
+            "'auto'), or call under torch.no_grad() with inputs that do not require grad"
+        )
     if backend == "auto":
         fused = encoding.fused_attention(q, k, v, q_positions, k_positions, causal, scale)
         if fused is not None:
             return fused
         big = q.shape[2] * k.shape[2] >= FLEX_MIN_SCORES
-        # compiled flex attention has no backward on the CPU: torch refuses q, k, v that
-        # require grad (even under no_grad), and inductor fails on a score_mod whose
-        # captured tables need gradients. Train there on SDPA.
-        needs_grad = any(t.requires_grad for t in (q, k, v)) or (
-            torch.is_grad_enabled() and any(p.requires_grad for p in encoding.parameters())
-        )
-        cpu_training = q.device.type == "cpu" and needs_grad
         backend = "flex" if big and flex_available(q.device) and not cpu_training else "sdpa"
     if backend == "flex":
         mod = encoding.score_mod(

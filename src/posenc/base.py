@@ -267,7 +267,10 @@ class BiasEncoding(Encoding):
         Elementwise over broadcastable tensors (integer head indices and integer or float
         positions); it may only use pointwise operations and index parameters by ``head``
         or by integer functions of the positions, because inside flex attention each
-        argument is a scalar per score. Returns float32 (float64 for float64 positions).
+        argument is a scalar per score. Read parameters through an index (``p[head]``,
+        ``p.view(1)[0]`` for a scalar): a bare 0-d parameter breaks flex's backward, and a
+        reduction over a new dimension cannot be lowered inside the kernel (unroll it).
+        Returns float32 (float64 for float64 positions).
         """
         raise NotImplementedError
 

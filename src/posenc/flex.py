@@ -14,6 +14,8 @@ import torch
 
 __all__ = ["flex_attention", "flex_available"]
 
+RECOMPILE_LIMIT = 64
+
 
 @functools.cache
 def _compiled():
@@ -88,12 +90,16 @@ def flex_attention(
             block_mask = _default_causal_mask(q.shape[2], k.shape[2], q.device)
         else:
             block_mask = _positions_causal_mask(q_positions, k_positions)
-    return _compiled()(
-        q,
-        k,
-        v,
-        score_mod=score_mod,
-        block_mask=block_mask,
-        scale=scale,
-        enable_gqa=q.shape[1] != k.shape[1],
-    )
+    # past dynamo's default of 8 graphs per function, torch.compile silently falls back to
+    # uncompiled flex attention, which builds the whole score matrix: allow one graph per
+    # (encoding, shape class) a process plausibly meets
+    with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+        return _compiled()(
+            q,
+            k,
+            v,
+            score_mod=score_mod,
+            block_mask=block_mask,
+            scale=scale,
+            enable_gqa=q.shape[1] != k.shape[1],
+        )

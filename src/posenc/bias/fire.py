@@ -1,0 +1,112 @@
+"""FIRE: a learned MLP of the log-compressed distance, normalised by the query position (Li
+et al. 2023, "Functional Interpolation for Relative Positions Improves Long Context
+Transformers", arXiv:2310.04418). The math is in :mod:`posenc.functional.fire`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch import nn
+
+from ..base import BiasEncoding, math_dtype
+from ..config import EncodingConfig, check_float, check_int
+from ..functional.fire import fire_input, fire_mlp
+from ..registry import register
+
+__all__ = ["Fire"]
+
+
+@dataclasses.dataclass(frozen=True)
+class FireConfig(EncodingConfig):
+    """``n_heads``: outputs of the MLP, one per head; ``hidden``: its hidden width (32 in the
+    paper); ``init_c``: the initial log-transform scale ``c`` (0.1 in the paper's code);
+    ``init_threshold``: the initial threshold ``L`` (512 in the paper's code)."""
+
+    n_heads: int
+    hidden: int = 32
+    init_c: float = 0.1
+    init_threshold: float = 512.0
+
+    def __post_init__(self) -> None:
+        check_int("n_heads", self.n_heads)
+        check_int("hidden", self.hidden)
+        check_float("init_c", self.init_c)
+        check_float("init_threshold", self.init_threshold)
+
+
+@register(
+    "fire",
+    trainable=True,
+    relative=False,
+    extrapolates=True,
+    reference="Li et al. 2023, FIRE, arXiv:2310.04418",
+    summary="a learned MLP of log(c|i-j|+1) / log(c·max(L, i)+1): progressive interpolation",
+)
+class Fire(BiasEncoding):
+    """FIRE: ``b(i, j) = f_θ(ψ(|i - j|) / ψ(max(L, i)))``, ``ψ(x) = log(|c·x| + 1)``.
+
+    Parameters (named and initialised as in the paper's PyTorch code):
+
+    - ``mlp``: ``Linear(1, hidden) -> ReLU -> Linear(hidden, n_heads)``, PyTorch's default
+      ``nn.Linear`` initialisation;
+    - ``c``: a scalar, ``init_c``;
+    - ``threshold_scale``: a scalar, 1; the threshold is ``L = |threshold_scale| ·
+      init_threshold`` (the code's ``L_multiplier``: learning a multiplier of a fixed
+      initial value gives ``L`` steps of a useful size).
+
+    Not relative: past the threshold the bias depends on the query position too (its
+    normaliser). Queries before their key (bidirectional attention) use ``|i - j|``.
+    Inside flex attention the MLP runs per score as an unrolled sum over its hidden units
+    (:func:`~posenc.functional.fire.fire_mlp`). The paper learns one FIRE per layer (and
+    studies sharing one across layers); posenc's ``TransformerLM`` shares one encoding.
+
+    Shapes:
+        ``bias(q_positions, k_positions)``: ``[n_heads, q_len, k_len]``.
+
+    Example:
+        >>> enc = Fire(n_heads=4)
+        >>> enc.bias(torch.arange(3), torch.arange(3)).shape
+        torch.Size([4, 3, 3])
+    """
+
+    Config = FireConfig
+
+    def __init__(self, config: FireConfig | None = None, **kwargs) -> None:
+        super().__init__(config, **kwargs)
+        cfg, fk = self.config, self.factory_kwargs
+        self.mlp = nn.Sequential(
+            nn.Linear(1, cfg.hidden, **fk), nn.ReLU(), nn.Linear(cfg.hidden, cfg.n_heads, **fk)
+        )
+        self.c = nn.Parameter(torch.empty((), **fk))
+        self.threshold_scale = nn.Parameter(torch.empty((), **fk))
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        self.mlp[0].reset_parameters()
+        self.mlp[2].reset_parameters()
+        self.c.fill_(self.config.init_c)
+        self.threshold_scale.fill_(1.0)
+
+    def threshold(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The threshold ``L = |threshold_scale| · init_threshold`` (0-d, in ``dtype``)."""
+        return _scalar(self.threshold_scale, dtype).abs() * self.config.init_threshold
+
+    def bias_at(self, head: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+        dtype = math_dtype(q_pos.dtype, k_pos.dtype, self.c.dtype)
+        c, threshold = _scalar(self.c, dtype), self.threshold(dtype)
+        x = fire_input(q_pos.to(dtype), k_pos.to(dtype), c, threshold)
+        first, second = self.mlp[0], self.mlp[2]
+        return fire_mlp(x, head, first.weight[:, 0], first.bias, second.weight, second.bias)
+
+
+def _scalar(p: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The 0-d parameter ``p`` read through an index, in ``dtype``.
+
+    Flex attention differentiates a score_mod per score (under vmap) and sums the gradient
+    of a captured tensor only where the score_mod indexes it: a 0-d parameter used as it is
+    fails its backward ("can not return a BatchedTensor when out_dim is None").
+    """
+    return p.view(1)[0].to(dtype)

@@ -1,0 +1,235 @@
+"""FIRE: the bias against the paper's formula (max, not min, in the normaliser), its
+properties, and the flex / SDPA / math attention paths."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+from torch.testing import assert_close
+
+import posenc
+from posenc.bias.fire import Fire
+from posenc.functional.fire import FIRE_EPS, fire_input, fire_mlp
+from posenc.models import TransformerLM
+
+
+def naive_bias(enc, q_positions, k_positions, normalise=max):
+    """A loop over heads and positions, straight from the paper's formula (float64):
+    f_θ(ψ(|i - j|) / ψ(normalise(L, i))), ψ(x) = log(c·x + 1), f_θ a ReLU MLP."""
+    c = enc.c.item()
+    threshold = abs(enc.threshold_scale.item()) * enc.config.init_threshold
+    w1 = enc.mlp[0].weight[:, 0].tolist()
+    b1, w2, b2 = enc.mlp[0].bias.tolist(), enc.mlp[2].weight.tolist(), enc.mlp[2].bias.tolist()
+
+    def psi(x):
+        return math.log(abs(c * x) + 1)
+
+    out = torch.empty(enc.n_heads, len(q_positions), len(k_positions), dtype=torch.float64)
+    for a, i in enumerate(q_positions.tolist()):
+        for b, j in enumerate(k_positions.tolist()):
+            x = psi(abs(i - j)) / (psi(normalise(threshold, i)) + FIRE_EPS)
+            hidden = [max(0.0, w * x + bias) for w, bias in zip(w1, b1, strict=True)]
+            for h in range(enc.n_heads):
+                out[h, a, b] = b2[h] + sum(w * z for w, z in zip(w2[h], hidden, strict=True))
+    return out
+
+
+def make(n_heads=4, init_threshold=8.0, hidden=32):
+    """A FIRE whose threshold is crossed at small positions, with parameters off their
+    initial values (c != 0.1, L != init_threshold)."""
+    enc = Fire(n_heads=n_heads, hidden=hidden, init_threshold=init_threshold)
+    with torch.no_grad():
+        enc.c.fill_(0.7)
+        enc.threshold_scale.fill_(1.25)  # L = 10 for init_threshold 8
+    return enc
+
+
+def test_matches_the_formula_below_and_above_the_threshold():
+    enc = make()
+    q_pos, k_pos = torch.tensor([0, 3, 9, 10, 11, 25, 100]), torch.arange(30)
+    expected = naive_bias(enc, q_pos, k_pos)
+    assert_close(enc.bias(q_pos, k_pos), expected.float())
+    assert_close(enc.bias(q_pos.double(), k_pos.double()), expected)
+    batched = enc.bias(torch.stack((q_pos, q_pos)), torch.stack((k_pos, k_pos)))
+    assert batched.shape == (2, 4, 7, 30)
+    assert_close(batched, expected.float().expand(2, -1, -1, -1))
+    # fractional positions
+    q_frac, k_frac = torch.tensor([2.5, 17.25]), torch.tensor([0.0, 1.5, 17.25])
+    assert_close(enc.bias(q_frac, k_frac), naive_bias(enc, q_frac, k_frac).float())
+
+
+def test_the_normaliser_uses_the_max_not_the_min():
+    enc = make()  # L = 10
+    q, k = torch.tensor([40]), torch.tensor([0, 20, 39])
+    got = enc.bias(q, k)
+    assert_close(got, naive_bias(enc, q, k, max).float())
+    wrong = naive_bias(enc, q, k, min).float()
+    assert (got - wrong).abs().max() > 1e-2
+    # the MLP input of every visible pair lies in [0, 1] (with the min it reaches ψ(40)/ψ(10))
+    positions = torch.arange(60.0)
+    x = fire_input(positions[:, None], positions, enc.c.detach(), enc.threshold().detach())
+    visible = x[torch.ones(60, 60).tril().bool()]
+    assert visible.min() >= 0 and visible.max() <= 1
+    assert_close(x[40, 0], torch.tensor(math.log(1 + 0.7 * 40) / (math.log(1 + 0.7 * 40) + 1e-6)))
+
+
+def test_the_unrolled_mlp_equals_the_module_mlp():
+    enc = make(n_heads=6, hidden=16)
+    x = torch.rand(5, 7)
+    heads = torch.arange(6).view(-1, 1, 1)
+    first, second = enc.mlp[0], enc.mlp[2]
+    got = fire_mlp(x, heads, first.weight[:, 0], first.bias, second.weight, second.bias)
+    expected = enc.mlp(x.unsqueeze(-1)).permute(2, 0, 1)  # [5, 7, heads] -> [heads, 5, 7]
+    assert_close(got, expected)
+
+
+def test_paper_initialisation_and_gradients_at_init():
+    enc = Fire(n_heads=4)
+    assert enc.config.hidden == 32 and enc.mlp[0].weight.shape == (32, 1)
+    assert enc.mlp[2].weight.shape == (4, 32)
+    assert enc.c.item() == pytest.approx(0.1) and enc.threshold().item() == 512.0
+    assert isinstance(enc.mlp[1], torch.nn.ReLU)
+    # queries below L = 512, so the normaliser ψ(L) depends on the threshold
+    enc.bias(torch.arange(100, 106), torch.arange(106)).square().sum().backward()
+    for name, p in enc.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+def test_bidirectional_uses_the_absolute_distance():
+    enc = make()
+    positions = torch.arange(20)
+    bias = enc.bias(positions, positions)
+    assert_close(bias, naive_bias(enc, positions, positions).float())
+    # below the threshold the bias is symmetric; above it, the query position normalises
+    assert_close(bias[:, :10, :10], bias[:, :10, :10].transpose(-1, -2))
+    assert (bias[:, 15, 3] - bias[:, 3, 15]).abs().max() > 1e-3
+
+
+@given(
+    i=st.integers(0, 64),
+    j=st.integers(0, 64),
+    shift=st.integers(0, 64),
+    c=st.floats(0.01, 5.0),
+    threshold=st.integers(1, 128),
+)
+def test_below_the_threshold_the_bias_depends_on_the_distance_only(i, j, shift, c, threshold):
+    enc = Fire(n_heads=3, hidden=8, init_threshold=float(threshold))
+    with torch.no_grad():
+        enc.c.fill_(c)
+
+    def b(q, k):
+        return enc.bias(torch.tensor([q]), torch.tensor([k]))[:, 0, 0]
+
+    if max(i, j) + shift <= threshold:  # both queries at most L: the normaliser is ψ(L)
+        assert_close(b(i + shift, j + shift), b(i, j))
+        assert_close(b(i, j), b(j, i))
+    if i > threshold:  # past L the normaliser is ψ(i): the input is ψ(i - j) / ψ(i)
+        x = math.log1p(c * abs(i - j)) / (math.log1p(c * i) + FIRE_EPS)
+        first, second = enc.mlp[0], enc.mlp[2]
+        hidden = torch.relu(first.weight[:, 0] * x + first.bias)
+        assert_close(b(i, j), second.weight @ hidden + second.bias)
+
+
+def test_config_is_validated():
+    with pytest.raises(ValueError, match="hidden must be >= 1"):
+        Fire(n_heads=2, hidden=0)
+    with pytest.raises(ValueError, match="init_threshold must be > 0"):
+        Fire(n_heads=2, init_threshold=-1.0)
+    with pytest.raises(TypeError, match="init_c must be a number"):
+        Fire(n_heads=2, init_c=None)
+
+
+# attention paths ---------------------------------------------------------------------------
+
+
+def qkv(q_len, k_len, heads=4, kv_heads=2, d=16):
+    return (
+        torch.randn(2, heads, q_len, d),
+        torch.randn(2, kv_heads, k_len, d),
+        torch.randn(2, kv_heads, k_len, d),
+    )
+
+
+def reference(q, k, v, bias, causal):
+    """softmax(q kᵀ / sqrt(d) + bias) v in float64, queries the last of the keys."""
+    q, k, v = q.double(), k.double(), v.double()
+    k, v = (t.repeat_interleave(q.shape[1] // t.shape[1], dim=1) for t in (k, v))
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]) + bias
+    if causal:
+        q_len, k_len = q.shape[2], k.shape[2]
+        scores = scores.masked_fill(torch.ones(k_len, k_len).tril().bool()[-q_len:] == 0, -math.inf)
+    return scores.softmax(-1) @ v
+
+
+def grads(out, tensors, seed=1):
+    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed))
+    return torch.autograd.grad(out, tensors, g.to(out.device))
+
+
+def test_flex_sdpa_and_math_agree_causal():
+    enc = make()  # L = 10: most of the 24 queries (positions 16..39) are past it
+    q, k, v = qkv(24, 40)
+    bias = naive_bias(enc, torch.arange(16, 40), torch.arange(40))
+    expected = reference(q, k, v, bias, causal=True).float()
+    for backend in ("math", "sdpa", "flex"):
+        with torch.no_grad():  # compiled flex has no backward on CPU
+            out = posenc.attention(q, k, v, enc, backend=backend)
+        assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_sdpa_and_math_gradients_agree(causal):
+    enc = make()
+    q, k, v = (t.requires_grad_() for t in qkv(5, 12))  # queries 7..11 around L = 10
+    tensors = (q, k, v, *enc.parameters())
+    expected = grads(posenc.attention(q, k, v, enc, causal=causal, backend="math"), tensors)
+    got = grads(posenc.attention(q, k, v, enc, causal=causal, backend="sdpa"), tensors)
+    for g, e in zip(got, expected, strict=True):
+        assert_close(g, e, atol=1e-5, rtol=1e-5)
+    assert all(bool((g != 0).any()) for g in expected[3:])
+
+
+@pytest.mark.filterwarnings("ignore:.*flex_attention.*:UserWarning")
+def test_score_mod_gradients_through_flex():
+    """Flex's own autograd of the score_mod (eager flex; the compiled kernel has no
+    backward on CPU) gives the math path's gradients into the MLP, c and L."""
+    enc = make()
+    q, k, v = qkv(6, 16, kv_heads=4)
+    params = list(enc.parameters())
+    expected = grads(posenc.attention(q, k, v, enc, backend="math"), params)
+    mask = create_block_mask(lambda b, h, i, j: j <= i + 10, None, None, 6, 16, device="cpu")
+    out = flex_attention(q, k, v, score_mod=enc.score_mod(q_offset=10), block_mask=mask, scale=0.25)
+    for g, e in zip(grads(out, params), expected, strict=True):
+        assert_close(g, e, atol=1e-5, rtol=1e-5)
+    assert all(bool((e != 0).any()) for e in expected)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="compiled flex backward needs CUDA")
+def test_compiled_flex_gradients_on_cuda():
+    enc = make().cuda()
+    q, k, v = (t.cuda().requires_grad_() for t in qkv(24, 40))
+    tensors = (q, k, v, *enc.parameters())
+    expected = grads(posenc.attention(q, k, v, enc, backend="math"), tensors)
+    got = grads(posenc.attention(q, k, v, enc, backend="flex"), tensors)
+    for g, e in zip(got, expected, strict=True):
+        assert_close(g, e, atol=1e-4, rtol=1e-4)
+
+
+def test_cached_generation_equals_recomputation():
+    torch.manual_seed(0)
+    spec = {"name": "fire", "init_threshold": 4.0}  # generation runs past the threshold
+    model = TransformerLM(vocab_size=37, dim=32, n_layers=2, n_heads=4, encoding=spec).eval()
+    with torch.no_grad():
+        model.encoding.mlp[2].weight.mul_(8.0)  # a strong bias, so a wrong one shows
+    ids = torch.randint(0, 37, (2, 6))
+    cached = model.generate(ids, 10, use_cache=True)
+    assert torch.equal(cached, model.generate(ids, 10, use_cache=False))
+    with torch.no_grad():
+        full = model(cached)
+        cache = model.new_cache(2, 16)
+        steps = [model(cached[:, :6], cache=cache)]
+        steps += [model(cached[:, i : i + 1], cache=cache) for i in range(6, 16)]
+    assert_close(torch.cat(steps, dim=1), full)
