@@ -80,18 +80,29 @@ def test_repeat_batch_is_seeded_and_periodic():
     torch.testing.assert_close(a[:, demo.PERIOD :], a[:, : -demo.PERIOD], rtol=0, atol=0)
 
 
-def test_demo_runs_every_encoding(capsys):
+def test_demo_runs_its_default_encodings(capsys):
     assert main(["demo", "--steps", "2", "--seed", "1"]) == 0
     out = capsys.readouterr().out
     assert "[ 0.51,  0.78,  0.88,  1.14]" in out
     rows = _results(out)
-    assert sorted(rows) == posenc.available()
-    for name in posenc.available():
+    expected = [n for n in demo.DEMO_ENCODINGS if n in posenc.available()]
+    assert list(rows) == expected
+    assert {posenc.info(n).kind for n in expected} == {"additive", "rotary", "bias", "none"}
+    for name in expected:
         assert rows[name][1] == posenc.info(name).kind
         float(rows[name][2])  # a loss at the training length for every encoding
     assert rows["learned"][3] == f"error: length {demo.EVAL_LEN} exceeds max_positions=64"
-    for name in set(posenc.available()) - {"learned"}:
+    for name in set(expected) - {"learned"}:
         float(rows[name][3])  # every other encoding runs at twice the length
+
+
+def test_demo_trains_any_registered_encoding(capsys):
+    names = [n for n in posenc.available() if n not in demo.DEMO_ENCODINGS]
+    assert main(["demo", "--steps", "1", "--encodings", *names]) == 0
+    rows = _results(capsys.readouterr().out)
+    assert list(rows) == names
+    for name in names:
+        float(rows[name][3])
 
 
 def test_demo_encodings_option(capsys):

@@ -6,7 +6,7 @@
 'additive'
 """
 
-from . import additive, functional, models, nope, rotary
+from . import additive, bias, functional, models, nope, rotary
 from .attention import KVCache, attention
 from .base import AdditiveEncoding, BiasEncoding, Encoding, NoEncoding, RotaryEncoding
 from .positions import PositionOutOfRangeError
@@ -27,6 +27,7 @@ __all__ = [
     "additive",
     "attention",
     "available",
+    "bias",
     "create",
     "functional",
     "info",

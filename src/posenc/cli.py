@@ -163,7 +163,12 @@ def cmd_info(args: argparse.Namespace) -> int:
         help="training steps per encoding (default: posenc.demo.STEPS)",
     ),
     arg("--seed", type=int, default=0, help="seed of the data and the models"),
-    arg("--encodings", nargs="+", metavar="NAME", help="train only these (default: all)"),
+    arg(
+        "--encodings",
+        nargs="+",
+        metavar="NAME",
+        help="train these (default: one or two of each kind)",
+    ),
 )
 def cmd_demo(args: argparse.Namespace) -> int:
     from . import demo

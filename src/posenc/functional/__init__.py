@@ -1,17 +1,33 @@
 """The math of positional encodings as pure, differentiable functions: one file per family."""
 
+from .fire import FIRE_EPS, fire_input, fire_mlp, fire_psi
+from .kerple import KERPLE_VARIANTS, clamp_straight_through, kerple_bias
 from .rope import ROPE_LAYOUTS, apply_rope, rope_angles, rope_cos_sin, rope_inv_freq
 from .rope_scaling import ROPE_SCALINGS
+from .shaw import shaw_index, shaw_key_bias, shaw_key_scores, shaw_value_term
 from .sinusoidal import SINUSOIDAL_LAYOUTS, sinusoidal, sinusoidal_inv_freq
+from .t5 import t5_relative_bucket
 
 __all__ = [
+    "FIRE_EPS",
+    "KERPLE_VARIANTS",
     "ROPE_LAYOUTS",
     "ROPE_SCALINGS",
     "SINUSOIDAL_LAYOUTS",
     "apply_rope",
+    "clamp_straight_through",
+    "fire_input",
+    "fire_mlp",
+    "fire_psi",
+    "kerple_bias",
     "rope_angles",
     "rope_cos_sin",
     "rope_inv_freq",
+    "shaw_index",
+    "shaw_key_bias",
+    "shaw_key_scores",
+    "shaw_value_term",
     "sinusoidal",
     "sinusoidal_inv_freq",
+    "t5_relative_bucket",
 ]

@@ -1,0 +1,8 @@
+"""Bias encodings: add a term to the attention scores before softmax."""
+
+from .fire import Fire
+from .kerple import Kerple
+from .shaw import Shaw
+from .t5 import T5Bias
+
+__all__ = ["Fire", "Kerple", "Shaw", "T5Bias"]
