@@ -189,8 +189,12 @@ def _bias_attention(q, k, v, encoding, q_positions, k_positions, explicit, causa
     if causal:
         bias = bias.masked_fill(~causal_mask(q_positions, k_positions), float("-inf"))
     if backend == "sdpa":
+        # a 4-D mask keeps CPU SDPA on its fast kernel (3-D falls back, 2-6x slower); the
+        # CPU kernel takes a float32 mask with bf16/fp16 inputs, so the bias is not rounded
+        mask = bias if bias.dim() == 4 else bias.unsqueeze(0)
+        mask = mask.to(torch.float32 if q.device.type == "cpu" else q.dtype)
         return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=bias.to(q.dtype), scale=scale, enable_gqa=q.shape[1] != k.shape[1]
+            q, k, v, attn_mask=mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
         )
     return _math_attention(q, k, v, bias, scale, encoding, q_positions, k_positions)
 

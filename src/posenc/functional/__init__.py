@@ -1,5 +1,6 @@
 """The math of positional encodings as pure, differentiable functions: one file per family."""
 
+from .alibi import alibi_bias, alibi_slope, alibi_slopes
 from .fire import FIRE_EPS, fire_input, fire_mlp, fire_psi
 from .kerple import KERPLE_VARIANTS, clamp_straight_through, kerple_bias
 from .rope import ROPE_LAYOUTS, apply_rope, rope_angles, rope_cos_sin, rope_inv_freq
@@ -14,6 +15,9 @@ __all__ = [
     "ROPE_LAYOUTS",
     "ROPE_SCALINGS",
     "SINUSOIDAL_LAYOUTS",
+    "alibi_bias",
+    "alibi_slope",
+    "alibi_slopes",
     "apply_rope",
     "clamp_straight_through",
     "fire_input",

@@ -1,0 +1,160 @@
+"""ALiBi: a fixed linear distance penalty per head, added to the attention scores (Press et
+al. 2022, "Train Short, Test Long", arXiv:2108.12409)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from ..base import BiasEncoding, math_dtype
+from ..config import EncodingConfig, check_float, check_int
+from ..functional.alibi import (
+    ALIBI_SMALL_Q,
+    alibi_bias,
+    alibi_blocks,
+    alibi_runs,
+    alibi_sdpa,
+    alibi_slope,
+)
+from ..registry import register
+
+__all__ = ["ALiBi"]
+
+#: the fused path is used while its padded heads cost at most this many times the plain
+#: ones (extra centring coordinates, see :func:`~posenc.functional.alibi.alibi_sdpa`)
+MAX_WIDTH_RATIO = 1.5
+
+
+@dataclasses.dataclass(frozen=True)
+class AlibiConfig(EncodingConfig):
+    """Configuration of :class:`ALiBi`.
+
+    Attributes:
+        n_heads: attention heads.
+        symmetric: bias ``-m |i - j|`` (bidirectional encoders) instead of the causal
+            ``-m (i - j)``.
+        alibi_heads: how many heads, the first ones, carry a bias; they get the slopes of a
+            model of ``alibi_heads`` heads and the other heads get none. Default: all.
+        slopes: custom positive slopes, one per biased head (``alibi_heads`` of them, or
+            ``n_heads``), instead of the paper's geometric sequence; stored as a tuple.
+    """
+
+    n_heads: int
+    symmetric: bool = False
+    alibi_heads: int | None = None
+    slopes: Any = None
+
+    def __post_init__(self) -> None:
+        check_int("n_heads", self.n_heads)
+        if not isinstance(self.symmetric, bool):
+            raise TypeError(f"symmetric must be a bool, got {type(self.symmetric).__name__}")
+        if self.alibi_heads is not None:
+            check_int("alibi_heads", self.alibi_heads)
+            if self.alibi_heads > self.n_heads:
+                raise ValueError(
+                    f"alibi_heads ({self.alibi_heads}) exceeds n_heads ({self.n_heads})"
+                )
+        if self.slopes is not None:
+            if not isinstance(self.slopes, (list, tuple)):
+                raise TypeError(
+                    f"slopes must be a list of numbers, got {type(self.slopes).__name__}"
+                )
+            if len(self.slopes) != self.biased_heads:
+                raise ValueError(
+                    f"slopes has {len(self.slopes)} values but {self.biased_heads} heads "
+                    "carry a bias (alibi_heads, else n_heads)"
+                )
+            for i, m in enumerate(self.slopes):
+                check_float(f"slopes[{i}]", m)
+            object.__setattr__(self, "slopes", tuple(float(m) for m in self.slopes))
+
+    @property
+    def biased_heads(self) -> int:
+        return self.n_heads if self.alibi_heads is None else self.alibi_heads
+
+
+@register(
+    "alibi",
+    trainable=False,
+    relative=True,
+    extrapolates=True,
+    reference="Press et al. 2022, Train Short, Test Long (ALiBi), arXiv:2108.12409",
+    summary="a fixed per-head linear penalty on query-key distance, added to the scores",
+)
+class ALiBi(BiasEncoding):
+    """ALiBi: head ``h`` adds ``-m_h (i - j)`` (or ``-m_h |i - j|``) to the scaled scores.
+
+    The slopes are derived from the config on every call, in float64 and rounded once: no
+    parameters, no buffers, so ``model.to(torch.bfloat16)`` cannot round them. The paper
+    puts the same bias in every layer, as :class:`~posenc.models.TransformerLM` does when it
+    shares one encoding.
+
+    On CPU, :meth:`fused_attention` runs causal ALiBi inside SDPA's fused kernel (no
+    ``[heads, L, L]`` tensor; 1.2-1.3x the time of plain causal SDPA at 2k-8k tokens,
+    against 8-13x for SDPA with the materialised bias), within ~4e-6 of exact in float32 at
+    any length, float16/bfloat16 computed in float32 and rounded once. Other devices,
+    symmetric non-causal attention and ``torch.compile`` take the generic paths (flex).
+
+    Shapes:
+        ``bias(q_positions, k_positions)``: ``[n_heads, q_len, k_len]`` (float32).
+
+    Example:
+        >>> import torch, posenc
+        >>> alibi = posenc.create("alibi", n_heads=8)
+        >>> alibi.slopes()[[0, 7]].tolist()
+        [0.5, 0.00390625]
+        >>> alibi.bias(torch.tensor([3]), torch.arange(4))[0]
+        tensor([[-1.5000, -1.0000, -0.5000, -0.0000]])
+    """
+
+    Config = AlibiConfig
+
+    def head_slopes(self, head: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The slope of each head index in ``head`` (elementwise, rounded once to ``dtype``)."""
+        c = self.config
+        work = torch.float32 if head.device.type == "mps" else torch.float64
+        h = head.to(work)
+        if c.slopes is None:
+            slope = alibi_slope(h, c.biased_heads)
+        else:  # a select chain, not a table: flex attention cannot build tensors in a score_mod
+            slope = torch.zeros_like(h)
+            for i, m in enumerate(c.slopes):
+                slope = torch.where(h == i, m, slope)
+        if c.biased_heads < c.n_heads:
+            slope = torch.where(h < c.biased_heads, slope, 0.0)
+        return slope.to(dtype)
+
+    def slopes(
+        self, device: torch.device | str | None = None, dtype: torch.dtype = torch.float32
+    ) -> torch.Tensor:
+        """Every head's slope, 0 for heads without a bias. Shapes: ``[n_heads]``."""
+        return self.head_slopes(torch.arange(self.n_heads, device=device), dtype)
+
+    def bias_at(self, head: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+        slope = self.head_slopes(head, math_dtype(q_pos.dtype, k_pos.dtype))
+        return alibi_bias(slope, q_pos, k_pos, self.config.symmetric)
+
+    def fused_attention(self, q, k, v, q_positions, k_positions, causal, scale):
+        """Causal ALiBi inside CPU SDPA (:func:`~posenc.functional.alibi.alibi_sdpa`), or
+        None: on other devices (measured on CPU only; flex serves CUDA), under
+        ``torch.compile`` (it reads the positions), for symmetric non-causal attention (not
+        rank one) and when the centring coordinates would cost over ``MAX_WIDTH_RATIO``."""
+        if q.device.type != "cpu" or torch.compiler.is_compiling():
+            return None
+        if self.config.symmetric and not causal:
+            return None
+        if q.shape[1] != self.n_heads:
+            raise ValueError(f"q has {q.shape[1]} heads but the encoding has {self.n_heads}")
+        slopes = self.slopes(dtype=torch.float64).tolist()
+        blocks = None
+        if q.shape[2] >= ALIBI_SMALL_Q:
+            span = (q_positions.max() - q_positions.min()).item() + 1
+            blocks = alibi_blocks(slopes, span)
+            d = q.shape[-1]
+            runs = alibi_runs(blocks, q.shape[1] // k.shape[1], d)
+            width = sum(len(kv) * (d + n) for kv, n in runs)
+            if width > MAX_WIDTH_RATIO * k.shape[1] * d:
+                return None
+        return alibi_sdpa(q, k, v, slopes, q_positions, k_positions, causal, scale, blocks)

@@ -1,0 +1,370 @@
+"""ALiBi: slopes against the paper and BLOOM, the bias against a loop over positions, and the
+fused SDPA path against the math and flex paths (forward and gradients)."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import posenc
+from posenc.bias.alibi import ALiBi
+from posenc.functional.alibi import alibi_bias, alibi_blocks, alibi_runs, alibi_sdpa, alibi_slopes
+from posenc.models import TransformerLM
+
+
+def naive_bias(slopes, q_positions, k_positions, symmetric=False):
+    """The paper's bias, one score at a time: -m_h (i - j), or -m_h |i - j|."""
+    out = torch.empty(len(slopes), len(q_positions), len(k_positions), dtype=torch.float64)
+    for h, m in enumerate(slopes):
+        for a, i in enumerate(q_positions.tolist()):
+            for b, j in enumerate(k_positions.tolist()):
+                out[h, a, b] = -m * (abs(i - j) if symmetric else i - j)
+    return out
+
+
+def reference(q, k, v, slopes, q_pos, k_pos, causal=True, symmetric=False, scale=None):
+    """softmax(q kᵀ · scale + bias) v in float64, the bias never scaled."""
+    group = q.shape[1] // k.shape[1]
+    k, v = k.double().repeat_interleave(group, 1), v.double().repeat_interleave(group, 1)
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    distance = (q_pos.double().unsqueeze(-1) - k_pos.double().unsqueeze(-2)).unsqueeze(-3)
+    m = torch.as_tensor(slopes, dtype=torch.float64).view(-1, 1, 1)
+    bias = -m * (distance.abs() if symmetric else distance)  # [(b,) h, q_len, k_len]
+    scores = q.double() @ k.transpose(-1, -2) * scale + bias
+    if causal:
+        scores = scores.masked_fill(distance < 0, -math.inf)
+    return scores.softmax(-1) @ v
+
+
+def qkv(b=2, h=8, kv_h=8, lq=40, lk=40, d=16, dtype=torch.float32):
+    """q, k, v requiring grad: ``[b, h, lq, d]``, ``[b, kv_h, lk, d]`` twice."""
+    return tuple(
+        torch.randn(b, n, s, d, dtype=dtype).requires_grad_()
+        for n, s in ((h, lq), (kv_h, lk), (kv_h, lk))
+    )
+
+
+def grads(out, inputs, seed=1):
+    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed))
+    return torch.autograd.grad((out.double() * g.double()).sum(), inputs)
+
+
+# slopes ------------------------------------------------------------------------------------
+
+
+def test_slopes_are_the_papers():
+    assert alibi_slopes(8).tolist() == [2.0**-i for i in range(1, 9)]
+    assert alibi_slopes(16)[1::2].tolist() == alibi_slopes(8).tolist()
+    assert alibi_slopes(1).tolist() == [2.0**-8]
+    assert alibi_slopes(8).dtype == torch.float64
+    # 6 heads: the 4 of a 4-head model, then slopes 0 and 2 of the 8-head sequence
+    assert alibi_slopes(6).tolist() == [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8, 2.0**-1, 2.0**-3]
+    enc = posenc.create("alibi", n_heads=8)
+    assert enc.slopes().dtype == torch.float32
+    assert enc.slopes().tolist() == [2.0**-i for i in range(1, 9)]
+
+
+@given(st.integers(0, 8))
+def test_slopes_of_powers_of_two_are_geometric(log2_n):
+    n = 2**log2_n
+    slopes = alibi_slopes(n)
+    first = 2 ** (-8 / n)
+    torch.testing.assert_close(slopes, first ** torch.arange(1, n + 1, dtype=torch.float64))
+    assert slopes[-1].item() == 2.0**-8
+
+
+@given(st.integers(1, 200))
+def test_other_head_counts_interleave_the_next_power(n):
+    c = 2 ** (n.bit_length() - 1)
+    slopes = alibi_slopes(n)
+    # exp2 may differ by one float64 ulp between vector lanes; the float32 slopes may not
+    expected = torch.cat((alibi_slopes(c), alibi_slopes(2 * c)[0::2][: n - c]))
+    torch.testing.assert_close(slopes, expected, rtol=2**-52, atol=0)
+    assert torch.equal(slopes.float(), expected.float())
+    assert bool((slopes > 0).all()) and len(set(slopes.tolist())) == n
+
+
+@pytest.mark.parametrize("n_heads", [*range(1, 65)])
+def test_slopes_and_softmax_match_bloom(n_heads):
+    bloom = pytest.importorskip("transformers.models.bloom.modeling_bloom")
+    length = 12
+    # BLOOM's tensor is slope * key position: the bias up to the row constant -slope * i
+    theirs = bloom.build_alibi_tensor(torch.ones(1, length), n_heads, torch.float32)[:, 0]
+    positions = torch.arange(length)
+    ours = posenc.create("alibi", n_heads=n_heads).bias(positions, positions)
+    # BLOOM raises a float32 base to the power k, off by up to ~k float32 ulps (4e-6 at
+    # k = 64); a wrong rule is off by at least the ratio of neighbouring slopes, 2^(1/8)
+    torch.testing.assert_close(theirs[:, 1], ours[:, 0, 1] - ours[:, 0, 0], rtol=5e-6, atol=0)
+    mask = torch.ones(length, length, dtype=torch.bool).tril()
+    scores = torch.randn(n_heads, length, length)
+    ours_p = (scores + ours).masked_fill(~mask, -math.inf).softmax(-1)
+    theirs_p = (scores + theirs[:, None, :]).masked_fill(~mask, -math.inf).softmax(-1)
+    torch.testing.assert_close(ours_p, theirs_p)
+
+
+# the bias ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_bias_matches_a_loop_over_positions(symmetric):
+    enc = posenc.create("alibi", n_heads=12, symmetric=symmetric)
+    q_pos, k_pos = torch.tensor([100, 103, 107]), torch.arange(95, 110)
+    expected = naive_bias(alibi_slopes(12).tolist(), q_pos, k_pos, symmetric)
+    bias = enc.bias(q_pos, k_pos)
+    assert bias.dtype == torch.float32 and bias.shape == (12, 3, 15)
+    # float32 slope times distance: one float32 rounding away from the exact product
+    torch.testing.assert_close(bias, expected.float(), rtol=2**-23, atol=0)
+    torch.testing.assert_close(enc.bias(q_pos.double(), k_pos.double()), expected)
+    batched = enc.bias(torch.stack((q_pos, q_pos + 1)), torch.stack((k_pos, k_pos + 1)))
+    torch.testing.assert_close(batched, torch.stack((bias, bias)), rtol=0, atol=0)
+
+
+def test_farther_keys_always_score_lower():
+    q_pos, k_pos = torch.tensor([50]), torch.arange(0, 101)
+    causal = posenc.create("alibi", n_heads=5).bias(q_pos, k_pos)[:, 0]  # [heads, keys]
+    assert bool((causal[:, 1:51] > causal[:, :50]).all())  # keys before the query
+    assert bool((causal[:, 50] == 0).all())
+    symmetric = posenc.create("alibi", n_heads=5, symmetric=True).bias(q_pos, k_pos)[:, 0]
+    assert bool((symmetric[:, 1:51] > symmetric[:, :50]).all())
+    assert bool((symmetric[:, 51:] < symmetric[:, 50:-1]).all())  # and after it
+    torch.testing.assert_close(symmetric[:, :51], causal[:, :51], rtol=0, atol=0)
+
+
+@given(st.integers(0, 10**6), st.integers(1, 16))
+def test_bias_depends_only_on_the_distance(shift, n_heads):
+    enc = posenc.create("alibi", n_heads=n_heads)
+    q_pos, k_pos = torch.arange(5), torch.arange(7)
+    torch.testing.assert_close(enc.bias(q_pos + shift, k_pos + shift), enc.bias(q_pos, k_pos))
+
+
+def test_custom_slopes_and_a_subset_of_heads():
+    q_pos, k_pos = torch.arange(4, 8), torch.arange(8)
+    enc = posenc.create("alibi", n_heads=3, slopes=[0.3, 2.0, 0.01])
+    assert enc.config.slopes == (0.3, 2.0, 0.01)
+    expected = naive_bias([0.3, 2.0, 0.01], q_pos, k_pos).float()
+    torch.testing.assert_close(enc.bias(q_pos, k_pos), expected)
+    # the first 3 of 8 heads get the slopes of a 3-head model, the other 5 no bias
+    subset = posenc.create("alibi", n_heads=8, alibi_heads=3)
+    slopes = [*alibi_slopes(3).tolist(), 0, 0, 0, 0, 0]
+    torch.testing.assert_close(subset.slopes(), torch.tensor(slopes, dtype=torch.float32))
+    torch.testing.assert_close(subset.bias(q_pos, k_pos), naive_bias(slopes, q_pos, k_pos).float())
+    custom_subset = posenc.create("alibi", n_heads=4, alibi_heads=2, slopes=[1.0, 0.5])
+    assert custom_subset.slopes().tolist() == [1.0, 0.5, 0.0, 0.0]
+
+
+def test_functional_bias_is_differentiable_in_slopes_and_positions():
+    slope = torch.tensor([0.5, 0.25], dtype=torch.float64, requires_grad=True)
+    q_pos = torch.tensor([3.0, 4.5], dtype=torch.float64, requires_grad=True)
+    k_pos = torch.tensor([1.0, 2.0, 5.0], dtype=torch.float64)
+    bias = alibi_bias(slope.view(-1, 1, 1), q_pos.view(1, -1, 1), k_pos.view(1, 1, -1))
+    torch.testing.assert_close(bias, naive_bias([0.5, 0.25], q_pos.detach(), k_pos))
+    assert torch.autograd.gradcheck(
+        lambda s, p: alibi_bias(s.view(-1, 1, 1), p.view(1, -1, 1), k_pos, symmetric=True),
+        (slope, q_pos),
+    )
+
+
+def test_config_is_strict():
+    cases = [
+        ({"n_heads": 4, "symmetric": 1}, TypeError, "symmetric must be a bool"),
+        ({"n_heads": 4, "alibi_heads": 5}, ValueError, r"alibi_heads \(5\) exceeds n_heads"),
+        ({"n_heads": 4, "alibi_heads": 0}, ValueError, "alibi_heads must be >= 1"),
+        ({"n_heads": 2, "slopes": [0.5]}, ValueError, "slopes has 1 values but 2 heads"),
+        ({"n_heads": 2, "slopes": [0.5, 0.0]}, ValueError, r"slopes\[1\] must be > 0"),
+        ({"n_heads": 2, "slopes": [0.5, math.inf]}, ValueError, r"slopes\[1\] must be finite"),
+        ({"n_heads": 2, "slopes": "ab"}, TypeError, "slopes must be a list"),
+        ({"n_heads": 2, "slopes": [0.5, "x"]}, TypeError, r"slopes\[1\] must be a number"),
+    ]
+    for config, exc, match in cases:
+        with pytest.raises(exc, match=match):
+            posenc.create("alibi", **config)
+    enc = posenc.create("alibi", n_heads=3, slopes=[1, 2, 3])
+    assert posenc.create("alibi", **enc.config.to_dict()).config == enc.config
+    assert not list(enc.parameters()) and not list(enc.buffers())
+
+
+# the fused SDPA path -----------------------------------------------------------------------
+
+STEEP = [0.01, 16.0, 0.01, 16.0, 0.02, 0.04, 0.08, 0.16]  # blocks of 8 positions on 2 heads
+
+
+@pytest.mark.parametrize(
+    "config, kv_heads, lq, lk, d",
+    [
+        ({"n_heads": 8}, 8, 40, 40, 16),  # the kernel's own causal mask
+        ({"n_heads": 8}, 2, 64, 200, 16),  # GQA, queries after cached keys: a boolean mask
+        ({"n_heads": 6, "alibi_heads": 4}, 3, 1, 300, 16),  # decoding: the materialised bias
+        ({"n_heads": 8, "slopes": STEEP}, 8, 256, 256, 64),  # two runs, shuffled head order
+        ({"n_heads": 8, "symmetric": True}, 4, 48, 48, 16),  # equal to the causal form here
+    ],
+)
+def test_fused_equals_math_forward_and_gradients(config, kv_heads, lq, lk, d):
+    enc = posenc.create("alibi", **config)
+    q, k, v = qkv(h=config["n_heads"], kv_h=kv_heads, lq=lq, lk=lk, d=d)
+    q_pos, k_pos = torch.arange(lk - lq, lk), torch.arange(lk)
+    fused = enc.fused_attention(q, k, v, q_pos, k_pos, True, 0.3)
+    assert fused is not None
+    math_out = posenc.attention(q, k, v, enc, causal=True, scale=0.3, backend="math")
+    expected = reference(q, k, v, enc.slopes(), q_pos, k_pos, scale=0.3)
+    torch.testing.assert_close(fused.double(), expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(fused, math_out, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(posenc.attention(q, k, v, enc, scale=0.3), fused, rtol=0, atol=0)
+    # gradients reach ~10 here: float32 errors are relative to their largest entry
+    for got, want in zip(grads(fused, (q, k, v)), grads(math_out, (q, k, v)), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+
+
+def test_fused_with_batched_positions_and_bidirectional_causal_form():
+    enc = posenc.create("alibi", n_heads=4)
+    q, k, v = qkv(h=4, kv_h=2, lq=48, lk=48)
+    positions = torch.stack((torch.arange(48), torch.arange(48) * 2 + 7))  # [batch, seq]
+    for causal in (True, False):
+        out = posenc.attention(q, k, v, enc, positions, positions, causal=causal)
+        expected = reference(q, k, v, enc.slopes(), positions, positions, causal=causal)
+        torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype, ulp", [(torch.bfloat16, 2**-8), (torch.float16, 2**-11)])
+def test_fused_half_precision_is_float32_math_rounded_once(dtype, ulp):
+    """Both paths compute in float32 and round the output once, so they may differ by one
+    ulp of the output (relative 2^-8 for bfloat16, 2^-11 for float16), never more."""
+    enc = posenc.create("alibi", n_heads=8)
+    for lq in (64, 1):  # extended q, k, v; the materialised bias (decoding)
+        q, k, v = (t.detach().to(dtype) for t in qkv(lq=lq, lk=64, kv_h=4))
+        fused = enc.fused_attention(
+            q, k, v, torch.arange(64 - lq, 64), torch.arange(64), True, 0.25
+        )
+        assert fused.dtype == dtype
+        math_out = posenc.attention(q, k, v, enc, scale=0.25, backend="math")
+        torch.testing.assert_close(fused, math_out, rtol=ulp, atol=ulp)
+
+
+def test_blocks_keep_float32_exact_where_one_centre_would_not():
+    """A steep slope over a long span: one centre rounds the fused scores at m·L/2."""
+    slopes = [4.0, 2.0]
+    q, k, v = (t.detach() for t in qkv(b=1, h=2, kv_h=2, lq=1024, lk=1024))
+    positions = torch.arange(1024)
+    expected = reference(q, k, v, slopes, positions, positions)
+    blocked = alibi_sdpa(q, k, v, slopes, positions, positions)
+    one = alibi_sdpa(q, k, v, slopes, positions, positions, blocks=[1, 1])
+    assert alibi_blocks(slopes, 1024) == [32, 16]
+    assert (blocked.double() - expected).abs().max() < 1e-5
+    assert (one.double() - expected).abs().max() > 1e-5
+
+
+def test_runs_round_widths_to_multiples_of_8_and_split_at_most_once():
+    blocks = alibi_blocks(alibi_slopes(8).tolist(), 8192)
+    assert blocks == [32, 16, 8, 4, 2, 1, 1, 1]
+    assert alibi_runs(blocks, 1, 64) == [([0, 1], 32), ([2, 3, 4, 5, 6, 7], 8)]
+    assert alibi_runs(alibi_blocks(alibi_slopes(8).tolist(), 2048), 1, 64) == [
+        ([0, 1, 2, 3, 4, 5, 6, 7], 8)
+    ]
+    # 4 key/value heads of 2 query heads; only kv head 1 needs blocks: 30 -> width 96
+    assert alibi_runs([0, 0, 30, 0, 0, 0, 0, 0], 2, 64) == [([1], 32), ([0, 2, 3], 0)]
+    assert alibi_runs([0, 3, 0, 0], 2, 60) == [([0, 1], 4)]  # 60 + 4 = 64: not worth a split
+
+
+def test_fused_declines_where_it_does_not_apply():
+    q, k, v = (t.detach() for t in qkv(h=4, kv_h=4))
+    positions = torch.arange(40)
+    symmetric = posenc.create("alibi", n_heads=4, symmetric=True)
+    assert symmetric.fused_attention(q, k, v, positions, positions, False, 0.25) is None
+    assert symmetric.fused_attention(q, k, v, positions, positions, True, 0.25) is not None
+    steep = posenc.create("alibi", n_heads=4, slopes=[100.0, 1.0, 1.0, 1.0])  # 1-position blocks
+    assert steep.fused_attention(q, k, v, positions, positions, True, 0.25) is None
+    meta = [t.to("meta") for t in (q, k, v)]
+    assert symmetric.fused_attention(*meta, positions, positions, True, 0.25) is None
+
+
+def test_user_flush_denormal_setting_is_left_as_it_was():
+    """The fused path does not flush denormals (measured: no gain, and the setting reaches
+    only the calling thread, not the kernel's worker threads), so either setting survives."""
+
+    def flushing():
+        return (torch.tensor(1e-30) * torch.tensor(1e-10)).item() == 0.0
+
+    if not torch.set_flush_denormal(True):
+        pytest.skip("this CPU cannot flush denormals")
+    enc = posenc.create("alibi", n_heads=8)
+    q, k, v = (t.detach() for t in qkv(lq=64, lk=64))
+    try:
+        for state in (True, False):
+            torch.set_flush_denormal(state)
+            posenc.attention(q, k, v, enc)
+            assert flushing() == state
+    finally:
+        torch.set_flush_denormal(False)
+
+
+# every backend -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_flex_sdpa_and_math_agree(symmetric):
+    """Causal ALiBi, and symmetric ALiBi without a mask (an encoder), with q_len != k_len.
+    Compiled flex attention has no backward on the CPU: its forward is compared."""
+    enc = posenc.create("alibi", n_heads=4, symmetric=symmetric)
+    q, k, v = qkv(h=4, kv_h=2, lq=16, lk=32)
+    causal = not symmetric
+    q_pos, k_pos = torch.arange(16, 32), torch.arange(32)
+    expected = reference(q, k, v, enc.slopes(), q_pos, k_pos, causal, symmetric)
+    with torch.no_grad():
+        detached = (t.detach() for t in (q, k, v))
+        outs = {"flex": posenc.attention(*detached, enc, causal=causal, backend="flex")}
+    for backend in ("sdpa", "math", "auto"):
+        outs[backend] = posenc.attention(q, k, v, enc, causal=causal, backend=backend)
+    for out in outs.values():
+        torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
+    want = grads(outs["math"], (q, k, v))
+    for backend in ("sdpa", "auto"):
+        for got, ref in zip(grads(outs[backend], (q, k, v)), want, strict=True):
+            torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+
+
+# models ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "encoding", ["alibi", {"name": "alibi", "alibi_heads": 3}], ids=["all", "subset"]
+)
+def test_transformer_lm_kv_cache_generation_equals_recomputation(encoding):
+    """A prompt longer than ``ALIBI_SMALL_Q`` prefills through the extended SDPA, then each
+    token decodes through the materialised bias; 6 heads are not a power of two."""
+    model = TransformerLM(
+        vocab_size=41, dim=48, n_layers=2, n_heads=6, n_kv_heads=2, encoding=encoding
+    ).eval()
+    assert isinstance(model.encoding, ALiBi)
+    with torch.no_grad():
+        for block in model.blocks:  # sharp attention, so that the bias shows in the logits
+            block.attn.qkv.weight.normal_(std=0.3)
+    ids = torch.randint(0, 41, (2, 40))
+    cached = model.generate(ids, 6, use_cache=True)
+    assert torch.equal(cached, model.generate(ids, 6, use_cache=False))
+    with torch.no_grad():
+        full = model(cached)
+        cache = model.new_cache(2, 46)
+        steps = [model(cached[:, :40], cache=cache)]
+        steps += [model(cached[:, i : i + 1], cache=cache) for i in range(40, 46)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("length", [2048, 8192])
+def test_fused_float32_error_stays_flat_with_length(length):
+    enc = posenc.create("alibi", n_heads=8)
+    q, k, v = (torch.randn(1, 8, length, 64) for _ in range(3))
+    positions = torch.arange(length)
+    with torch.no_grad():
+        out = posenc.attention(q, k, v, enc)
+        for h in range(8):  # one head at a time: a float64 [L, L] score matrix each
+            want = reference(
+                q[:, h : h + 1],
+                k[:, h : h + 1],
+                v[:, h : h + 1],
+                enc.slopes()[h : h + 1],
+                positions,
+                positions,
+            )
+            torch.testing.assert_close(out[:, h : h + 1].double(), want, rtol=1e-5, atol=1e-5)
