@@ -176,14 +176,8 @@ def _bias_attention(q, k, v, encoding, q_positions, k_positions, explicit, causa
         big = q.shape[2] * k.shape[2] >= FLEX_MIN_SCORES
         backend = "flex" if big and flex_available(q.device) and not cpu_training else "sdpa"
     if backend == "flex":
-        mod = encoding.score_mod(
-            q_positions if explicit else None,
-            k_positions if explicit else None,
-            q=q,
-            q_offset=k.shape[2] - q.shape[2],
-            scale=scale,
-        )
-        qp, kp = (q_positions, k_positions) if explicit else (None, None)
+        qp, kp = (q_positions, k_positions) if explicit else (None, None)  # None: default
+        mod = encoding.score_mod(qp, kp, q=q, q_offset=k.shape[2] - q.shape[2], scale=scale)
         return flex_attention(q, k, v, mod, qp, kp, causal, scale)
     bias = encoding.bias(q_positions, k_positions, q=q, scale=scale)  # [(b,) h, q_len, k_len]
     if causal:

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from .config import EncodingConfig
-from .positions import PositionOutOfRangeError, arange, check_positions
+from .positions import PositionOutOfRangeError, arange, check_positions, position_at
 from .registry import EncodingInfo
 
 __all__ = ["AdditiveEncoding", "BiasEncoding", "Encoding", "NoEncoding", "RotaryEncoding"]
@@ -312,14 +312,9 @@ class BiasEncoding(Encoding):
         ``[batch, len]`` tensors give them explicitly.
         """
 
-        def position(positions, b, index, offset=0):
-            if positions is None:
-                return index + offset
-            return positions[index] if positions.dim() == 1 else positions[b, index]
-
         def mod(score, b, h, q_idx, kv_idx):
-            q_pos = position(q_positions, b, q_idx, q_offset)
-            k_pos = position(k_positions, b, kv_idx)
+            q_pos = position_at(q_positions, b, q_idx, q_offset)
+            k_pos = position_at(k_positions, b, kv_idx)
             return score + self.bias_at(h, q_pos, k_pos).to(score.dtype)
 
         return mod

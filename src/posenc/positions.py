@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["PositionOutOfRangeError", "arange", "check_positions"]
+__all__ = ["PositionOutOfRangeError", "arange", "check_positions", "position_at"]
 
 
 class PositionOutOfRangeError(ValueError):
@@ -94,3 +94,14 @@ def check_positions(
         if bool(high >= limit):
             raise PositionOutOfRangeError(high.item(), limit, limit_name)
     return positions
+
+
+def position_at(
+    positions: torch.Tensor | None, b: torch.Tensor, index: torch.Tensor, offset: int = 0
+) -> torch.Tensor:
+    """The position of element ``index`` of sequence ``b``, inside a flex-attention
+    ``score_mod``: ``index + offset`` when ``positions`` is None (the default layout),
+    else ``positions[index]`` (``[len]``) or ``positions[b, index]`` (``[batch, len]``)."""
+    if positions is None:
+        return index + offset
+    return positions[index] if positions.dim() == 1 else positions[b, index]

@@ -13,7 +13,7 @@ from torch import nn
 from ..base import BiasEncoding
 from ..config import EncodingConfig, check_float, check_int
 from ..functional.shaw import shaw_index, shaw_key_bias, shaw_key_scores, shaw_value_term
-from ..positions import check_positions
+from ..positions import check_positions, position_at
 from ..registry import register
 
 __all__ = ["Shaw"]
@@ -188,14 +188,9 @@ class Shaw(BiasEncoding):
         key_scores = shaw_key_scores(q, self.key_table, self._scale(scale))  # [b, h, q, 2k+1]
         max_distance = self.config.max_distance
 
-        def position(positions, b, index, offset=0):
-            if positions is None:
-                return index + offset
-            return positions[index] if positions.dim() == 1 else positions[b, index]
-
         def mod(score, b, h, q_idx, kv_idx):
-            q_pos = position(q_positions, b, q_idx, q_offset)
-            k_pos = position(k_positions, b, kv_idx)
+            q_pos = position_at(q_positions, b, q_idx, q_offset)
+            k_pos = position_at(k_positions, b, kv_idx)
             row = shaw_index(k_pos - q_pos, max_distance)
             return score + key_scores[b, h, q_idx, row].to(score.dtype)
 
