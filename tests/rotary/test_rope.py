@@ -8,14 +8,6 @@ from posenc.functional import apply_rope, rope_cos_sin, rope_inv_freq
 from posenc.models import TransformerLM
 
 
-def sharp(model):
-    """Large q/k weights make attention sharp, so that rotations show in the logits."""
-    with torch.no_grad():
-        for block in model.blocks:
-            block.attn.qkv.weight.normal_(std=0.5)
-    return model
-
-
 def test_module_equals_the_functions():
     rope = posenc.create("rope", head_dim=16, base=500.0, layout="interleaved")
     q, k = torch.randn(2, 4, 6, 16), torch.randn(2, 2, 6, 16)  # GQA: 4 query, 2 kv heads
@@ -105,9 +97,9 @@ def test_hf_rope_parameters_are_accepted_verbatim():
         {"rope_type": "ntk", "factor": 4.0},
     ],
 )
-def test_kv_cache_generation_equals_recomputation(scaling):
+def test_kv_cache_generation_equals_recomputation(scaling, sharpen):
     enc = {"name": "rope", "scaling": scaling}
-    model = sharp(TransformerLM(37, 32, 2, 4, encoding=enc, n_kv_heads=2))
+    model = sharpen(TransformerLM(37, 32, 2, 4, encoding=enc, n_kv_heads=2))
     ids = torch.randint(0, 37, (2, 12))
     full = model(ids)
     cache = model.new_cache(2, 12)
@@ -123,7 +115,7 @@ def test_kv_cache_generation_equals_recomputation(scaling):
     )
 
 
-def test_dynamic_ntk_with_a_kv_cache():
+def test_dynamic_ntk_with_a_kv_cache(sharpen):
     """Dynamic NTK grows the base with the current length past the original one. Cached keys
     keep the rotation they were cached with (as in Hugging Face, issue #25104): below the
     original length cached decoding equals recomputation, past it the two differ."""
@@ -131,7 +123,7 @@ def test_dynamic_ntk_with_a_kv_cache():
         "name": "rope",
         "scaling": {"rope_type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 8},
     }
-    model = sharp(TransformerLM(vocab_size=37, dim=32, n_layers=2, n_heads=4, encoding=enc))
+    model = sharpen(TransformerLM(vocab_size=37, dim=32, n_layers=2, n_heads=4, encoding=enc))
     ids = torch.randint(0, 37, (1, 10))
     full = model(ids)
     cache = model.new_cache(1, 10)

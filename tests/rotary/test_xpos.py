@@ -44,14 +44,6 @@ def pair_of_dim(head_dim, layout, rotary_dim=None):
     return torch.cat((pairs, pairs)) if layout == "half" else pairs.repeat_interleave(2)
 
 
-def sharp(model):
-    """Large q/k weights make attention sharp, so that positions show in the logits."""
-    with torch.no_grad():
-        for block in model.blocks:
-            block.attn.qkv.weight.normal_(std=0.5)
-    return model
-
-
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 @pytest.mark.parametrize(
     "config",
@@ -154,22 +146,14 @@ def test_rotation_tables():
 
 
 @pytest.mark.parametrize("n_kv_heads", [None, 2], ids=["mha", "gqa"])
-def test_kv_cache_generation_equals_recomputation(n_kv_heads):
+def test_kv_cache_generation_equals_recomputation(n_kv_heads, check_cached_decoding, sharpen):
     encoding = {"name": "xpos", "scale_base": 8.0}  # a short decay length: it shows in 14 tokens
-    model = sharp(
+    model = sharpen(
         TransformerLM(
             vocab_size=50, dim=32, n_layers=2, n_heads=4, encoding=encoding, n_kv_heads=n_kv_heads
         )
     ).eval()
-    ids = torch.randint(0, 50, (2, 6))
-    cached = model.generate(ids, 8, use_cache=True)
-    assert torch.equal(cached, model.generate(ids, 8, use_cache=False))
-    with torch.no_grad():
-        full = model(cached)
-        cache = model.new_cache(2, 14)
-        steps = [model(cached[:, :6], cache=cache)]
-        steps += [model(cached[:, i : i + 1], cache=cache) for i in range(6, 14)]
-    assert_close(torch.cat(steps, dim=1), full, rtol=1e-5, atol=1e-5)
+    cached, full = check_cached_decoding(model, torch.randint(0, 50, (2, 6)), 8)
     # the decay is there: the same model with plain RoPE gives other logits
     rope_model = TransformerLM(
         vocab_size=50, dim=32, n_layers=2, n_heads=4, encoding="rope", n_kv_heads=n_kv_heads
@@ -179,9 +163,9 @@ def test_kv_cache_generation_equals_recomputation(n_kv_heads):
         assert not torch.allclose(rope_model(cached), full, atol=1e-3)
 
 
-def test_cached_decoding_far_from_the_start():
+def test_cached_decoding_far_from_the_start(sharpen):
     """Explicit positions near 30k (a fixed centre: cached keys stay consistent)."""
-    model = sharp(
+    model = sharpen(
         TransformerLM(vocab_size=50, dim=32, n_layers=2, n_heads=4, encoding="xpos")
     ).eval()
     ids = torch.randint(0, 50, (1, 10))
