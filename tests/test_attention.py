@@ -152,3 +152,14 @@ def test_kv_cache_stores_and_refuses_overflow():
     cache.advance(2)
     with pytest.raises(ValueError, match="max_seq_len=5"):
         cache.update(0, k2[:, :, :1], k2[:, :, :1])
+
+
+def test_bias_attention_checks_heads_and_batch():
+    q, k, v = qkv(b=1, h=4, kv_h=2, lq=5, lk=5)
+    with pytest.raises(
+        ValueError, match=r"q has 4 heads but the encoding DistanceBias has n_heads=3"
+    ):
+        posenc.attention(q, k, v, encoding=DistanceBias(n_heads=3))
+    positions = torch.arange(5).expand(2, 5)
+    with pytest.raises(ValueError, match="q_positions has batch size 2 but the input has 1"):
+        posenc.attention(q, k, v, q_positions=positions, k_positions=torch.arange(5))

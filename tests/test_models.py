@@ -122,3 +122,16 @@ def test_trains():
         losses.append(loss.item())
     assert losses[-1] < 0.5 * losses[0]
     assert model.encoding.weight.grad is not None
+
+
+def test_cache_positions_are_integers_and_explicit_once_explicit_always():
+    model = lm("rope")
+    ids = torch.randint(0, 41, (1, 6))
+    with pytest.raises(TypeError, match="KVCache stores integer positions"):
+        model(ids, positions=torch.arange(6) + 0.5, cache=model.new_cache(1, 6))
+    cache = model.new_cache(1, 7)
+    model(ids, positions=torch.arange(10, 16), cache=cache)
+    with pytest.raises(ValueError, match="the cache holds explicit positions"):
+        model(ids[:, :1], cache=cache)
+    with pytest.raises(ValueError, match="positions has batch size 2 but the input has 1"):
+        model(ids, positions=torch.arange(6).expand(2, 6))

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from .base import Encoding
 from .flex import flex_attention, flex_available
-from .positions import arange, check_positions
+from .positions import arange, causal_mask, check_batch, check_positions
 
 __all__ = ["BACKENDS", "KVCache", "attention"]
 
@@ -45,17 +45,6 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         )
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q and k head_dim differ: {q.shape[-1]} vs {k.shape[-1]}")
-
-
-def causal_mask(q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor:
-    """True where a query may see a key: ``k_position <= q_position``.
-
-    Shapes:
-        q_positions ``[q_len]`` or ``[batch, q_len]``; k_positions ``[k_len]`` or
-        ``[batch, k_len]`` -> ``[q_len, k_len]`` or ``[batch, 1, q_len, k_len]``.
-    """
-    mask = k_positions.unsqueeze(-2) <= q_positions.unsqueeze(-1)  # [..., q_len, k_len]
-    return mask.unsqueeze(-3) if mask.dim() == 3 else mask
 
 
 def attention(
@@ -93,6 +82,8 @@ def attention(
     q_len, k_len = q.shape[2], k.shape[2]
     explicit = q_positions is not None or k_positions is not None
     if q_positions is None:
+        if k_positions is not None:
+            raise ValueError("k_positions given without q_positions: pass both")
         if q_len > k_len:
             raise ValueError(
                 f"q has {q_len} positions but k only {k_len}: pass q_positions and k_positions"
@@ -104,6 +95,8 @@ def attention(
         k_positions = arange(k_len, device=k.device)
     else:
         check_positions(k_positions, seq_len=k_len, name="k_positions")
+    check_batch(q_positions, q.shape[0], "q_positions")
+    check_batch(k_positions, q.shape[0], "k_positions")
 
     kind = None if encoding is None else encoding.kind
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
@@ -151,6 +144,11 @@ def _bias_attention(q, k, v, encoding, q_positions, k_positions, explicit, causa
     with the materialised bias (decoding: one query against N keys costs O(N) per head).
     Encodings that add to the values (Shaw) always take the math path.
     """
+    if q.shape[1] != encoding.n_heads:
+        raise ValueError(
+            f"q has {q.shape[1]} heads but the encoding {type(encoding).__name__} has "
+            f"n_heads={encoding.n_heads}"
+        )
     if encoding.adds_to_values:
         if backend not in ("auto", "math"):
             raise ValueError(
@@ -200,7 +198,8 @@ def _math_attention(q, k, v, bias, scale, encoding, q_positions, k_positions):
     v = v.repeat_interleave(group, dim=1)
     dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     scores = (q.to(dtype) @ k.to(dtype).transpose(-1, -2)) * scale + bias.to(dtype)
-    probs = scores.softmax(dim=-1)  # [b, h, q_len, k_len]
+    # a query that sees no key gets zeros, as from the SDPA and flex kernels (not NaN)
+    probs = scores.softmax(dim=-1).nan_to_num(0.0)  # [b, h, q_len, k_len]
     out = probs @ v.to(dtype)
     if encoding.adds_to_values:
         out = out + encoding.value_term(probs, q_positions, k_positions).to(dtype)
@@ -259,8 +258,10 @@ class KVCache:
         return self.keys[layer, :, :, :end], self.values[layer, :, :, :end]
 
     def update_positions(self, positions: torch.Tensor) -> torch.Tensor:
-        """Store the new tokens' positions (``[n]`` or ``[batch, n]``) and return all
-        positions so far, ``[batch, length + n]``."""
+        """Store the new tokens' positions (``[n]`` or ``[batch, n]``, integers) and return
+        all positions so far, ``[batch, length + n]``."""
+        if positions.is_floating_point():
+            raise TypeError(f"KVCache stores integer positions, got {positions.dtype}")
         end = self._end(positions.shape[-1])
         self.positions[:, self.length : end] = positions
         return self.positions[:, :end]

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from .config import EncodingConfig
-from .positions import PositionOutOfRangeError, arange, check_positions, position_at
+from .positions import PositionOutOfRangeError, arange, check_batch, check_positions, position_at
 from .registry import EncodingInfo
 
 __all__ = ["AdditiveEncoding", "BiasEncoding", "Encoding", "NoEncoding", "RotaryEncoding"]
@@ -168,6 +168,11 @@ class RotaryEncoding(Encoding):
     def head_dim(self) -> int:
         return self.config.head_dim
 
+    @property
+    def depends_on_length(self) -> bool:
+        """Whether the rotation depends on the current total length (``seq_len``)."""
+        return False
+
     def rotation(
         self, positions: torch.Tensor, seq_len: int | None = None
     ) -> tuple[torch.Tensor, ...]:
@@ -216,6 +221,8 @@ class RotaryEncoding(Encoding):
         self._check_heads("k", k)
         q_len, k_len = q.shape[2], k.shape[2]
         if positions is None:
+            if k_positions is not None:
+                raise ValueError("k_positions given without positions: pass both")
             if q_len > k_len:
                 raise ValueError(f"q has {q_len} positions but k only {k_len}: pass positions")
             positions = arange(q_len, device=q.device, offset=k_len - q_len)
@@ -228,6 +235,16 @@ class RotaryEncoding(Encoding):
             k_positions = positions
         else:
             check_positions(k_positions, seq_len=k_len, name="k_positions")
+        check_batch(positions, q.shape[0])
+        check_batch(k_positions, k.shape[0], "k_positions")
+        if (
+            seq_len is None
+            and self.depends_on_length
+            and not torch.compiler.is_compiling()
+            and positions.device.type != "meta"
+        ):
+            # one length for queries and keys, so length-dependent frequencies agree
+            seq_len = int(torch.maximum(positions.max(), k_positions.max())) + 1
         if k_positions is positions:
             q_rot = k_rot = self.rotation(positions, seq_len)
         else:

@@ -15,6 +15,10 @@ import torch
 __all__ = ["flex_attention", "flex_available"]
 
 RECOMPILE_LIMIT = 64
+#: the option's name: ``cache_size_limit`` before torch 2.7 renamed it
+_LIMIT_NAME = (
+    "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
+)
 
 
 @functools.cache
@@ -93,7 +97,7 @@ def flex_attention(
     # past dynamo's default of 8 graphs per function, torch.compile silently falls back to
     # uncompiled flex attention, which builds the whole score matrix: allow one graph per
     # (encoding, shape class) a process plausibly meets
-    with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+    with torch._dynamo.config.patch(**{_LIMIT_NAME: RECOMPILE_LIMIT}):
         return _compiled()(
             q,
             k,

@@ -19,7 +19,7 @@ from torch import nn
 from .attention import KVCache, attention
 from .base import Encoding
 from .config import check_int
-from .positions import arange, check_positions
+from .positions import arange, check_batch, check_positions
 from .registry import resolve
 
 __all__ = ["TransformerLM"]
@@ -210,6 +210,11 @@ class TransformerLM(nn.Module):
         explicit = positions is not None
         if explicit:
             check_positions(positions, seq_len=s)
+            check_batch(positions, b)
+        elif cache is not None and cache.explicit_positions:
+            raise ValueError(
+                "the cache holds explicit positions: pass positions for the new tokens too"
+            )
         else:
             positions = arange(s, device=input_ids.device, offset=offset)
         # Attention builds its own (faster) causal mask from the default positions; explicit
@@ -250,7 +255,9 @@ class TransformerLM(nn.Module):
 
         ``temperature=0`` is greedy decoding. With ``use_cache`` each step runs only the new
         token against cached keys and values, and gives the same tokens as recomputing the
-        whole sequence (``use_cache=False``).
+        whole sequence (``use_cache=False``), except for RoPE scalings whose frequencies
+        follow the current length (``dynamic``, ``longrope``) past their original length:
+        cached keys keep the frequencies they were rotated with, as in transformers.
 
         Shapes:
             input_ids: ``[batch, seq]`` -> ``[batch, seq + max_new_tokens]``.

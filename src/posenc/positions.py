@@ -1,7 +1,9 @@
 """Positions: validation and defaults shared by every encoding.
 
-Positions are explicit tensors: ``[seq]`` (shared by the batch) or ``[batch, seq]`` (left
-padding, packed sequences, KV-cache decoding). Integer and fractional positions are both
+Positions are explicit tensors: ``[seq]`` (shared by the batch) or ``[batch, seq]`` (a
+different offset per sequence, KV-cache decoding). They set the encoding and the causal
+mask (``k_position <= q_position``) only: they do not isolate packed documents or hide
+padding tokens, which needs a mask of its own. Integer and fractional positions are both
 accepted where the encoding is defined for them; anything else is an error that names the
 parameter, never a silent clamp or wrap.
 """
@@ -10,7 +12,14 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["PositionOutOfRangeError", "arange", "check_positions", "position_at"]
+__all__ = [
+    "PositionOutOfRangeError",
+    "arange",
+    "causal_mask",
+    "check_batch",
+    "check_positions",
+    "position_at",
+]
 
 
 class PositionOutOfRangeError(ValueError):
@@ -105,3 +114,20 @@ def position_at(
     if positions is None:
         return index + offset
     return positions[index] if positions.dim() == 1 else positions[b, index]
+
+
+def causal_mask(q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor:
+    """True where a query may see a key: ``k_position <= q_position``.
+
+    Shapes:
+        q_positions ``[q_len]`` or ``[batch, q_len]``; k_positions ``[k_len]`` or
+        ``[batch, k_len]`` -> ``[q_len, k_len]`` or ``[batch, 1, q_len, k_len]``.
+    """
+    mask = k_positions.unsqueeze(-2) <= q_positions.unsqueeze(-1)  # [..., q_len, k_len]
+    return mask.unsqueeze(-3) if mask.dim() == 3 else mask
+
+
+def check_batch(positions: torch.Tensor, batch: int, name: str = "positions") -> None:
+    """Raise unless ``positions`` is ``[len]`` or ``[1 or batch, len]`` for this batch."""
+    if positions.dim() == 2 and positions.shape[0] not in (1, batch):
+        raise ValueError(f"{name} has batch size {positions.shape[0]} but the input has {batch}")

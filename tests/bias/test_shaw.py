@@ -1,7 +1,6 @@
 """Shaw's relative positions: against a naive loop of the paper's equations (keys and
 values), properties, every attention backend, and KV-cache decoding."""
 
-import inspect
 import math
 
 import pytest
@@ -11,7 +10,6 @@ from hypothesis import strategies as st
 from torch.testing import assert_close
 
 import posenc
-from posenc.base import BiasEncoding
 from posenc.bias.shaw import Shaw
 from posenc.models import TransformerLM
 
@@ -96,11 +94,6 @@ def test_bias_is_the_key_term_with_its_sign_convention():
     assert_close(enc.bias(torch.tensor([5]), torch.arange(9), q=q), bias / math.sqrt(5))
 
 
-@pytest.mark.xfail(
-    "scale" not in inspect.signature(BiasEncoding.bias).parameters,
-    reason="posenc.attention does not pass its scale to bias encodings yet",
-    strict=True,
-)
 def test_the_key_term_follows_the_attention_scale():
     """e_ij = q_i · (k_j + a^K_ij) * scale: the relative term takes the scores' scale."""
     enc = shaw()

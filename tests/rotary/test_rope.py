@@ -151,3 +151,15 @@ def test_deepseek_mscale_zero_means_absent():
         "rope", head_dim=16, scaling={**scaling, "mscale": 1.0, "mscale_all_dim": 0}
     )
     assert zero.attention_factor() == plain.attention_factor()
+
+
+def test_length_dependent_scaling_uses_one_length_for_queries_and_keys():
+    scaling = {"rope_type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 4}
+    rope = posenc.create("rope", head_dim=8, scaling=scaling)
+    q, k = torch.randn(1, 1, 4, 8), torch.randn(1, 1, 8, 8)
+    q2, k2 = rope(q, k, positions=torch.arange(4), k_positions=torch.arange(8))
+    cos, sin = rope.rotation(torch.arange(8), seq_len=8)  # both at the length of the keys
+    torch.testing.assert_close(q2, apply_rope(q, cos[:4], sin[:4]))
+    torch.testing.assert_close(k2, apply_rope(k, cos, sin))
+    with pytest.raises(ValueError, match="k_positions given without positions"):
+        rope(q, k, k_positions=torch.arange(8))

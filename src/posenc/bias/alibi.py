@@ -95,7 +95,8 @@ class ALiBi(BiasEncoding):
     ``[heads, L, L]`` tensor; 1.2-1.3x the time of plain causal SDPA at 2k-8k tokens,
     against 8-13x for SDPA with the materialised bias), within ~4e-6 of exact in float32 at
     any length, float16/bfloat16 computed in float32 and rounded once. Other devices,
-    symmetric non-causal attention and ``torch.compile`` take the generic paths (flex).
+    symmetric non-causal attention and ``torch.compile`` take the generic paths (flex or
+    SDPA).
 
     Shapes:
         ``bias(q_positions, k_positions)``: ``[n_heads, q_len, k_len]`` (float32).
@@ -145,8 +146,6 @@ class ALiBi(BiasEncoding):
             return None
         if self.config.symmetric and not causal:
             return None
-        if q.shape[1] != self.n_heads:
-            raise ValueError(f"q has {q.shape[1]} heads but the encoding has {self.n_heads}")
         slopes = self.slopes(dtype=torch.float64).tolist()
         blocks = None
         if q.shape[2] >= ALIBI_SMALL_Q:

@@ -70,9 +70,8 @@ class Shaw(BiasEncoding):
     one entry per score, so flex attention needs no ``[heads, L, L]`` tensor and its
     gradient reaches ``q`` and ``key_table`` through the captured tensor.
 
-    ``scale`` defaults to ``1/sqrt(head_dim)``, :func:`posenc.attention`'s default. Until
-    attention passes its own ``scale`` on to bias encodings, an attention called with
-    another scale leaves this term at ``1/sqrt(head_dim)``.
+    :func:`posenc.attention` passes its own ``scale``; called directly, ``scale`` defaults
+    to ``1/sqrt(head_dim)``, attention's default.
 
     The paper learns one pair of tables per layer, shared by the heads; posenc's
     :class:`~posenc.models.TransformerLM` shares one encoding (so one pair) by all layers.

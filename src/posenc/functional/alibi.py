@@ -20,6 +20,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ..positions import causal_mask
+
 __all__ = [
     "ALIBI_BLOCK_BIAS",
     "ALIBI_SMALL_Q",
@@ -169,8 +171,7 @@ def _mask(q_pos: torch.Tensor, k_pos: torch.Tensor) -> tuple[torch.Tensor | None
         return None, True
     if bool(k_pos.max() <= q_pos.min()):
         return None, False
-    mask = k_pos.unsqueeze(-2) <= q_pos.unsqueeze(-1)  # [..., q_len, k_len]
-    return (mask.unsqueeze(-3) if mask.dim() == 3 else mask), False  # [(b, 1,) q, k]
+    return causal_mask(q_pos, k_pos), False  # [(b, 1,) q, k]
 
 
 def alibi_sdpa(
@@ -198,7 +199,8 @@ def alibi_sdpa(
     with its own centre and coordinate: a query puts ``m_h / scale`` in its block's
     coordinate and exact zeros in the others, so one extra product per score is non-zero
     and near keys stay within ``ALIBI_BLOCK_BIAS`` of zero (error ~4e-6 at any length). Far
-    keys round worse but weigh ``exp(-m_h |i - j|)``, which makes that vanish. Heads share
+    keys round worse but, under a causal mask, weigh ``exp(-m_h |i - j|)``, which makes that
+    vanish (without a mask the fused path is as exact as the float32 math path). Heads share
     the widest block count of their run, at most two SDPA calls (:func:`alibi_runs`).
 
     float16/bfloat16 inputs are computed in float32 and rounded once (the CPU kernel runs

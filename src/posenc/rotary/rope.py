@@ -129,6 +129,10 @@ class RoPE(RotaryEncoding):
     def scaling(self) -> ScalingConfig:
         return self.config.scaling
 
+    @property
+    def depends_on_length(self) -> bool:
+        return self.scaling.depends_on_length
+
     def inv_freq(
         self, seq_len: int | None = None, device: torch.device | str | None = None
     ) -> torch.Tensor:
