@@ -123,3 +123,10 @@ def test_bad_arguments():
         sinusoidal(torch.arange(3), 5)
     with pytest.raises(ValueError, match="layout must be one of"):
         sinusoidal(torch.arange(3), 4, layout="half")
+
+
+def test_exact_at_large_positions():
+    positions = [10**5, 10**6 + 3, 10**7 - 1]
+    got = sinusoidal(torch.tensor(positions), 16)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got.double(), reference(positions, 16), atol=1e-6, rtol=0)

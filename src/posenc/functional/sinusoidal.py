@@ -4,13 +4,15 @@ arXiv:1706.03762).
     PE(pos, 2i)     = sin(pos / base^(2i/dim))
     PE(pos, 2i + 1) = cos(pos / base^(2i/dim))
 
-Wavelengths grow geometrically from 2π to base·2π. Values are bounded in [-1, 1], and
+Wavelengths grow geometrically from 2π to 2π·base^((dim-2)/dim). Values are bounded in [-1, 1], and
 PE(pos + k) is a fixed linear map of PE(pos) (a rotation of each (sin, cos) pair by k·ω_i).
 """
 
 from __future__ import annotations
 
 import torch
+
+from .rope import rope_angles
 
 __all__ = ["SINUSOIDAL_LAYOUTS", "sinusoidal", "sinusoidal_inv_freq"]
 
@@ -50,7 +52,9 @@ def sinusoidal(
         dim: the encoding size (even).
         base: the wavelength base (10000 in the paper).
         layout: ``"interleaved"`` or ``"concat"`` (see :data:`SINUSOIDAL_LAYOUTS`).
-        dtype: the math and result dtype; default float32, float64 for float64 positions.
+        dtype: the result dtype; default float32, float64 for float64 positions. The angles
+            are formed in float64 and reduced modulo 2π first (as for RoPE), so position
+            1e6 keeps its phase; a float32 product is off by ~1e-2 there.
 
     Shapes:
         positions: ``[...]`` -> returns ``[..., dim]``
@@ -61,8 +65,8 @@ def sinusoidal(
         raise ValueError(f"layout must be one of {list(SINUSOIDAL_LAYOUTS)}, got {layout!r}")
     if dtype is None:
         dtype = torch.float64 if positions.dtype == torch.float64 else torch.float32
-    inv_freq = sinusoidal_inv_freq(dim, base, device=positions.device, dtype=dtype)
-    angles = positions.to(dtype).unsqueeze(-1) * inv_freq  # [..., dim/2]
+    inv_freq = sinusoidal_inv_freq(dim, base, device=positions.device, dtype=torch.float64)
+    angles = rope_angles(positions, inv_freq).to(dtype)  # [..., dim/2], exact mod 2π
     sin, cos = angles.sin(), angles.cos()
     if layout == "interleaved":
         return torch.stack((sin, cos), dim=-1).flatten(-2)  # [..., dim/2, 2] -> [..., dim]
