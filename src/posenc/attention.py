@@ -102,6 +102,8 @@ def attention(
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
+    if kind != "bias" and backend not in ("auto", "sdpa"):
+        raise ValueError(f"backend={backend!r} applies to bias encodings only; this runs on SDPA")
     if kind == "bias":
         return _bias_attention(
             q, k, v, encoding, q_positions, k_positions, explicit, causal, scale, backend
@@ -184,7 +186,8 @@ def _bias_attention(q, k, v, encoding, q_positions, k_positions, explicit, causa
         # a 4-D mask keeps CPU SDPA on its fast kernel (3-D falls back, 2-6x slower); the
         # CPU kernel takes a float32 mask with bf16/fp16 inputs, so the bias is not rounded
         mask = bias if bias.dim() == 4 else bias.unsqueeze(0)
-        mask = mask.to(torch.float32 if q.device.type == "cpu" else q.dtype)
+        cpu_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+        mask = mask.to(cpu_dtype if q.device.type == "cpu" else q.dtype)
         return F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
         )

@@ -97,7 +97,8 @@ def create(name: str, **config: Any) -> Encoding:
     """Build the encoding registered under ``name`` from its configuration keys.
 
     ``device`` and ``dtype`` are passed to the module's parameters; every other key must be a
-    field of the encoding's ``Config`` (an unknown or invalid key raises ``ValueError``).
+    field of the encoding's ``Config``: an unknown or invalid key raises ``ValueError`` (a
+    value of the wrong type, ``TypeError``), naming the key.
 
     Example:
         >>> enc = create("sinusoidal", dim=64)
@@ -105,6 +106,13 @@ def create(name: str, **config: Any) -> Encoding:
         'additive'
     """
     return get(name)(**config)
+
+
+def _sizes_wanted(cls: type[Encoding], sizes: Mapping[str, Any]) -> list[str]:
+    """The sizes a model fills in: the kind's size key, and any other size the encoding
+    requires (Shaw's ``head_dim``)."""
+    wanted = {cls.size_key} | (set(cls.Config.required_keys()) & set(sizes))
+    return sorted(k for k in wanted if k is not None and k in sizes)
 
 
 def resolve(spec: str | Mapping[str, Any] | Encoding, **sizes: Any) -> Encoding:
@@ -119,12 +127,12 @@ def resolve(spec: str | Mapping[str, Any] | Encoding, **sizes: Any) -> Encoding:
     from .base import Encoding
 
     if isinstance(spec, Encoding):
-        key = spec.size_key
-        if key is not None and key in sizes and getattr(spec.config, key) != sizes[key]:
-            raise ValueError(
-                f"encoding {spec.info.name!r} has {key}={getattr(spec.config, key)} "
-                f"but the model needs {key}={sizes[key]}"
-            )
+        for key in _sizes_wanted(type(spec), sizes):
+            if getattr(spec.config, key) != sizes[key]:
+                raise ValueError(
+                    f"encoding {spec.info.name!r} has {key}={getattr(spec.config, key)} "
+                    f"but the model needs {key}={sizes[key]}"
+                )
         return spec
     if isinstance(spec, str):
         name, config = spec, {}
@@ -137,10 +145,7 @@ def resolve(spec: str | Mapping[str, Any] | Encoding, **sizes: Any) -> Encoding:
         raise TypeError(
             f"encoding must be a name, a dict or an Encoding, got {type(spec).__name__}"
         )
-    cls = get(name)
-    # the kind's size key, and any other size the encoding requires (Shaw's head_dim)
-    wanted = {cls.size_key} | (set(cls.Config.required_keys()) & set(sizes))
-    for key in sorted(k for k in wanted if k is not None and k in sizes):
+    for key in _sizes_wanted(get(name), sizes):
         if key in config and config[key] != sizes[key]:
             raise ValueError(
                 f"encoding {name!r} was given {key}={config[key]} "
