@@ -76,8 +76,9 @@ class Kerple(BiasEncoding):
     Positivity: the parameters ``r1``, ``r2`` are stored as they are trained, and every
     forward uses them clamped to ``[eps, ∞)`` (the power exponent to ``[eps, 2]``) with a
     straight-through gradient (:func:`~posenc.functional.kerple.clamp_straight_through`):
-    the value and the gradient of the reference, which clamps the stored values in place
-    before each forward, without mutating parameters inside the forward. Initialisation
+    each step's value and gradient are the reference's (it clamps the stored values in
+    place before each forward), without mutating parameters inside the forward; the
+    stored values may drift past the bound where the reference's are reset. Initialisation
     as in the reference: ``r1``, ``r2`` uniform in ``(0, max)``, raised to ``eps``.
 
     The bias depends only on ``|m - n|``, so it serves causal and bidirectional attention

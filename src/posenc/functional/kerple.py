@@ -54,9 +54,12 @@ def clamp_straight_through(x: torch.Tensor, low: float, high: float | None = Non
     The KERPLE reference clamps its parameters in place before every forward
     (``p.data = p.data.clamp(min=1e-2)``), so a parameter pushed out of range sits on the
     bound and still receives the gradient computed there. This gives the same value and the
-    same gradient without mutating the parameter (which a traced or compiled forward cannot
-    do): unlike a plain ``clamp``, whose gradient is 0 outside the range, a parameter that
-    leaves the range can come back. The value is exact: ``(x - x) + clamp(x)``.
+    same gradient for that step without mutating the parameter (which a traced or compiled
+    forward cannot do): unlike a plain ``clamp``, whose gradient is 0 outside the range, a
+    parameter that leaves the range can come back. It is not the same training trajectory:
+    the stored parameter may drift past the bound, and must climb back before the value
+    moves again (the reference resets it to the bound each step). The value is exact:
+    ``(x - x) + clamp(x)``.
 
     Shapes:
         x: any -> same shape
