@@ -9,6 +9,7 @@
 from . import additive, bias, functional, models, nope, rotary
 from .attention import KVCache, attention
 from .base import AdditiveEncoding, BiasEncoding, Encoding, NoEncoding, RotaryEncoding
+from .compose import Compose, compose
 from .positions import PositionOutOfRangeError
 from .registry import EncodingInfo, available, create, info
 
@@ -17,6 +18,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AdditiveEncoding",
     "BiasEncoding",
+    "Compose",
     "Encoding",
     "EncodingInfo",
     "KVCache",
@@ -28,6 +30,7 @@ __all__ = [
     "attention",
     "available",
     "bias",
+    "compose",
     "create",
     "functional",
     "info",

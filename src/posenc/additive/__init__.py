@@ -2,5 +2,6 @@
 
 from .learned import Learned
 from .sinusoidal import ScaledSinusoidal, Sinusoidal
+from .temporal import Calendar, Time2Vec, Timestamp
 
-__all__ = ["Learned", "ScaledSinusoidal", "Sinusoidal"]
+__all__ = ["Calendar", "Learned", "ScaledSinusoidal", "Sinusoidal", "Time2Vec", "Timestamp"]

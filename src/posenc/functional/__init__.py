@@ -8,8 +8,20 @@ from .rope_scaling import ROPE_SCALINGS
 from .shaw import shaw_index, shaw_key_bias, shaw_key_scores, shaw_value_term
 from .sinusoidal import SINUSOIDAL_LAYOUTS, sinusoidal, sinusoidal_inv_freq
 from .t5 import t5_relative_bucket
+from .temporal import (
+    CALENDAR_FIELDS,
+    CALENDAR_SIZES,
+    calendar_features,
+    calendar_fields,
+    calendar_sinusoidal,
+    time2vec,
+    timestamp_encoding,
+    timestamp_inv_freq,
+)
 
 __all__ = [
+    "CALENDAR_FIELDS",
+    "CALENDAR_SIZES",
     "FIRE_EPS",
     "KERPLE_VARIANTS",
     "ROPE_LAYOUTS",
@@ -19,6 +31,9 @@ __all__ = [
     "alibi_slope",
     "alibi_slopes",
     "apply_rope",
+    "calendar_features",
+    "calendar_fields",
+    "calendar_sinusoidal",
     "clamp_straight_through",
     "fire_input",
     "fire_mlp",
@@ -34,4 +49,7 @@ __all__ = [
     "sinusoidal",
     "sinusoidal_inv_freq",
     "t5_relative_bucket",
+    "time2vec",
+    "timestamp_encoding",
+    "timestamp_inv_freq",
 ]

@@ -1,0 +1,115 @@
+"""Sums of additive encodings: several position signals added to the same embeddings.
+
+Time-series models add more than one signal at each step, e.g. Informer's value embedding
+plus a sinusoidal position plus calendar embeddings (Zhou et al. 2021, arXiv:2012.07436):
+``posenc.compose("sinusoidal", "calendar", dim=64)`` is one additive encoding that adds
+both, computed in float32 and rounded once, like any single one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from .base import AdditiveEncoding, Encoding
+from .config import EncodingConfig, check_int
+from .registry import EncodingInfo, resolve
+
+__all__ = ["Compose", "compose"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ComposeConfig(EncodingConfig):
+    """``dim``: the common size of the members (derived from them)."""
+
+    encoding_name = "compose"
+
+    dim: int
+
+    def __post_init__(self) -> None:
+        check_int("dim", self.dim)
+
+
+class Compose(AdditiveEncoding):
+    """The sum of additive encodings of one ``dim`` on the same positions::
+
+        encode(p) = Σ_j member_j.encode(p),   forward(x, p) = x + encode(p)
+
+    Positions are checked against every member (integer-only tables, learned limits: the
+    smallest limit applies and is named). Not registered: build it with :func:`compose`.
+
+    Shapes:
+        x: ``[batch, seq, dim]``; positions: ``[seq]`` or ``[batch, seq]`` ->
+        ``encode``: ``positions.shape + (dim,)``.
+    """
+
+    Config = ComposeConfig
+
+    def __init__(self, *encodings: AdditiveEncoding) -> None:
+        if not encodings:
+            raise ValueError("compose needs at least one additive encoding")
+        for enc in encodings:
+            if not isinstance(enc, AdditiveEncoding):
+                kind = enc.kind if isinstance(enc, Encoding) else type(enc).__name__
+                raise ValueError(f"compose sums additive encodings only, got {kind!r}")
+        dims = [enc.dim for enc in encodings]
+        if len(set(dims)) != 1:
+            got = ", ".join(f"{enc.info.name} dim={enc.dim}" for enc in encodings)
+            raise ValueError(f"compose needs one dim for every encoding, got {got}")
+        super().__init__(ComposeConfig(dim=dims[0]))
+        self.encodings = nn.ModuleList(encodings)
+        self.integer_positions = any(enc.integer_positions for enc in encodings)
+        limits = [(enc.position_limit(), enc.limit_name) for enc in encodings]
+        limits = [lim for lim in limits if lim[0] is not None]
+        self._limit = min(limits) if limits else (None, self.limit_name)
+        self.limit_name = self._limit[1]
+        self.info = EncodingInfo(
+            name="compose(" + ", ".join(enc.info.name for enc in encodings) + ")",
+            kind="additive",
+            trainable=any(p.requires_grad for p in self.parameters()),
+            relative=False,
+            extrapolates=all(enc.info.extrapolates for enc in encodings),
+            reference="; ".join(enc.info.reference for enc in encodings),
+            summary="the sum of " + ", ".join(enc.info.name for enc in encodings),
+        )
+
+    def reset_parameters(self) -> None:
+        for enc in self.encodings:
+            if hasattr(enc, "reset_parameters"):
+                enc.reset_parameters()
+
+    def position_limit(self) -> int | None:
+        return self._limit[0]
+
+    def _encode(self, positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        out = self.encodings[0]._encode(positions, dtype)
+        for enc in self.encodings[1:]:
+            out = out + enc._encode(positions, dtype)
+        return out
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+def compose(*encodings: str | Mapping[str, Any] | Encoding, dim: int | None = None) -> Compose:
+    """One additive encoding that sums ``encodings`` (instances, names or dicts with a
+    ``"name"`` key, built with ``dim``); mismatched dims raise ``ValueError``.
+
+    Example:
+        >>> import torch
+        >>> from posenc.compose import compose  # also posenc.compose
+        >>> enc = compose("sinusoidal", {"name": "sinusoidal", "layout": "concat"}, dim=4)
+        >>> enc.encode(torch.tensor([0]))
+        tensor([[0., 1., 1., 2.]])
+    """
+    sizes = {} if dim is None else {"dim": dim}
+    built = []
+    for spec in encodings:
+        if not isinstance(spec, Encoding) and dim is None:
+            raise ValueError(f"pass dim= to build {spec!r} by name")
+        built.append(resolve(spec, **sizes))
+    return Compose(*built)
