@@ -6,7 +6,7 @@ from .kerple import KERPLE_VARIANTS, clamp_straight_through, kerple_bias
 from .rope import ROPE_LAYOUTS, apply_rope, rope_angles, rope_cos_sin, rope_inv_freq
 from .rope_scaling import ROPE_SCALINGS
 from .shaw import shaw_index, shaw_key_bias, shaw_key_scores, shaw_value_term
-from .sinusoidal import SINUSOIDAL_LAYOUTS, sinusoidal, sinusoidal_inv_freq
+from .sinusoidal import SINUSOIDAL_LAYOUTS, sin_cos_encoding, sinusoidal, sinusoidal_inv_freq
 from .t5 import t5_relative_bucket
 from .temporal import (
     CALENDAR_FIELDS,
@@ -46,6 +46,7 @@ __all__ = [
     "shaw_key_bias",
     "shaw_key_scores",
     "shaw_value_term",
+    "sin_cos_encoding",
     "sinusoidal",
     "sinusoidal_inv_freq",
     "t5_relative_bucket",

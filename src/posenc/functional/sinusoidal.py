@@ -14,7 +14,7 @@ import torch
 
 from .rope import rope_angles
 
-__all__ = ["SINUSOIDAL_LAYOUTS", "sinusoidal", "sinusoidal_inv_freq"]
+__all__ = ["SINUSOIDAL_LAYOUTS", "sin_cos_encoding", "sinusoidal", "sinusoidal_inv_freq"]
 
 #: ``interleaved``: sin on even columns, cos on odd (the paper, the article's module);
 #: ``concat``: all sines, then all cosines (tensor2tensor, fairseq).
@@ -61,13 +61,32 @@ def sinusoidal(
     """
     if dim % 2:
         raise ValueError(f"dim must be even (sin/cos come in pairs), got {dim}")
+    inv_freq = sinusoidal_inv_freq(dim, base, device=positions.device, dtype=torch.float64)
+    return sin_cos_encoding(positions, inv_freq, layout, dtype=dtype)
+
+
+def sin_cos_encoding(
+    positions: torch.Tensor,
+    inv_freq: torch.Tensor,
+    layout: str = "interleaved",
+    *,
+    dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """sin and cos of ``positions · inv_freq`` laid out as :func:`sinusoidal` does: the step
+    shared by every sinusoidal encoding (positions, timestamps), whatever its frequencies.
+
+    Angles are formed in float64 and reduced modulo 2π, then rounded to ``dtype`` (default
+    float32, float64 for float64 positions).
+
+    Shapes:
+        positions ``[...]``, inv_freq ``[n]`` -> ``[..., 2n]``
+    """
     if layout not in SINUSOIDAL_LAYOUTS:
         raise ValueError(f"layout must be one of {list(SINUSOIDAL_LAYOUTS)}, got {layout!r}")
     if dtype is None:
         dtype = torch.float64 if positions.dtype == torch.float64 else torch.float32
-    inv_freq = sinusoidal_inv_freq(dim, base, device=positions.device, dtype=torch.float64)
-    angles = rope_angles(positions, inv_freq).to(dtype)  # [..., dim/2], exact mod 2π
+    angles = rope_angles(positions, inv_freq).to(dtype)  # [..., n], exact mod 2π
     sin, cos = angles.sin(), angles.cos()
     if layout == "interleaved":
-        return torch.stack((sin, cos), dim=-1).flatten(-2)  # [..., dim/2, 2] -> [..., dim]
+        return torch.stack((sin, cos), dim=-1).flatten(-2)  # [..., n, 2] -> [..., 2n]
     return torch.cat((sin, cos), dim=-1)

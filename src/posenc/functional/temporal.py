@@ -16,8 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .rope import rope_angles
-from .sinusoidal import SINUSOIDAL_LAYOUTS, sinusoidal
+from .sinusoidal import sin_cos_encoding, sinusoidal
 
 __all__ = [
     "CALENDAR_FIELDS",
@@ -64,14 +63,6 @@ def timestamp_inv_freq(
     return (2 * math.pi / periods).to(dtype)
 
 
-def _sin_cos(angles: torch.Tensor, layout: str) -> torch.Tensor:
-    """sin and cos of ``[..., dim/2]`` angles laid out as in :func:`sinusoidal`."""
-    sin, cos = angles.sin(), angles.cos()
-    if layout == "interleaved":
-        return torch.stack((sin, cos), dim=-1).flatten(-2)  # [..., dim/2, 2] -> [..., dim]
-    return torch.cat((sin, cos), dim=-1)
-
-
 def timestamp_encoding(
     times: torch.Tensor,
     dim: int,
@@ -105,18 +96,13 @@ def timestamp_encoding(
     """
     if dim % 2:
         raise ValueError(f"dim must be even (sin/cos come in pairs), got {dim}")
-    if layout not in SINUSOIDAL_LAYOUTS:
-        raise ValueError(f"layout must be one of {list(SINUSOIDAL_LAYOUTS)}, got {layout!r}")
     if not 0 < min_period <= max_period:
         raise ValueError(
             f"need 0 < min_period <= max_period, got min_period={min_period}, "
             f"max_period={max_period}"
         )
-    if dtype is None:
-        dtype = torch.float64 if times.dtype == torch.float64 else torch.float32
     inv_freq = timestamp_inv_freq(dim, min_period, max_period, device=times.device)
-    angles = rope_angles(times, inv_freq).to(dtype)  # [..., dim/2], exact mod 2π
-    return _sin_cos(angles, layout)
+    return sin_cos_encoding(times, inv_freq, layout, dtype=dtype)
 
 
 def time2vec(times: torch.Tensor, omega: torch.Tensor, phi: torch.Tensor) -> torch.Tensor:
