@@ -1,3 +1,4 @@
+import math
 import os
 
 import pytest
@@ -53,3 +54,25 @@ def sharpen():
 @pytest.fixture
 def check_cached_decoding():
     return _check_cached_decoding
+
+
+def _dense_attention(q, k, v, bias=None, allowed=None, causal=False):
+    """softmax(q kᵀ / sqrt(d) + bias) v, computed densely in float64 with the key/value heads
+    repeated; ``allowed`` masks scores, ``causal`` puts the queries at the end of the keys."""
+    q, k, v = q.double(), k.double(), v.double()
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if bias is not None:
+        scores = scores + bias.double()
+    if causal:
+        q_len, k_len = q.shape[2], k.shape[2]
+        allowed = torch.ones(k_len, k_len, dtype=torch.bool).tril()[k_len - q_len :]
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    return scores.softmax(-1) @ v
+
+
+@pytest.fixture
+def dense_attention():
+    return _dense_attention

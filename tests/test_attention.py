@@ -1,7 +1,6 @@
 """attention(): against a naive reference, with GQA, KV-cache layouts and encoding dispatch."""
 
 import dataclasses
-import math
 
 import pytest
 import torch
@@ -9,19 +8,6 @@ import torch
 import posenc
 from posenc.base import BiasEncoding, RotaryEncoding
 from posenc.config import EncodingConfig
-
-
-def reference(q, k, v, allowed=None, bias=None):
-    """softmax(q kᵀ / sqrt(d) + bias) v, computed densely in float64 with repeated kv heads."""
-    q, k, v = q.double(), k.double(), v.double()
-    group = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    if bias is not None:
-        scores = scores + bias.double()
-    if allowed is not None:
-        scores = scores.masked_fill(~allowed, float("-inf"))
-    return scores.softmax(-1) @ v
 
 
 def qkv(b=2, h=4, kv_h=4, lq=6, lk=6, d=8, dtype=torch.float32):
@@ -34,11 +20,13 @@ def qkv(b=2, h=4, kv_h=4, lq=6, lk=6, d=8, dtype=torch.float32):
 
 @pytest.mark.parametrize("kv_heads", [4, 2, 1])
 @pytest.mark.parametrize("causal", [True, False])
-def test_matches_reference(causal, kv_heads):
+def test_matches_reference(causal, kv_heads, dense_attention):
     q, k, v = qkv(kv_h=kv_heads)
     allowed = torch.ones(6, 6).tril().bool() if causal else None
     out = posenc.attention(q, k, v, causal=causal)
-    torch.testing.assert_close(out.double(), reference(q, k, v, allowed), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        out.double(), dense_attention(q, k, v, allowed=allowed), atol=1e-5, rtol=1e-5
+    )
 
 
 def test_kv_cache_layout_queries_are_the_last_positions():
@@ -48,13 +36,15 @@ def test_kv_cache_layout_queries_are_the_last_positions():
     torch.testing.assert_close(posenc.attention(q[:, :, 5:], k, v), full[:, :, 5:])  # 1 new
 
 
-def test_explicit_positions_define_the_causal_mask():
+def test_explicit_positions_define_the_causal_mask(dense_attention):
     q, k, v = qkv(b=2, lq=3, lk=5)
     q_pos = torch.tensor([[1, 2, 4], [0, 3, 4]])
     k_pos = torch.tensor([[0, 1, 2, 3, 4], [4, 3, 2, 1, 0]])
     allowed = (k_pos[:, None, None, :] <= q_pos[:, None, :, None]).expand(2, 4, 3, 5)
     out = posenc.attention(q, k, v, q_positions=q_pos, k_positions=k_pos)
-    torch.testing.assert_close(out.double(), reference(q, k, v, allowed), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        out.double(), dense_attention(q, k, v, allowed=allowed), atol=1e-5, rtol=1e-5
+    )
     default = posenc.attention(q, k, v)
     explicit = posenc.attention(
         q, k, v, q_positions=torch.arange(2, 5), k_positions=torch.arange(5)
@@ -87,7 +77,7 @@ class Scale(RotaryEncoding):
 
 @pytest.mark.parametrize("backend", ["auto", "flex", "sdpa", "math"])
 @pytest.mark.parametrize("causal", [True, False])
-def test_bias_encodings_are_added_to_the_scores(causal, backend):
+def test_bias_encodings_are_added_to_the_scores(causal, backend, dense_attention):
     q, k, v = qkv(lq=3, lk=6, kv_h=2)
     enc = DistanceBias()
     bias = (
@@ -97,7 +87,7 @@ def test_bias_encodings_are_added_to_the_scores(causal, backend):
     torch.testing.assert_close(enc.bias(torch.arange(3, 6), torch.arange(6)), bias)
     allowed = torch.ones(6, 6).tril().bool()[3:] if causal else None
     out = posenc.attention(q, k, v, encoding=enc, causal=causal, backend=backend)
-    expected = reference(q, k, v, allowed, bias)
+    expected = dense_attention(q, k, v, bias, allowed)
     torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)
     # explicit (batched) positions give the same result through every backend
     positions = torch.arange(6).expand(2, 6)
@@ -107,11 +97,11 @@ def test_bias_encodings_are_added_to_the_scores(causal, backend):
     torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)
 
 
-def test_rotary_encodings_transform_q_and_k_with_query_positions():
+def test_rotary_encodings_transform_q_and_k_with_query_positions(dense_attention):
     q, k, v = qkv(lq=2, lk=5)
     out = posenc.attention(q, k, v, encoding=Scale())
     q2 = q * torch.tensor([4.0, 5.0]).view(1, 1, 2, 1)
-    expected = reference(q2, 2 * k, v, torch.ones(5, 5).tril().bool()[3:])
+    expected = dense_attention(q2, 2 * k, v, allowed=torch.ones(5, 5).tril().bool()[3:])
     torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)
 
 
