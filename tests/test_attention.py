@@ -72,6 +72,8 @@ class Scale(RotaryEncoding):
     Config = _Heads
 
     def forward(self, q, k, positions=None, k_positions=None):
+        if positions is None:  # the queries are the last of the keys, as in the base class
+            positions = torch.arange(k.shape[2] - q.shape[2], k.shape[2])
         return q * (1 + positions.view(1, 1, -1, 1)), k * 2
 
 

@@ -67,7 +67,10 @@ def attention(
         encoding: a ``rotary`` or ``bias`` encoding, a ``none`` encoding, or None.
         q_positions, k_positions: ``[len]`` or ``[batch, len]``. By default the queries are
             the last ``q_len`` of the ``k_len`` keys (``arange(k_len - q_len, k_len)`` and
-            ``arange(k_len)``): the layout of a KV cache during decoding.
+            ``arange(k_len)``): the layout of a KV cache during decoding. A rotary encoding
+            may take positions of its own shape (grid coordinates ``[len, 2]``, M-RoPE's
+            ``[3, batch, len]``); those rotate q and k only, and the causal mask follows the
+            token order.
         causal: a query sees the keys at its own position and before.
         scale: the score scale, default ``1/sqrt(head_dim)``. A bias is added after scaling
             (ALiBi's bias is not divided by ``sqrt(head_dim)``).
@@ -80,6 +83,17 @@ def attention(
     """
     _check_qkv(q, k, v)
     q_len, k_len = q.shape[2], k.shape[2]
+    kind = None if encoding is None else encoding.kind
+    if kind == "rotary":
+        # the encoding checks its own positions (grid coordinates, M-RoPE's [3, batch, seq])
+        # and fills in its own defaults; the mask takes their sequence order, if they have one
+        q, k = encoding(q, k, positions=q_positions, k_positions=k_positions)
+        if q_positions is not None:
+            q_positions = encoding.causal_positions(q_positions)
+            k_positions = q_positions if k_positions is None else k_positions
+            k_positions = encoding.causal_positions(k_positions)
+            if q_positions is None or k_positions is None:
+                q_positions = k_positions = None  # no order: the mask follows the index
     explicit = q_positions is not None or k_positions is not None
     if q_positions is None:
         if k_positions is not None:
@@ -98,7 +112,6 @@ def attention(
     check_batch(q_positions, q.shape[0], "q_positions")
     check_batch(k_positions, q.shape[0], "k_positions")
 
-    kind = None if encoding is None else encoding.kind
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
@@ -108,14 +121,12 @@ def attention(
         return _bias_attention(
             q, k, v, encoding, q_positions, k_positions, explicit, causal, scale, backend
         )
-    if kind == "rotary":
-        q, k = encoding(q, k, positions=q_positions, k_positions=k_positions)
-    elif kind == "additive":
+    if kind == "additive":
         raise ValueError(
             f"{encoding.info.name!r} is an additive encoding: add it to the token embeddings "
             "(enc(x)) before the first layer instead of passing it to attention"
         )
-    elif kind not in (None, "none"):
+    if kind not in (None, "none", "rotary"):
         raise ValueError(f"unknown encoding kind {kind!r}")
 
     mask: torch.Tensor | None = None

@@ -46,6 +46,15 @@ class Encoding(nn.Module):
     Config: ClassVar[type[EncodingConfig]] = EncodingConfig
     #: set by :func:`posenc.registry.register`
     info: ClassVar[EncodingInfo]
+    #: coordinates per position: 1 (``[seq]`` or ``[batch, seq]``), or 2 for image grids
+    #: (``[seq, 2]`` or ``[batch, seq, 2]``: row, column, as :func:`posenc.positions.grid`)
+    position_axes: ClassVar[int] = 1
+    #: whether positions must be >= 0 (grid coordinates, e.g. normalised ones, may be < 0)
+    nonnegative_positions: ClassVar[bool] = True
+    #: whether positions must be integers (table lookups)
+    integer_positions: ClassVar[bool] = False
+    #: the configuration key named when a position passes :meth:`position_limit`
+    limit_name: ClassVar[str] = "max_positions"
 
     def __init__(
         self,
@@ -68,6 +77,43 @@ class Encoding(nn.Module):
     def extra_repr(self) -> str:
         return ", ".join(f"{k}={v!r}" for k, v in self.config.to_dict().items())
 
+    def position_limit(self) -> int | None:
+        """The exclusive upper bound on positions, or None when there is none."""
+        return None
+
+    def check_positions(
+        self,
+        positions: torch.Tensor,
+        *,
+        seq_len: int | None = None,
+        batch: int | None = None,
+        name: str = "positions",
+    ) -> None:
+        """Raise ``TypeError``/``ValueError`` naming ``name`` unless ``positions`` suits this
+        encoding (shape, dtype, range) for a sequence of ``seq_len`` and a batch of ``batch``."""
+        check_positions(
+            positions,
+            seq_len=seq_len,
+            name=name,
+            integer=self.integer_positions,
+            limit=self.position_limit(),
+            limit_name=self.limit_name,
+            axes=self.position_axes,
+            nonnegative=self.nonnegative_positions,
+        )
+        if batch is not None:
+            check_batch(positions, batch, name, self.position_axes)
+
+    def default_positions(
+        self, seq_len: int, device: torch.device | str | None = None, offset: int = 0
+    ) -> torch.Tensor:
+        """The positions of tokens ``offset .. offset + seq_len - 1`` when none are given:
+        ``arange`` (grid encodings: their configured grid)."""
+        limit = self.position_limit()
+        if limit is not None and offset + seq_len > limit:
+            raise PositionOutOfRangeError(offset + seq_len - 1, limit, self.limit_name)
+        return arange(seq_len, device=device, offset=offset)
+
 
 class AdditiveEncoding(Encoding):
     """An encoding added to the token embeddings: ``y = x + encode(positions)``.
@@ -82,17 +128,10 @@ class AdditiveEncoding(Encoding):
 
     kind = "additive"
     size_key = "dim"
-    integer_positions: ClassVar[bool] = False
-    #: the configuration key named when a position passes :meth:`position_limit`
-    limit_name: ClassVar[str] = "max_positions"
 
     @property
     def dim(self) -> int:
         return self.config.dim
-
-    def position_limit(self) -> int | None:
-        """The exclusive upper bound on positions, or None when there is none."""
-        return None
 
     def _encode(self, positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         raise NotImplementedError
@@ -102,30 +141,21 @@ class AdditiveEncoding(Encoding):
 
         Args:
             positions: ``[seq]`` or ``[batch, seq]``, integer or float (integer only for
-                table lookups).
+                table lookups); ``[seq, 2]`` or ``[batch, seq, 2]`` for grid encodings.
             dtype: the result dtype; default float32 (float64 for float64 positions).
 
         Returns:
-            ``positions.shape + (dim,)``.
+            ``positions.shape + (dim,)`` (``positions.shape[:-1] + (dim,)`` for grids).
         """
-        self._check(positions)
+        self.check_positions(positions)
         return self._encode(positions, dtype or math_dtype(positions.dtype))
-
-    def _check(self, positions: torch.Tensor, seq_len: int | None = None) -> None:
-        check_positions(
-            positions,
-            seq_len=seq_len,
-            integer=self.integer_positions,
-            limit=self.position_limit(),
-            limit_name=self.limit_name,
-        )
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         """``x + encode(positions)``, added in float32 and rounded once to ``x.dtype``.
 
         Shapes:
             x: ``[batch, seq, dim]``; positions: ``[seq]`` or ``[batch, seq]``, default
-            ``arange(seq)``. Returns ``[batch, seq, dim]``.
+            :meth:`default_positions` (``arange(seq)``). Returns ``[batch, seq, dim]``.
         """
         if not isinstance(x, torch.Tensor) or not x.is_floating_point():
             got = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
@@ -134,18 +164,10 @@ class AdditiveEncoding(Encoding):
             raise ValueError(
                 f"x must be [batch, seq, dim] with dim={self.dim}, got shape {tuple(x.shape)}"
             )
-        seq_len = x.shape[1]
         if positions is None:
-            limit = self.position_limit()
-            if limit is not None and seq_len > limit:
-                raise PositionOutOfRangeError(seq_len - 1, limit, self.limit_name)
-            positions = arange(seq_len, device=x.device)
+            positions = self.default_positions(x.shape[1], x.device)
         else:
-            self._check(positions, seq_len)
-            if positions.dim() == 2 and positions.shape[0] not in (1, x.shape[0]):
-                raise ValueError(
-                    f"positions has batch size {positions.shape[0]} but x has {x.shape[0]}"
-                )
+            self.check_positions(positions, seq_len=x.shape[1], batch=x.shape[0])
         dtype = math_dtype(x.dtype, positions.dtype)
         return (x.to(dtype) + self._encode(positions, dtype)).to(x.dtype)
 
@@ -190,6 +212,12 @@ class RotaryEncoding(Encoding):
         that treat queries and keys differently, such as xPos)."""
         raise NotImplementedError
 
+    def causal_positions(self, positions: torch.Tensor) -> torch.Tensor | None:
+        """The 1-D order of ``positions`` for a causal mask (``k <= q``), or None when they
+        have none (grid coordinates; M-RoPE's ``[3, batch, seq]``): attention then masks
+        by the token index."""
+        return positions if self.position_axes == 1 else None
+
     def _check_heads(self, name: str, t: torch.Tensor) -> None:
         if not isinstance(t, torch.Tensor) or not t.is_floating_point():
             got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
@@ -225,18 +253,15 @@ class RotaryEncoding(Encoding):
                 raise ValueError("k_positions given without positions: pass both")
             if q_len > k_len:
                 raise ValueError(f"q has {q_len} positions but k only {k_len}: pass positions")
-            positions = arange(q_len, device=q.device, offset=k_len - q_len)
-            if k_positions is None:
-                k_positions = arange(k_len, device=k.device)
-        check_positions(positions, seq_len=q_len)
+            positions = self.default_positions(q_len, q.device, offset=k_len - q_len)
+            k_positions = self.default_positions(k_len, k.device)
+        self.check_positions(positions, seq_len=q_len, batch=q.shape[0])
         if k_positions is None:
             if k_len != q_len:
                 raise ValueError(f"k has {k_len} positions and q {q_len}: pass k_positions")
             k_positions = positions
         else:
-            check_positions(k_positions, seq_len=k_len, name="k_positions")
-        check_batch(positions, q.shape[0])
-        check_batch(k_positions, k.shape[0], "k_positions")
+            self.check_positions(k_positions, seq_len=k_len, batch=k.shape[0], name="k_positions")
         if (
             seq_len is None
             and self.depends_on_length

@@ -62,11 +62,11 @@ class Compose(AdditiveEncoding):
             raise ValueError(f"compose needs one dim for every encoding, got {got}")
         super().__init__(ComposeConfig(dim=dims[0]))
         self.encodings = nn.ModuleList(encodings)
-        self.integer_positions = any(enc.integer_positions for enc in encodings)
-        limits = [(enc.position_limit(), enc.limit_name) for enc in encodings]
-        limits = [lim for lim in limits if lim[0] is not None]
-        self._limit = min(limits) if limits else (None, self.limit_name)
-        self.limit_name = self._limit[1]
+        axes = {enc.position_axes for enc in encodings}
+        if len(axes) != 1:
+            got = ", ".join(f"{enc.info.name} {enc.position_axes}" for enc in encodings)
+            raise ValueError(f"compose needs one number of position axes, got {got}")
+        self.position_axes = axes.pop()
         self.info = EncodingInfo(
             name="compose(" + ", ".join(enc.info.name for enc in encodings) + ")",
             kind="additive",
@@ -82,8 +82,32 @@ class Compose(AdditiveEncoding):
             if hasattr(enc, "reset_parameters"):
                 enc.reset_parameters()
 
+    @property
+    def integer_positions(self) -> bool:
+        return any(enc.integer_positions for enc in self.encodings)
+
+    @property
+    def limit_name(self) -> str:
+        return self._smallest_limit()[1]
+
     def position_limit(self) -> int | None:
-        return self._limit[0]
+        return self._smallest_limit()[0]
+
+    def _smallest_limit(self) -> tuple[int | None, str]:
+        limits = [(enc.position_limit(), enc.limit_name) for enc in self.encodings]
+        limits = [lim for lim in limits if lim[0] is not None]
+        return min(limits) if limits else (None, "max_positions")
+
+    def check_positions(self, positions, *, seq_len=None, batch=None, name="positions") -> None:
+        """The smallest limit first (so it is the one named), then every member's checks."""
+        super().check_positions(positions, seq_len=seq_len, batch=batch, name=name)
+        for enc in self.encodings:
+            enc.check_positions(positions, seq_len=seq_len, batch=batch, name=name)
+
+    def default_positions(self, seq_len, device=None, offset=0) -> torch.Tensor:
+        positions = self.encodings[0].default_positions(seq_len, device, offset)
+        self.check_positions(positions)
+        return positions
 
     def _encode(self, positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         out = self.encodings[0]._encode(positions, dtype)

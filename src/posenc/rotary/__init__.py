@@ -1,5 +1,6 @@
 """Rotary encodings: rotate queries and keys inside every attention layer."""
 
+from . import axial, mrope  # noqa: F401  (register rope_2d, rope_mixed, mrope)
 from .layouts import layout_permutation, permute_for_layout
 from .rope import RoPE
 from .xpos import XPos

@@ -1,0 +1,1 @@
+"""Additive encodings of image patch grids: ``sincos_2d`` (MAE) and ``learned_2d`` (ViT)."""
