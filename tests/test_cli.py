@@ -97,7 +97,11 @@ def test_demo_runs_its_default_encodings(capsys):
 
 
 def test_demo_trains_any_registered_encoding(capsys):
-    names = [n for n in posenc.available() if n not in demo.DEMO_ENCODINGS]
+    names = [
+        n
+        for n in posenc.available()
+        if n not in demo.DEMO_ENCODINGS and posenc.registry.get(n).position_axes == 1
+    ]
     assert main(["demo", "--steps", "1", "--encodings", *names]) == 0
     rows = _results(capsys.readouterr().out)
     assert list(rows) == names
@@ -109,6 +113,13 @@ def test_demo_encodings_option(capsys):
     assert main(["demo", "--steps", "1", "--encodings", "nope", "learned"]) == 0
     out = capsys.readouterr().out
     assert list(_results(out)) == ["nope", "learned"]
+
+
+def test_demo_refuses_image_grid_encodings(capsys):
+    assert main(["demo", "--steps", "1", "--encodings", "nope", "rope_2d"]) == 2
+    captured = capsys.readouterr()
+    assert "'rope_2d' encodes image-grid coordinates" in captured.err
+    assert captured.out == ""
 
 
 def test_demo_unknown_encoding_exits_2(capsys):

@@ -14,6 +14,9 @@ once:
   fixed ``q`` ``[batch, n_heads, seq, head_dim]`` and returns ``[batch, n_heads, seq, seq]``.
 
 An encoding that needs configuration keys besides its size key gets them in ``EXTRA_CONFIG``.
+Encodings of image grids (``position_axes == 2``) get the same positions as coordinates on a
+grid ``GRID_W`` wide, ``(p // GRID_W, p % GRID_W)`` (:func:`as_positions`), so every check
+runs on them unchanged.
 """
 
 from __future__ import annotations
@@ -32,12 +35,22 @@ from posenc.models import TransformerLM
 NAMES = posenc.available()
 KINDS = ("additive", "rotary", "bias", "none")
 #: configuration keys, besides the size key, that an encoding needs to be built
-EXTRA_CONFIG: dict[str, dict[str, Any]] = {"shaw": {"head_dim": 4}}
-
 SIZE = 8  # the size key's value: dim (additive), head_dim (rotary) or n_heads (bias)
 BATCH, HEADS, SEQ = 2, 2, 6
 #: positions far from 0: angles or tables computed in a low precision come out visibly wrong
 OFFSET = 100
+#: the width of the grid that grid encodings read the positions on; SEQ tokens fill its
+#: default grid, and the OFFSET positions reach row (OFFSET + SEQ) // GRID_W
+GRID_W = 3
+GRID = (SEQ // GRID_W, GRID_W)
+EXTRA_CONFIG: dict[str, dict[str, Any]] = {
+    "shaw": {"head_dim": 4},
+    "sincos_2d": {"grid": GRID},
+    "rope_2d": {"grid": GRID},
+    "rope_mixed": {"grid": GRID, "n_heads": HEADS},
+    # a table must hold the far positions too, so its default grid is not the SEQ tokens'
+    "learned_2d": {"grid": ((OFFSET + SEQ) // GRID_W + 1, GRID_W)},
+}
 
 by_name = pytest.mark.parametrize("name", NAMES)
 
@@ -53,6 +66,15 @@ def make(name: str, **kwargs: Any) -> posenc.Encoding:
 
 def arange_positions(offset: int = 0, device: str = "cpu") -> torch.Tensor:
     return torch.arange(offset, offset + SEQ, device=device)
+
+
+def as_positions(enc: posenc.Encoding, positions: torch.Tensor | None) -> torch.Tensor | None:
+    """The positions as ``enc`` takes them: unchanged, or grid coordinates ``[..., 2]``."""
+    if positions is None or enc.position_axes == 1:
+        return positions
+    if positions.dtype == torch.bool:
+        return torch.stack((positions, positions), dim=-1)
+    return torch.stack((positions // GRID_W, positions % GRID_W), dim=-1)
 
 
 def make_inputs(
@@ -102,6 +124,9 @@ class Driver(nn.Module):
         self, *inputs: torch.Tensor, positions: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, ...]:
         kind = self.enc.kind
+        if positions is None and self.enc.position_axes != 1 and self.enc.config.grid != GRID:
+            positions = arange_positions(device=self.device)  # its default grid is larger
+        positions = as_positions(self.enc, positions)
         if kind == "additive":
             return (self.enc(*inputs, positions=positions),)
         if kind == "none":
@@ -162,13 +187,14 @@ def test_output_shapes(name):
     if enc.kind == "additive":
         (x,) = inputs
         positions = arange_positions(OFFSET)
-        pe = enc.encode(positions)
+        pe = enc.encode(as_positions(enc, positions))
         assert pe.shape == (SEQ, SIZE) and pe.dtype == torch.float32
         assert_close(drive(x, positions=positions)[0], x + pe, rtol=0, atol=0)
         batched = torch.stack((positions, arange_positions()))  # [2, seq]
-        pe2 = enc.encode(batched)
+        pe2 = enc.encode(as_positions(enc, batched))
         assert pe2.shape == (2, SEQ, SIZE) and pe2.dtype == torch.float32
-        assert_close(pe2, torch.stack((pe, enc.encode(arange_positions()))), rtol=0, atol=0)
+        pe_start = enc.encode(as_positions(enc, arange_positions()))
+        assert_close(pe2, torch.stack((pe, pe_start)), rtol=0, atol=0)
 
 
 @by_name
@@ -221,11 +247,11 @@ def test_float64_input_computes_in_float64(name):
     assert_all_close(outs, [o.double() for o in outs32], rtol=1e-5, atol=1e-5)
     if enc.kind == "additive":
         # x + the float64 encoding (a float32 one would be off by ~1e-6 at these positions)
-        pe64 = enc.encode(positions, dtype=torch.float64)
+        pe64 = enc.encode(as_positions(enc, positions), dtype=torch.float64)
         assert pe64.dtype == torch.float64
         assert_close(outs[0], inputs[0] + pe64)
         if not enc.integer_positions:
-            assert_close(enc.encode(positions.double()), pe64, rtol=0, atol=0)
+            assert_close(enc.encode(as_positions(enc, positions.double())), pe64, rtol=0, atol=0)
 
 
 # 3. gradients ------------------------------------------------------------------------------
@@ -366,11 +392,11 @@ def test_to_bfloat16_keeps_float32_encoding(name):
     inputs = make_inputs(enc.kind)
     positions = arange_positions(OFFSET)
     before = drive(*inputs, positions=positions)
-    pe = enc.encode(positions) if enc.kind == "additive" else None
+    pe = enc.encode(as_positions(enc, positions)) if enc.kind == "additive" else None
     enc.to(torch.bfloat16)
     assert_all_close(drive(*inputs, positions=positions), before, rtol=0, atol=0)
     if pe is not None:
-        after = enc.encode(positions)
+        after = enc.encode(as_positions(enc, positions))
         assert after.dtype == torch.float32
         assert_close(after, pe, rtol=0, atol=0)
 
@@ -384,16 +410,22 @@ def bad_calls(enc: posenc.Encoding, case: str) -> list[tuple[Any, type[Exception
     """``(thunk, exception type, message pattern)`` for one kind of bad input, or []."""
     kind = enc.kind
     good = make_inputs(kind)
-    positions = arange_positions()
+    positions = as_positions(enc, arange_positions())
     wrong_positions = {
         "negative_positions": (positions - 1, ValueError, r"must be >= 0, got -1"),
         "positions_length": (
-            torch.arange(SEQ + 1),
+            as_positions(enc, torch.arange(SEQ + 1)),
             ValueError,
             rf"{SEQ + 1} positions.*sequence has {SEQ}",
         ),
-        "bool_positions": (torch.ones(SEQ, dtype=torch.bool), TypeError, r"torch\.bool"),
+        "bool_positions": (
+            as_positions(enc, torch.ones(SEQ, dtype=torch.bool)),
+            TypeError,
+            r"torch\.bool",
+        ),
     }
+    if not enc.nonnegative_positions:  # grid coordinates: negative ones are valid
+        del wrong_positions["negative_positions"]
     if kind in ("additive", "rotary"):
         shape = tuple(good[0].shape)
         wide = (*shape[:-1], SIZE + 2)
@@ -411,6 +443,8 @@ def bad_calls(enc: posenc.Encoding, case: str) -> list[tuple[Any, type[Exception
             if kind == "additive":
                 return [(lambda: enc(x), exc, match)]
             return [(lambda: enc(x, good[1]), exc, match), (lambda: enc(good[0], x), exc, match)]
+        if case not in wrong_positions:
+            return []
         pos, exc, match = wrong_positions[case]
         calls = [(lambda: enc(*good, positions=pos), exc, match)]
         if kind == "additive" and case != "positions_length":
@@ -482,6 +516,8 @@ def test_unknown_encoding_lists_available():
 @by_name
 @pytest.mark.parametrize("n_kv_heads", [None, 2], ids=["mha", "gqa"])
 def test_transformer_lm_cached_generation(name, n_kv_heads):
+    if posenc.registry.get(name).position_axes != 1:
+        pytest.skip("an image-grid encoding has no place in a causal language model")
     model = TransformerLM(
         vocab_size=37, dim=32, n_layers=2, n_heads=4, encoding=name, n_kv_heads=n_kv_heads
     ).eval()

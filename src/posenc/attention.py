@@ -89,8 +89,8 @@ def attention(
         # and fills in its own defaults; the mask takes their sequence order, if they have one
         q, k = encoding(q, k, positions=q_positions, k_positions=k_positions)
         if q_positions is not None:
-            q_positions = encoding.causal_positions(q_positions)
             k_positions = q_positions if k_positions is None else k_positions
+            q_positions = encoding.causal_positions(q_positions)
             k_positions = encoding.causal_positions(k_positions)
             if q_positions is None or k_positions is None:
                 q_positions = k_positions = None  # no order: the mask follows the index

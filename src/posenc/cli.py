@@ -173,12 +173,11 @@ def cmd_info(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from . import demo
 
-    for name in args.encodings or ():
-        try:
-            registry.get(name)
-        except ValueError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
+    try:
+        demo.check_names(args.encodings or ())
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     demo.run_demo(demo.STEPS if args.steps is None else args.steps, args.seed, names=args.encodings)
     return 0
 

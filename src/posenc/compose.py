@@ -67,6 +67,8 @@ class Compose(AdditiveEncoding):
             got = ", ".join(f"{enc.info.name} {enc.position_axes}" for enc in encodings)
             raise ValueError(f"compose needs one number of position axes, got {got}")
         self.position_axes = axes.pop()
+        # members check their own ranges below; negative coordinates pass if all take them
+        self.nonnegative_positions = any(enc.nonnegative_positions for enc in encodings)
         self.info = EncodingInfo(
             name="compose(" + ", ".join(enc.info.name for enc in encodings) + ")",
             kind="additive",

@@ -183,6 +183,17 @@ def arena_row(name: str, steps: int, seed: int) -> list[str]:
 DEMO_ENCODINGS = ("nope", "sinusoidal", "learned", "rope", "xpos", "alibi", "t5")
 
 
+def check_names(names: Sequence[str]) -> None:
+    """Raise ``ValueError`` for a name the demo cannot train (unknown, or an encoding of
+    image-grid coordinates), before minutes of training rather than after."""
+    for name in names:
+        if registry.get(name).position_axes != 1:
+            raise ValueError(
+                f"{name!r} encodes image-grid coordinates: the demo trains a text model, "
+                "so choose an encoding of 1-D positions"
+            )
+
+
 def run_demo(
     steps: int = STEPS,
     seed: int = 0,
@@ -199,8 +210,7 @@ def run_demo(
             kind, so the demo stays near a minute; the arena trains them all).
     """
     names = [n for n in DEMO_ENCODINGS if n in registry.available()] if names is None else names
-    for name in names:
-        registry.get(name)  # an unknown name fails now, not after minutes of training
+    check_names(names)
     out("posenc: positional encodings for transformers\n")
     out(encodings_table())
     out("")

@@ -13,6 +13,8 @@ parameter, never a silent clamp or wrap.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 __all__ = [
@@ -22,6 +24,8 @@ __all__ = [
     "check_batch",
     "check_positions",
     "grid",
+    "grid_default_positions",
+    "multimodal",
     "position_at",
 ]
 
@@ -196,4 +200,37 @@ def grid(
     return torch.cat((coords.new_zeros(prefix, 2), coords))
 
 
-from .multimodal import *  # noqa: E402, F403  (multimodal(): text, images and videos)
+def grid_default_positions(
+    config: Any,
+    seq_len: int,
+    device: torch.device | str | None = None,
+    offset: int = 0,
+) -> torch.Tensor:
+    """The default positions of a grid encoding: tokens ``offset .. offset + seq_len - 1``
+    of ``grid(h, w, prefix)`` for the configured ``config.grid`` and ``config.prefix``.
+
+    Only a sequence that ends exactly at the grid's last patch has defaults: any other
+    length would be a guess, so it raises ``ValueError`` and says what to pass instead.
+
+    Shapes:
+        returns ``[seq_len, 2]`` int64
+    """
+    name, size, prefix = config.encoding_name, config.grid, config.prefix
+    if size is None:
+        raise ValueError(
+            f"{name} has no grid configured, so there are no default positions: pass "
+            f"positions=posenc.positions.grid(h, w, prefix={prefix}) (or configure grid=(h, w))"
+        )
+    h, w = size
+    total = prefix + h * w
+    if offset + seq_len != total:
+        after = f" after {offset} earlier tokens" if offset else ""
+        raise ValueError(
+            f"{name} has grid={size} and prefix={prefix}, so its default positions cover "
+            f"{total} tokens, but the sequence has {seq_len}{after}: pass "
+            f"positions=posenc.positions.grid(h, w, prefix={prefix}) for the image's grid"
+        )
+    return grid(h, w, prefix, device=device)[offset : offset + seq_len]
+
+
+from .multimodal import multimodal  # noqa: E402  (text, images and videos: M-RoPE ids)
