@@ -113,3 +113,25 @@ def test_attention_factor_scales_cos_and_sin_once():
 def test_bad_layout():
     with pytest.raises(ValueError, match="layout must be one of"):
         apply_rope(torch.randn(1, 1, 1, 4), torch.ones(1, 2), torch.zeros(1, 2), "gptj")
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_per_head_cos_sin(layout):
+    """4-D cos/sin ``[batch or 1, heads, seq, n]`` rotate each head by its own angles (the
+    per-head tables of RoPE-Mixed); one head broadcasts like the 3-D tables."""
+    x = torch.randn(2, 3, 5, 8)
+    inv_freq, _ = rope_inv_freq(8)
+    positions = [torch.tensor([0, 3, 9, 27, 81]) * (h + 1) for h in range(3)]
+    tables = [rope_cos_sin(p, inv_freq) for p in positions]  # [seq, n] per head
+    cos = torch.stack([c for c, _ in tables]).unsqueeze(0)  # [1, heads, seq, n]
+    sin = torch.stack([s for _, s in tables]).unsqueeze(0)
+    out = apply_rope(x, cos, sin, layout)
+    for h in range(3):
+        expected = reference(x[:, h : h + 1], positions[h].tolist(), layout=layout)
+        torch.testing.assert_close(out[:, h : h + 1].double(), expected, atol=2e-6, rtol=0)
+    batched = apply_rope(x, cos.expand(2, -1, -1, -1), sin.expand(2, -1, -1, -1), layout)
+    assert torch.equal(batched, out)
+    one_head = apply_rope(x, cos[:, :1], sin[:, :1], layout)
+    assert torch.equal(one_head, apply_rope(x, cos[0, 0], sin[0, 0], layout))
+    with pytest.raises(ValueError, match="per-head cos/sin have 2 heads but x has 3"):
+        apply_rope(x, cos[:, :2], sin[:, :2], layout)

@@ -99,15 +99,23 @@ def apply_rope(
     rest pass through unchanged). The math runs in float32 (float64 for float64 input) and
     is rounded once to ``x.dtype``.
 
+    cos/sin may also be 4-D, one rotation per head (RoPE-Mixed's learned frequencies).
+
     Shapes:
-        x ``[batch, heads, seq, head_dim]``; cos, sin ``[seq, n]`` or ``[batch, seq, n]``
-        with ``2n <= head_dim`` -> ``[batch, heads, seq, head_dim]``
+        x ``[batch, heads, seq, head_dim]``; cos, sin ``[seq, n]``, ``[batch, seq, n]`` or
+        ``[batch or 1, heads, seq, n]`` with ``2n <= head_dim`` ->
+        ``[batch, heads, seq, head_dim]``
     """
     if layout not in ROPE_LAYOUTS:
         raise ValueError(f"layout must be one of {list(ROPE_LAYOUTS)}, got {layout!r}")
     n = cos.shape[-1]
     if cos.dim() == 3:  # [b, s, n] -> [b, 1, s, n]: one rotation for every head
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    elif cos.dim() == 4 and cos.shape[1] not in (1, x.shape[1]):  # [b, h, s, n]: per head
+        raise ValueError(
+            f"per-head cos/sin have {cos.shape[1]} heads but x has {x.shape[1]}: "
+            "they must be [batch or 1, heads of x (or 1), seq, n]"
+        )
     dtype = torch.float64 if torch.float64 in (x.dtype, cos.dtype) else torch.float32
     cos, sin = cos.to(dtype), sin.to(dtype)
     rot = x[..., : 2 * n].to(dtype)
