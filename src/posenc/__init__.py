@@ -6,7 +6,7 @@
 'additive'
 """
 
-from . import additive, bias, functional, models, nope, rotary
+from . import additive, bias, functional, models, nope, positions, rotary
 from .attention import KVCache, attention
 from .base import AdditiveEncoding, BiasEncoding, Encoding, NoEncoding, RotaryEncoding
 from .compose import Compose, compose
@@ -36,5 +36,6 @@ __all__ = [
     "info",
     "models",
     "nope",
+    "positions",
     "rotary",
 ]

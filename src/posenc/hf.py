@@ -19,6 +19,7 @@ from typing import Any
 
 from .functional.rope_scaling import ROPE_SCALINGS, ntk_base, parse_scaling
 from .rotary.layouts import permute_for_layout
+from .rotary.mrope import MRoPE
 from .rotary.rope import DEFAULT_BASE, RoPE
 
 __all__ = ["EXTEND_METHODS", "extend_context", "permute_for_layout", "rope_from_hf_config"]
@@ -34,6 +35,19 @@ _ORIGINAL_FROM_CONFIG = ("yarn", "llama3", "longrope")
 #: Multi-head latent attention models: the rotary part of each head is ``qk_rope_head_dim``
 #: and the rotary pairs are interleaved (2i, 2i + 1) in the q/k projection weights
 _INTERLEAVED_MODEL_TYPES = ("deepseek_v2", "deepseek_v3")
+
+#: M-RoPE models (the composite config and its text config): model_type -> (whether the
+#: sections interleave, the mrope_section transformers uses when the config has none)
+_MROPE_MODEL_TYPES = {
+    f"{name}{suffix}": layout
+    for name, layout in (
+        ("qwen2_vl", (False, (16, 24, 24))),
+        ("qwen2_5_vl", (False, (16, 24, 24))),
+        ("qwen3_vl", (True, (24, 20, 20))),
+        ("qwen3_vl_moe", (True, (24, 20, 20))),
+    )
+    for suffix in ("", "_text")
+}
 
 #: rope_parameters keys that extend_context sets from its own arguments and the model
 _SET_BY_EXTEND = (
@@ -87,6 +101,33 @@ def _rope_dict(get) -> dict[str, Any]:
     return {k: v for k, v in params.items() if v is not None}
 
 
+def _mrope_keys(params: dict[str, Any], model_type: Any) -> dict[str, Any] | None:
+    """Take M-RoPE's keys out of ``params``: the :class:`~posenc.rotary.MRoPE` keys for an
+    M-RoPE model type, None for other models (which must not carry M-RoPE keys)."""
+    legacy = [k for k in ("type", "rope_type") if params.get(k) == "mrope"]
+    found = [k for k in ("mrope_section", "mrope_interleaved") if k in params] + [
+        f"{k}='mrope'" for k in legacy
+    ]
+    if model_type not in _MROPE_MODEL_TYPES:
+        if found:
+            raise ValueError(
+                f"M-RoPE keys {found} in a config of model_type {model_type!r}: posenc "
+                f"reproduces the M-RoPE of model types {sorted(_MROPE_MODEL_TYPES)} only"
+            )
+        return None
+    interleaved, default_section = _MROPE_MODEL_TYPES[model_type]
+    for key in legacy:  # Qwen2-VL's legacy "mrope" type: default frequencies in sections
+        params[key] = "default"
+    section = params.pop("mrope_section", default_section)
+    flag = params.pop("mrope_interleaved", interleaved)
+    if flag != interleaved:
+        raise ValueError(
+            f"mrope_interleaved={flag!r} conflicts with model_type {model_type!r}, whose "
+            f"transformers rotary embedding {'always' if interleaved else 'never'} interleaves"
+        )
+    return {"mrope_section": section, "mrope_interleaved": interleaved}
+
+
 def rope_from_hf_config(config: Any) -> RoPE:
     """The posenc :class:`~posenc.rotary.RoPE` of a Hugging Face model, from its config.
 
@@ -108,9 +149,17 @@ def rope_from_hf_config(config: Any) -> RoPE:
     - Phi-3's old names ``su`` and ``yarn`` for LongRoPE become ``longrope``, as in
       transformers' Phi-3 config.
 
+    Multimodal models with M-RoPE (``model_type`` ``qwen2_vl``, ``qwen2_5_vl``: sections;
+    ``qwen3_vl``, ``qwen3_vl_moe``: interleaved; composite configs are read from their
+    ``text_config``) give an :class:`~posenc.rotary.MRoPE` with the config's
+    ``mrope_section``, or transformers' default for the model when it has none
+    ([16, 24, 24], Qwen3-VL [24, 20, 20]); the legacy rope type ``mrope`` is the default
+    frequencies. It takes the ``[3, batch, seq]`` position ids of
+    :func:`posenc.positions.multimodal`.
+
     Keys set to None count as absent. Anything posenc does not know (a rope type such as
-    ``mrope``, a key such as ``mrope_section``, per-layer dicts) raises ``ValueError`` naming
-    it, never silently dropped.
+    ``ntk-by-parts``, M-RoPE keys in another model, per-layer dicts) raises ``ValueError``
+    naming it, never silently dropped.
 
     The layout is ``"half"`` (pairs i, i + d/2), as in every Hugging Face Llama-family
     model (Llama, Mistral, Qwen2, Phi-3, Gemma, ...), whose conversion scripts permute
@@ -140,9 +189,12 @@ def rope_from_hf_config(config: Any) -> RoPE:
         (128, 500000.0, 'llama3', 'half')
     """
     get = _getter(config)
+    model_type = get("model_type")
+    if model_type in _MROPE_MODEL_TYPES and get("text_config") is not None:
+        get = _getter(get("text_config"))  # a vision-language config: its language model's
     head_dim = _head_dim(get)
     params = _rope_dict(get)
-    model_type = get("model_type")
+    mrope = _mrope_keys(params, model_type)
 
     if "type" in params:  # the legacy name of rope_type
         legacy = params.pop("type")
@@ -184,6 +236,8 @@ def rope_from_hf_config(config: Any) -> RoPE:
         if rope_type in ("yarn", "longrope") and "factor" not in params:
             params["factor"] = need_max_positions() / params[original_key]
 
+    if mrope is not None:
+        return MRoPE(head_dim=head_dim, scaling=params, **mrope)
     interleaved = model_type in _INTERLEAVED_MODEL_TYPES and get("rope_interleave", True)
     return RoPE(head_dim=head_dim, scaling=params, layout="interleaved" if interleaved else "half")
 

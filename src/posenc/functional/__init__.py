@@ -1,8 +1,23 @@
 """The math of positional encodings as pure, differentiable functions: one file per family."""
 
 from .alibi import alibi_bias, alibi_slope, alibi_slopes
+from .axial_rope import (
+    AXIS_ORDERS,
+    axial_rope_cos_sin,
+    axial_rope_inv_freq,
+    rope_mixed_cos_sin,
+    rope_mixed_freqs,
+)
 from .fire import FIRE_EPS, fire_input, fire_mlp, fire_psi
+from .grid import GRID_ORDERS, RESAMPLE_MODES, grid_table_index, resample_grid_table, sincos_2d
 from .kerple import KERPLE_VARIANTS, clamp_straight_through, kerple_bias
+from .mrope import (
+    MROPE_AXES,
+    check_mrope_section,
+    default_mrope_section,
+    mrope_axis,
+    mrope_cos_sin,
+)
 from .rope import ROPE_LAYOUTS, apply_rope, rope_angles, rope_cos_sin, rope_inv_freq
 from .rope_scaling import ROPE_SCALINGS
 from .shaw import shaw_index, shaw_key_bias, shaw_key_scores, shaw_value_term
@@ -20,10 +35,14 @@ from .temporal import (
 )
 
 __all__ = [
+    "AXIS_ORDERS",
     "CALENDAR_FIELDS",
     "CALENDAR_SIZES",
     "FIRE_EPS",
+    "GRID_ORDERS",
     "KERPLE_VARIANTS",
+    "MROPE_AXES",
+    "RESAMPLE_MODES",
     "ROPE_LAYOUTS",
     "ROPE_SCALINGS",
     "SINUSOIDAL_LAYOUTS",
@@ -31,22 +50,33 @@ __all__ = [
     "alibi_slope",
     "alibi_slopes",
     "apply_rope",
+    "axial_rope_cos_sin",
+    "axial_rope_inv_freq",
     "calendar_features",
     "calendar_fields",
     "calendar_sinusoidal",
+    "check_mrope_section",
     "clamp_straight_through",
+    "default_mrope_section",
     "fire_input",
     "fire_mlp",
     "fire_psi",
+    "grid_table_index",
     "kerple_bias",
+    "mrope_axis",
+    "mrope_cos_sin",
+    "resample_grid_table",
     "rope_angles",
     "rope_cos_sin",
     "rope_inv_freq",
+    "rope_mixed_cos_sin",
+    "rope_mixed_freqs",
     "shaw_index",
     "shaw_key_bias",
     "shaw_key_scores",
     "shaw_value_term",
     "sin_cos_encoding",
+    "sincos_2d",
     "sinusoidal",
     "sinusoidal_inv_freq",
     "t5_relative_bucket",

@@ -1,8 +1,17 @@
 """Rotary encodings: rotate queries and keys inside every attention layer."""
 
-from . import axial, mrope  # noqa: F401  (register rope_2d, rope_mixed, mrope)
+from .axial import RoPE2D, RoPEMixed
 from .layouts import layout_permutation, permute_for_layout
+from .mrope import MRoPE
 from .rope import RoPE
 from .xpos import XPos
 
-__all__ = ["RoPE", "XPos", "layout_permutation", "permute_for_layout"]
+__all__ = [
+    "MRoPE",
+    "RoPE",
+    "RoPE2D",
+    "RoPEMixed",
+    "XPos",
+    "layout_permutation",
+    "permute_for_layout",
+]
