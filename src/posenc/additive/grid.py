@@ -132,7 +132,7 @@ class SinCos2DConfig(EncodingConfig):
     relative=False,
     extrapolates=True,
     reference="He et al. 2021, Masked Autoencoders Are Scalable Vision Learners, arXiv:2111.06377",
-    summary="fixed sin/cos of the patch row on half the channels, of the column on the other",
+    summary="fixed sin/cos of the patch column on half the channels, of the row on the other",
 )
 class SinCos2D(_GridEncoding):
     """The fixed 2-D sin-cos encoding of MAE (:func:`posenc.functional.grid.sincos_2d`)::

@@ -41,6 +41,19 @@ __all__ = ["RoPE2D", "RoPEMixed"]
 REFERENCE = "Heo et al. 2024, Rotary Position Embedding for Vision Transformer, arXiv:2403.13298"
 
 
+class _GridRotary(RotaryEncoding):
+    """What the rotary grid encodings share: (row, col) positions, negative ones included
+    (normalised grids), and default positions from the configured grid."""
+
+    position_axes = 2
+    nonnegative_positions = False
+
+    def default_positions(
+        self, seq_len: int, device: torch.device | str | None = None, offset: int = 0
+    ) -> torch.Tensor:
+        return grid_default_positions(self.config, seq_len, device, offset)
+
+
 @dataclasses.dataclass(frozen=True)
 class RoPE2DConfig(EncodingConfig):
     """Configuration of :class:`RoPE2D`.
@@ -91,7 +104,7 @@ class RoPE2DConfig(EncodingConfig):
     reference=REFERENCE,
     summary="axial RoPE for image grids: half the pairs rotate with the column, half with the row",
 )
-class RoPE2D(RotaryEncoding):
+class RoPE2D(_GridRotary):
     """Axial 2-D rotary position embedding.
 
     Pair i < head_dim/4 rotates by x·θ_i and pair head_dim/4 + i by y·θ_i (``axis_order="xy"``;
@@ -116,13 +129,6 @@ class RoPE2D(RotaryEncoding):
     """
 
     Config = RoPE2DConfig
-    position_axes = 2
-    nonnegative_positions = False
-
-    def default_positions(
-        self, seq_len: int, device: torch.device | str | None = None, offset: int = 0
-    ) -> torch.Tensor:
-        return grid_default_positions(self.config, seq_len, device, offset)
 
     def inv_freq(self, device: torch.device | str | None = None) -> torch.Tensor:
         """The per-axis frequencies times ``coord_scale``, float64 ``[head_dim // 4]``."""
@@ -200,7 +206,7 @@ class RoPEMixedConfig(EncodingConfig):
     reference=REFERENCE,
     summary="RoPE for image grids with learned per-head frequencies along any direction",
 )
-class RoPEMixed(RotaryEncoding):
+class RoPEMixed(_GridRotary):
     """RoPE-Mixed: pair i of head h rotates by x·f_x[h, i] + y·f_y[h, i], learned.
 
     ``freqs`` ``[2, n_kv_heads, head_dim // 2]`` (float32; ``freqs[0]`` is f_x, ``freqs[1]``
@@ -231,8 +237,6 @@ class RoPEMixed(RotaryEncoding):
     """
 
     Config = RoPEMixedConfig
-    position_axes = 2
-    nonnegative_positions = False
 
     def __init__(self, config: RoPEMixedConfig | None = None, **kwargs: Any) -> None:
         super().__init__(config, **kwargs)
@@ -249,11 +253,6 @@ class RoPEMixed(RotaryEncoding):
         phases = torch.empty(c.n_kv_heads, dtype=torch.float64, device=device)
         phases.uniform_(0, 2 * math.pi)
         self.freqs.copy_(rope_mixed_freqs(phases, c.head_dim, c.base))
-
-    def default_positions(
-        self, seq_len: int, device: torch.device | str | None = None, offset: int = 0
-    ) -> torch.Tensor:
-        return grid_default_positions(self.config, seq_len, device, offset)
 
     def rotation(
         self, positions: torch.Tensor, seq_len: int | None = None
