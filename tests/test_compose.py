@@ -83,3 +83,19 @@ def test_transformer_lm_with_composed_encoding(check_cached_decoding):
     enc = compose("sinusoidal", "timestamp", dim=32)
     model = TransformerLM(vocab_size=37, dim=32, n_layers=2, n_heads=4, encoding=enc).eval()
     check_cached_decoding(model, torch.randint(0, 37, (2, 5)), 6)
+
+
+def test_grid_encodings_must_agree_on_prefix_and_grid():
+    sincos = posenc.create("sincos_2d", dim=8, grid=(2, 3), prefix=1)
+    learned = posenc.create("learned_2d", dim=8, grid=(2, 3), prefix=1)
+    both = posenc.compose(sincos, learned)
+    x = torch.zeros(1, 7, 8)
+    torch.testing.assert_close(both(x), sincos(x) + learned(x), rtol=0, atol=0)
+    for other in (
+        posenc.create("learned_2d", dim=8, grid=(2, 3), prefix=0),  # [CLS] read as a patch
+        posenc.create("learned_2d", dim=8, grid=(3, 2), prefix=1),
+    ):
+        with pytest.raises(ValueError, match="compose needs one grid and one prefix"):
+            posenc.compose(sincos, other)
+    with pytest.raises(ValueError, match="one number of position axes"):
+        posenc.compose(sincos, posenc.create("sinusoidal", dim=8))

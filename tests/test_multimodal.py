@@ -69,7 +69,7 @@ def naive(
                         out[:, b, kept[i]] = torch.tensor(ids, dtype=torch.float64)
                         largest = max(largest, *ids)
                         i += 1
-            next_id = math.floor(largest) + 1
+            next_id = math.ceil(largest) + 1  # whole ids: >= 1 past the largest
         deltas.append(next_id - len(kept))
     return out, torch.tensor(deltas).unsqueeze(1)
 
@@ -164,9 +164,22 @@ def test_half_a_second_is_not_rounded_to_zero():
         exact_time=True,
     )
     assert exact.dtype == torch.float64
-    assert exact[0, 0].tolist() == [0, 1, 1.5, 2, 2.5, 3]
-    assert torch.equal(exact[1:], slow[1:].double()) and torch.equal(exact_deltas, slow_deltas)
+    # the text after the video resumes at its largest id rounded up, plus one: whole ids
+    assert exact[0, 0].tolist() == [0, 1, 1.5, 2, 2.5, 4]
+    assert torch.equal(exact[1:, :, :5], slow[1:, :, :5].double())
     assert deltas.tolist() == [[0]] and slow_deltas.tolist() == [[-2]]
+    assert exact_deltas.tolist() == [[-1]]
+
+
+def test_exact_time_is_exact_for_python_seconds():
+    """Seconds given as Python floats are read in float64: 0.35 s x 2 ids/s over 11 frames
+    ends at exactly 7.0, and the text after it at 8 (float32 would give 6.9999995 and 7)."""
+    ids = torch.tensor([[5] + [VIDEO] * 11 + [6]])
+    grid = torch.tensor([[11, MERGE, MERGE]])
+    kwargs = dict(video_grid_thw=grid, **IDS, second_per_grid_ts=[0.35], tokens_per_second=2)
+    exact, deltas = multimodal(ids, **kwargs, exact_time=True)
+    assert exact[0, 0, -2:].tolist() == [1 + 10 * 0.35 * 2, 9.0]
+    assert deltas.tolist() == [[10 - 13]]
 
 
 def test_qwen3_vl_frames_split_by_timestamps_equal_transformers():
@@ -247,7 +260,7 @@ def test_image_and_continuation():
 
 
 @pytest.mark.parametrize("seed", [0, 3, 5])  # batches with videos of several frames
-def test_exact_time_changes_only_video_temporal_ids(seed):
+def test_exact_time_keeps_fractional_video_times(seed):
     ids, mask, image_grid, video_grid, images, videos = random_batch(
         random.Random(seed), batch=2, videos_up_to_space=False
     )
@@ -261,16 +274,16 @@ def test_exact_time_changes_only_video_temporal_ids(seed):
         **IDS,
     )
     assert any(t > 1 for t, _, _ in videos)
-    truncated, deltas = multimodal(ids, **kwargs)
     exact, exact_deltas = multimodal(ids, **kwargs, exact_time=True)
     steps = [3 * s for s in seconds]
     reference, reference_deltas = naive(ids, images, videos, steps, attention_mask=mask, exact=True)
     torch.testing.assert_close(exact, reference, atol=1e-12, rtol=0)
-    assert torch.equal(exact_deltas, reference_deltas) and torch.equal(deltas, exact_deltas)
-    assert torch.equal(exact.floor().long(), truncated)
+    assert torch.equal(exact_deltas, reference_deltas)
     is_video = (ids == VIDEO) & mask.bool()
-    assert torch.equal(exact[1:], truncated[1:].double())  # rows and columns
-    assert torch.equal(exact[0][~is_video], truncated[0][~is_video].double())  # text, images
+    whole = exact == exact.round()
+    assert whole[1:].all() and whole[0][~is_video].all()  # only video times are fractional
+    assert not whole[0][is_video].all()
+    truncated, _ = multimodal(ids, **kwargs)
     assert not torch.equal(exact[0][is_video], truncated[0][is_video].double())
 
 

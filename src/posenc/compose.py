@@ -67,6 +67,15 @@ class Compose(AdditiveEncoding):
             got = ", ".join(f"{enc.info.name} {enc.position_axes}" for enc in encodings)
             raise ValueError(f"compose needs one number of position axes, got {got}")
         self.position_axes = axes.pop()
+        if self.position_axes != 1:  # grid encodings must read the same tokens as prefix
+            prefixes = {enc.config.prefix for enc in encodings}
+            grids = {enc.config.grid for enc in encodings} - {None}
+            if len(prefixes) != 1 or len(grids) > 1:
+                got = ", ".join(
+                    f"{enc.info.name} grid={enc.config.grid} prefix={enc.config.prefix}"
+                    for enc in encodings
+                )
+                raise ValueError(f"compose needs one grid and one prefix, got {got}")
         # members check their own ranges below; negative coordinates pass if all take them
         self.nonnegative_positions = any(enc.nonnegative_positions for enc in encodings)
         self.info = EncodingInfo(

@@ -70,7 +70,10 @@ def _intervals(
             "second_per_grid_ts needs tokens_per_second (the vision config's temporal ids "
             "per second, e.g. 2 for Qwen2.5-VL)"
         )
-    seconds = torch.as_tensor(second_per_grid_ts)
+    if isinstance(second_per_grid_ts, torch.Tensor):
+        seconds = second_per_grid_ts
+    else:  # Python numbers: float64 for exact ids, float32 as a processor's tensor would be
+        seconds = torch.as_tensor(second_per_grid_ts, dtype=dtype)
     if seconds.dtype == torch.bool or seconds.is_complex():
         raise TypeError(f"second_per_grid_ts must be real numbers, got {seconds.dtype}")
     if seconds.dim() != 1 or seconds.numel() != n_videos:
@@ -131,8 +134,9 @@ def multimodal(
         tokens_per_second: Qwen2.5-VL's vision config value; without
             ``second_per_grid_ts`` every video steps by it (1 second per patch), as in
             transformers.
-        exact_time: keep video temporal ids unrounded (float64 ids); text ids and spatial
-            ids are the same as without it.
+        exact_time: keep video temporal ids unrounded (float64 ids, from float64 seconds
+            when they are given as Python numbers); the text after a video resumes at its
+            largest id rounded up, plus one, so text ids stay whole numbers.
 
     Returns:
         ``(position_ids, deltas)``: ``[3, batch, seq]`` int64 (float64 with
@@ -257,7 +261,8 @@ def multimodal(
         offsets[1].view(-1)[flat] = row.to(dtype)
         offsets[2].view(-1)[flat] = col.to(dtype)
         # the item's last token moves the next id past the item's largest id
-        extent = torch.maximum(tau.floor() if exact_time else tau, torch.maximum(row, col)) + 1
+        # (rounded up for exact fractional ids: text stays on whole ids, >= 1 past the item)
+        extent = torch.maximum(tau.ceil() if exact_time else tau, torch.maximum(row, col)) + 1
         moves = torch.where(local == sizes[item] - 1, extent.to(dtype), 0)
         advance.view(-1)[flat] = moves
 
