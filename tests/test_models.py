@@ -135,3 +135,30 @@ def test_cache_positions_are_integers_and_explicit_once_explicit_always():
         model(ids[:, :1], cache=cache)
     with pytest.raises(ValueError, match="positions has batch size 2 but the input has 1"):
         model(ids, positions=torch.arange(6).expand(2, 6))
+
+
+def test_mrope_ids_rotate_and_the_mask_follows_token_order():
+    """M-RoPE's [3, batch, seq] ids go to the rotation; the causal mask is by token order."""
+    torch.manual_seed(0)
+    model = TransformerLM(vocab_size=37, dim=32, n_layers=2, n_heads=4, encoding="mrope").eval()
+    image = 36
+    ids = torch.tensor([[1, 2, image, image, image, image, 3, 4]])
+    positions, delta = posenc.positions.multimodal(
+        ids, torch.tensor([[1, 4, 4]]), image_token_id=image, video_token_id=35
+    )
+    with torch.no_grad():
+        text = torch.arange(8)
+        # text ids on all three axes: exactly the 1-D positions
+        same = model(ids, positions=text.expand(3, 1, 8))
+        torch.testing.assert_close(same, model(ids, positions=text), rtol=0, atol=0)
+        full = model(ids, positions=positions)
+        assert not torch.allclose(full, same)  # the image's (t, h, w) ids count
+        # prefill, then one token at a time with its ids (text after the image: n + delta)
+        cache = model.new_cache(1, 9)
+        steps = [model(ids[:, :5], positions=positions[..., :5], cache=cache)]
+        for n in range(5, 8):
+            steps.append(model(ids[:, n : n + 1], positions=positions[..., n : n + 1], cache=cache))
+        torch.testing.assert_close(torch.cat(steps, dim=1), full)
+        assert positions[0, 0, 7] == 7 + delta.item()
+    with pytest.raises(ValueError, match=r"positions has 7 positions.*sequence has 8"):
+        model(ids, positions=positions[..., :7])

@@ -19,7 +19,7 @@ from torch import nn
 from .attention import KVCache, attention
 from .base import Encoding
 from .config import check_int
-from .positions import arange, check_batch, check_positions
+from .positions import arange
 from .registry import resolve
 
 __all__ = ["TransformerLM"]
@@ -193,7 +193,9 @@ class TransformerLM(nn.Module):
         Args:
             input_ids: ``[batch, seq]`` token ids.
             positions: ``[seq]`` or ``[batch, seq]``; default ``arange(seq)`` after the
-                tokens already in ``cache``.
+                tokens already in ``cache``. An encoding may take its own shape: M-RoPE's
+                ``[3, batch, seq]`` ids (:func:`posenc.positions.multimodal`) rotate q and k,
+                and the causal mask follows the token order.
             cache: a :class:`KVCache` from :meth:`new_cache`; the new tokens' keys and values
                 are appended to it (decoding).
 
@@ -208,26 +210,33 @@ class TransformerLM(nn.Module):
         b, s = input_ids.shape
         offset = 0 if cache is None else cache.length
         explicit = positions is not None
+        order = None  # the positions' token order, for the causal mask and the cache
         if explicit:
-            check_positions(positions, seq_len=s)
-            check_batch(positions, b)
+            self.encoding.check_positions(positions, seq_len=s, batch=b)
+            rotary = self.encoding.kind == "rotary"
+            order = self.encoding.causal_positions(positions) if rotary else positions
         elif cache is not None and cache.explicit_positions:
             raise ValueError(
                 "the cache holds explicit positions: pass positions for the new tokens too"
             )
-        else:
-            positions = arange(s, device=input_ids.device, offset=offset)
+        # Positions without an order of their own (M-RoPE's [3, batch, seq]) rotate q and k
+        # only; the mask then follows the token index, as with default positions.
+        explicit_order = order is not None
+        if order is None:
+            order = arange(s, device=input_ids.device, offset=offset)
+        if positions is None:
+            positions = order
         # Attention builds its own (faster) causal mask from the default positions; explicit
         # positions are passed on, with those of the cached keys.
         attn_positions = None
         if cache is not None:
-            k_positions = cache.update_positions(positions)
-            if explicit or cache.explicit_positions:
+            k_positions = cache.update_positions(order)
+            if explicit_order or cache.explicit_positions:
                 cache.explicit_positions = True
-                q_pos = positions if positions.dim() == 2 else positions.expand(b, s)
+                q_pos = order if order.dim() == 2 else order.expand(b, s)
                 attn_positions = (q_pos, k_positions)
-        elif explicit:
-            attn_positions = (positions, positions)
+        elif explicit_order:
+            attn_positions = (order, order)
 
         x = self.embed(input_ids) * math.sqrt(self.dim)
         rotation = None
