@@ -54,6 +54,23 @@ class _GridRotary(RotaryEncoding):
         return grid_default_positions(self.config, seq_len, device, offset)
 
 
+def _check_grid_rope_keys(config: EncodingConfig) -> None:
+    """The checks of the keys both grid RoPE configs have (head_dim, base, layout, grid,
+    prefix); normalises ``grid`` to a tuple."""
+    check_int("head_dim", config.head_dim, minimum=4)
+    if config.head_dim % 4:
+        raise ValueError(
+            f"head_dim must be a multiple of 4 (half the pairs per axis or initial direction), "
+            f"got {config.head_dim}"
+        )
+    check_float("base", config.base)
+    if config.base <= 1:
+        raise ValueError(f"base must be > 1, got {config.base}")
+    check_choice("layout", config.layout, ROPE_LAYOUTS)
+    object.__setattr__(config, "grid", check_grid("grid", config.grid, optional=True))
+    check_int("prefix", config.prefix, minimum=0)
+
+
 @dataclasses.dataclass(frozen=True)
 class RoPE2DConfig(EncodingConfig):
     """Configuration of :class:`RoPE2D`.
@@ -81,19 +98,9 @@ class RoPE2DConfig(EncodingConfig):
     prefix: int = 0
 
     def __post_init__(self) -> None:
-        check_int("head_dim", self.head_dim, minimum=4)
-        if self.head_dim % 4:
-            raise ValueError(
-                f"head_dim must be a multiple of 4 (half the pairs per axis), got {self.head_dim}"
-            )
-        check_float("base", self.base)
-        if self.base <= 1:
-            raise ValueError(f"base must be > 1, got {self.base}")
-        check_choice("layout", self.layout, ROPE_LAYOUTS)
+        _check_grid_rope_keys(self)
         check_choice("axis_order", self.axis_order, AXIS_ORDERS)
         check_float("coord_scale", self.coord_scale)
-        object.__setattr__(self, "grid", check_grid("grid", self.grid, optional=True))
-        check_int("prefix", self.prefix, minimum=0)
 
 
 @register(
@@ -176,12 +183,7 @@ class RoPEMixedConfig(EncodingConfig):
     prefix: int = 0
 
     def __post_init__(self) -> None:
-        check_int("head_dim", self.head_dim, minimum=4)
-        if self.head_dim % 4:
-            raise ValueError(
-                f"head_dim must be a multiple of 4 (a quarter of the pairs per initial "
-                f"direction), got {self.head_dim}"
-            )
+        _check_grid_rope_keys(self)
         check_int("n_heads", self.n_heads)
         if self.n_kv_heads is None:
             object.__setattr__(self, "n_kv_heads", self.n_heads)
@@ -190,12 +192,6 @@ class RoPEMixedConfig(EncodingConfig):
             raise ValueError(
                 f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})"
             )
-        check_float("base", self.base)
-        if self.base <= 1:
-            raise ValueError(f"base must be > 1, got {self.base}")
-        check_choice("layout", self.layout, ROPE_LAYOUTS)
-        object.__setattr__(self, "grid", check_grid("grid", self.grid, optional=True))
-        check_int("prefix", self.prefix, minimum=0)
 
 
 @register(
