@@ -142,17 +142,12 @@ class MRoPE(RoPE):
                 f"height and width ids, e.g. posenc.positions.multimodal(...)), "
                 f"got shape {tuple(positions.shape)}"
             )
-        if batch is None:
-            return
-        if positions.dim() == 3 and positions.shape[1] not in (1, batch):
-            raise ValueError(
-                f"{name} has batch size {positions.shape[1]} but the input has {batch}"
-            )
-        check_batch(positions, batch, name)
+        if batch is not None:  # the batch of [3, batch, seq] ids is that of one axis
+            check_batch(positions[0] if positions.dim() == 3 else positions, batch, name)
 
     def causal_positions(self, positions: torch.Tensor) -> torch.Tensor | None:
         """Text positions order the tokens; ``[3, batch, seq]`` ids do not (None)."""
-        return None if positions is None or positions.dim() == 3 else positions
+        return None if positions.dim() == 3 else positions
 
     def rotation(
         self, positions: torch.Tensor, seq_len: int | None = None
