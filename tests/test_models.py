@@ -103,7 +103,7 @@ def test_bad_model_arguments():
         lm("nope", n_kv_heads=3)
     with pytest.raises(ValueError, match="generate\\(\\) needs a causal model"):
         lm("nope", causal=False).generate(torch.zeros(1, 2, dtype=torch.long), 1)
-    with pytest.raises(ValueError, match="input_ids must be an integer"):
+    with pytest.raises(TypeError, match="input_ids must be an integer"):
         lm("nope")(torch.zeros(2, 3))
 
 

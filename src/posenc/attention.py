@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from .base import Encoding
 from .flex import flex_attention, flex_available
+from .masks import Masks, open_dead_rows, zero_dead_rows
 from .positions import arange, causal_mask, check_batch, check_positions
 
 __all__ = ["BACKENDS", "KVCache", "attention"]
@@ -45,6 +46,23 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         )
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q and k head_dim differ: {q.shape[-1]} vs {k.shape[-1]}")
+    for name, t in (("q", q), ("k", k)):
+        if 0 in t.shape:
+            raise ValueError(
+                f"{name} must have at least one batch row, head, position and head_dim "
+                f"channel, got shape {tuple(t.shape)}"
+            )
+
+
+def _check_scale(scale: float | None, head_dim: int) -> float:
+    """The score scale: ``1/sqrt(head_dim)`` by default, else a finite number > 0."""
+    if scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise TypeError(f"scale must be a number or None, got {type(scale).__name__}")
+    if not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"scale must be a finite number > 0, got {scale}")
+    return float(scale)
 
 
 def attention(
@@ -57,6 +75,8 @@ def attention(
     causal: bool = True,
     scale: float | None = None,
     backend: str = "auto",
+    key_padding_mask: torch.Tensor | None = None,
+    segment_ids: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Attention of ``q`` over ``k, v`` with a positional encoding.
 
@@ -77,11 +97,26 @@ def attention(
         backend: for bias encodings, ``"auto"`` (the fastest exact one), ``"flex"`` (flex
             attention: no ``[heads, L, L]`` tensor), ``"sdpa"`` (SDPA with the materialised
             bias) or ``"math"`` (explicit softmax in float32). Other kinds always use SDPA.
+        key_padding_mask: ``[batch, k_len]`` bool, True for a real token: keys at False
+            are hidden from every query.
+        segment_ids: ``[batch, seq]`` integer document ids of packed sequences: a query
+            sees only keys of its own document. With a KV cache (``q_len != k_len``) pass
+            ``(q_segment_ids, k_segment_ids)``, ``[batch, q_len]`` and ``[batch, k_len]``.
+            Give each document positions of its own too
+            (:func:`posenc.positions.from_segments`).
+
+    A query that may see no key at all (a pad query, say) gets zeros, never NaN, and no
+    gradient.
 
     Returns:
         ``[batch, heads, q_len, head_dim]`` in the dtype of ``q``.
     """
     _check_qkv(q, k, v)
+    if encoding is not None and not isinstance(encoding, Encoding):
+        raise TypeError(
+            f"encoding must be an Encoding (e.g. posenc.create({encoding!r}, ...)) or None, "
+            f"got {type(encoding).__name__}"
+        )
     q_len, k_len = q.shape[2], k.shape[2]
     kind = None if encoding is None else encoding.kind
     if kind == "rotary":
@@ -111,15 +146,16 @@ def attention(
         check_positions(k_positions, seq_len=k_len, name="k_positions")
     check_batch(q_positions, q.shape[0], "q_positions")
     check_batch(k_positions, q.shape[0], "k_positions")
+    masks = Masks.build(key_padding_mask, segment_ids, q.shape[0], q_len, k_len)
 
-    scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    scale = _check_scale(scale, q.shape[-1])
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
     if kind != "bias" and backend not in ("auto", "sdpa"):
         raise ValueError(f"backend={backend!r} applies to bias encodings only; this runs on SDPA")
     if kind == "bias":
         return _bias_attention(
-            q, k, v, encoding, q_positions, k_positions, explicit, causal, scale, backend
+            q, k, v, encoding, q_positions, k_positions, explicit, causal, scale, backend, masks
         )
     if kind == "additive":
         raise ValueError(
@@ -131,6 +167,12 @@ def attention(
 
     mask: torch.Tensor | None = None
     is_causal = False
+    if masks is not None:
+        mask, dead = open_dead_rows(masks.dense(q_positions, k_positions, causal))
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
+        )
+        return zero_dead_rows(out, dead)
     if causal:
         if explicit:
             mask = causal_mask(q_positions, k_positions)
@@ -149,13 +191,16 @@ def attention(
     )
 
 
-def _bias_attention(q, k, v, encoding, q_positions, k_positions, explicit, causal, scale, backend):
+def _bias_attention(
+    q, k, v, encoding, q_positions, k_positions, explicit, causal, scale, backend, masks
+):
     """Attention with a bias encoding, on the fastest exact backend.
 
     ``auto`` tries the encoding's own fused path, then flex attention for sequences of at
     least ``FLEX_MIN_SCORES`` scores per head (below that, compiling buys nothing), then SDPA
     with the materialised bias (decoding: one query against N keys costs O(N) per head).
-    Encodings that add to the values (Shaw) always take the math path.
+    Encodings that add to the values (Shaw) always take the math path. Padding and segment
+    masks (``masks``) reach flex as a ``mask_mod`` and the other paths as a dense mask.
     """
     if q.shape[1] != encoding.n_heads:
         raise ValueError(
@@ -180,29 +225,51 @@ def _bias_attention(q, k, v, encoding, q_positions, k_positions, explicit, causa
             "compiled flex attention has no backward on the CPU: use backend='sdpa' (or "
             "'auto'), or call under torch.no_grad() with inputs that do not require grad"
         )
+    allowed = dead = None  # the dense mask, built only where a path needs it
     if backend == "auto":
-        fused = encoding.fused_attention(q, k, v, q_positions, k_positions, causal, scale)
-        if fused is not None:
-            return fused
-        big = q.shape[2] * k.shape[2] >= FLEX_MIN_SCORES
-        backend = "flex" if big and flex_available(q.device) and not cpu_training else "sdpa"
+        flex = not cpu_training and _flex_first(q, k)
+        # with padding or segments, flex comes first: its block mask skips whole blocks,
+        # where the encoding's fused path would need the dense mask
+        if masks is None or not flex:
+            if masks is not None:
+                allowed, dead = open_dead_rows(masks.dense(q_positions, k_positions, causal))
+            fused = encoding.fused_attention(
+                q, k, v, q_positions, k_positions, causal, scale, mask=allowed
+            )
+            if fused is not None:
+                return zero_dead_rows(fused, dead)
+        backend = "flex" if flex else "sdpa"
     if backend == "flex":
+        q_offset = k.shape[2] - q.shape[2]
         qp, kp = (q_positions, k_positions) if explicit else (None, None)  # None: default
-        mod = encoding.score_mod(qp, kp, q=q, q_offset=k.shape[2] - q.shape[2], scale=scale)
-        return flex_attention(q, k, v, mod, qp, kp, causal, scale)
+        mod = encoding.score_mod(qp, kp, q=q, q_offset=q_offset, scale=scale)
+        mask_mod = None if masks is None else masks.mask_mod(qp, kp, q_offset, causal)
+        return flex_attention(q, k, v, mod, qp, kp, causal, scale, mask_mod=mask_mod)
+    if masks is not None and allowed is None:
+        allowed, dead = open_dead_rows(masks.dense(q_positions, k_positions, causal))
+    elif causal and allowed is None:
+        allowed = causal_mask(q_positions, k_positions)
     bias = encoding.bias(q_positions, k_positions, q=q, scale=scale)  # [(b,) h, q_len, k_len]
-    if causal:
-        bias = bias.masked_fill(~causal_mask(q_positions, k_positions), float("-inf"))
+    if allowed is not None:
+        bias = bias.masked_fill(~allowed, float("-inf"))
     if backend == "sdpa":
         # a 4-D mask keeps CPU SDPA on its fast kernel (3-D falls back, 2-6x slower); the
         # CPU kernel takes a float32 mask with bf16/fp16 inputs, so the bias is not rounded
         mask = bias if bias.dim() == 4 else bias.unsqueeze(0)
         cpu_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
         mask = mask.to(cpu_dtype if q.device.type == "cpu" else q.dtype)
-        return F.scaled_dot_product_attention(
+        out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
         )
-    return _math_attention(q, k, v, bias, scale, encoding, q_positions, k_positions)
+        return zero_dead_rows(out, dead)
+    out = _math_attention(q, k, v, bias, scale, encoding, q_positions, k_positions)
+    return zero_dead_rows(out, dead)
+
+
+def _flex_first(q: torch.Tensor, k: torch.Tensor) -> bool:
+    """Whether ``auto`` takes flex attention: on a device it runs on, for at least
+    ``FLEX_MIN_SCORES`` scores per head (below that, compiling buys nothing)."""
+    return q.shape[2] * k.shape[2] >= FLEX_MIN_SCORES and flex_available(q.device)
 
 
 def _math_attention(q, k, v, bias, scale, encoding, q_positions, k_positions):
@@ -251,6 +318,14 @@ class KVCache:
         self.length = 0
         #: set once explicit positions were cached: attention then needs them all
         self.explicit_positions = False
+
+    def check_batch(self, batch: int) -> None:
+        """Raise unless this cache holds ``batch`` sequences."""
+        if self.keys.shape[1] != batch:
+            raise ValueError(
+                f"cache holds {self.keys.shape[1]} sequences but input_ids has {batch}: "
+                "make one with model.new_cache(batch, max_seq_len)"
+            )
 
     def _end(self, n: int) -> int:
         end = self.length + n

@@ -15,12 +15,13 @@ functions in :mod:`posenc.functional`; its configuration is a frozen dataclass `
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
-from .config import EncodingConfig
+from .config import EncodingConfig, check_int
 from .positions import PositionOutOfRangeError, arange, check_batch, check_positions, position_at
 from .registry import EncodingInfo
 

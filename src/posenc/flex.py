@@ -78,18 +78,27 @@ def flex_attention(
     k_positions: torch.Tensor | None,
     causal: bool,
     scale: float,
+    mask_mod=None,
 ) -> torch.Tensor:
     """Attention with ``score_mod`` fused into compiled flex attention.
 
     Positions None means the default layout (queries are the last ``q_len`` of the keys);
-    its causal block mask is cached. Explicit positions build their mask per call.
+    its causal block mask is cached. Explicit positions build their mask per call, and so
+    does ``mask_mod`` (padding and packed documents, :meth:`posenc.masks.Masks.mask_mod`,
+    which includes the causal mask): the block mask then skips every block it hides.
 
     Shapes:
         q ``[batch, heads, q_len, d]``, k, v ``[batch, kv_heads, k_len, d]`` ->
         ``[batch, heads, q_len, d]``
     """
     block_mask = None
-    if causal:
+    if mask_mod is not None:
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        block_mask = create_block_mask(
+            mask_mod, q.shape[0], None, q.shape[2], k.shape[2], device=q.device
+        )
+    elif causal:
         if q_positions is None:
             block_mask = _default_causal_mask(q.shape[2], k.shape[2], q.device)
         else:

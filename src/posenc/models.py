@@ -19,7 +19,13 @@ from torch import nn
 from .attention import KVCache, attention
 from .base import Encoding
 from .config import check_int
-from .positions import arange
+from .positions import (
+    arange,
+    check_padding_mask,
+    check_segment_ids,
+    from_padding,
+    from_segments,
+)
 from .registry import resolve
 
 __all__ = ["TransformerLM"]
@@ -48,6 +54,8 @@ class SelfAttention(nn.Module):
         causal: bool,
         cache: KVCache | None,
         layer: int,
+        key_padding_mask: torch.Tensor | None = None,
+        segment_ids: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         b, s, _ = x.shape
         hd = self.head_dim
@@ -70,6 +78,8 @@ class SelfAttention(nn.Module):
             q_positions=q_pos,
             k_positions=k_pos,
             causal=causal,
+            key_padding_mask=key_padding_mask,
+            segment_ids=segment_ids,
         )
         return self.out(out.transpose(1, 2).reshape(b, s, self.n_heads * hd))
 
@@ -151,6 +161,12 @@ class TransformerLM(nn.Module):
         self.n_heads, self.n_kv_heads, self.causal = n_heads, n_kv_heads, causal
         self.head_dim = dim // n_heads
         self.encoding = resolve(encoding, dim=dim, head_dim=self.head_dim, n_heads=n_heads)
+        if self.encoding.position_axes != 1:
+            raise ValueError(
+                f"encoding {self.encoding.info.name!r} takes image-grid positions "
+                f"([seq, {self.encoding.position_axes}]); TransformerLM is a model of token "
+                "sequences: use a 1-D encoding (posenc.available() lists them)"
+            )
         self.embed = nn.Embedding(vocab_size, dim)
         self.blocks = nn.ModuleList(
             Block(dim, n_heads, n_kv_heads, mlp_ratio) for _ in range(n_layers)
@@ -187,28 +203,43 @@ class TransformerLM(nn.Module):
         input_ids: torch.Tensor,
         positions: torch.Tensor | None = None,
         cache: KVCache | None = None,
+        *,
+        attention_mask: torch.Tensor | None = None,
+        segment_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Logits for every token.
 
         Args:
-            input_ids: ``[batch, seq]`` token ids.
+            input_ids: ``[batch, seq]`` token ids in ``[0, vocab_size)``, any integer dtype.
             positions: ``[seq]`` or ``[batch, seq]``; default ``arange(seq)`` after the
-                tokens already in ``cache``. An encoding may take its own shape: M-RoPE's
-                ``[3, batch, seq]`` ids (:func:`posenc.positions.multimodal`) rotate q and k,
-                and the causal mask follows the token order.
+                tokens already in ``cache``, or, with ``attention_mask`` or ``segment_ids``,
+                positions that count real tokens and restart in every document
+                (:func:`~posenc.positions.from_padding`,
+                :func:`~posenc.positions.from_segments`). An encoding may take its own
+                shape: M-RoPE's ``[3, batch, seq]`` ids (:func:`posenc.positions.multimodal`)
+                rotate q and k, and the causal mask follows the token order.
             cache: a :class:`KVCache` from :meth:`new_cache`; the new tokens' keys and values
                 are appended to it (decoding).
+            attention_mask: ``[batch, past + seq]``, 1 (or True) for real tokens and 0 for
+                padding, over the cached tokens and the new ones (Hugging Face's
+                convention); pads are hidden from every query.
+            segment_ids: ``[batch, past + seq]`` integer ids of packed documents, over the
+                cached tokens and the new ones: a token sees only its own document.
 
         Returns:
-            ``[batch, seq, vocab_size]``.
+            ``[batch, seq, vocab_size]``. Logits of pad tokens are not meaningful.
         """
-        if input_ids.dim() != 2 or input_ids.is_floating_point():
-            raise ValueError(
-                f"input_ids must be an integer [batch, seq] tensor, got {input_ids.dtype} "
-                f"of shape {tuple(input_ids.shape)}"
-            )
+        input_ids = self._check_input_ids(input_ids)
         b, s = input_ids.shape
         offset = 0 if cache is None else cache.length
+        if cache is not None:
+            cache.check_batch(b)
+        masks = self._masks(attention_mask, segment_ids, b, offset + s)
+        if positions is None and masks is not None:
+            # each document, each unpadded prompt, gets the positions it has alone
+            mask, ids = masks
+            full = from_padding(mask) if ids is None else from_segments(ids, mask)
+            positions = full[:, offset:]
         explicit = positions is not None
         order = None  # the positions' token order, for the causal mask and the cache
         if explicit:
@@ -237,6 +268,10 @@ class TransformerLM(nn.Module):
                 attn_positions = (q_pos, k_positions)
         elif explicit_order:
             attn_positions = (order, order)
+        key_padding_mask = segments = None
+        if masks is not None:
+            key_padding_mask, ids = masks
+            segments = None if ids is None else (ids[:, offset:], ids)  # (queries, keys)
 
         x = self.embed(input_ids) * math.sqrt(self.dim)
         rotation = None
@@ -245,10 +280,70 @@ class TransformerLM(nn.Module):
         elif self.encoding.kind == "rotary":  # computed once, shared by every layer
             rotation = self.encoding.rotation(positions, None if explicit else offset + s)
         for i, block in enumerate(self.blocks):
-            x = block(x, self.encoding, rotation, attn_positions, self.causal, cache, i)
+            x = block(
+                x,
+                self.encoding,
+                rotation,
+                attn_positions,
+                self.causal,
+                cache,
+                i,
+                key_padding_mask,
+                segments,
+            )
         if cache is not None:
             cache.advance(s)
         return F.linear(self.norm(x), self.embed.weight)  # tied head
+
+    def _check_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """``input_ids`` as int64 ``[batch, seq]``, or a TypeError/ValueError naming it."""
+        if not isinstance(input_ids, torch.Tensor):
+            raise TypeError(f"input_ids must be a torch.Tensor, got {type(input_ids).__name__}")
+        if (
+            input_ids.is_floating_point()
+            or input_ids.is_complex()
+            or input_ids.dtype == (torch.bool)
+        ):
+            raise TypeError(f"input_ids must be an integer tensor, got {input_ids.dtype}")
+        if input_ids.dim() != 2 or input_ids.shape[1] == 0:
+            raise ValueError(
+                f"input_ids must be [batch, seq] with seq >= 1, got shape {tuple(input_ids.shape)}"
+            )
+        readable = not torch.compiler.is_compiling() and input_ids.device.type != "meta"
+        if readable and input_ids.numel():
+            low, high = input_ids.min().item(), input_ids.max().item()
+            if low < 0 or high >= self.vocab_size:
+                bad = low if low < 0 else high
+                raise ValueError(
+                    f"input_ids must be in [0, vocab_size={self.vocab_size}), got {bad}"
+                )
+        return input_ids.long()
+
+    @staticmethod
+    def _masks(
+        attention_mask: torch.Tensor | None,
+        segment_ids: torch.Tensor | None,
+        batch: int,
+        length: int,
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None] | None:
+        """``(key_padding_mask, segment_ids)`` checked against ``[batch, past + seq]``, or
+        None when neither is given."""
+        if attention_mask is None and segment_ids is None:
+            return None
+        checked = []
+        for name, value, check in (
+            ("attention_mask", attention_mask, check_padding_mask),
+            ("segment_ids", segment_ids, check_segment_ids),
+        ):
+            if value is not None:
+                value = check(value, name)
+                if tuple(value.shape) != (batch, length):
+                    raise ValueError(
+                        f"{name} must be [batch, past + seq] = [{batch}, {length}] (the cached "
+                        f"tokens and the new ones), got {tuple(value.shape)}"
+                    )
+            checked.append(value)
+        return checked[0], checked[1]
 
     @torch.no_grad()
     def generate(
@@ -259,6 +354,9 @@ class TransformerLM(nn.Module):
         top_k: int | None = None,
         use_cache: bool = True,
         generator: torch.Generator | None = None,
+        *,
+        attention_mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Continue ``input_ids`` by ``max_new_tokens`` tokens.
 
@@ -268,21 +366,68 @@ class TransformerLM(nn.Module):
         follow the current length (``dynamic``, ``longrope``) past their original length:
         cached keys keep the frequencies they were rotated with, as in transformers.
 
+        Args:
+            attention_mask: ``[batch, seq]``, 0 for the pads of a (left-)padded batch of
+                prompts: each prompt then generates what it generates alone.
+            positions: the prompt's positions (``[seq]``, ``[batch, seq]``, or M-RoPE's
+                ``[3, batch, seq]`` from :func:`posenc.positions.multimodal`); each new
+                token takes the next one after the largest (for M-RoPE on every axis, as
+                text). Default: ``arange``, or counted over real tokens with
+                ``attention_mask``.
+
         Shapes:
             input_ids: ``[batch, seq]`` -> ``[batch, seq + max_new_tokens]``.
         """
         if not self.causal:
             raise ValueError("generate() needs a causal model (causal=True)")
         check_int("max_new_tokens", max_new_tokens, minimum=0)
-        tokens = input_ids
-        cache = self.new_cache(input_ids.shape[0], input_ids.shape[1] + max_new_tokens)
-        step_input = input_ids
+        check_temperature(temperature)
+        input_ids = self._check_input_ids(input_ids)
+        b, s = input_ids.shape
+        mask = None if attention_mask is None else self._masks(attention_mask, None, b, s)[0]
+        if positions is None and mask is not None:
+            positions = from_padding(mask)
+        if positions is not None:
+            self.encoding.check_positions(positions, seq_len=s, batch=b)
+        cache = self.new_cache(b, s + max_new_tokens) if use_cache else None
+        tokens, step_ids, step_positions = input_ids, input_ids, positions
         for _ in range(max_new_tokens):
-            logits = self(step_input, cache=cache) if use_cache else self(tokens)
+            if use_cache:
+                logits = self(step_ids, step_positions, cache, attention_mask=mask)
+            else:
+                logits = self(tokens, positions, attention_mask=mask)
             next_token = sample(logits[:, -1], temperature, top_k, generator)  # [b, 1]
             tokens = torch.cat((tokens, next_token), dim=1)
-            step_input = next_token
+            step_ids = next_token
+            if mask is not None:
+                mask = torch.cat((mask, mask.new_ones(b, 1)), dim=1)
+            if positions is not None:
+                step_positions = next_positions(positions)
+                positions = torch.cat((positions, step_positions), dim=-1)
         return tokens
+
+
+def next_positions(positions: torch.Tensor) -> torch.Tensor:
+    """The position of the token after ``positions``: one past the largest, per sequence.
+
+    M-RoPE's ``[3, batch, seq]`` ids continue as text (the same id on every axis) after
+    the largest id of any axis, as Qwen2-VL's decoding does.
+
+    Shapes:
+        ``[seq]`` -> ``[1]``; ``[batch, seq]`` -> ``[batch, 1]``;
+        ``[3, batch, seq]`` -> ``[3, batch, 1]``.
+    """
+    if positions.dim() == 3:  # M-RoPE: the largest id over the axes
+        return (positions.amax(dim=(0, 2)) + 1).view(1, -1, 1).expand(positions.shape[0], -1, 1)
+    return positions.amax(dim=-1, keepdim=True) + 1
+
+
+def check_temperature(temperature: float) -> None:
+    """Raise unless ``temperature`` is a finite number >= 0."""
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+        raise TypeError(f"temperature must be a number, got {type(temperature).__name__}")
+    if not math.isfinite(temperature) or temperature < 0:
+        raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
 
 
 def sample(
@@ -297,8 +442,7 @@ def sample(
     Shapes:
         logits: ``[batch, vocab]`` -> ``[batch, 1]``.
     """
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    check_temperature(temperature)
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)
     logits = logits.float() / temperature

@@ -5,24 +5,32 @@ different offset per sequence, KV-cache decoding). Encodings of image grids take
 coordinate pair per token instead: ``[seq, 2]`` or ``[batch, seq, 2]`` (row, column), as
 :func:`grid` builds them; M-RoPE takes Hugging Face's ``[3, batch, seq]`` (see
 :func:`multimodal`). They set the encoding and the causal
-mask (``k_position <= q_position``) only: they do not isolate packed documents or hide
-padding tokens, which needs a mask of its own. Integer and fractional positions are both
-accepted where the encoding is defined for them; anything else is an error that names the
-parameter, never a silent clamp or wrap.
+mask (``k_position <= q_position``) only; padding and packed documents have masks of their
+own (``key_padding_mask``, ``segment_ids`` in :func:`posenc.attention`), and
+:func:`from_padding` and :func:`from_segments` give their positions. Integer and
+fractional positions are both accepted where the encoding is defined for them; anything
+else is an error that names the parameter, never a silent clamp or wrap.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
+
+from .config import MAX_POSITION, check_int
 
 __all__ = [
     "PositionOutOfRangeError",
     "arange",
     "causal_mask",
     "check_batch",
+    "check_padding_mask",
     "check_positions",
+    "check_segment_ids",
+    "from_padding",
+    "from_segments",
     "grid",
     "grid_default_positions",
     "multimodal",
@@ -69,8 +77,11 @@ def check_positions(
     ndims: tuple[int, ...] = (1, 2),
     axes: int = 1,
     nonnegative: bool = True,
+    device: torch.device | str | None = None,
 ) -> torch.Tensor:
-    """Validate a positions tensor and return it unchanged.
+    """Validate a positions tensor and return it as encodings compute with it: integer
+    dtypes other than int64 (uint8, int16, ...) as int64, so that nothing wraps (``i - j``
+    in uint8) and every table lookup takes them; other dtypes unchanged.
 
     Args:
         positions: ``[seq]`` or ``[batch, seq]``, integer or floating; with ``axes > 1``,
@@ -83,10 +94,15 @@ def check_positions(
         ndims: the accepted numbers of dimensions (for ``axes == 1``).
         axes: coordinates per position (2 for image grids: row, column).
         nonnegative: require positions >= 0 (grid coordinates may be negative).
+        device: if given, the device the positions must be on (that of the input or the
+            encoding's parameters): a tensor elsewhere raises instead of failing inside torch,
+            or, from the meta device, returning values never computed.
 
-    Value checks (negative, non-finite, past ``limit``) read the tensor, so they are skipped
-    while ``torch.compile`` traces (a data-dependent branch would break the graph); shape and
-    dtype checks always run.
+    Every position must also lie within ``±MAX_POSITION`` (2**53).
+
+    Value checks (negative, non-finite, past ``limit`` or ``MAX_POSITION``) read the tensor,
+    so they are skipped while ``torch.compile`` traces (a data-dependent branch would break
+    the graph) and on the meta device (no values); shape, dtype and device checks always run.
     """
     if not isinstance(positions, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(positions).__name__}")
@@ -111,17 +127,31 @@ def check_positions(
             f"{name} has {positions.shape[seq_dim]} positions {where} "
             f"but the sequence has {seq_len}"
         )
+    if device is not None and positions.device != torch.device(device):
+        raise ValueError(
+            f"{name} is on {positions.device} but the input is on {torch.device(device)}: "
+            f"move {name} there"
+        )
+    source = positions.dtype
+    if not positions.is_floating_point() and source != torch.int64:
+        positions = positions.long()  # exact for every integer dtype up to MAX_POSITION
     if torch.compiler.is_compiling() or positions.device.type == "meta" or positions.numel() == 0:
         return positions
-    if positions.is_floating_point() and not bool(torch.isfinite(positions).all()):
+    low, high = torch.stack(torch.aminmax(positions)).tolist()  # one pass, one sync
+    if not (math.isfinite(low) and math.isfinite(high)):  # NaN and inf reach min or max
         raise ValueError(f"{name} must be finite, got non-finite values")
-    low = positions.min()
-    if nonnegative and bool(low < 0):
-        raise ValueError(f"{name} must be >= 0, got {low.item()}")
-    if limit is not None:
-        high = positions.max()
-        if bool(high >= limit):
-            raise PositionOutOfRangeError(high.item(), limit, limit_name)
+    if source == torch.uint64 and low < 0:  # values past 2**63 wrapped in the conversion
+        raise ValueError(f"{name} must be <= {MAX_POSITION} (2**53), got values >= 2**63")
+    if nonnegative and low < 0:
+        raise ValueError(f"{name} must be >= 0, got {low}")
+    if limit is not None and high >= limit:
+        raise PositionOutOfRangeError(high, limit, limit_name)
+    if max(-low, high) > MAX_POSITION:
+        worst = low if -low > high else high
+        raise ValueError(
+            f"{name} must lie within [-{MAX_POSITION}, {MAX_POSITION}] (±2**53, where float64 "
+            f"still holds every integer), got {worst:g}"
+        )
     return positions
 
 
@@ -185,10 +215,9 @@ def grid(
         [[0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [1, 2]]
     """
     for name, value, minimum in (("h", h, 1), ("w", w, 1), ("prefix", prefix, 0)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-        if value < minimum:
-            raise ValueError(f"{name} must be >= {minimum}, got {value}")
+        check_int(name, value, minimum=minimum)
+    if not isinstance(normalize, bool):
+        raise TypeError(f"normalize must be a bool, got {normalize!r}")
     rows = torch.arange(h, device=device)
     cols = torch.arange(w, device=device)
     if normalize:
@@ -231,6 +260,100 @@ def grid_default_positions(
             f"positions=posenc.positions.grid(h, w, prefix={prefix}) for the image's grid"
         )
     return grid(h, w, prefix, device=device)[offset : offset + seq_len]
+
+
+def check_padding_mask(mask: Any, name: str = "attention_mask") -> torch.Tensor:
+    """Validate a ``[batch, seq]`` padding mask (True or 1 = a real token, False or 0 = a
+    pad, Hugging Face's ``attention_mask``) and return it as bool."""
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(mask).__name__}")
+    if mask.is_floating_point() or mask.is_complex():
+        raise TypeError(f"{name} must be a bool or integer (0/1) tensor, got {mask.dtype}")
+    if mask.dim() != 2:
+        raise ValueError(f"{name} must be [batch, seq], got shape {tuple(mask.shape)}")
+    if mask.dtype == torch.bool:
+        return mask
+    readable = not torch.compiler.is_compiling() and mask.device.type != "meta"
+    if readable and bool(((mask != 0) & (mask != 1)).any()):
+        raise ValueError(f"{name} must hold only 0 (pad) and 1 (real token)")
+    return mask != 0
+
+
+def check_segment_ids(segment_ids: Any, name: str = "segment_ids") -> torch.Tensor:
+    """Validate ``[batch, seq]`` integer document ids and return them unchanged."""
+    if not isinstance(segment_ids, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(segment_ids).__name__}")
+    if segment_ids.is_floating_point() or segment_ids.is_complex() or segment_ids.dtype == (
+        torch.bool
+    ):
+        raise TypeError(f"{name} must be an integer tensor, got {segment_ids.dtype}")
+    if segment_ids.dim() != 2:
+        raise ValueError(f"{name} must be [batch, seq], got shape {tuple(segment_ids.shape)}")
+    return segment_ids
+
+
+def from_padding(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions that count real tokens only: ``cumsum(mask) - 1``, pads at 0.
+
+    A left-padded row ``[pad, pad, a, b, c]`` gets ``[0, 0, 0, 1, 2]``, so each prompt has
+    the positions it has alone (Hugging Face's convention for batched generation). Pads get
+    0; they must also be masked as keys (``key_padding_mask``), which this does not do.
+
+    Shapes:
+        attention_mask ``[batch, seq]`` (bool, or 0/1 integers) -> ``[batch, seq]`` int64.
+
+    Example:
+        >>> from_padding(torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 0]])).tolist()
+        [[0, 0, 0, 1, 2], [0, 1, 2, 3, 0]]
+    """
+    mask = check_padding_mask(attention_mask)
+    return (mask.long().cumsum(-1) - 1).masked_fill(~mask, 0)
+
+
+def from_segments(
+    segment_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Positions that restart at 0 in every packed document.
+
+    A document is a run of equal ids; an id may not reappear after another one in the same
+    row (the mask compares ids, so that would join two documents). With ``attention_mask``
+    only real tokens are counted and pads get 0, as in :func:`from_padding`. Each document
+    then gets exactly the positions it has alone, so a packed batch gives it the result it
+    gets alone (with the segment mask of :func:`posenc.attention`).
+
+    Shapes:
+        segment_ids ``[batch, seq]`` integers; attention_mask ``[batch, seq]`` ->
+        ``[batch, seq]`` int64.
+
+    Example:
+        >>> from_segments(torch.tensor([[0, 0, 0, 1, 1, 2]])).tolist()
+        [[0, 1, 2, 0, 1, 0]]
+    """
+    ids = check_segment_ids(segment_ids)
+    if attention_mask is None:
+        real = torch.ones_like(ids, dtype=torch.long)
+    else:
+        real = check_padding_mask(attention_mask).long()
+        if real.shape != ids.shape:
+            raise ValueError(
+                f"attention_mask has shape {tuple(real.shape)} but segment_ids "
+                f"{tuple(ids.shape)}: they must match"
+            )
+    seq = ids.shape[-1]
+    starts = torch.ones_like(ids, dtype=torch.bool)  # True where a document starts
+    starts[:, 1:] = ids[:, 1:] != ids[:, :-1]
+    if not torch.compiler.is_compiling() and ids.device.type != "meta" and seq > 1:
+        distinct = (ids.sort(dim=-1).values.diff(dim=-1) != 0).sum(-1) + 1
+        if bool((starts.sum(-1) != distinct).any()):
+            raise ValueError(
+                "segment_ids: an id reappears after another one in the same row; give each "
+                "packed document its own id (a run of equal ids, e.g. 0, 0, 1, 1, 1, 2)"
+            )
+    index = torch.arange(seq, device=ids.device).expand_as(ids)
+    start = torch.where(starts, index, 0).cummax(dim=-1).values  # [b, seq]: document start
+    before = real.cumsum(-1) - real  # [b, seq]: real tokens before each token in its row
+    positions = before - before.gather(-1, start)
+    return positions.masked_fill(real == 0, 0)
 
 
 from .multimodal import multimodal  # noqa: E402  (text, images and videos: M-RoPE ids)

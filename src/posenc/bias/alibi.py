@@ -137,7 +137,7 @@ class ALiBi(BiasEncoding):
         slope = self.head_slopes(head, math_dtype(q_pos.dtype, k_pos.dtype))
         return alibi_bias(slope, q_pos, k_pos, self.config.symmetric)
 
-    def fused_attention(self, q, k, v, q_positions, k_positions, causal, scale):
+    def fused_attention(self, q, k, v, q_positions, k_positions, causal, scale, mask=None):
         """Causal ALiBi inside CPU SDPA (:func:`~posenc.functional.alibi.alibi_sdpa`), or
         None: on other devices (measured on CPU only; flex serves CUDA), under
         ``torch.compile`` (it reads the positions), for symmetric non-causal attention (not
@@ -156,4 +156,6 @@ class ALiBi(BiasEncoding):
             width = sum(len(kv) * (d + n) for kv, n in runs)
             if width > MAX_WIDTH_RATIO * k.shape[1] * d:
                 return None
+        if mask is not None:  # the whole mask, causal part included
+            return alibi_sdpa(q, k, v, slopes, q_positions, k_positions, False, scale, blocks, mask)
         return alibi_sdpa(q, k, v, slopes, q_positions, k_positions, causal, scale, blocks)

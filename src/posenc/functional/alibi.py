@@ -184,6 +184,7 @@ def alibi_sdpa(
     causal: bool = True,
     scale: float | None = None,
     blocks: list[int] | None = None,
+    mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """ALiBi attention ``softmax(q kᵀ · scale - m_h (i - j)) v`` inside fused SDPA.
 
@@ -220,6 +221,8 @@ def alibi_sdpa(
         causal: mask keys after their query (``k_pos > q_pos``).
         scale: the score scale, default ``1/sqrt(d)``; the bias is not scaled.
         blocks: per-head block counts, default :func:`alibi_blocks` over the query span.
+        mask: ``[batch | 1, 1, q_len, k_len]`` bool (True = may attend), combined with the
+            causal mask: padding and packed documents.
 
     Shapes:
         returns ``[batch, heads, q_len, d]`` in the dtype of ``q``.
@@ -230,13 +233,17 @@ def alibi_sdpa(
     work = torch.float64 if q.dtype == torch.float64 else torch.float32
     qpos, kpos = q_positions.to(torch.float64), k_positions.to(torch.float64)
     if q.shape[2] < ALIBI_SMALL_Q:
-        return _biased_sdpa(q, k, v, slopes, qpos, kpos, causal, scale, work)
+        return _biased_sdpa(q, k, v, slopes, qpos, kpos, causal, scale, work, mask)
     low, high = qpos.min().item(), qpos.max().item()
     if blocks is None:
         blocks = alibi_blocks(slopes, high - low + 1)
     if work == torch.float64:  # 2^-53 rounding: one centre is exact enough at any length
         blocks = [min(n, 1) for n in blocks]
-    mask, is_causal = _mask(q_positions, k_positions) if causal else (None, False)
+    attn_mask, is_causal = _mask(q_positions, k_positions) if causal else (None, False)
+    if mask is not None:
+        if is_causal:
+            attn_mask, is_causal = causal_mask(q_positions, k_positions), False
+        attn_mask = mask if attn_mask is None else attn_mask & mask
     outs, order = [], []
     for kv_idx, n in alibi_runs(blocks, group, d):
         kv = torch.tensor(kv_idx, device=q.device)
@@ -260,7 +267,7 @@ def alibi_sdpa(
             q_run,
             k_run,
             v_run,
-            attn_mask=mask,
+            attn_mask=attn_mask,
             is_causal=is_causal,
             scale=scale,
             enable_gqa=group > 1,
@@ -274,9 +281,10 @@ def alibi_sdpa(
     return out.to(q.dtype)
 
 
-def _biased_sdpa(q, k, v, slopes, qpos, kpos, causal, scale, work):
+def _biased_sdpa(q, k, v, slopes, qpos, kpos, causal, scale, work, mask=None):
     """Few queries: SDPA with the materialised bias, ``[(b,) heads, q_len, k_len]`` in
-    ``work`` dtype (a 4-D float mask: the CPU kernel takes bfloat16 q, k, v with it)."""
+    ``work`` dtype (a 4-D float mask: the CPU kernel takes bfloat16 q, k, v with it), and
+    ``mask`` (bool, True = may attend) if given."""
     m = torch.tensor(slopes, dtype=torch.float64, device=q.device).view(-1, 1, 1)
     distance = qpos.unsqueeze(-1) - kpos.unsqueeze(-2)  # [(b,) q_len, k_len]
     if distance.dim() == 3:
@@ -284,6 +292,8 @@ def _biased_sdpa(q, k, v, slopes, qpos, kpos, causal, scale, work):
     bias = (-m * distance).to(work)  # [(b,) heads, q_len, k_len]
     if causal:
         bias = bias.masked_fill(distance < 0, float("-inf"))
+    if mask is not None:
+        bias = bias.masked_fill(~mask, float("-inf"))  # [b, heads, q_len, k_len]
     if bias.dim() == 3:
         bias = bias.unsqueeze(0)
     return F.scaled_dot_product_attention(
