@@ -60,24 +60,51 @@ class EncodingConfig:
         return dataclasses.replace(self, **changes)
 
 
-def check_int(name: str, value: Any, *, minimum: int = 1, even: bool = False) -> None:
-    """Raise unless ``value`` is an ``int`` (not a bool) >= ``minimum`` (and even if asked)."""
+#: the largest int a configuration takes (sizes, lengths, counts, ids): beyond int32,
+#: nothing can be allocated or indexed, and past int64 torch cannot even hold the value
+MAX_INT = 2**31 - 1
+#: the largest magnitude of a configured number (a base, a scale, a period, an init
+#: value), and the reciprocal of the smallest nonzero one: far beyond any sensible setting,
+#: and near enough to 1 that parameters stay finite in float32 and that products and
+#: quotients of such numbers and positions (up to 2**53) stay finite in float64
+MAX_FLOAT = 1e15
+#: the largest magnitude of a position (:func:`posenc.positions.check_positions`): float64
+#: holds every integer up to 2**53, so the angles, distances and table indices computed
+#: from positions stay exact and finite
+MAX_POSITION = 2**53
+
+
+def check_int(
+    name: str, value: Any, *, minimum: int = 1, even: bool = False, maximum: int = MAX_INT
+) -> None:
+    """Raise unless ``value`` is an ``int`` (not a bool) in ``[minimum, maximum]`` (and even
+    if asked)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    if value > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {value}")
     if even and value % 2:
         raise ValueError(f"{name} must be even (sin/cos come in pairs), got {value}")
 
 
 def check_float(name: str, value: Any, *, positive: bool = True) -> None:
-    """Raise unless ``value`` is a finite real number (and > 0 if ``positive``)."""
+    """Raise unless ``value`` is a real number (> 0 if ``positive``) that is 0 or of a
+    magnitude in ``[1 / MAX_FLOAT, MAX_FLOAT]``: finite, and so are the tables computed
+    from it and from its reciprocal (periods become frequencies, lengths divisors)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number, got {type(value).__name__} ({value!r})")
-    if not math.isfinite(value):
+    if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value}")
     if positive and value <= 0:
         raise ValueError(f"{name} must be > 0, got {value}")
+    if value != 0 and not 1 / MAX_FLOAT <= abs(value) <= MAX_FLOAT:
+        low, high = 1 / MAX_FLOAT, MAX_FLOAT
+        bounds = (
+            f"in [{low:g}, {high:g}]" if positive else f"0 or of magnitude in [{low:g}, {high:g}]"
+        )
+        raise ValueError(f"{name} must be {bounds}, got {value}")
 
 
 def check_choice(name: str, value: Any, choices: Iterable[str]) -> None:
