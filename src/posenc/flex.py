@@ -15,6 +15,8 @@ import torch
 __all__ = ["flex_attention", "flex_available"]
 
 RECOMPILE_LIMIT = 64
+#: smaller CPU heads are zero-padded to this size (see :func:`flex_attention`)
+CPU_MIN_HEAD_DIM = 24
 #: the option's name: ``cache_size_limit`` before torch 2.7 renamed it
 _LIMIT_NAME = (
     "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
@@ -29,12 +31,25 @@ def _compiled():
 
 
 def flex_available(device: torch.device) -> bool:
-    """Whether compiled flex attention can run on ``device`` (CPU and CUDA)."""
+    """Whether compiled flex attention can run on ``device``: CUDA, and CPUs with a vector
+    instruction set inductor builds its flex kernel for (AVX2, AVX-512; its C++ kernel does
+    not compile without one, e.g. under ``ATEN_CPU_CAPABILITY=default``)."""
     try:
         import torch.nn.attention.flex_attention  # noqa: F401
     except ImportError:  # pragma: no cover - torch < 2.5
         return False
-    return device.type in ("cpu", "cuda")
+    if device.type == "cpu":
+        return _cpu_vector_isa()
+    return device.type == "cuda"
+
+
+@functools.cache
+def _cpu_vector_isa() -> bool:
+    try:
+        from torch._inductor.cpu_vec_isa import pick_vec_isa
+    except ImportError:  # pragma: no cover - other torch layouts: let compile decide
+        return True
+    return bool(pick_vec_isa())
 
 
 @functools.lru_cache(maxsize=32)
@@ -91,6 +106,19 @@ def flex_attention(
         q ``[batch, heads, q_len, d]``, k, v ``[batch, kv_heads, k_len, d]`` ->
         ``[batch, heads, q_len, d]``
     """
+    if not flex_available(q.device):
+        raise RuntimeError(
+            f"compiled flex attention does not run on this {q.device.type}: inductor has no "
+            "vector instruction set for it (AVX2 or AVX-512); use backend='sdpa'"
+        )
+    if q.device.type == "cpu" and q.shape[-1] < CPU_MIN_HEAD_DIM:
+        # torch's CPU kernel (inductor's micro-GEMM for q kᵀ, torch 2.13) takes 16 keys at a
+        # time; with 8-float vectors (AVX2) and a head size of 8 or 16, a last block of 8
+        # keys reads 8 keys past it and writes 8 scores past its buffer: wrong outputs or NaN
+        # when k_len % 16 == 8. Zero columns leave q kᵀ as it is and take the kernel's other
+        # branch (head size >= 24).
+        pad = CPU_MIN_HEAD_DIM - q.shape[-1]
+        q, k = torch.nn.functional.pad(q, (0, pad)), torch.nn.functional.pad(k, (0, pad))
     block_mask = None
     if mask_mod is not None:
         from torch.nn.attention.flex_attention import create_block_mask
