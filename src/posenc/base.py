@@ -33,6 +33,11 @@ def math_dtype(*dtypes: torch.dtype) -> torch.dtype:
     return torch.float64 if torch.float64 in dtypes else torch.float32
 
 
+def _check_float_dtype(dtype: Any) -> None:
+    if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
+        raise TypeError(f"dtype must be a floating-point torch.dtype or None, got {dtype!r}")
+
+
 class Encoding(nn.Module):
     """Base of every positional encoding.
 
@@ -72,6 +77,14 @@ class Encoding(nn.Module):
             raise TypeError("pass either a Config or keyword arguments, not both")
         elif not isinstance(config, self.Config):
             raise TypeError(f"config must be a {self.Config.__name__}, got {type(config).__name__}")
+        _check_float_dtype(dtype)
+        if device is not None:
+            if not isinstance(device, (torch.device, str)):
+                raise TypeError(f"device must be a torch.device, a str or None, got {device!r}")
+            try:
+                device = torch.device(device)
+            except RuntimeError:
+                raise ValueError(f"device must name a torch device, got {device!r}") from None
         self.config = config
         self.factory_kwargs = {"device": device, "dtype": dtype}
 
@@ -82,6 +95,21 @@ class Encoding(nn.Module):
         """The exclusive upper bound on positions, or None when there is none."""
         return None
 
+    def _device(self) -> torch.device | None:
+        """The device of this encoding's parameters and buffers, or None when it has none."""
+        tensor = next(itertools.chain(self.parameters(), self.buffers()), None)
+        return None if tensor is None else tensor.device
+
+    def _check_device(self, name: str, t: torch.Tensor) -> None:
+        """Raise ``ValueError`` naming ``name`` unless ``t`` is on this encoding's device
+        (any device when it has no parameters or buffers)."""
+        device = self._device()
+        if device is not None and t.device != device:
+            raise ValueError(
+                f"{name} is on {t.device} but this encoding's parameters are on {device}: "
+                f"move one of them (e.g. encoding.to({t.device.type!r}))"
+            )
+
     def check_positions(
         self,
         positions: torch.Tensor,
@@ -89,10 +117,14 @@ class Encoding(nn.Module):
         seq_len: int | None = None,
         batch: int | None = None,
         name: str = "positions",
-    ) -> None:
+        device: torch.device | None = None,
+    ) -> torch.Tensor:
         """Raise ``TypeError``/``ValueError`` naming ``name`` unless ``positions`` suits this
-        encoding (shape, dtype, range) for a sequence of ``seq_len`` and a batch of ``batch``."""
-        check_positions(
+        encoding (shape, dtype, range, device) for a sequence of ``seq_len``, a batch of
+        ``batch`` and an input on ``device`` (default: this encoding's device, if it has
+        parameters or buffers). Returns the positions to compute with (integer dtypes as
+        int64, see :func:`~posenc.positions.check_positions`)."""
+        positions = check_positions(
             positions,
             seq_len=seq_len,
             name=name,
@@ -101,9 +133,11 @@ class Encoding(nn.Module):
             limit_name=self.limit_name,
             axes=self.position_axes,
             nonnegative=self.nonnegative_positions,
+            device=self._device() if device is None else device,
         )
         if batch is not None:
             check_batch(positions, batch, name, self.position_axes)
+        return positions
 
     def default_positions(
         self, seq_len: int, device: torch.device | str | None = None, offset: int = 0
@@ -148,7 +182,8 @@ class AdditiveEncoding(Encoding):
         Returns:
             ``positions.shape + (dim,)`` (``positions.shape[:-1] + (dim,)`` for grids).
         """
-        self.check_positions(positions)
+        _check_float_dtype(dtype)
+        positions = self.check_positions(positions)
         return self._encode(positions, dtype or math_dtype(positions.dtype))
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
@@ -165,10 +200,13 @@ class AdditiveEncoding(Encoding):
             raise ValueError(
                 f"x must be [batch, seq, dim] with dim={self.dim}, got shape {tuple(x.shape)}"
             )
+        self._check_device("x", x)
         if positions is None:
             positions = self.default_positions(x.shape[1], x.device)
         else:
-            self.check_positions(positions, seq_len=x.shape[1], batch=x.shape[0])
+            positions = self.check_positions(
+                positions, seq_len=x.shape[1], batch=x.shape[0], device=x.device
+            )
         dtype = math_dtype(x.dtype, positions.dtype)
         return (x.to(dtype) + self._encode(positions, dtype)).to(x.dtype)
 
@@ -228,6 +266,7 @@ class RotaryEncoding(Encoding):
                 f"{name} must be [batch, heads, seq, head_dim] with head_dim={self.head_dim}, "
                 f"got shape {tuple(t.shape)}"
             )
+        self._check_device(name, t)
 
     def forward(
         self,
@@ -248,6 +287,13 @@ class RotaryEncoding(Encoding):
         """
         self._check_heads("q", q)
         self._check_heads("k", k)
+        if q.shape[0] != k.shape[0] or q.device != k.device:
+            raise ValueError(
+                f"q and k must share their batch size and device, got q {tuple(q.shape)} on "
+                f"{q.device} and k {tuple(k.shape)} on {k.device}"
+            )
+        if seq_len is not None:
+            check_int("seq_len", seq_len)
         q_len, k_len = q.shape[2], k.shape[2]
         if positions is None:
             if k_positions is not None:
@@ -256,13 +302,17 @@ class RotaryEncoding(Encoding):
                 raise ValueError(f"q has {q_len} positions but k only {k_len}: pass positions")
             positions = self.default_positions(q_len, q.device, offset=k_len - q_len)
             k_positions = self.default_positions(k_len, k.device)
-        self.check_positions(positions, seq_len=q_len, batch=q.shape[0])
+        positions = self.check_positions(
+            positions, seq_len=q_len, batch=q.shape[0], device=q.device
+        )
         if k_positions is None:
             if k_len != q_len:
                 raise ValueError(f"k has {k_len} positions and q {q_len}: pass k_positions")
             k_positions = positions
         else:
-            self.check_positions(k_positions, seq_len=k_len, batch=k.shape[0], name="k_positions")
+            k_positions = self.check_positions(
+                k_positions, seq_len=k_len, batch=k.shape[0], name="k_positions", device=k.device
+            )
         if (
             seq_len is None
             and self.depends_on_length
@@ -329,8 +379,7 @@ class BiasEncoding(Encoding):
         score scale) are needed only by biases that depend on the queries (Shaw's
         ``q · a_K * scale``, which overrides this). Costs
         ``heads * q_len * k_len`` memory: the fast path never calls it."""
-        check_positions(q_positions, name="q_positions")
-        check_positions(k_positions, name="k_positions")
+        q_positions, k_positions = self._check_pair(q_positions, k_positions)
         heads = torch.arange(self.n_heads, device=q_positions.device)
         if q_positions.dim() == 1 and k_positions.dim() == 1:
             h, qp, kp = heads.view(-1, 1, 1), q_positions.view(1, -1, 1), k_positions.view(1, 1, -1)
@@ -355,6 +404,9 @@ class BiasEncoding(Encoding):
         ``[batch, len]`` tensors give them explicitly.
         """
 
+        q_positions, k_positions = self._check_pair(q_positions, k_positions)
+        check_int("q_offset", q_offset, minimum=0)
+
         def mod(score, b, h, q_idx, kv_idx):
             q_pos = position_at(q_positions, b, q_idx, q_offset)
             k_pos = position_at(k_positions, b, kv_idx)
@@ -362,9 +414,25 @@ class BiasEncoding(Encoding):
 
         return mod
 
-    def fused_attention(self, q, k, v, q_positions, k_positions, causal, scale):
+    def _check_pair(self, q_positions, k_positions) -> tuple[Any, Any]:
+        """The query and key positions (either may be None: the default) checked, keys on
+        the queries' device and with a batch size that agrees, and as the bias computes
+        with them (integer dtypes as int64)."""
+        if q_positions is not None:
+            q_positions = self.check_positions(q_positions, name="q_positions")
+        if k_positions is not None:
+            device = None if q_positions is None else q_positions.device
+            k_positions = self.check_positions(k_positions, name="k_positions", device=device)
+        batch = None if q_positions is None or q_positions.dim() == 1 else q_positions.shape[0]
+        if k_positions is not None and batch not in (None, 1):
+            check_batch(k_positions, batch, "k_positions")
+        return q_positions, k_positions
+
+    def fused_attention(self, q, k, v, q_positions, k_positions, causal, scale, mask=None):
         """An exact attention faster than the generic paths, or None (the default) when
-        this encoding has none for these inputs. Called by :func:`posenc.attention` first."""
+        this encoding has none for these inputs. Called by :func:`posenc.attention` first.
+        ``mask`` (``[batch, 1, q_len, k_len]`` bool, True = may attend) is the whole mask,
+        causal part included, when padding or segments are given; else None."""
         return None
 
     def value_term(self, probs: torch.Tensor, q_positions, k_positions) -> torch.Tensor:
@@ -385,4 +453,17 @@ class NoEncoding(Encoding):
     kind = "none"
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """``x`` unchanged; ``x`` and any ``positions`` are checked as an additive encoding
+        checks them, so that swapping encodings never hides a bad input.
+
+        Shapes:
+            x: ``[batch, seq, dim]``; positions: ``[seq]`` or ``[batch, seq]``. Returns x.
+        """
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+            got = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
+            raise TypeError(f"x must be a floating-point tensor, got {got}")
+        if x.dim() != 3:
+            raise ValueError(f"x must be [batch, seq, dim], got shape {tuple(x.shape)}")
+        if positions is not None:
+            self.check_positions(positions, seq_len=x.shape[1], batch=x.shape[0], device=x.device)
         return x

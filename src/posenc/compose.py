@@ -109,11 +109,16 @@ class Compose(AdditiveEncoding):
         limits = [lim for lim in limits if lim[0] is not None]
         return min(limits) if limits else (None, "max_positions")
 
-    def check_positions(self, positions, *, seq_len=None, batch=None, name="positions") -> None:
+    def check_positions(
+        self, positions, *, seq_len=None, batch=None, name="positions", device=None
+    ) -> torch.Tensor:
         """The smallest limit first (so it is the one named), then every member's checks."""
-        super().check_positions(positions, seq_len=seq_len, batch=batch, name=name)
+        checked = super().check_positions(
+            positions, seq_len=seq_len, batch=batch, name=name, device=device
+        )
         for enc in self.encodings:
-            enc.check_positions(positions, seq_len=seq_len, batch=batch, name=name)
+            enc.check_positions(checked, seq_len=seq_len, batch=batch, name=name, device=device)
+        return checked
 
     def default_positions(self, seq_len, device=None, offset=0) -> torch.Tensor:
         positions = self.encodings[0].default_positions(seq_len, device, offset)

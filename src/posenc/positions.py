@@ -110,7 +110,7 @@ def check_positions(
         raise TypeError(f"{name} must be an integer or floating tensor, got {positions.dtype}")
     if integer and positions.is_floating_point():
         raise TypeError(
-            f"{name} must be an integer tensor for this encoding, got {positions.dtype}"
+            f"{name} must be integer for this encoding (an integer tensor), got {positions.dtype}"
         )
     if axes == 1 and positions.dim() not in ndims:
         shapes = " or ".join(f"{n}-D" for n in ndims)
@@ -283,8 +283,10 @@ def check_segment_ids(segment_ids: Any, name: str = "segment_ids") -> torch.Tens
     """Validate ``[batch, seq]`` integer document ids and return them unchanged."""
     if not isinstance(segment_ids, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(segment_ids).__name__}")
-    if segment_ids.is_floating_point() or segment_ids.is_complex() or segment_ids.dtype == (
-        torch.bool
+    if (
+        segment_ids.is_floating_point()
+        or segment_ids.is_complex()
+        or segment_ids.dtype == (torch.bool)
     ):
         raise TypeError(f"{name} must be an integer tensor, got {segment_ids.dtype}")
     if segment_ids.dim() != 2:

@@ -64,8 +64,12 @@ class _GridEncoding(AdditiveEncoding):
     position_axes = 2
     nonnegative_positions = False
 
-    def check_positions(self, positions, *, seq_len=None, batch=None, name="positions") -> None:
-        super().check_positions(positions, seq_len=seq_len, batch=batch, name=name)
+    def check_positions(
+        self, positions, *, seq_len=None, batch=None, name="positions", device=None
+    ) -> torch.Tensor:
+        positions = super().check_positions(
+            positions, seq_len=seq_len, batch=batch, name=name, device=device
+        )
         prefix = self.config.prefix
         if positions.shape[-2] < prefix:
             raise ValueError(
@@ -73,6 +77,7 @@ class _GridEncoding(AdditiveEncoding):
                 f"the first {prefix} rows are the prefix tokens, as "
                 f"posenc.positions.grid(h, w, prefix={prefix}) builds them"
             )
+        return positions
 
     def default_positions(
         self, seq_len: int, device: torch.device | str | None = None, offset: int = 0
@@ -244,12 +249,16 @@ class LearnedGrid(_GridEncoding):
     def reset_parameters(self) -> None:
         nn.init.normal_(self.weight, std=self.config.init_std)
 
-    def check_positions(self, positions, *, seq_len=None, batch=None, name="positions") -> None:
+    def check_positions(
+        self, positions, *, seq_len=None, batch=None, name="positions", device=None
+    ) -> torch.Tensor:
         """The grid checks, then every patch coordinate inside ``grid`` (skipped while
         ``torch.compile`` traces and on the meta device, as value checks are)."""
-        super().check_positions(positions, seq_len=seq_len, batch=batch, name=name)
+        positions = super().check_positions(
+            positions, seq_len=seq_len, batch=batch, name=name, device=device
+        )
         if torch.compiler.is_compiling() or positions.device.type == "meta":
-            return
+            return positions
         (h, w), prefix = self.config.grid, self.config.prefix
         coords = positions[..., prefix:, :].reshape(-1, 2)  # [n, 2]
         outside = (coords[:, 0] >= h) | (coords[:, 1] >= w)
@@ -262,6 +271,7 @@ class LearnedGrid(_GridEncoding):
                 f"grid=({h}, {w}): rows must be in [0, {h - 1}] and columns in [0, {w - 1}]; "
                 f"resample() the table to the image's grid",
             )
+        return positions
 
     def default_positions(
         self, seq_len: int, device: torch.device | str | None = None, offset: int = 0

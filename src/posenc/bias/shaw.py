@@ -13,7 +13,7 @@ from torch import nn
 from ..base import BiasEncoding
 from ..config import EncodingConfig, check_float, check_int
 from ..functional.shaw import shaw_index, shaw_key_bias, shaw_key_scores, shaw_value_term
-from ..positions import check_positions, position_at
+from ..positions import check_batch, position_at
 from ..registry import register
 
 __all__ = ["Shaw"]
@@ -94,6 +94,7 @@ class Shaw(BiasEncoding):
     Config = ShawConfig
     #: the bias depends on the queries: bias() and score_mod() need ``q``
     needs_q: ClassVar[bool] = True
+    integer_positions = True  # table rows of integer distances
 
     def __init__(self, config: ShawConfig | None = None, **kwargs) -> None:
         super().__init__(config, **kwargs)
@@ -137,15 +138,35 @@ class Shaw(BiasEncoding):
             )
 
     def _scale(self, scale: float | None) -> float:
-        return 1.0 / math.sqrt(self.head_dim) if scale is None else scale
+        if scale is None:
+            return 1.0 / math.sqrt(self.head_dim)
+        check_float("scale", scale)
+        return scale
 
-    def _index(
-        self, q_positions: torch.Tensor, k_positions: torch.Tensor, q_len: int | None = None
-    ) -> torch.Tensor:
+    def _check_positions(self, q_positions, k_positions, q: torch.Tensor | None) -> tuple:
+        """Integer positions (as int64; None stays None, the default) on the device of
+        ``q`` (else of the tables), for ``q``'s queries and batch."""
+        device = self.key_table.device if q is None else q.device
+        if q_positions is not None:
+            q_positions = self.check_positions(
+                q_positions,
+                seq_len=None if q is None else q.shape[2],
+                name="q_positions",
+                device=device,
+            )
+        if k_positions is not None:
+            k_positions = self.check_positions(k_positions, name="k_positions", device=device)
+        batch = q.shape[0] if q is not None else None
+        if batch is None and q_positions is not None and q_positions.dim() == 2:
+            batch = q_positions.shape[0] if q_positions.shape[0] != 1 else None
+        for name, positions in (("q_positions", q_positions), ("k_positions", k_positions)):
+            if batch is not None and positions is not None:
+                check_batch(positions, batch, name)
+        return q_positions, k_positions
+
+    def _index(self, q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor:
         """Table rows of every (query, key) pair: ``[1, 1, q_len, k_len]`` or
         ``[batch, 1, q_len, k_len]``."""
-        check_positions(q_positions, seq_len=q_len, name="q_positions", integer=True)
-        check_positions(k_positions, name="k_positions", integer=True)
         relative = k_positions.unsqueeze(-2) - q_positions.unsqueeze(-1)  # [(b,) q_len, k_len]
         index = shaw_index(relative, self.config.max_distance)
         return index.unsqueeze(-3) if index.dim() == 3 else index[None, None]
@@ -164,7 +185,8 @@ class Shaw(BiasEncoding):
             head_dim]`` -> ``[batch, n_heads, q_len, k_len]``
         """
         self._check_q(q)
-        index = self._index(q_positions, k_positions, q_len=q.shape[2])
+        q_positions, k_positions = self._check_positions(q_positions, k_positions, q)
+        index = self._index(q_positions, k_positions)
         return shaw_key_bias(shaw_key_scores(q, self.key_table, self._scale(scale)), index)
 
     def score_mod(
@@ -181,9 +203,8 @@ class Shaw(BiasEncoding):
         ones are ``[len]`` or ``[batch, len]`` integer tensors.
         """
         self._check_q(q)
-        for name, positions in (("q_positions", q_positions), ("k_positions", k_positions)):
-            if positions is not None:
-                check_positions(positions, name=name, integer=True)
+        q_positions, k_positions = self._check_positions(q_positions, k_positions, q)
+        check_int("q_offset", q_offset, minimum=0)
         key_scores = shaw_key_scores(q, self.key_table, self._scale(scale))  # [b, h, q, 2k+1]
         max_distance = self.config.max_distance
 
@@ -205,5 +226,6 @@ class Shaw(BiasEncoding):
         """
         if self.value_table is None:
             raise ValueError("this shaw encoding has no value table: create it with values=True")
+        q_positions, k_positions = self._check_positions(q_positions, k_positions, None)
         index = self._index(q_positions, k_positions)
         return shaw_value_term(probs, self.value_table, index)

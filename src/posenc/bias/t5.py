@@ -95,6 +95,7 @@ class T5Bias(BiasEncoding):
     """
 
     Config = T5Config
+    integer_positions = True  # buckets of integer distances
 
     def __init__(self, config: T5Config | None = None, **kwargs) -> None:
         super().__init__(config, **kwargs)

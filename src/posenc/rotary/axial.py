@@ -146,7 +146,7 @@ class RoPE2D(_GridRotary):
         self, positions: torch.Tensor, seq_len: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(cos, sin)``, float32 (float64 for float64 positions): ``[(batch,) seq, d/2]``."""
-        self.check_positions(positions)
+        positions = self.check_positions(positions)
         inv_freq = self.inv_freq(positions.device)
         return axial_rope_cos_sin(positions, inv_freq, self.config.axis_order)
 
@@ -255,7 +255,7 @@ class RoPEMixed(_GridRotary):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(cos, sin)`` per set of frequencies: ``[batch or 1, n_kv_heads, seq, d/2]``,
         float32 (float64 for float64 positions or parameters)."""
-        self.check_positions(positions)
+        positions = self.check_positions(positions)
         return rope_mixed_cos_sin(positions, self.freqs)
 
     def apply(

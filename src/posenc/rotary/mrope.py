@@ -132,10 +132,14 @@ class MRoPE(RoPE):
         seq_len: int | None = None,
         batch: int | None = None,
         name: str = "positions",
-    ) -> None:
+        device: torch.device | None = None,
+    ) -> torch.Tensor:
         """Raise unless ``positions`` is ``[seq]``, ``[batch, seq]`` or ``[3, batch, seq]``
-        (finite, >= 0, integer or float) for ``seq_len`` tokens and a batch of ``batch``."""
-        check_positions(positions, seq_len=seq_len, name=name, ndims=(1, 2, 3))
+        (finite, >= 0, integer or float) for ``seq_len`` tokens and a batch of ``batch`` on
+        ``device``; return them to compute with (integer dtypes as int64)."""
+        positions = check_positions(
+            positions, seq_len=seq_len, name=name, ndims=(1, 2, 3), device=device
+        )
         if positions.dim() == 3 and positions.shape[0] != 3:
             raise ValueError(
                 f"{name} must be [seq] or [batch, seq] (text) or [3, batch, seq] (temporal, "
@@ -144,6 +148,7 @@ class MRoPE(RoPE):
             )
         if batch is not None:  # the batch of [3, batch, seq] ids is that of one axis
             check_batch(positions[0] if positions.dim() == 3 else positions, batch, name)
+        return positions
 
     def causal_positions(self, positions: torch.Tensor) -> torch.Tensor | None:
         """Text positions order the tokens; ``[3, batch, seq]`` ids do not (None)."""
@@ -155,7 +160,7 @@ class MRoPE(RoPE):
         """``(cos, sin)`` float32 (float64 for float64 positions): ``[batch, seq, n]`` for
         ``[3, batch, seq]`` ids, ``positions.shape + (n,)`` for text positions. ``seq_len``
         is unused: no length-dependent scaling is allowed."""
-        self.check_positions(positions)
+        positions = self.check_positions(positions)
         inv_freq, attention_factor = self._frequencies(None, positions.device)
         if positions.dim() != 3:  # text: the same id on every axis is plain RoPE
             return rope_cos_sin(positions, inv_freq, attention_factor)

@@ -15,7 +15,6 @@ from ..base import RotaryEncoding
 from ..config import EncodingConfig, check_choice, check_float, check_int
 from ..functional.rope import ROPE_LAYOUTS, apply_rope, rope_cos_sin, rope_inv_freq
 from ..functional.rope_scaling import ScalingConfig, parse_scaling
-from ..positions import check_positions
 from ..registry import register
 
 __all__ = ["RoPE"]
@@ -153,7 +152,9 @@ class RoPE(RotaryEncoding):
         self, positions: torch.Tensor, seq_len: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(cos, sin)`` of every position's angles, float32, ``positions.shape + (n,)``."""
-        check_positions(positions)
+        positions = self.check_positions(positions)
+        if seq_len is not None:
+            check_int("seq_len", seq_len)
         if seq_len is None and self.scaling.depends_on_length:
             if torch.compiler.is_compiling():
                 raise ValueError(f"{self.scaling.rope_type!r} scaling needs seq_len under compile")

@@ -261,7 +261,8 @@ class XPos(RoPE):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(cos, sin, scale)``, each ``positions.shape + (n,)``, float32 (float64 for
         float64 positions); ``scale`` holds the query factors ζ_i^((n - center)/scale_base)."""
-        cos, sin = super().rotation(positions, seq_len)  # validates the positions
+        positions = self.check_positions(positions)  # integer dtypes as int64
+        cos, sin = super().rotation(positions, seq_len)
         c = self.config
         check_xpos_positions(positions, c.scale_base, c.center, cos.dtype)
         # ζ over the pairs cos/sin cover (all head_dim pairs for "proportional" scaling)
