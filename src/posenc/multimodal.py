@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from .config import check_float, check_int
+from .config import MAX_POSITION, check_float, check_int
 
 __all__ = ["multimodal"]
 
@@ -85,7 +85,13 @@ def _intervals(
     seconds = seconds.to(device, dtype)
     if n_videos and not bool((torch.isfinite(seconds) & (seconds > 0)).all()):
         raise ValueError(f"second_per_grid_ts must be finite and > 0, got {seconds.tolist()}")
-    return seconds * tokens_per_second
+    steps = seconds * tokens_per_second
+    if n_videos and not float(steps.max()) <= MAX_POSITION:  # inf in float32 too
+        raise ValueError(
+            f"second_per_grid_ts * tokens_per_second must be <= {MAX_POSITION} (2**53, the "
+            f"largest position), got {float(steps.max()):g}"
+        )
+    return steps
 
 
 def multimodal(
@@ -253,10 +259,17 @@ def multimodal(
         local = rank - starts[item]
         h, w = grid[item, 1], grid[item, 2]
         frame, row, col = local // (h * w), (local // w) % h, local % w
-        if exact_time:
-            tau = frame.double() * step[item]
-        else:  # float32 product truncated to an integer, as transformers computes it
-            tau = (frame.to(step.dtype) * step[item]).long()
+        # float32 product truncated to an integer, as transformers computes it (float64 kept
+        # as it is with exact_time)
+        tau = frame.to(step.dtype) * step[item]
+        if not float(tau.max()) <= MAX_POSITION:
+            raise ValueError(
+                f"{modality} temporal ids reach {float(tau.max()):g}, past {MAX_POSITION} "
+                "(2**53, the largest position): frames * second_per_grid_ts * "
+                "tokens_per_second is too large"
+            )
+        if not exact_time:
+            tau = tau.long()
         offsets[0].view(-1)[flat] = tau.to(dtype)
         offsets[1].view(-1)[flat] = row.to(dtype)
         offsets[2].view(-1)[flat] = col.to(dtype)
@@ -266,6 +279,13 @@ def multimodal(
         moves = torch.where(local == sizes[item] - 1, extent.to(dtype), 0)
         advance.view(-1)[flat] = moves
 
+    largest = float(advance.double().sum(dim=1).max()) if advance.numel() else 0.0
+    if largest > MAX_POSITION:  # checked before int64 sums could wrap
+        raise ValueError(
+            f"the position ids reach {largest:g}, past {MAX_POSITION} (2**53, the largest "
+            "position): the videos' temporal ids (second_per_grid_ts * tokens_per_second) "
+            "are too large"
+        )
     start = advance.cumsum(dim=1) - advance  # [b, s]: the id where each token's unit begins
     compact = (start + offsets) * kept  # [3, b, s]; padding 0
     positions = torch.zeros_like(compact).scatter_(2, order.expand(3, -1, -1), compact)
