@@ -17,6 +17,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from .config import MAX_INT, check_float, check_int
 from .functional.rope_scaling import ROPE_SCALINGS, ntk_base, parse_scaling
 from .rotary.layouts import permute_for_layout
 from .rotary.mrope import MRoPE
@@ -70,6 +71,7 @@ def _head_dim(get) -> int:
     """The rotary head size: ``qk_rope_head_dim`` (MLA), ``head_dim``, or hidden / heads."""
     for key in ("qk_rope_head_dim", "head_dim"):
         if get(key) is not None:
+            check_int(key, get(key))
             return get(key)
     hidden, heads = get("hidden_size"), get("num_attention_heads")
     if hidden is None or heads is None:
@@ -77,6 +79,8 @@ def _head_dim(get) -> int:
             "the config has neither head_dim nor hidden_size and num_attention_heads; "
             "cannot tell the head size"
         )
+    check_int("hidden_size", hidden)
+    check_int("num_attention_heads", heads)
     return hidden // heads
 
 
@@ -211,12 +215,15 @@ def rope_from_hf_config(config: Any) -> RoPE:
     for key in ("rope_theta", "partial_rotary_factor"):
         if key not in params and get(key) is not None:
             params[key] = get(key)
+        if key in params:  # named as the config names it (RoPE calls rope_theta base)
+            check_float(key, params[key])
 
     max_positions = get("max_position_embeddings")
 
     def need_max_positions() -> int:
         if max_positions is None:
             raise ValueError(f"{rope_type!r} scaling needs the config's max_position_embeddings")
+        check_int("max_position_embeddings", max_positions)
         return max_positions
 
     original_key = "original_max_position_embeddings"
@@ -233,6 +240,7 @@ def rope_from_hf_config(config: Any) -> RoPE:
             params[original_key] = get(original_key)
         elif original_key not in params:
             params[original_key] = need_max_positions()
+        check_int(original_key, params[original_key])
         if rope_type in ("yarn", "longrope") and "factor" not in params:
             params["factor"] = need_max_positions() / params[original_key]
 
@@ -249,6 +257,7 @@ def _check_factor(factor: Any) -> float:
         raise ValueError(
             f"factor must be a finite number > 1 (the context grows by it), got {factor}"
         )
+    check_float("factor", factor)  # the bound every configured number has
     return float(factor)
 
 
@@ -335,8 +344,10 @@ def extend_context(
     original = original_max_position_embeddings
     if original is None:
         original = config.max_position_embeddings
-    if isinstance(original, bool) or not isinstance(original, int) or original < 1:
-        raise ValueError(f"original_max_position_embeddings must be an int >= 1, got {original!r}")
+    if isinstance(original, bool) or not isinstance(original, int) or not 1 <= original <= MAX_INT:
+        raise ValueError(
+            f"original_max_position_embeddings must be an int in [1, {MAX_INT}], got {original!r}"
+        )
     keep = {k: current[k] for k in ("rope_theta", "partial_rotary_factor") if k in current}
     base = keep.setdefault("rope_theta", getattr(config, "rope_theta", None) or DEFAULT_BASE)
     new_max = int(original * factor)
