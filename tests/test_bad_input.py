@@ -21,9 +21,9 @@ rank, size, batch, device); huge or tiny finite configuration values (``MAX_FLOA
 ``MAX_INT``); bad factory keywords; and each entry point's own arguments (``scale``,
 ``temperature``, ``normalize``, token ids, caches, Hugging Face config keys).
 
-The matrix (kept true by :func:`test_matrix_size_is_recorded`): 1985 cases: 993 expect a
-ValueError, 371 a TypeError, 621 a correct result. By family: dtype 658, positions 541,
-input 142, config 492, attention 48, model 37, hf 24, positions.grid 9, positions.multimodal
+The matrix (kept true by :func:`test_matrix_size_is_recorded`): 2013 cases: 995 expect a
+ValueError, 373 a TypeError, 645 a correct result. By family: dtype 658, positions 541,
+input 142, config 492, attention 48, model 65, hf 24, positions.grid 9, positions.multimodal
 18, compose 9, other 7.
 """
 
@@ -647,6 +647,35 @@ def model_cases() -> None:
             f"model/generate/ids_{dtype}",
             lambda dtype=dtype: model().generate(ids.to(dtype), 3),
             lambda: model().generate(ids, 3),
+        )
+    # explicit positions of every kind of encoding, in other integer dtypes, with a cache
+    positions = torch.tensor([7, 3, 9, 4])
+    for name in ("learned", "rope", "alibi", "t5"):
+        for dtype in (torch.uint8, torch.int16, torch.uint32):
+            result(
+                f"model/forward/{name}/positions_{dtype}",
+                functools.partial(
+                    lambda n, d: model(n)(ids, positions=positions.to(d)), name, dtype
+                ),
+                functools.partial(lambda n: model(n)(ids, positions=positions), name),
+            )
+            result(
+                f"model/cache/{name}/positions_{dtype}",
+                functools.partial(
+                    lambda n, d: model(n)(
+                        ids, positions=positions.to(d), cache=model(n).new_cache(2, 4)
+                    ),
+                    name,
+                    dtype,
+                ),
+                functools.partial(lambda n: model(n)(ids, positions=positions), name),
+                tol=1e-5,
+            )
+        raises(
+            f"model/forward/{name}/positions_nan",
+            functools.partial(lambda n: model(n)(ids, positions=torch.full((4,), math.nan)), name),
+            TypeError if name in ("learned", "t5") else ValueError,
+            "positions must be",
         )
     raises(
         "model/generate/empty_prompt",
