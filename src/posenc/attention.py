@@ -34,6 +34,12 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
             raise ValueError(
                 f"{name} must be [batch, heads, seq, head_dim], got shape {tuple(t.shape)}"
             )
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if 0 in t.shape:
+            raise ValueError(
+                f"{name} must have at least one batch row, head, position and head_dim "
+                f"channel, got shape {tuple(t.shape)}"
+            )
     if not q.dtype == k.dtype == v.dtype:
         raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if not q.shape[0] == k.shape[0] == v.shape[0]:
@@ -46,12 +52,6 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         )
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q and k head_dim differ: {q.shape[-1]} vs {k.shape[-1]}")
-    for name, t in (("q", q), ("k", k)):
-        if 0 in t.shape:
-            raise ValueError(
-                f"{name} must have at least one batch row, head, position and head_dim "
-                f"channel, got shape {tuple(t.shape)}"
-            )
 
 
 def _check_scale(scale: float | None, head_dim: int) -> float:
@@ -139,11 +139,15 @@ def attention(
             )
         q_positions = arange(q_len, device=q.device, offset=k_len - q_len)
     else:
-        check_positions(q_positions, seq_len=q_len, name="q_positions")
+        q_positions = check_positions(
+            q_positions, seq_len=q_len, name="q_positions", device=q.device
+        )
     if k_positions is None:
         k_positions = arange(k_len, device=k.device)
     else:
-        check_positions(k_positions, seq_len=k_len, name="k_positions")
+        k_positions = check_positions(
+            k_positions, seq_len=k_len, name="k_positions", device=k.device
+        )
     check_batch(q_positions, q.shape[0], "q_positions")
     check_batch(k_positions, q.shape[0], "k_positions")
     masks = Masks.build(key_padding_mask, segment_ids, q.shape[0], q_len, k_len)

@@ -243,7 +243,7 @@ class TransformerLM(nn.Module):
         explicit = positions is not None
         order = None  # the positions' token order, for the causal mask and the cache
         if explicit:
-            self.encoding.check_positions(positions, seq_len=s, batch=b)
+            positions = self.encoding.check_positions(positions, seq_len=s, batch=b)
             rotary = self.encoding.kind == "rotary"
             order = self.encoding.causal_positions(positions) if rotary else positions
         elif cache is not None and cache.explicit_positions:
@@ -309,6 +309,7 @@ class TransformerLM(nn.Module):
             raise ValueError(
                 f"input_ids must be [batch, seq] with seq >= 1, got shape {tuple(input_ids.shape)}"
             )
+        input_ids = input_ids.long()  # uint16/32 have no min() on the CPU
         readable = not torch.compiler.is_compiling() and input_ids.device.type != "meta"
         if readable and input_ids.numel():
             low, high = input_ids.min().item(), input_ids.max().item()
@@ -317,7 +318,7 @@ class TransformerLM(nn.Module):
                 raise ValueError(
                     f"input_ids must be in [0, vocab_size={self.vocab_size}), got {bad}"
                 )
-        return input_ids.long()
+        return input_ids
 
     @staticmethod
     def _masks(
@@ -388,7 +389,7 @@ class TransformerLM(nn.Module):
         if positions is None and mask is not None:
             positions = from_padding(mask)
         if positions is not None:
-            self.encoding.check_positions(positions, seq_len=s, batch=b)
+            positions = self.encoding.check_positions(positions, seq_len=s, batch=b)
         cache = self.new_cache(b, s + max_new_tokens) if use_cache else None
         tokens, step_ids, step_positions = input_ids, input_ids, positions
         for _ in range(max_new_tokens):
