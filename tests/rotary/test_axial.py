@@ -91,7 +91,7 @@ POSITIONS = {
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 @pytest.mark.parametrize("axis_order", ["xy", "yx"])
 @pytest.mark.parametrize("case", list(POSITIONS))
-def test_rope_2d_equals_the_formula_pair_by_pair(layout, axis_order, case):
+def test_rope_2d_equals_the_formula_pair_by_pair(layout, axis_order, case, tol):
     positions = POSITIONS[case]
     batch = positions.shape[0] if positions.dim() == 3 else 2
     seq = positions.shape[-2]
@@ -99,9 +99,13 @@ def test_rope_2d_equals_the_formula_pair_by_pair(layout, axis_order, case):
     q, k = torch.randn(batch, 2, seq, 8), torch.randn(batch, 1, seq, 8)  # GQA keys
     q2, k2 = rope(q, k, positions=positions)
     assert q2.dtype == k2.dtype == torch.float32
-    # float64 angles rounded once: exact to float32 even at coordinates of 10^6
-    assert_close(q2.double(), naive_axial(q, positions, layout=layout, axis_order=axis_order))
-    assert_close(k2.double(), naive_axial(k, positions, layout=layout, axis_order=axis_order))
+    # float64 angles rounded once: exact to float32 even at coordinates of 10^6, so three
+    # float32 roundings (the table entry, the products, their sum) of terms up to 2·max|x|
+    rounding = tol(n=3, scale=2 * max(q.abs().max(), k.abs().max()))
+    expected_q = naive_axial(q, positions, layout=layout, axis_order=axis_order)
+    assert_close(q2.double(), expected_q, **rounding)
+    expected_k = naive_axial(k, positions, layout=layout, axis_order=axis_order)
+    assert_close(k2.double(), expected_k, **rounding)
     q64, _ = rope(q.double(), k.double(), positions=positions.double())
     assert q64.dtype == torch.float64
     expected = naive_axial(q, positions, layout=layout, axis_order=axis_order)
@@ -137,6 +141,7 @@ def test_module_equals_the_functions():
     cos, sin = rope.rotation(positions)
     inv_freq = axial_rope_inv_freq(8, 50.0, 2.0)
     expected = axial_rope_cos_sin(positions, inv_freq, "yx")
+    # the module calls this function on the same inputs: the same operations
     assert_close(cos, expected[0], rtol=0, atol=0)
     assert_close(sin, expected[1], rtol=0, atol=0)
     assert cos.shape == (8, 4) and cos.dtype == torch.float32
@@ -201,7 +206,7 @@ def test_rope_2d_tells_the_axes_apart():
 
 
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
-def test_rope_mixed_equals_the_formula_pair_by_pair(layout):
+def test_rope_mixed_equals_the_formula_pair_by_pair(layout, tol):
     rope = RoPEMixed(head_dim=8, n_heads=4, n_kv_heads=2, layout=layout)
     with torch.no_grad():
         rope.freqs.normal_()
@@ -211,22 +216,27 @@ def test_rope_mixed_equals_the_formula_pair_by_pair(layout):
     q, k = torch.randn(2, 4, 5, 8), torch.randn(2, 2, 5, 8)
     q2, k2 = rope(q, k, positions=positions)
     freqs = rope.freqs.detach()
+    # float64 angles rounded once, then three float32 roundings of terms up to 2·max|x|
+    rounding = tol(n=3, scale=2 * max(q.abs().max(), k.abs().max()))
     # query head h rotates with the frequencies of its key head, h // 2
-    assert_close(q2.double(), naive_mixed(q, positions, freqs, layout, sets=[0, 0, 1, 1]))
-    assert_close(k2.double(), naive_mixed(k, positions, freqs, layout))
+    expected_q = naive_mixed(q, positions, freqs, layout, sets=[0, 0, 1, 1])
+    assert_close(q2.double(), expected_q, **rounding)
+    assert_close(k2.double(), naive_mixed(k, positions, freqs, layout), **rounding)
     # keys repeated to every query head rotate like the queries of their group
     k_rep = k.repeat_interleave(2, dim=1)
-    assert_close(rope(q, k_rep, positions=positions)[1], k2.repeat_interleave(2, dim=1))
+    got = rope(q, k_rep, positions=positions)[1]
+    assert_close(got, k2.repeat_interleave(2, dim=1), **rounding)
 
 
-def test_rope_mixed_angles_are_exact_at_far_coordinates():
+def test_rope_mixed_angles_are_exact_at_far_coordinates(tol):
     """The angle x·f_x + y·f_y is formed in float64 from the float32 parameters: at
     coordinates of 10^5 a float32 product would be off by ~10^-2 rad."""
     rope = RoPEMixed(head_dim=8, n_heads=2)
     positions = torch.tensor([[100_003, 99_991], [-77_777, 12_345]])
     q = torch.randn(1, 2, 2, 8)
     expected = naive_mixed(q, positions, rope.freqs.detach())
-    assert_close(rope(q, q, positions=positions)[0].double(), expected)
+    rounding = tol(n=3, scale=2 * q.abs().max())  # as in the pair-by-pair tests
+    assert_close(rope(q, q, positions=positions)[0].double(), expected, **rounding)
     fx, fy = rope.freqs.detach()[..., None, :]  # [heads, 1, pairs] each
     y, x = positions[:, 0, None], positions[:, 1, None]  # [seq, 1] each
     float32_angle = x.float() * fx + y.float() * fy
@@ -247,7 +257,7 @@ def test_rope_mixed_at_phase_zero_is_axial_rope_with_base_10():
     assert_close(mixed(q, q, positions=positions)[0], expected, rtol=0, atol=1e-12)
 
 
-def test_rope_mixed_initialisation():
+def test_rope_mixed_initialisation(tol):
     """freqs ``[2, heads, d/2]`` as the paper's code: pair i and pair d/4 + i have the
     magnitude m_i = 10^(-4i/d) exactly, along the directions φ_h and φ_h + π/2."""
     head_dim, heads = 32, 4000
@@ -259,20 +269,27 @@ def test_rope_mixed_initialisation():
     mag = torch.tensor(
         [10 ** (-4 * i / head_dim) for i in range(head_dim // 4)] * 2, dtype=torch.float64
     )
-    assert_close((fx**2 + fy**2).sqrt(), mag.expand(heads, -1), rtol=1e-6, atol=0)
+    # float64 math on float32 magnitudes, rounded to float32: a few float32 roundings
+    few = tol(n=4, scale=0)
+    assert_close((fx**2 + fy**2).sqrt(), mag.expand(heads, -1), **few)
     # one phase per head: pair 0 points along φ_h, pair d/4 along φ_h + π/2, and every
     # pair of a quarter shares the direction
     phi = torch.atan2(fy[:, 0], fx[:, 0])  # [heads]
     quarter = head_dim // 4
     turned = torch.atan2(fy[:, quarter], fx[:, quarter])
-    assert_close(torch.remainder(turned - phi, 2 * math.pi), torch.full_like(phi, math.pi / 2))
-    assert_close(fx[:, :quarter] / mag[:quarter], phi.cos()[:, None].expand(-1, quarter))
+    # rounding fx and fy to float32 turns each direction by at most eps/2
+    assert_close(
+        torch.remainder(turned - phi, 2 * math.pi),
+        torch.full_like(phi, math.pi / 2),
+        **tol(n=2, scale=1),
+    )
+    assert_close(fx[:, :quarter] / mag[:quarter], phi.cos()[:, None].expand(-1, quarter), **few)
     # φ ~ U(0, 2π): 8 equal bins hold 500 ± 5σ (σ ≈ 21) heads each
     counts = torch.histc(torch.remainder(phi, 2 * math.pi), bins=8, min=0, max=2 * math.pi)
     assert ((counts - heads / 8).abs() < 5 * math.sqrt(heads / 8 * 7 / 8)).all()
 
 
-def test_rope_mixed_draws_from_the_global_rng():
+def test_rope_mixed_draws_from_the_global_rng(tol):
     torch.manual_seed(7)
     a = RoPEMixed(head_dim=8, n_heads=3)
     torch.manual_seed(7)
@@ -281,7 +298,8 @@ def test_rope_mixed_draws_from_the_global_rng():
     before = a.freqs.detach().clone()
     a.reset_parameters()  # re-drawn: new phases, same magnitudes
     assert (a.freqs - before).abs().max() > 1e-3
-    assert_close(a.freqs.norm(dim=0), before.norm(dim=0))
+    # each norm: float32 components of the same magnitude, squared, added, square-rooted
+    assert_close(a.freqs.norm(dim=0), before.norm(dim=0), **tol(n=4, scale=1))
 
 
 def test_gradients_reach_the_frequencies():
@@ -335,7 +353,7 @@ def test_default_positions_follow_the_configured_grid():
 
 
 @pytest.mark.parametrize("name", ["rope_2d", "rope_mixed"])
-def test_attention_equals_a_dense_reference(name, dense_attention):
+def test_attention_equals_a_dense_reference(name, dense_attention, attention_tol):
     h, w, prefix = 3, 4, 1
     positions = grid(h, w, prefix=prefix)
     seq = positions.shape[0]
@@ -353,7 +371,9 @@ def test_attention_equals_a_dense_reference(name, dense_attention):
         q_ref = naive_mixed(q, positions, freqs, sets=[0, 0, 1, 1])
         k_ref = naive_mixed(k, positions, freqs)
     expected = dense_attention(q_ref, k_ref, v)
-    assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
+    # the float32 rotations add three roundings to each score term
+    rounding = attention_tol(q_ref.float(), k_ref.float(), v, extra_n=6)
+    assert_close(out.double(), expected, **rounding)
     # the check has teeth: unrotated attention differs
     assert (dense_attention(q, k, v) - expected).abs().max() > 1e-2
 
@@ -438,19 +458,21 @@ def dinov3_setup(h=3, w=5, prefix=3, patch=4, heads=2, hidden=32):
     return dinov3, config, rope, (cos, sin), grid(h, w, prefix, normalize=True)
 
 
-def test_dinov3_tables_are_rope_2d_yx_on_normalised_grids():
+def test_dinov3_tables_are_rope_2d_yx_on_normalised_grids(tol):
     _, config, rope, (hf_cos, hf_sin), positions = dinov3_setup()
     cos, sin = rope.rotation(positions)  # [prefix + h * w, head_dim / 2]
     prefix = config.num_register_tokens + 1
     # DINOv3 repeats the half table for rotate_half: [rows..., cols..., rows..., cols...]
-    assert_close(hf_cos, cos[prefix:].repeat(1, 2), rtol=0, atol=2e-6)
-    assert_close(hf_sin, sin[prefix:].repeat(1, 2), rtol=0, atol=2e-6)
+    # It forms its angles (up to 2π) in float32, a few roundings each, then takes cos/sin
+    angles = tol(n=6, scale=2 * math.pi)
+    assert_close(hf_cos, cos[prefix:].repeat(1, 2), **angles)
+    assert_close(hf_sin, sin[prefix:].repeat(1, 2), **angles)
     # the default options (column first, unscaled coordinates) are not DINOv3's
     default = RoPE2D(head_dim=16).rotation(positions)[1][prefix:].repeat(1, 2)
     assert (default - hf_sin).abs().max() > 0.1
 
 
-def test_dinov3_attention_layer_parity():
+def test_dinov3_attention_layer_parity(attention_tol):
     """DINOv3's attention (its q/k/v projections and 2-D RoPE, prefix tokens unrotated) equals
     posenc.attention with rope_2d over grid(h, w, prefix, normalize=True)."""
     dinov3, config, rope, position_embeddings, positions = dinov3_setup()
@@ -469,7 +491,12 @@ def test_dinov3_attention_layer_parity():
         unrotated = attn.o_proj(
             posenc.attention(q, k, v, causal=False).transpose(1, 2).reshape(2, seq, -1)
         )
-    assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    # Besides posenc's rotations (three roundings of each entry), DINOv3's tables are off by
+    # up to 6·eps·2π (see above), in q and in k, each entry a sum over its pair
+    tables = 6 + 2 * 2 * 6 * 2 * math.pi
+    rotated = rope(q, k, positions=positions)
+    rounding = attention_tol(*rotated, v, extra_n=tables, out_proj=attn.o_proj.weight)
+    assert_close(got, expected, **rounding)
     assert (unrotated - expected).abs().max() > 1e-3  # the rotation shows in the output
 
 

@@ -31,7 +31,9 @@ def project(x, weight, bias, n_heads, head_dim):
     [(8, 8, None), (8, 2, None), (8, 2, 8), (4, 4, 4)],
     ids=["mha", "gqa", "gqa-partial", "mha-partial"],
 )
-def test_permuted_checkpoint_gives_the_same_attention(n_heads, n_kv_heads, rotary_dim):
+def test_permuted_checkpoint_gives_the_same_attention(
+    n_heads, n_kv_heads, rotary_dim, attention_tol
+):
     head_dim, dim, b, s = 16, 32, 2, 7
     x = torch.randn(b, s, dim)
     wq, wk = torch.randn(n_heads * head_dim, dim), torch.randn(n_kv_heads * head_dim, dim)
@@ -50,7 +52,10 @@ def test_permuted_checkpoint_gives_the_same_attention(n_heads, n_kv_heads, rotar
             x, permute_for_layout(wk, **kv), permute_for_layout(bk, **kv), n_kv_heads, head_dim
         )
         outs[layout] = posenc.attention(q, k, v, encoding=rope)
-    assert_close(outs["half"], outs["interleaved"], rtol=1e-5, atol=1e-5)
+    # Each layout projects with the same rows of W (permuted), then rotates (three roundings
+    # of each q and k entry) and adds up the scores in its own order
+    rounding = attention_tol(*rope(q, k), v, extra_n=6)
+    assert_close(outs["half"], outs["interleaved"], **rounding)
     # a mismatched layout (the silent bug) changes the output
     rope_half = posenc.create("rope", head_dim=head_dim, layout="half", rotary_dim=rotary_dim)
     q, k = project(x, wq, bq, n_heads, head_dim), project(x, wk, bk, n_kv_heads, head_dim)
@@ -65,6 +70,7 @@ def test_permutation_maps_one_layout_rotation_onto_the_other(rotary_dim):
     cos, sin = rope_cos_sin(torch.arange(5) + 40, rope_inv_freq(head_dim, rotary_dim=n * 2)[0])
     perm = layout_permutation(head_dim, "interleaved", "half", rotary_dim=rotary_dim)
     rotated = apply_rope(x, cos, sin, "interleaved")
+    # both layouts compute x1·cos - x2·sin and x2·cos + x1·sin per pair, each op rounded once
     assert_close(apply_rope(x[..., perm], cos, sin, "half"), rotated[..., perm], rtol=0, atol=0)
 
 
@@ -72,7 +78,7 @@ def test_permutation_values_and_inverse():
     assert layout_permutation(8).tolist() == [0, 2, 4, 6, 1, 3, 5, 7]
     assert layout_permutation(8, "half", "interleaved").tolist() == [0, 4, 1, 5, 2, 6, 3, 7]
     assert layout_permutation(8, rotary_dim=4).tolist() == [0, 2, 1, 3, 4, 5, 6, 7]
-    for src in LAYOUTS:
+    for src in LAYOUTS:  # integer index tensors, and below: permutations are copies
         assert torch.equal(layout_permutation(6, src, src), torch.arange(6))
     for head_dim, rotary_dim in [(2, None), (64, None), (128, 64), (10, 6)]:
         there = layout_permutation(head_dim, "interleaved", "half", rotary_dim=rotary_dim)
