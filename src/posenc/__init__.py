@@ -9,9 +9,11 @@
 from . import additive, bias, functional, models, nope, positions, rotary
 from .attention import KVCache, attention
 from .base import AdditiveEncoding, BiasEncoding, Encoding, NoEncoding, RotaryEncoding
+from .build import build
 from .compose import Compose, compose
+from .info import EncodingInfo
 from .positions import PositionOutOfRangeError
-from .registry import EncodingInfo, available, create, info
+from .registry import available, create, info
 
 __version__ = "0.1.0"
 
@@ -30,6 +32,7 @@ __all__ = [
     "attention",
     "available",
     "bias",
+    "build",
     "compose",
     "create",
     "functional",

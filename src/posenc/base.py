@@ -22,8 +22,8 @@ import torch
 from torch import nn
 
 from .config import EncodingConfig, check_int
+from .info import EncodingInfo
 from .positions import PositionOutOfRangeError, arange, check_batch, check_positions, position_at
-from .registry import EncodingInfo
 
 __all__ = ["AdditiveEncoding", "BiasEncoding", "Encoding", "NoEncoding", "RotaryEncoding"]
 

@@ -16,8 +16,9 @@ import torch
 from torch import nn
 
 from .base import AdditiveEncoding, Encoding
+from .build import build
 from .config import EncodingConfig, check_int
-from .registry import EncodingInfo, resolve
+from .info import EncodingInfo
 
 __all__ = ["Compose", "compose"]
 
@@ -151,5 +152,5 @@ def compose(*encodings: str | Mapping[str, Any] | Encoding, dim: int | None = No
     for spec in encodings:
         if not isinstance(spec, Encoding) and dim is None:
             raise ValueError(f"pass dim= to build {spec!r} by name")
-        built.append(resolve(spec, **sizes))
+        built.append(build(spec, **sizes))
     return Compose(*built)

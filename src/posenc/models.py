@@ -18,6 +18,7 @@ from torch import nn
 
 from .attention import KVCache, attention
 from .base import Encoding
+from .build import build
 from .config import check_int
 from .positions import (
     arange,
@@ -26,7 +27,6 @@ from .positions import (
     from_padding,
     from_segments,
 )
-from .registry import resolve
 
 __all__ = ["TransformerLM"]
 
@@ -160,7 +160,7 @@ class TransformerLM(nn.Module):
         self.vocab_size, self.dim, self.n_layers = vocab_size, dim, n_layers
         self.n_heads, self.n_kv_heads, self.causal = n_heads, n_kv_heads, causal
         self.head_dim = dim // n_heads
-        self.encoding = resolve(encoding, dim=dim, head_dim=self.head_dim, n_heads=n_heads)
+        self.encoding = build(encoding, dim=dim, head_dim=self.head_dim, n_heads=n_heads)
         if self.encoding.position_axes != 1:
             raise ValueError(
                 f"encoding {self.encoding.info.name!r} takes image-grid positions "

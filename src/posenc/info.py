@@ -1,0 +1,34 @@
+"""What an encoding is, in words: :class:`EncodingInfo`.
+
+A core module of its own, so that :mod:`posenc.registry` (which fills it in) and
+:mod:`posenc.base` (whose classes carry it) both take it without importing each other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+__all__ = ["EncodingInfo"]
+
+
+@dataclasses.dataclass(frozen=True)
+class EncodingInfo:
+    """What a person choosing an encoding needs to know about it.
+
+    Attributes:
+        name: the registered name, as passed to :func:`posenc.create`.
+        kind: ``"additive"``, ``"rotary"``, ``"bias"`` or ``"none"``: where position enters.
+        trainable: whether the encoding has learned parameters.
+        relative: whether attention scores depend only on distances, not absolute positions.
+        extrapolates: whether it is defined past the training length without a hard limit.
+        reference: the paper (authors, year, arXiv id).
+        summary: one line on what it does.
+    """
+
+    name: str
+    kind: str
+    trainable: bool
+    relative: bool
+    extrapolates: bool
+    reference: str
+    summary: str
