@@ -112,17 +112,3 @@ def check_choice(name: str, value: Any, choices: Iterable[str]) -> None:
     choices = tuple(choices)
     if value not in choices:
         raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
-
-
-def check_grid(name: str, value: Any, *, optional: bool = False) -> tuple[int, int] | None:
-    """``value`` as an ``(h, w)`` tuple of ints >= 1 (a list is accepted, as from JSON); None
-    passes when ``optional``. Raises ``TypeError``/``ValueError`` naming ``name`` otherwise."""
-    if value is None and optional:
-        return None
-    if not isinstance(value, (tuple, list)):
-        raise TypeError(f"{name} must be a pair (h, w) of ints, got {value!r}")
-    if len(value) != 2:
-        raise ValueError(f"{name} must be a pair (h, w) of ints, got {value!r}")
-    for axis, size in zip(("h", "w"), value, strict=True):
-        check_int(f"{name} {axis}", size)
-    return (value[0], value[1])

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..base import AdditiveEncoding
-from ..config import EncodingConfig, check_choice, check_float, check_grid, check_int
+from ..config import EncodingConfig, check_choice, check_float, check_int
 from ..functional.grid import (
     GRID_ORDERS,
     RESAMPLE_MODES,
@@ -33,7 +33,7 @@ from ..functional.grid import (
     resample_grid_table,
     sincos_2d,
 )
-from ..positions import PositionOutOfRangeError, grid_default_positions
+from ..positions import GridMixin, PositionOutOfRangeError, check_grid, check_grid_config
 from ..registry import register
 
 __all__ = ["GridOutOfRangeError", "LearnedGrid", "SinCos2D"]
@@ -57,45 +57,11 @@ class GridOutOfRangeError(PositionOutOfRangeError):
         ValueError.__init__(self, message)
 
 
-class _GridEncoding(AdditiveEncoding):
-    """What the additive grid encodings share: (row, col) positions whose first ``prefix``
-    rows are the prefix tokens, and default positions from the configured grid."""
+class _GridEncoding(GridMixin, AdditiveEncoding):
+    """What the additive grid encodings share (:class:`~posenc.positions.GridMixin`), the
+    first ``prefix`` rows of the positions being the prefix tokens."""
 
-    position_axes = 2
-    nonnegative_positions = False
-
-    def check_positions(
-        self, positions, *, seq_len=None, batch=None, name="positions", device=None
-    ) -> torch.Tensor:
-        positions = super().check_positions(
-            positions, seq_len=seq_len, batch=batch, name=name, device=device
-        )
-        prefix = self.config.prefix
-        if positions.shape[-2] < prefix:
-            raise ValueError(
-                f"{name} has {positions.shape[-2]} rows but this encoding has prefix={prefix}: "
-                f"the first {prefix} rows are the prefix tokens, as "
-                f"posenc.positions.grid(h, w, prefix={prefix}) builds them"
-            )
-        return positions
-
-    def default_positions(
-        self, seq_len: int, device: torch.device | str | None = None, offset: int = 0
-    ) -> torch.Tensor:
-        """``grid(h, w, prefix)[offset : offset + seq_len]`` of the configured grid, when
-        the sequence ends at its last patch (see :func:`grid_default_positions`).
-
-        With prefix tokens the window must start at token 0: the first ``prefix`` rows of
-        any positions are read as the prefix tokens, so a later window would be misread.
-        """
-        prefix = self.config.prefix
-        if offset and prefix:
-            raise ValueError(
-                f"{self.config.encoding_name} reads the first prefix={prefix} rows of the "
-                f"positions as the prefix tokens, so its default positions start at token 0, "
-                f"not {offset}: encode the whole sequence, or pass positions"
-            )
-        return grid_default_positions(self.config, seq_len, device, offset)
+    prefix_rows = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,8 +93,7 @@ class SinCos2DConfig(EncodingConfig):
             raise ValueError(f"dim must be divisible by 4 (sin and cos of 2 axes), got {self.dim}")
         check_float("base", self.base)
         check_choice("order", self.order, GRID_ORDERS)
-        object.__setattr__(self, "grid", check_grid("grid", self.grid, optional=True))
-        check_int("prefix", self.prefix, minimum=0)
+        check_grid_config(self)
 
 
 @register(
@@ -196,8 +161,7 @@ class LearnedGridConfig(EncodingConfig):
 
     def __post_init__(self) -> None:
         check_int("dim", self.dim)
-        object.__setattr__(self, "grid", check_grid("grid", self.grid))
-        check_int("prefix", self.prefix, minimum=0)
+        check_grid_config(self, optional=False)
         check_float("init_std", self.init_std)
 
 

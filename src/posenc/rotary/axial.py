@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from ..base import RotaryEncoding
-from ..config import EncodingConfig, check_choice, check_float, check_grid, check_int
+from ..config import EncodingConfig, check_choice, check_float, check_int
 from ..functional.axial_rope import (
     AXIS_ORDERS,
     axial_rope_cos_sin,
@@ -33,7 +33,7 @@ from ..functional.axial_rope import (
     rope_mixed_freqs,
 )
 from ..functional.rope import ROPE_LAYOUTS, apply_rope
-from ..positions import grid_default_positions
+from ..positions import GridMixin, check_grid_config
 from ..registry import register
 
 __all__ = ["RoPE2D", "RoPEMixed"]
@@ -41,17 +41,9 @@ __all__ = ["RoPE2D", "RoPEMixed"]
 REFERENCE = "Heo et al. 2024, Rotary Position Embedding for Vision Transformer, arXiv:2403.13298"
 
 
-class _GridRotary(RotaryEncoding):
-    """What the rotary grid encodings share: (row, col) positions, negative ones included
-    (normalised grids), and default positions from the configured grid."""
-
-    position_axes = 2
-    nonnegative_positions = False
-
-    def default_positions(
-        self, seq_len: int, device: torch.device | str | None = None, offset: int = 0
-    ) -> torch.Tensor:
-        return grid_default_positions(self.config, seq_len, device, offset)
+class _GridRotary(GridMixin, RotaryEncoding):
+    """What the rotary grid encodings share (:class:`~posenc.positions.GridMixin`); prefix
+    tokens sit at (0, 0), where the rotation is the identity."""
 
 
 def _check_grid_rope_keys(config: EncodingConfig) -> None:
@@ -67,8 +59,7 @@ def _check_grid_rope_keys(config: EncodingConfig) -> None:
     if config.base <= 1:
         raise ValueError(f"base must be > 1, got {config.base}")
     check_choice("layout", config.layout, ROPE_LAYOUTS)
-    object.__setattr__(config, "grid", check_grid("grid", config.grid, optional=True))
-    check_int("prefix", config.prefix, minimum=0)
+    check_grid_config(config)
 
 
 @dataclasses.dataclass(frozen=True)

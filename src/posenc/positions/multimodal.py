@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from .config import MAX_POSITION, check_float, check_int
+from ..config import MAX_POSITION, check_float, check_int
 
 __all__ = ["multimodal"]
 

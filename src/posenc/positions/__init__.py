@@ -1,0 +1,50 @@
+"""Positions: how each token's place is given to an encoding, checked and defaulted.
+
+Positions are explicit tensors: ``[seq]`` (shared by the batch) or ``[batch, seq]`` (a
+different offset per sequence, KV-cache decoding). Encodings of image grids take one
+coordinate pair per token instead: ``[seq, 2]`` or ``[batch, seq, 2]`` (row, column), as
+:func:`grid` builds them; M-RoPE takes Hugging Face's ``[3, batch, seq]`` (see
+:func:`multimodal`). They set the encoding and the causal mask (``k_position <=
+q_position``) only; padding and packed documents have masks of their own
+(``key_padding_mask``, ``segment_ids`` in :func:`posenc.attention`), and
+:func:`from_padding` and :func:`from_segments` give their positions. Integer and
+fractional positions are both accepted where the encoding is defined for them; anything
+else is an error that names the parameter, never a silent clamp or wrap.
+
+One module per concept: :mod:`~posenc.positions.checks` (validation, defaults, the causal
+mask), :mod:`~posenc.positions.grid` (image grids and the grid encodings' mixin),
+:mod:`~posenc.positions.multimodal` (M-RoPE ids of text with images and videos) and
+:mod:`~posenc.positions.padding` (padded and packed batches). Import the names from
+``posenc.positions``.
+"""
+
+from .checks import (
+    PositionOutOfRangeError,
+    arange,
+    causal_mask,
+    check_batch,
+    check_positions,
+    position_at,
+)
+from .grid import GridMixin, check_grid, check_grid_config, grid, grid_default_positions
+from .multimodal import multimodal
+from .padding import check_padding_mask, check_segment_ids, from_padding, from_segments
+
+__all__ = [
+    "GridMixin",
+    "PositionOutOfRangeError",
+    "arange",
+    "causal_mask",
+    "check_batch",
+    "check_grid",
+    "check_grid_config",
+    "check_padding_mask",
+    "check_positions",
+    "check_segment_ids",
+    "from_padding",
+    "from_segments",
+    "grid",
+    "grid_default_positions",
+    "multimodal",
+    "position_at",
+]
