@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 # the package itself accepts any torch >= 2.6.
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo test test-slow lint format clean
+.PHONY: demo test test-slow lint typecheck wheel-check format clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -17,19 +17,30 @@ $(VENV)/.installed: pyproject.toml Makefile
 demo: $(VENV)/.installed
 	$(VENV)/bin/posenc demo
 
+# The same checks run before each commit with `pre-commit install` (.pre-commit-config.yaml).
 lint: $(VENV)/.installed
-	$(VENV)/bin/ruff check src tests
-	$(VENV)/bin/ruff format --check src tests
+	$(VENV)/bin/ruff check src tests scripts
+	$(VENV)/bin/ruff format --check src tests scripts
 
-test: lint
+# mypy on src/ (settings in pyproject.toml); py.typed ships, so these hints are public.
+typecheck: $(VENV)/.installed
+	$(VENV)/bin/mypy
+
+# Builds the sdist and wheel, installs the wheel into a venv with only torch and numpy
+# (build/wheel-venv, kept between runs) and runs `import posenc`, `posenc list` and the
+# README quick start there.
+wheel-check: $(VENV)/.installed
+	$(PY) scripts/check_wheel.py --torch "$(TORCH)"
+
+test: lint wheel-check
 	$(PY) -m pytest -q -n 2 -m "not slow"
 
 test-slow: $(VENV)/.installed
 	$(PY) -m pytest -q -n 2 -m slow
 
 format: $(VENV)/.installed
-	$(VENV)/bin/ruff check --fix src tests
-	$(VENV)/bin/ruff format src tests
+	$(VENV)/bin/ruff check --fix src tests scripts
+	$(VENV)/bin/ruff format src tests scripts
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) build dist .pytest_cache .ruff_cache .mypy_cache .hypothesis
