@@ -6,7 +6,10 @@ import pytest
 import torch
 from hypothesis import settings
 
-from posenc.flex import flex_available
+try:
+    from posenc.attention.flex import flex_available
+except ImportError:  # before attention became a package
+    from posenc.flex import flex_available
 
 # Property tests: deterministic in CI, a few more examples locally.
 settings.register_profile("ci", max_examples=30, deadline=None, derandomize=True)

@@ -11,6 +11,7 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from torch.testing import assert_close
 
 import posenc
 from posenc.functional.mrope import default_mrope_section, mrope_axis, mrope_cos_sin
@@ -51,6 +52,12 @@ def duplicated(t):
     return torch.cat((t, t), dim=-1)
 
 
+def rotation_tol(tol, x):
+    """Two rotations of x by tables of the same angles computed apart (a cos/sin may round
+    otherwise in another vector lane): three roundings each of terms up to 2·max|x|."""
+    return tol(n=3, scale=2 * x.abs().max().item())
+
+
 # --- (a) transformers ---
 
 SCALINGS = {
@@ -65,7 +72,7 @@ SCALINGS = {
     "qwen, section",
     [("qwen2_vl", (2, 3, 3)), ("qwen2_vl", (4, 0, 4)), ("qwen3_vl", (4, 2, 2))],
 )
-def test_matches_transformers(qwen, section, scaling):
+def test_matches_transformers(qwen, section, scaling, tol):
     interleaved = qwen == "qwen3_vl"
     cls, rotary_cls = {
         "qwen2_vl": (Qwen2VLTextConfig, Qwen2VLRotaryEmbedding),
@@ -84,12 +91,18 @@ def test_matches_transformers(qwen, section, scaling):
     cos_hf, sin_hf = hf_rotary(q, positions)
     cos, sin = ours.rotation(positions)
     assert cos.shape == (2, 9, HEAD_DIM // 2) and cos.dtype == torch.float32
-    torch.testing.assert_close(duplicated(cos), cos_hf, atol=2e-5, rtol=0)
-    torch.testing.assert_close(duplicated(sin), sin_hf, atol=2e-5, rtol=0)
+    # transformers forms the angles (positions below 64 times frequencies up to 1) in
+    # float32 from float32 frequencies (a few ulps off): off by ~4·eps·64 rad, then cos/sin
+    # (times an attention factor below 2)
+    tables = tol(n=5, scale=2 * 64)
+    torch.testing.assert_close(duplicated(cos), cos_hf, **tables)
+    torch.testing.assert_close(duplicated(sin), sin_hf, **tables)
     q_hf, k_hf = apply_rotary_pos_emb(q, k, cos_hf, sin_hf)
     q2, k2 = ours(q, k, positions=positions)
-    torch.testing.assert_close(q2, q_hf, atol=1e-4, rtol=0)
-    torch.testing.assert_close(k2, k_hf, atol=1e-4, rtol=0)
+    # those tables times |x1| + |x2| <= 2·max|x|, and the rotation's own three roundings
+    rotated = tol(n=5 * 2 * 64 + 3, scale=2 * max(q.abs().max(), k.abs().max()))
+    torch.testing.assert_close(q2, q_hf, **rotated)
+    torch.testing.assert_close(k2, k_hf, **rotated)
 
 
 def test_the_comparison_sees_the_sections():
@@ -139,7 +152,7 @@ def naive_mrope(x, positions, section, interleaved, layout, base=10000.0):
 @pytest.mark.parametrize(
     "section, interleaved", [((2, 3, 3), False), ((1, 5, 2), False), ((4, 2, 2), True)]
 )
-def test_matches_a_naive_reference(section, interleaved, layout):
+def test_matches_a_naive_reference(section, interleaved, layout, tol):
     mrope = posenc.create(
         "mrope",
         head_dim=HEAD_DIM,
@@ -158,24 +171,28 @@ def test_matches_a_naive_reference(section, interleaved, layout):
     ids = torch.randint(0, 100_000, (3, 2, 5))
     got32, _ = mrope(x.float(), x.float(), positions=ids)
     expected32 = naive_mrope(x, ids, section, interleaved, layout).float()
-    torch.testing.assert_close(got32, expected32, atol=2e-6, rtol=0)
+    torch.testing.assert_close(got32, expected32, **rotation_tol(tol, x))
 
 
 # --- (c) text is RoPE ---
 
 
-def test_text_positions_are_plain_rope():
+def test_text_positions_are_plain_rope(tol):
     mrope = posenc.create("mrope", head_dim=HEAD_DIM)
     rope = posenc.create("rope", head_dim=HEAD_DIM)
     q, k = torch.randn(2, 4, 7, HEAD_DIM), torch.randn(2, 2, 7, HEAD_DIM)
+    # M-RoPE takes the cos of all three axes' angles ([3, ...]) and picks: the same float64
+    # operations, but on other shapes, where a vector lane and the scalar tail may differ
+    rounding = rotation_tol(tol, torch.cat((q, k), dim=1))
     for positions in (torch.arange(3, 10), torch.randint(0, 1000, (2, 7))):
         expected = rope(q, k, positions=positions)
         for got in (
             mrope(q, k, positions=positions),
             mrope(q, k, positions=positions.expand(3, 2, 7)),  # equal ids on all three axes
         ):
-            assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
-    assert torch.equal(mrope(q, k)[0], rope(q, k)[0])  # default positions: arange
+            assert_close(got[0], expected[0], **rounding)
+            assert_close(got[1], expected[1], **rounding)
+    assert_close(mrope(q, k)[0], rope(q, k)[0], **rounding)  # default positions: arange
 
 
 # --- (d) properties ---
@@ -205,7 +222,7 @@ def test_each_pair_follows_its_own_axis(interleaved):
     assert axis.bincount(minlength=3).tolist() == list(section)
     positions = torch.randint(0, 50, (3, 1, 5))
     cos, sin = mrope.rotation(positions)
-    for a in range(3):
+    for a in range(3):  # the same shapes, each entry in its place: the same operations
         moved = positions.clone()
         moved[a] += 7
         cos_moved, sin_moved = mrope.rotation(moved)
@@ -215,15 +232,19 @@ def test_each_pair_follows_its_own_axis(interleaved):
         assert torch.equal(sin_moved[..., axis != a], sin[..., axis != a])
 
 
-def test_norms_are_kept_and_bfloat16_is_rounded_once():
+def test_norms_are_kept_and_bfloat16_is_rounded_once(tol):
     mrope = posenc.create("mrope", head_dim=HEAD_DIM)
     q = torch.randn(2, 2, 5, HEAD_DIM)
     positions = torch.randint(0, 5000, (3, 2, 5))
     q2, _ = mrope(q, q, positions=positions)
-    torch.testing.assert_close(q2.norm(dim=-1), q.norm(dim=-1))
+    # a rotation (three roundings of each entry), then a norm: HEAD_DIM squares summed
+    norms = q.norm(dim=-1)
+    rounding = tol(n=2 * 3 + HEAD_DIM + 2, scale=norms.max().item())
+    torch.testing.assert_close(q2.norm(dim=-1), norms, **rounding)
     q_bf16 = q.bfloat16()
     got, _ = mrope(q_bf16, q_bf16, positions=positions)
     assert got.dtype == torch.bfloat16
+    # float32 math rounded once: the float32 result rounded, bit for bit
     assert torch.equal(got, mrope(q_bf16.float(), q, positions=positions)[0].bfloat16())
 
 
@@ -310,7 +331,7 @@ def test_config_is_strict(kwargs, error, match):
         posenc.create("mrope", head_dim=HEAD_DIM, **kwargs)
 
 
-def test_positions_are_checked():
+def test_positions_are_checked(tol):
     mrope = posenc.create("mrope", head_dim=HEAD_DIM)
     q = torch.randn(2, 2, 5, HEAD_DIM)
     with pytest.raises(ValueError, match=r"\[3, batch, seq\].*got shape \(4, 2, 5\)"):
@@ -327,13 +348,14 @@ def test_positions_are_checked():
         mrope(q, q, positions=torch.zeros(1, 3, 2, 5, dtype=torch.long))
     # a batch of 1 broadcasts, as Hugging Face's position_ids do
     one = torch.randint(0, 9, (3, 1, 5))
-    torch.testing.assert_close(mrope(q, q, positions=one)[0], mrope(q, q, one.expand(3, 2, 5))[0])
+    got, expected = mrope(q, q, positions=one)[0], mrope(q, q, one.expand(3, 2, 5))[0]
+    torch.testing.assert_close(got, expected, **rotation_tol(tol, q))
     assert mrope.causal_positions(one) is None
     text = torch.arange(5)
     assert mrope.causal_positions(text) is text
 
 
-def test_attention_masks_three_axis_ids_by_token_order(dense_attention):
+def test_attention_masks_three_axis_ids_by_token_order(dense_attention, attention_tol):
     mrope = posenc.create("mrope", head_dim=HEAD_DIM)
     q, k, v = (torch.randn(1, 2, 6, HEAD_DIM) for _ in range(3))
     # an image's ids do not grow with the token index: the mask must follow the index
@@ -342,25 +364,33 @@ def test_attention_masks_three_axis_ids_by_token_order(dense_attention):
     got = posenc.attention(q, k, v, encoding=mrope, q_positions=positions, causal=True)
     q2, k2 = mrope(q, k, positions=positions)
     expected = dense_attention(q2, k2, v, causal=True)
-    torch.testing.assert_close(got.double(), expected, atol=1e-5, rtol=1e-5)
+    # the rotations inside may round otherwise (three roundings of each entry)
+    rounding = attention_tol(q2, k2, v, causal=True, extra_n=6)
+    torch.testing.assert_close(got.double(), expected, **rounding)
 
 
-def test_functional_matches_the_module():
+def test_functional_matches_the_module(tol):
     inv_freq, _ = rope_inv_freq(HEAD_DIM)
     positions = torch.randint(0, 100, (3, 4))  # [3, seq] is accepted by the function
     cos, sin = mrope_cos_sin(positions, inv_freq, mrope_axis((2, 3, 3)))
     module = posenc.create("mrope", head_dim=HEAD_DIM)
     expected = module.rotation(positions.unsqueeze(1))  # [3, 1, seq] -> [1, seq, n]
-    assert torch.equal(cos, expected[0][0]) and torch.equal(sin, expected[1][0])
+    # float64 cos/sin of the same angles on other shapes, rounded to float32: an ulp apart
+    # at most (a vector lane and the scalar tail may differ)
+    one_ulp = tol(n=1, scale=1)
+    torch.testing.assert_close(cos, expected[0][0], **one_ulp)
+    torch.testing.assert_close(sin, expected[1][0], **one_ulp)
     with pytest.raises(ValueError, match=r"\[3, seq\] or \[3, batch, seq\]"):
         mrope_cos_sin(positions[:2], inv_freq, mrope_axis((2, 3, 3)))
 
 
-def test_compiles_with_three_axis_ids():
+def test_compiles_with_three_axis_ids(tol):
     mrope = posenc.create("mrope", head_dim=HEAD_DIM, mrope_interleaved=True)
     q = torch.randn(1, 2, 5, HEAD_DIM)
     positions = torch.randint(0, 50, (3, 1, 5))
     compiled = torch.compile(mrope, backend="aot_eager", fullgraph=True)
     torch.testing.assert_close(
-        compiled(q, q, positions=positions), mrope(q, q, positions=positions)
+        compiled(q, q, positions=positions),
+        mrope(q, q, positions=positions),
+        **rotation_tol(tol, q),  # aot_eager may decompose ops
     )
