@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 
 from . import registry
-from .cli import encodings_table, format_table
 from .models import TransformerLM
 from .positions import PositionOutOfRangeError
+from .tables import encodings_table, format_table
 
 __all__ = [
     "arena_row",

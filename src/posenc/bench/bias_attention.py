@@ -24,7 +24,9 @@ import time
 
 import torch
 
-import posenc
+from .. import registry
+from ..attention import attention
+from ..build import build
 
 FLOOR = "floor"
 MATERIALISED = "materialised:"
@@ -41,11 +43,6 @@ def _status_mib(field: str) -> float:
 def _reset_peak() -> None:
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # resets VmHWM to the current resident size
-
-
-def _config(name: str, heads: int, head_dim: int) -> dict:
-    required = posenc.registry.get(name).Config.required_keys()
-    return {"n_heads": heads, **({"head_dim": head_dim} if "head_dim" in required else {})}
 
 
 def run_case(case: str, seq_len: int, heads: int, head_dim: int, dtype: str, repeat: int) -> dict:
@@ -66,12 +63,12 @@ def run_case(case: str, seq_len: int, heads: int, head_dim: int, dtype: str, rep
 
     else:
         name = case.removeprefix(MATERIALISED)
-        enc = posenc.create(name, **_config(name, heads, head_dim))
+        enc = build(name, n_heads=heads, head_dim=head_dim)
         backend = "sdpa" if case.startswith(MATERIALISED) else "auto"
         kwargs = {"encoding": enc, "backend": backend}
 
         def call():
-            return posenc.attention(q, k, v, **kwargs)
+            return attention(q, k, v, **kwargs)
 
     with torch.no_grad():
         call()  # compilation and warm-up
@@ -113,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(json.dumps(result))
         return 0
-    names = args.encodings or [n for n in posenc.available() if posenc.info(n).kind == "bias"]
+    names = args.encodings or [n for n in registry.available() if registry.info(n).kind == "bias"]
     cases = [FLOOR, *names]
     if not args.no_materialised:
         cases += [MATERIALISED + n for n in names]
