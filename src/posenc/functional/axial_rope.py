@@ -24,6 +24,7 @@ import math
 
 import torch
 
+from .dtypes import math_dtype, wide_dtype
 from .rope import rope_cos_sin
 from .rope_scaling import default_inv_freq
 
@@ -165,9 +166,8 @@ def rope_mixed_cos_sin(
     _check_grid_positions(positions)
     if freqs.dim() != 3 or freqs.shape[0] != 2:
         raise ValueError(f"freqs must be [2, heads, n] (f_x, f_y), got shape {tuple(freqs.shape)}")
-    wide = torch.float64 in (positions.dtype, freqs.dtype)
-    out = torch.float64 if wide else torch.float32
-    dtype = torch.float32 if positions.device.type == "mps" else torch.float64
+    out = math_dtype(positions.dtype, freqs.dtype)
+    dtype = wide_dtype(positions.device)
     coords = positions.to(dtype)
     if coords.dim() == 2:
         coords = coords.unsqueeze(0)  # [1, s, 2]

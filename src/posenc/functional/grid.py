@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .dtypes import math_dtype
 from .sinusoidal import sin_cos_encoding, sinusoidal_inv_freq
 
 __all__ = ["GRID_ORDERS", "RESAMPLE_MODES", "grid_table_index", "resample_grid_table", "sincos_2d"]
@@ -126,7 +127,7 @@ def resample_grid_table(
         )
     if antialias is None:
         antialias = new_h < h or new_w < w
-    dtype = torch.float64 if table.dtype == torch.float64 else torch.float32
+    dtype = math_dtype(table.dtype)
     dim = table.shape[1]
     image = table[prefix:].to(dtype).reshape(h, w, dim).permute(2, 0, 1).unsqueeze(0)
     if antialias and new_w == 1 and new_h != h:

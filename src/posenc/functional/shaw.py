@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import torch
 
+from .dtypes import math_dtype
+
 __all__ = ["shaw_index", "shaw_key_bias", "shaw_key_scores", "shaw_value_term"]
 
 
@@ -44,7 +46,7 @@ def shaw_key_scores(q: torch.Tensor, key_table: torch.Tensor, scale: float) -> t
         q ``[..., q_len, head_dim]``, key_table ``[2k + 1, head_dim]`` ->
         ``[..., q_len, 2k + 1]``
     """
-    dtype = torch.float64 if torch.float64 in (q.dtype, key_table.dtype) else torch.float32
+    dtype = math_dtype(q.dtype, key_table.dtype)
     return (q.to(dtype) @ key_table.to(dtype).transpose(0, 1)) * scale
 
 

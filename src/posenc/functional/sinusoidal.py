@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from .dtypes import math_dtype
 from .rope import rope_angles
 
 __all__ = ["SINUSOIDAL_LAYOUTS", "sin_cos_encoding", "sinusoidal", "sinusoidal_inv_freq"]
@@ -84,7 +85,7 @@ def sin_cos_encoding(
     if layout not in SINUSOIDAL_LAYOUTS:
         raise ValueError(f"layout must be one of {list(SINUSOIDAL_LAYOUTS)}, got {layout!r}")
     if dtype is None:
-        dtype = torch.float64 if positions.dtype == torch.float64 else torch.float32
+        dtype = math_dtype(positions.dtype)
     angles = rope_angles(positions, inv_freq).to(dtype)  # [..., n], exact mod 2π
     sin, cos = angles.sin(), angles.cos()
     if layout == "interleaved":
