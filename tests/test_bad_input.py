@@ -44,10 +44,10 @@ from torch.testing import assert_close
 
 import posenc
 from posenc.config import MAX_POSITION
-from posenc.functional.rope_scaling import ROPE_SCALINGS
 from posenc.hf import extend_context, rope_from_hf_config
 from posenc.models import TransformerLM
 from posenc.positions import grid, multimodal
+from posenc.rotary.scaling import SCALING_CONFIGS
 
 SIZE, BATCH, HEADS, SEQ = 8, 2, 2, 6
 GRID_W = 3
@@ -511,7 +511,7 @@ def config_cases() -> None:
         "short_factor": [1.0] * (SIZE // 2),
         "long_factor": [2.0] * (SIZE // 2),
     }
-    for rope_type, (record, _) in ROPE_SCALINGS.items():
+    for rope_type, record in SCALING_CONFIGS.items():
         fields = {f.name: f for f in dataclasses.fields(record)}
         base = {k: v for k, v in needed.items() if k in fields}
         for key, field in fields.items():

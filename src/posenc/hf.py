@@ -18,10 +18,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from .config import MAX_INT, check_float, check_int
-from .functional.rope_scaling import ROPE_SCALINGS, ntk_base, parse_scaling
+from .functional.rope_scaling import ROPE_SCALINGS, ntk_base
 from .rotary.layouts import permute_for_layout
 from .rotary.mrope import MRoPE
 from .rotary.rope import DEFAULT_BASE, RoPE
+from .rotary.scaling import parse_scaling
 
 __all__ = ["EXTEND_METHODS", "extend_context", "permute_for_layout", "rope_from_hf_config"]
 

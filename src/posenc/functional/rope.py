@@ -20,9 +20,18 @@ from typing import Any
 
 import torch
 
-from .rope_scaling import ROPE_SCALINGS, ScalingConfig, parse_scaling
+from .dtypes import math_dtype, wide_dtype
+from .rope_scaling import ENCODING_KEYS, ROPE_SCALINGS, scaling_keys
 
-__all__ = ["ROPE_LAYOUTS", "apply_rope", "rope_angles", "rope_cos_sin", "rope_inv_freq"]
+__all__ = [
+    "ROPE_LAYOUTS",
+    "apply_rope",
+    "check_scaling_params",
+    "rope_angles",
+    "rope_cos_sin",
+    "rope_inv_freq",
+    "split_rope_parameters",
+]
 
 ROPE_LAYOUTS = ("half", "interleaved")
 
@@ -30,7 +39,7 @@ ROPE_LAYOUTS = ("half", "interleaved")
 def rope_inv_freq(
     head_dim: int,
     base: float = 10000.0,
-    scaling: Mapping[str, Any] | ScalingConfig | None = None,
+    scaling: Mapping[str, Any] | None = None,
     seq_len: int | None = None,
     *,
     rotary_dim: int | None = None,
@@ -42,7 +51,9 @@ def rope_inv_freq(
         head_dim: size of each attention head.
         base: the wavelength base (``rope_theta``).
         scaling: a Hugging Face ``rope_parameters`` dict (``{"rope_type": "yarn",
-            "factor": 4.0, ...}``) or None; see :mod:`posenc.functional.rope_scaling`.
+            "factor": 4.0, ...}``), a record of :mod:`posenc.rotary.scaling`, or None; see
+            :mod:`posenc.functional.rope_scaling`. Keys are checked by name here, values
+            by the records (what :func:`posenc.create` builds).
         seq_len: the current sequence length, for the length-dependent scalings
             (``dynamic``, ``longrope``).
         rotary_dim: how many leading dimensions of each head rotate (default ``head_dim``).
@@ -51,10 +62,60 @@ def rope_inv_freq(
         ``(inv_freq, attention_factor)``: ``inv_freq`` ``[rotary_dim // 2]`` in float64
         (``[head_dim // 2]`` for ``proportional``), and the factor that multiplies cos/sin.
     """
-    params, _ = parse_scaling(scaling)
+    if scaling is not None and not isinstance(scaling, Mapping) and hasattr(scaling, "to_dict"):
+        scaling = scaling.to_dict()  # a validated record
+    rope_type, params, _ = split_rope_parameters(scaling)
+    check_scaling_params(rope_type, params)
     rotary_dim = head_dim if rotary_dim is None else rotary_dim
-    fn = ROPE_SCALINGS[params.rope_type][1]
-    return fn(params, head_dim, rotary_dim, float(base), seq_len, device)
+    return ROPE_SCALINGS[rope_type](head_dim, rotary_dim, float(base), seq_len, device, **params)
+
+
+def check_scaling_params(rope_type: str, params: Mapping[str, Any]) -> None:
+    """Raise ``ValueError`` naming any unknown or missing key of ``params`` for ``rope_type``,
+    and the accepted ones. Names only: :mod:`posenc.rotary.scaling` checks the values."""
+    required, accepted = scaling_keys(rope_type)
+    unknown = sorted(set(params) - set(accepted))
+    missing = [k for k in required if k not in params]
+    for problem, keys in (("unknown", unknown), ("missing required", missing)):
+        if keys:
+            raise ValueError(
+                f"{problem} key(s) {keys} for rope scaling {rope_type!r}; accepted keys: {accepted}"
+            )
+
+
+def split_rope_parameters(
+    scaling: Mapping[str, Any] | None,
+) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """A Hugging Face ``rope_parameters`` dict split into what each part of posenc reads.
+
+    ``rope_type`` (or the legacy ``type``; default ``"default"``) picks the scaling;
+    ``rope_theta`` and ``partial_rotary_factor`` configure the encoding itself and are
+    returned apart. Keys are not checked here (see :func:`check_scaling_params`).
+
+    Args:
+        scaling: the dict, or None for no scaling.
+
+    Returns:
+        ``(rope_type, params, encoding_keys)``: the scaling's name, its parameters, and
+        ``rope_theta`` / ``partial_rotary_factor`` if present.
+
+    Raises:
+        ValueError: an unknown ``rope_type``, or ``type`` and ``rope_type`` that disagree.
+    """
+    if scaling is None:
+        return "default", {}, {}
+    if not isinstance(scaling, Mapping):
+        raise TypeError(f"scaling must be a dict or None, got {type(scaling).__name__}")
+    params = dict(scaling)
+    if "type" in params:
+        legacy = params.pop("type")
+        if params.setdefault("rope_type", legacy) != legacy:
+            raise ValueError(f"scaling has type={legacy!r} and rope_type={params['rope_type']!r}")
+    rope_type = params.pop("rope_type", "default")
+    if rope_type not in ROPE_SCALINGS:
+        raise ValueError(f"unknown rope_type {rope_type!r}; accepted: {sorted(ROPE_SCALINGS)}")
+    encoding_keys = {k: params.pop(k) for k in ENCODING_KEYS if k in params}
+    return rope_type, params, encoding_keys
 
 
 def rope_angles(positions: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
@@ -67,7 +128,7 @@ def rope_angles(positions: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor
     Shapes:
         positions ``[...]``, inv_freq ``[n]`` -> ``[..., n]`` (float64, or float32 on MPS)
     """
-    dtype = torch.float32 if positions.device.type == "mps" else torch.float64
+    dtype = wide_dtype(positions.device)
     angles = positions.to(dtype).unsqueeze(-1) * inv_freq.to(positions.device, dtype)
     return torch.remainder(angles, 2 * math.pi)
 
@@ -85,7 +146,7 @@ def rope_cos_sin(
         positions ``[seq]`` or ``[batch, seq]``, inv_freq ``[n]`` ->
         cos, sin ``[seq, n]`` or ``[batch, seq, n]`` (float32; float64 positions keep float64)
     """
-    out = torch.float64 if positions.dtype == torch.float64 else torch.float32
+    out = math_dtype(positions.dtype)
     angles = rope_angles(positions, inv_freq)
     return (angles.cos() * attention_factor).to(out), (angles.sin() * attention_factor).to(out)
 
@@ -116,7 +177,7 @@ def apply_rope(
             f"per-head cos/sin have {cos.shape[1]} heads but x has {x.shape[1]}: "
             "they must be [batch or 1, heads of x (or 1), seq, n]"
         )
-    dtype = torch.float64 if torch.float64 in (x.dtype, cos.dtype) else torch.float32
+    dtype = math_dtype(x.dtype, cos.dtype)
     cos, sin = cos.to(dtype), sin.to(dtype)
     rot = x[..., : 2 * n].to(dtype)
     if layout == "half":

@@ -21,7 +21,7 @@ from ..functional.mrope import (
     mrope_axis,
     mrope_cos_sin,
 )
-from ..functional.rope import rope_cos_sin, rope_inv_freq
+from ..functional.rope import rope_cos_sin
 from ..positions import check_batch, check_positions
 from ..registry import register
 from .rope import RoPE, RopeConfig
@@ -61,9 +61,7 @@ class MRopeConfig(RopeConfig):
                 "depend on the current length, which M-RoPE position ids do not determine; "
                 "use a fixed scaling (linear, ntk, yarn, llama3)"
             )
-        inv_freq, _ = rope_inv_freq(
-            self.head_dim, self.base, self.scaling, rotary_dim=self.rotary_dim, device="cpu"
-        )
+        inv_freq, _ = self.scaling.inv_freq(self.head_dim, self.rotary_dim, self.base, device="cpu")
         n_pairs = inv_freq.numel()
         section = self.mrope_section
         if section is None:

@@ -1,7 +1,8 @@
 """RoPE (Su et al. 2021, arXiv:2104.09864) with every context-extension scaling.
 
 The scaling is a Hugging Face ``rope_parameters`` dict, accepted verbatim
-(:mod:`posenc.functional.rope_scaling` lists the types and their formulas).
+(:mod:`posenc.functional.rope_scaling` lists the types and their formulas,
+:mod:`posenc.rotary.scaling` their parameters).
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ import torch
 
 from ..base import RotaryEncoding
 from ..config import EncodingConfig, check_choice, check_float, check_int
-from ..functional.rope import ROPE_LAYOUTS, apply_rope, rope_cos_sin, rope_inv_freq
-from ..functional.rope_scaling import ScalingConfig, parse_scaling
+from ..functional.rope import ROPE_LAYOUTS, apply_rope, rope_cos_sin
 from ..registry import register
+from .scaling import ScalingConfig, parse_scaling
 
 __all__ = ["RoPE"]
 
@@ -34,7 +35,7 @@ class RopeConfig(EncodingConfig):
             or ``"interleaved"`` (GPT-J/RoFormer/Meta pairs 2i, 2i + 1). Never guessed.
         scaling: a Hugging Face ``rope_parameters`` dict, e.g. ``{"rope_type": "yarn",
             "factor": 4.0, "original_max_position_embeddings": 2048}``; after validation a
-            parameter record (:class:`~posenc.functional.rope_scaling.ScalingConfig`).
+            parameter record (:class:`~posenc.rotary.scaling.ScalingConfig`).
         partial_rotary_factor: fraction of each head that rotates (Hugging Face's name).
         rotary_dim: how many leading dimensions of each head rotate (GPT-NeoX's name);
             resolved from ``partial_rotary_factor`` when that is given.
@@ -85,7 +86,7 @@ class RopeConfig(EncodingConfig):
             raise ValueError(f"rotary_dim ({self.rotary_dim}) exceeds head_dim ({self.head_dim})")
         # the scaling's own checks against the sizes (NTK needs d > 2, LongRoPE one factor
         # per pair) run now, at creation, not at the first forward
-        rope_inv_freq(self.head_dim, self.base, record, rotary_dim=self.rotary_dim, device="cpu")
+        record.inv_freq(self.head_dim, self.rotary_dim, self.base, device="cpu")
 
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()
@@ -144,9 +145,7 @@ class RoPE(RotaryEncoding):
 
     def _frequencies(self, seq_len, device) -> tuple[torch.Tensor, float]:
         c = self.config
-        return rope_inv_freq(
-            c.head_dim, c.base, c.scaling, seq_len, rotary_dim=c.rotary_dim, device=device
-        )
+        return c.scaling.inv_freq(c.head_dim, c.rotary_dim, c.base, seq_len, device)
 
     def rotation(
         self, positions: torch.Tensor, seq_len: int | None = None
