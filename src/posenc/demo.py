@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from . import registry
+from .base import AdditiveEncoding
 from .models import TransformerLM
 from .positions import PositionOutOfRangeError
 from .tables import encodings_table, format_table
@@ -155,6 +156,7 @@ def _vector(t: torch.Tensor) -> str:
 
 def _print_worked_example(out: Callable[[str], Any]) -> None:
     enc = registry.create("sinusoidal", dim=4)
+    assert isinstance(enc, AdditiveEncoding)  # create() returns an Encoding of any kind
     embedding = _vector(torch.tensor(EMBEDDING))
     out("The article's worked example (dimension 4, sinusoidal encoding):")
     for position, note in ((0, "what the first layer receives"), (5, "same token, new vector")):

@@ -325,7 +325,7 @@ def extend_context(
     config = getattr(model, "config", None)
     inner = getattr(model, "model", None)
     rotary = getattr(inner, "rotary_emb", None)
-    if config is None or rotary is None:
+    if config is None or inner is None or rotary is None:
         raise ValueError(
             "extend_context expects a Hugging Face causal LM of the Llama family "
             f"(model.config and model.model.rotary_emb), got {type(model).__name__}"
@@ -349,10 +349,13 @@ def extend_context(
         raise ValueError(
             f"original_max_position_embeddings must be an int in [1, {MAX_INT}], got {original!r}"
         )
-    keep = {k: current[k] for k in ("rope_theta", "partial_rotary_factor") if k in current}
+    keep: dict[str, Any] = {
+        k: current[k] for k in ("rope_theta", "partial_rotary_factor") if k in current
+    }
     base = keep.setdefault("rope_theta", getattr(config, "rope_theta", None) or DEFAULT_BASE)
     new_max = int(original * factor)
 
+    new: dict[str, Any]
     if method == "ntk":
         parse_scaling({"rope_type": "ntk", "factor": factor, **params})  # rejects any params
         head_dim = _head_dim(_getter(config))
