@@ -10,7 +10,7 @@ coordinate pair: positions are ``[seq, 2]`` or ``[batch, seq, 2]`` (Dosovitskiy 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, overload
 
 import torch
 
@@ -95,6 +95,10 @@ def grid_default_positions(
     return grid(h, w, prefix, device=device)[offset : offset + seq_len]
 
 
+@overload
+def check_grid(name: str, value: Any, *, optional: Literal[False] = ...) -> tuple[int, int]: ...
+@overload
+def check_grid(name: str, value: Any, *, optional: bool) -> tuple[int, int] | None: ...
 def check_grid(name: str, value: Any, *, optional: bool = False) -> tuple[int, int] | None:
     """``value`` as an ``(h, w)`` tuple of ints >= 1 (a list is accepted, as from JSON); None
     passes when ``optional``. Raises ``TypeError``/``ValueError`` naming ``name`` otherwise."""
