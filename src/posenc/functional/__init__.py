@@ -1,4 +1,7 @@
-"""The math of positional encodings as pure, differentiable functions: one file per family."""
+"""The math of positional encodings as pure, differentiable functions: one file per family.
+
+The bottom layer of posenc: nothing here imports from the rest of the package.
+"""
 
 from .alibi import alibi_bias, alibi_slope, alibi_slopes
 from .axial_rope import (
@@ -8,6 +11,7 @@ from .axial_rope import (
     rope_mixed_cos_sin,
     rope_mixed_freqs,
 )
+from .dtypes import math_dtype, wide_dtype
 from .fire import FIRE_EPS, fire_input, fire_mlp, fire_psi
 from .grid import GRID_ORDERS, RESAMPLE_MODES, grid_table_index, resample_grid_table, sincos_2d
 from .kerple import KERPLE_VARIANTS, clamp_straight_through, kerple_bias
@@ -33,6 +37,7 @@ from .temporal import (
     timestamp_encoding,
     timestamp_inv_freq,
 )
+from .xpos import apply_xpos, check_xpos_positions, xpos_max_distance, xpos_scale, xpos_zeta
 
 __all__ = [
     "AXIS_ORDERS",
@@ -50,12 +55,14 @@ __all__ = [
     "alibi_slope",
     "alibi_slopes",
     "apply_rope",
+    "apply_xpos",
     "axial_rope_cos_sin",
     "axial_rope_inv_freq",
     "calendar_features",
     "calendar_fields",
     "calendar_sinusoidal",
     "check_mrope_section",
+    "check_xpos_positions",
     "clamp_straight_through",
     "default_mrope_section",
     "fire_input",
@@ -63,6 +70,7 @@ __all__ = [
     "fire_psi",
     "grid_table_index",
     "kerple_bias",
+    "math_dtype",
     "mrope_axis",
     "mrope_cos_sin",
     "resample_grid_table",
@@ -83,4 +91,8 @@ __all__ = [
     "time2vec",
     "timestamp_encoding",
     "timestamp_inv_freq",
+    "wide_dtype",
+    "xpos_max_distance",
+    "xpos_scale",
+    "xpos_zeta",
 ]
