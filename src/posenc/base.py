@@ -22,15 +22,11 @@ import torch
 from torch import nn
 
 from .config import EncodingConfig, check_int
+from .functional.dtypes import math_dtype
 from .info import EncodingInfo
 from .positions import PositionOutOfRangeError, arange, check_batch, check_positions, position_at
 
 __all__ = ["AdditiveEncoding", "BiasEncoding", "Encoding", "NoEncoding", "RotaryEncoding"]
-
-
-def math_dtype(*dtypes: torch.dtype) -> torch.dtype:
-    """The dtype position math runs in: float32, or float64 when an input is float64."""
-    return torch.float64 if torch.float64 in dtypes else torch.float32
 
 
 def _check_float_dtype(dtype: Any) -> None:

@@ -20,6 +20,7 @@ from torch import nn
 
 from ..base import AdditiveEncoding
 from ..config import EncodingConfig, check_choice, check_float, check_int
+from ..functional.dtypes import wide_dtype
 from ..functional.sinusoidal import SINUSOIDAL_LAYOUTS
 from ..functional.temporal import (
     CALENDAR_FIELDS,
@@ -153,7 +154,7 @@ class Time2Vec(AdditiveEncoding):
         nn.init.uniform_(self.proj, -bound, bound)
 
     def _encode(self, positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        wide = torch.float32 if positions.device.type == "mps" else torch.float64
+        wide = wide_dtype(positions.device)
         features = time2vec(positions.to(wide), self.omega.to(wide), self.phi.to(wide))
         return F.linear(features.to(dtype), self.proj.to(dtype))  # [..., k + 1] -> [..., dim]
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from ..base import BiasEncoding, math_dtype
+from ..base import BiasEncoding
 from ..config import EncodingConfig, check_float, check_int
 from ..functional.alibi import (
     ALIBI_SMALL_Q,
@@ -18,6 +18,7 @@ from ..functional.alibi import (
     alibi_sdpa,
     alibi_slope,
 )
+from ..functional.dtypes import math_dtype, wide_dtype
 from ..registry import register
 
 __all__ = ["ALiBi"]
@@ -115,8 +116,7 @@ class ALiBi(BiasEncoding):
     def head_slopes(self, head: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """The slope of each head index in ``head`` (elementwise, rounded once to ``dtype``)."""
         c = self.config
-        work = torch.float32 if head.device.type == "mps" else torch.float64
-        h = head.to(work)
+        h = head.to(wide_dtype(head.device))
         if c.slopes is None:
             slope = alibi_slope(h, c.biased_heads)
         else:  # a select chain, not a table: flex attention cannot build tensors in a score_mod

@@ -10,8 +10,9 @@ import dataclasses
 import torch
 from torch import nn
 
-from ..base import BiasEncoding, math_dtype
+from ..base import BiasEncoding
 from ..config import EncodingConfig, check_choice, check_float, check_int
+from ..functional.dtypes import math_dtype
 from ..functional.kerple import KERPLE_VARIANTS, clamp_straight_through, kerple_bias
 from ..registry import register
 

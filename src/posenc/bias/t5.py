@@ -8,8 +8,9 @@ import dataclasses
 import torch
 from torch import nn
 
-from ..base import BiasEncoding, math_dtype
+from ..base import BiasEncoding
 from ..config import EncodingConfig, check_float, check_int
+from ..functional.dtypes import math_dtype
 from ..functional.t5 import _check as check_buckets
 from ..functional.t5 import t5_relative_bucket
 from ..registry import register
