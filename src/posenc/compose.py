@@ -50,53 +50,61 @@ class Compose(AdditiveEncoding):
 
     Config = ComposeConfig
 
-    def __init__(self, *encodings: AdditiveEncoding) -> None:
+    def __init__(self, *encodings: Encoding) -> None:
         if not encodings:
             raise ValueError("compose needs at least one additive encoding")
+        members: list[AdditiveEncoding] = []
         for enc in encodings:
             if not isinstance(enc, AdditiveEncoding):
                 kind = enc.kind if isinstance(enc, Encoding) else type(enc).__name__
                 raise ValueError(f"compose sums additive encodings only, got {kind!r}")
-        dims = [enc.dim for enc in encodings]
+            members.append(enc)
+        dims = [enc.dim for enc in members]
         if len(set(dims)) != 1:
-            got = ", ".join(f"{enc.info.name} dim={enc.dim}" for enc in encodings)
+            got = ", ".join(f"{enc.info.name} dim={enc.dim}" for enc in members)
             raise ValueError(f"compose needs one dim for every encoding, got {got}")
         super().__init__(ComposeConfig(dim=dims[0]))
-        self.encodings = nn.ModuleList(encodings)
-        axes = {enc.position_axes for enc in encodings}
+        self.encodings = nn.ModuleList(members)
+        axes = {enc.position_axes for enc in members}
         if len(axes) != 1:
-            got = ", ".join(f"{enc.info.name} {enc.position_axes}" for enc in encodings)
+            got = ", ".join(f"{enc.info.name} {enc.position_axes}" for enc in members)
             raise ValueError(f"compose needs one number of position axes, got {got}")
         self.position_axes = axes.pop()
         if self.position_axes != 1:  # grid encodings must read the same tokens as prefix
-            prefixes = {enc.config.prefix for enc in encodings}
-            grids = {enc.config.grid for enc in encodings} - {None}
+            configs: list[Any] = [enc.config for enc in members]  # grid configs: grid, prefix
+            prefixes = {config.prefix for config in configs}
+            grids = {config.grid for config in configs} - {None}
             if len(prefixes) != 1 or len(grids) > 1:
                 got = ", ".join(
-                    f"{enc.info.name} grid={enc.config.grid} prefix={enc.config.prefix}"
-                    for enc in encodings
+                    f"{enc.info.name} grid={config.grid} prefix={config.prefix}"
+                    for enc, config in zip(members, configs, strict=True)
                 )
                 raise ValueError(f"compose needs one grid and one prefix, got {got}")
         # members check their own ranges below; negative coordinates pass if all take them
-        self.nonnegative_positions = any(enc.nonnegative_positions for enc in encodings)
+        self.nonnegative_positions = any(enc.nonnegative_positions for enc in members)
         self.info = EncodingInfo(
-            name="compose(" + ", ".join(enc.info.name for enc in encodings) + ")",
+            name="compose(" + ", ".join(enc.info.name for enc in members) + ")",
             kind="additive",
             trainable=any(p.requires_grad for p in self.parameters()),
             relative=False,
-            extrapolates=all(enc.info.extrapolates for enc in encodings),
-            reference="; ".join(enc.info.reference for enc in encodings),
-            summary="the sum of " + ", ".join(enc.info.name for enc in encodings),
+            extrapolates=all(enc.info.extrapolates for enc in members),
+            reference="; ".join(enc.info.reference for enc in members),
+            summary="the sum of " + ", ".join(enc.info.name for enc in members),
         )
 
+    def _members(self) -> list[AdditiveEncoding]:
+        """The members, typed (iterating an ``nn.ModuleList`` yields plain Modules)."""
+        return [enc for enc in self.encodings if isinstance(enc, AdditiveEncoding)]
+
     def reset_parameters(self) -> None:
-        for enc in self.encodings:
-            if hasattr(enc, "reset_parameters"):
-                enc.reset_parameters()
+        for enc in self._members():
+            reset = getattr(enc, "reset_parameters", None)
+            if callable(reset):
+                reset()
 
     @property
     def integer_positions(self) -> bool:
-        return any(enc.integer_positions for enc in self.encodings)
+        return any(enc.integer_positions for enc in self._members())
 
     @property
     def limit_name(self) -> str:
@@ -106,9 +114,9 @@ class Compose(AdditiveEncoding):
         return self._smallest_limit()[0]
 
     def _smallest_limit(self) -> tuple[int | None, str]:
-        limits = [(enc.position_limit(), enc.limit_name) for enc in self.encodings]
-        limits = [lim for lim in limits if lim[0] is not None]
-        return min(limits) if limits else (None, "max_positions")
+        limits = [(enc.position_limit(), enc.limit_name) for enc in self._members()]
+        known = [(limit, name) for limit, name in limits if limit is not None]
+        return min(known) if known else (None, "max_positions")
 
     def check_positions(
         self, positions, *, seq_len=None, batch=None, name="positions", device=None
@@ -117,18 +125,19 @@ class Compose(AdditiveEncoding):
         checked = super().check_positions(
             positions, seq_len=seq_len, batch=batch, name=name, device=device
         )
-        for enc in self.encodings:
+        for enc in self._members():
             enc.check_positions(checked, seq_len=seq_len, batch=batch, name=name, device=device)
         return checked
 
     def default_positions(self, seq_len, device=None, offset=0) -> torch.Tensor:
-        positions = self.encodings[0].default_positions(seq_len, device, offset)
+        positions = self._members()[0].default_positions(seq_len, device, offset)
         self.check_positions(positions)
         return positions
 
     def _encode(self, positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        out = self.encodings[0]._encode(positions, dtype)
-        for enc in self.encodings[1:]:
+        first, *rest = self._members()
+        out = first._encode(positions, dtype)
+        for enc in rest:
             out = out + enc._encode(positions, dtype)
         return out
 
@@ -148,7 +157,7 @@ def compose(*encodings: str | Mapping[str, Any] | Encoding, dim: int | None = No
         tensor([[0., 1., 1., 2.]])
     """
     sizes = {} if dim is None else {"dim": dim}
-    built = []
+    built: list[Encoding] = []
     for spec in encodings:
         if not isinstance(spec, Encoding) and dim is None:
             raise ValueError(f"pass dim= to build {spec!r} by name")
