@@ -17,14 +17,14 @@ def test_available_lists_every_registered_name_sorted():
 
 
 def test_info():
-    alibi_like = posenc.info("sinusoidal")
-    assert isinstance(alibi_like, posenc.EncodingInfo)
-    assert (alibi_like.kind, alibi_like.trainable, alibi_like.extrapolates) == (
+    sinusoidal = posenc.info("sinusoidal")
+    assert isinstance(sinusoidal, posenc.EncodingInfo)
+    assert (sinusoidal.kind, sinusoidal.trainable, sinusoidal.extrapolates) == (
         "additive",
         False,
         True,
     )
-    assert "1706.03762" in alibi_like.reference
+    assert "1706.03762" in sinusoidal.reference
     learned = posenc.info("learned")
     assert learned.trainable and not learned.extrapolates
     assert posenc.info("nope").kind == "none"
