@@ -11,7 +11,7 @@ from torch import nn
 from ..base import BiasEncoding
 from ..config import EncodingConfig, check_float, check_int
 from ..functional.dtypes import math_dtype
-from ..functional.t5 import _check as check_buckets
+from ..functional.t5 import check_t5_buckets as check_buckets
 from ..functional.t5 import t5_relative_bucket
 from ..registry import register
 

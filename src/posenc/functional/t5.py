@@ -15,11 +15,17 @@ import math
 
 import torch
 
-__all__ = ["t5_relative_bucket"]
+__all__ = ["check_t5_buckets", "t5_relative_bucket"]
 
 
-def _check(num_buckets: int, max_distance: int, bidirectional: bool) -> int:
-    """Validate the bucket settings and return the buckets per direction."""
+def check_t5_buckets(num_buckets: int, max_distance: int, bidirectional: bool) -> int:
+    """Validate the bucket settings and return the buckets per direction.
+
+    Raises:
+        TypeError: a size that is not an int.
+        ValueError: too few buckets, an odd count when bidirectional, or a ``max_distance``
+            within the exact buckets.
+    """
     for name, value in (("num_buckets", num_buckets), ("max_distance", max_distance)):
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
@@ -78,7 +84,7 @@ def t5_relative_bucket(
             f"relative_position must be an integer tensor (buckets index a table), "
             f"got {relative_position.dtype}"
         )
-    half = _check(num_buckets, max_distance, bidirectional)
+    half = check_t5_buckets(num_buckets, max_distance, bidirectional)
     relative_position = relative_position.long()
     if bidirectional:
         offset = (relative_position > 0).long() * half  # keys after the query: upper half
