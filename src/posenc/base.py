@@ -16,7 +16,7 @@ functions in :mod:`posenc.functional`; its configuration is a frozen dataclass `
 from __future__ import annotations
 
 import itertools
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 import torch
 from torch import nn
@@ -27,6 +27,13 @@ from .info import EncodingInfo
 from .positions import PositionOutOfRangeError, arange, check_batch, check_positions, position_at
 
 __all__ = ["AdditiveEncoding", "BiasEncoding", "Encoding", "NoEncoding", "RotaryEncoding"]
+
+
+class FactoryKwargs(TypedDict):
+    """``device`` and ``dtype`` for the parameters an encoding creates (``**factory_kwargs``)."""
+
+    device: torch.device | None
+    dtype: torch.dtype | None
 
 
 def _check_float_dtype(dtype: Any) -> None:
@@ -82,7 +89,7 @@ class Encoding(nn.Module):
             except RuntimeError:
                 raise ValueError(f"device must name a torch device, got {device!r}") from None
         self.config = config
-        self.factory_kwargs = {"device": device, "dtype": dtype}
+        self.factory_kwargs: FactoryKwargs = {"device": device, "dtype": dtype}
 
     def extra_repr(self) -> str:
         return ", ".join(f"{k}={v!r}" for k, v in self.config.to_dict().items())
