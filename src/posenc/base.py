@@ -431,11 +431,12 @@ class BiasEncoding(Encoding):
             check_batch(k_positions, batch, "k_positions")
         return q_positions, k_positions
 
-    def fused_attention(self, q, k, v, q_positions, k_positions, causal, scale, mask=None):
-        """An exact attention faster than the generic paths, or None (the default) when
-        this encoding has none for these inputs. Called by :func:`posenc.attention` first.
-        ``mask`` (``[batch, 1, q_len, k_len]`` bool, True = may attend) is the whole mask,
-        causal part included, when padding or segments are given; else None."""
+    def linear_slopes(self, causal: bool) -> list[float] | None:
+        """The per-head slopes ``m_h`` when this bias is ``-m_h · (q_pos - k_pos)`` (0: no
+        bias on that head), for attention with or without the causal mask; None (the
+        default) when it is not linear in the distance. :func:`posenc.attention` then runs
+        it on a fused SDPA path (:mod:`posenc.attention.linear_bias`). Under the causal mask
+        the bias need only be linear on keys at or before their query."""
         return None
 
     def value_term(self, probs: torch.Tensor, q_positions, k_positions) -> torch.Tensor:

@@ -141,20 +141,6 @@ def test_bad_inputs():
         posenc.attention(q, k, v, q_positions=torch.arange(2))
 
 
-def test_kv_cache_stores_and_refuses_overflow():
-    cache = posenc.KVCache(n_layers=2, batch=1, kv_heads=2, head_dim=4, max_seq_len=5)
-    k, v = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4)
-    k_all, v_all = cache.update(1, k, v)
-    assert torch.equal(k_all, k) and torch.equal(v_all, v)
-    cache.advance(3)
-    k2 = torch.randn(1, 2, 2, 4)
-    k_all, _ = cache.update(1, k2, k2)
-    assert torch.equal(k_all, torch.cat((k, k2), dim=2))
-    cache.advance(2)
-    with pytest.raises(ValueError, match="max_seq_len=5"):
-        cache.update(0, k2[:, :, :1], k2[:, :, :1])
-
-
 def test_bias_attention_checks_heads_and_batch():
     q, k, v = qkv(b=1, h=4, kv_h=2, lq=5, lk=5)
     with pytest.raises(

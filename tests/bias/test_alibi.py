@@ -1,5 +1,6 @@
-"""ALiBi: slopes against the paper and BLOOM, the bias against a loop over positions, and the
-fused SDPA path against the math and flex paths (forward and gradients)."""
+"""ALiBi: slopes against the paper and BLOOM, the bias against a loop over positions, and
+every attention backend against the float64 reference (the fused SDPA path has its own
+tests in tests/attention/test_linear_bias.py)."""
 
 import math
 
@@ -10,7 +11,7 @@ from hypothesis import strategies as st
 
 import posenc
 from posenc.bias.alibi import ALiBi
-from posenc.functional.alibi import alibi_bias, alibi_blocks, alibi_runs, alibi_sdpa, alibi_slopes
+from posenc.functional.alibi import alibi_bias, alibi_slopes
 from posenc.models import TransformerLM
 
 
@@ -201,133 +202,6 @@ def test_config_is_strict():
     assert not list(enc.parameters()) and not list(enc.buffers())
 
 
-# the fused SDPA path -----------------------------------------------------------------------
-
-STEEP = [0.01, 16.0, 0.01, 16.0, 0.02, 0.04, 0.08, 0.16]  # blocks of 8 positions on 2 heads
-
-
-@pytest.mark.parametrize(
-    "config, kv_heads, lq, lk, d",
-    [
-        ({"n_heads": 8}, 8, 40, 40, 16),  # the kernel's own causal mask
-        ({"n_heads": 8}, 2, 64, 200, 16),  # GQA, queries after cached keys: a boolean mask
-        ({"n_heads": 6, "alibi_heads": 4}, 3, 1, 300, 16),  # decoding: the materialised bias
-        ({"n_heads": 8, "slopes": STEEP}, 8, 256, 256, 64),  # two runs, shuffled head order
-        ({"n_heads": 8, "symmetric": True}, 4, 48, 48, 16),  # equal to the causal form here
-    ],
-)
-def test_fused_equals_math_forward_and_gradients(
-    config, kv_heads, lq, lk, d, attention_tol, grad_tol, score_size
-):
-    enc = posenc.create("alibi", **config)
-    q, k, v = qkv(h=config["n_heads"], kv_h=kv_heads, lq=lq, lk=lk, d=d)
-    q_pos, k_pos = torch.arange(lk - lq, lk), torch.arange(lk)
-    fused = enc.fused_attention(q, k, v, q_pos, k_pos, True, 0.3)
-    assert fused is not None
-    math_out = posenc.attention(q, k, v, enc, causal=True, scale=0.3, backend="math")
-    expected = reference(q, k, v, enc.slopes(), q_pos, k_pos, scale=0.3)
-    bias, allowed = scores_of(enc.slopes(), q_pos, k_pos)
-    rounding = attention_tol(q, k, v, bias, scale=0.3, allowed=allowed)
-    torch.testing.assert_close(fused.double(), expected, **rounding)
-    # each within the bound of the exact result: at most twice it apart
-    torch.testing.assert_close(fused, math_out, atol=2 * rounding["atol"], rtol=0)
-    # auto takes this same fused path on the same inputs
-    torch.testing.assert_close(posenc.attention(q, k, v, enc, scale=0.3), fused, rtol=0, atol=0)
-    want = grads(math_out, (q, k, v))
-    size = score_size(q, k, bias, scale=0.3, allowed=allowed)
-    for got, ref in zip(grads(fused, (q, k, v)), want, strict=True):
-        torch.testing.assert_close(got, ref, **grad_tol(q, k, want, size))
-
-
-def test_fused_with_batched_positions_and_bidirectional_causal_form(attention_tol):
-    enc = posenc.create("alibi", n_heads=4)
-    q, k, v = qkv(h=4, kv_h=2, lq=48, lk=48)
-    positions = torch.stack((torch.arange(48), torch.arange(48) * 2 + 7))  # [batch, seq]
-    for causal in (True, False):
-        out = posenc.attention(q, k, v, enc, positions, positions, causal=causal)
-        expected = reference(q, k, v, enc.slopes(), positions, positions, causal=causal)
-        bias, allowed = scores_of(enc.slopes(), positions, positions, causal)
-        rounding = attention_tol(q, k, v, bias, allowed=allowed)
-        torch.testing.assert_close(out.double(), expected, **rounding)
-
-
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_fused_half_precision_is_float32_math_rounded_once(dtype, tol, attention_tol):
-    """Both paths compute in float32 and round the output once: one ulp apart (eps·|out|,
-    2^-7 for bfloat16, 2^-10 for float16 relative) where their float32 results straddle a
-    rounding boundary. CPU flash attention also rounds the weights p to the input dtype
-    before the weighted sum of v: off by eps/2·Σ p|v| <= eps/2·max|v| besides."""
-    enc = posenc.create("alibi", n_heads=8)
-    for lq in (64, 1):  # extended q, k, v; the materialised bias (decoding)
-        q, k, v = (t.detach().to(dtype) for t in qkv(lq=lq, lk=64, kv_h=4))
-        q_pos, k_pos = torch.arange(64 - lq, 64), torch.arange(64)
-        fused = enc.fused_attention(q, k, v, q_pos, k_pos, True, 0.25)
-        assert fused.dtype == dtype
-        math_out = posenc.attention(q, k, v, enc, scale=0.25, backend="math")
-        bias, allowed = scores_of(enc.slopes(), q_pos, k_pos)
-        float32 = attention_tol(q.float(), k.float(), v.float(), bias, 0.25, allowed=allowed)
-        weights = tol(dtype, n=0.5, scale=v.abs().max())
-        atol = 2 * float32["atol"] + weights["atol"]
-        torch.testing.assert_close(fused, math_out, rtol=tol(dtype, n=1)["rtol"], atol=atol)
-
-
-def test_blocks_keep_float32_exact_where_one_centre_would_not():
-    """A steep slope over a long span: one centre rounds the fused scores at m·L/2."""
-    slopes = [4.0, 2.0]
-    q, k, v = (t.detach() for t in qkv(b=1, h=2, kv_h=2, lq=1024, lk=1024))
-    positions = torch.arange(1024)
-    expected = reference(q, k, v, slopes, positions, positions)
-    blocked = alibi_sdpa(q, k, v, slopes, positions, positions)
-    one = alibi_sdpa(q, k, v, slopes, positions, positions, blocks=[1, 1])
-    assert alibi_blocks(slopes, 1024) == [32, 16]
-    assert (blocked.double() - expected).abs().max() < 1e-5
-    assert (one.double() - expected).abs().max() > 1e-5
-
-
-def test_runs_round_widths_to_multiples_of_8_and_split_at_most_once():
-    blocks = alibi_blocks(alibi_slopes(8).tolist(), 8192)
-    assert blocks == [32, 16, 8, 4, 2, 1, 1, 1]
-    assert alibi_runs(blocks, 1, 64) == [([0, 1], 32), ([2, 3, 4, 5, 6, 7], 8)]
-    assert alibi_runs(alibi_blocks(alibi_slopes(8).tolist(), 2048), 1, 64) == [
-        ([0, 1, 2, 3, 4, 5, 6, 7], 8)
-    ]
-    # 4 key/value heads of 2 query heads; only kv head 1 needs blocks: 30 -> width 96
-    assert alibi_runs([0, 0, 30, 0, 0, 0, 0, 0], 2, 64) == [([1], 32), ([0, 2, 3], 0)]
-    assert alibi_runs([0, 3, 0, 0], 2, 60) == [([0, 1], 4)]  # 60 + 4 = 64: not worth a split
-
-
-def test_fused_declines_where_it_does_not_apply():
-    q, k, v = (t.detach() for t in qkv(h=4, kv_h=4))
-    positions = torch.arange(40)
-    symmetric = posenc.create("alibi", n_heads=4, symmetric=True)
-    assert symmetric.fused_attention(q, k, v, positions, positions, False, 0.25) is None
-    assert symmetric.fused_attention(q, k, v, positions, positions, True, 0.25) is not None
-    steep = posenc.create("alibi", n_heads=4, slopes=[100.0, 1.0, 1.0, 1.0])  # 1-position blocks
-    assert steep.fused_attention(q, k, v, positions, positions, True, 0.25) is None
-    meta = [t.to("meta") for t in (q, k, v)]
-    assert symmetric.fused_attention(*meta, positions, positions, True, 0.25) is None
-
-
-def test_user_flush_denormal_setting_is_left_as_it_was():
-    """The fused path does not flush denormals (measured: no gain, and the setting reaches
-    only the calling thread, not the kernel's worker threads), so either setting survives."""
-
-    def flushing():
-        return (torch.tensor(1e-30) * torch.tensor(1e-10)).item() == 0.0
-
-    if not torch.set_flush_denormal(True):
-        pytest.skip("this CPU cannot flush denormals")
-    enc = posenc.create("alibi", n_heads=8)
-    q, k, v = (t.detach() for t in qkv(lq=64, lk=64))
-    try:
-        for state in (True, False):
-            torch.set_flush_denormal(state)
-            posenc.attention(q, k, v, enc)
-            assert flushing() == state
-    finally:
-        torch.set_flush_denormal(False)
-
-
 # every backend -----------------------------------------------------------------------------
 
 
@@ -367,7 +241,7 @@ def test_flex_sdpa_and_math_agree(symmetric, backends, attention_tol, grad_tol, 
 def test_transformer_lm_kv_cache_generation_equals_recomputation(
     encoding, sharpen, check_cached_decoding
 ):
-    """A prompt longer than ``ALIBI_SMALL_Q`` prefills through the extended SDPA, then each
+    """A prompt longer than ``SMALL_Q`` prefills through the extended SDPA, then each
     token decodes through the materialised bias; 6 heads are not a power of two."""
     model = TransformerLM(
         vocab_size=41, dim=48, n_layers=2, n_heads=6, n_kv_heads=2, encoding=encoding
@@ -375,23 +249,3 @@ def test_transformer_lm_kv_cache_generation_equals_recomputation(
     assert isinstance(model.encoding, ALiBi)
     sharpen(model, std=0.3)
     check_cached_decoding(model, torch.randint(0, 41, (2, 40)), 6)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("length", [2048, 8192])
-def test_fused_float32_error_stays_flat_with_length(length):
-    enc = posenc.create("alibi", n_heads=8)
-    q, k, v = (torch.randn(1, 8, length, 64) for _ in range(3))
-    positions = torch.arange(length)
-    with torch.no_grad():
-        out = posenc.attention(q, k, v, enc)
-        for h in range(8):  # one head at a time: a float64 [L, L] score matrix each
-            want = reference(
-                q[:, h : h + 1],
-                k[:, h : h + 1],
-                v[:, h : h + 1],
-                enc.slopes()[h : h + 1],
-                positions,
-                positions,
-            )
-            torch.testing.assert_close(out[:, h : h + 1].double(), want, rtol=1e-5, atol=1e-5)

@@ -99,12 +99,23 @@ def flex_attention(
 
     Positions None means the default layout (queries are the last ``q_len`` of the keys);
     its causal block mask is cached. Explicit positions build their mask per call, and so
-    does ``mask_mod`` (padding and packed documents, :meth:`posenc.masks.Masks.mask_mod`,
-    which includes the causal mask): the block mask then skips every block it hides.
+    does ``mask_mod`` (padding and packed documents, which includes the causal mask): the
+    block mask then skips every block it hides.
+
+    Args:
+        q, k, v: the attention inputs; ``heads`` a multiple of ``kv_heads``.
+        score_mod: a flex ``score_mod`` (:meth:`~posenc.base.BiasEncoding.score_mod`).
+        q_positions, k_positions: ``[len]`` or ``[batch, len]``, or None (the default).
+        causal: mask keys after their query (ignored with ``mask_mod``, which has it).
+        scale: the score scale.
+        mask_mod: a flex ``mask_mod`` (:meth:`~posenc.attention.masks.Masks.mask_mod`).
 
     Shapes:
         q ``[batch, heads, q_len, d]``, k, v ``[batch, kv_heads, k_len, d]`` ->
         ``[batch, heads, q_len, d]``
+
+    Returns:
+        the attention output in the dtype of ``q``.
     """
     if not flex_available(q.device):
         raise RuntimeError(

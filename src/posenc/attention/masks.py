@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .positions import causal_mask, check_padding_mask, check_segment_ids, position_at
+from ..positions import causal_mask, check_padding_mask, check_segment_ids, position_at
 
 __all__ = ["Masks", "open_dead_rows", "zero_dead_rows"]
 

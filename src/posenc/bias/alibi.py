@@ -10,22 +10,11 @@ import torch
 
 from ..base import BiasEncoding
 from ..config import EncodingConfig, check_float, check_int
-from ..functional.alibi import (
-    ALIBI_SMALL_Q,
-    alibi_bias,
-    alibi_blocks,
-    alibi_runs,
-    alibi_sdpa,
-    alibi_slope,
-)
+from ..functional.alibi import alibi_bias, alibi_slope
 from ..functional.dtypes import math_dtype, wide_dtype
 from ..registry import register
 
 __all__ = ["ALiBi"]
-
-#: the fused path is used while its padded heads cost at most this many times the plain
-#: ones (extra centring coordinates, see :func:`~posenc.functional.alibi.alibi_sdpa`)
-MAX_WIDTH_RATIO = 1.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,12 +81,12 @@ class ALiBi(BiasEncoding):
     puts the same bias in every layer, as :class:`~posenc.models.TransformerLM` does when it
     shares one encoding.
 
-    On CPU, :meth:`fused_attention` runs causal ALiBi inside SDPA's fused kernel (no
-    ``[heads, L, L]`` tensor; 1.2-1.3x the time of plain causal SDPA at 2k-8k tokens,
-    against 8-13x for SDPA with the materialised bias), within ~4e-6 of exact in float32 at
-    any length, float16/bfloat16 computed in float32 and rounded once. Other devices,
-    symmetric non-causal attention and ``torch.compile`` take the generic paths (flex or
-    SDPA).
+    The bias is linear in the distance, so :meth:`linear_slopes` lets attention run it on
+    the CPU inside SDPA's fused kernel (:mod:`posenc.attention.linear_bias`: no ``[heads, L,
+    L]`` tensor; 1.2-1.3x the time of plain causal SDPA at 2k-8k tokens, against 8-13x for
+    SDPA with the materialised bias), within ~4e-6 of exact in float32 at any length,
+    float16/bfloat16 computed in float32 and rounded once. Other devices, symmetric
+    non-causal attention and ``torch.compile`` take the generic paths (flex or SDPA).
 
     Shapes:
         ``bias(q_positions, k_positions)``: ``[n_heads, q_len, k_len]`` (float32).
@@ -137,25 +126,10 @@ class ALiBi(BiasEncoding):
         slope = self.head_slopes(head, math_dtype(q_pos.dtype, k_pos.dtype))
         return alibi_bias(slope, q_pos, k_pos, self.config.symmetric)
 
-    def fused_attention(self, q, k, v, q_positions, k_positions, causal, scale, mask=None):
-        """Causal ALiBi inside CPU SDPA (:func:`~posenc.functional.alibi.alibi_sdpa`), or
-        None: on other devices (measured on CPU only; flex serves CUDA), under
-        ``torch.compile`` (it reads the positions), for symmetric non-causal attention (not
-        rank one) and when the centring coordinates would cost over ``MAX_WIDTH_RATIO``."""
-        if q.device.type != "cpu" or torch.compiler.is_compiling():
-            return None
+    def linear_slopes(self, causal: bool) -> list[float] | None:
+        """Every head's slope (float64 values; 0 for heads without a bias): the bias is
+        ``-m_h (i - j)``, and the symmetric ``-m_h |i - j|`` equals it under the causal
+        mask. None for symmetric non-causal attention (not linear in ``i - j``)."""
         if self.config.symmetric and not causal:
             return None
-        slopes = self.slopes(dtype=torch.float64).tolist()
-        blocks = None
-        if q.shape[2] >= ALIBI_SMALL_Q:
-            span = (q_positions.max() - q_positions.min()).item() + 1
-            blocks = alibi_blocks(slopes, span)
-            d = q.shape[-1]
-            runs = alibi_runs(blocks, q.shape[1] // k.shape[1], d)
-            width = sum(len(kv) * (d + n) for kv, n in runs)
-            if width > MAX_WIDTH_RATIO * k.shape[1] * d:
-                return None
-        if mask is not None:  # the whole mask, causal part included
-            return alibi_sdpa(q, k, v, slopes, q_positions, k_positions, False, scale, blocks, mask)
-        return alibi_sdpa(q, k, v, slopes, q_positions, k_positions, causal, scale, blocks)
+        return self.slopes(dtype=torch.float64).tolist()

@@ -1,0 +1,159 @@
+"""The backends of bias encodings: the fused linear-bias path, flex attention, SDPA, math.
+
+A bias encoding adds one value per head and (query, key) pair to the scores. ``auto``
+picks the fastest exact backend from what the encoding declares (``linear_slopes``,
+``adds_to_values``) and from the inputs (device, sizes, gradients), never from its name:
+
+- the fused linear-bias path (:mod:`posenc.attention.linear_bias`) when the bias is
+  ``-m_h (i - j)`` and it applies (CPU, not compiling, affordable width);
+- flex attention (:mod:`posenc.attention.flex`) from ``FLEX_MIN_SCORES`` scores per head,
+  where it runs and no gradient is needed on the CPU;
+- else SDPA with the materialised ``[heads, q_len, k_len]`` bias.
+
+``math`` (explicit softmax in float32) serves encodings that add to the values (Shaw).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..base import BiasEncoding
+from ..functional.dtypes import math_dtype
+from ..positions import causal_mask
+from .flex import flex_attention, flex_available
+from .linear_bias import fused_linear_bias
+from .masks import Masks, open_dead_rows, zero_dead_rows
+
+__all__ = ["BACKENDS", "FLEX_MIN_SCORES", "bias_attention"]
+
+BACKENDS = ("auto", "flex", "sdpa", "math")
+#: the number of scores per head (q_len * k_len) from which ``auto`` uses flex attention
+FLEX_MIN_SCORES = 256 * 256
+
+
+def bias_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    encoding: BiasEncoding,
+    q_positions: torch.Tensor,
+    k_positions: torch.Tensor,
+    explicit: bool,
+    causal: bool,
+    scale: float,
+    backend: str,
+    masks: Masks | None,
+) -> torch.Tensor:
+    """Attention with a bias encoding, on the fastest exact backend.
+
+    ``auto`` tries the fused linear-bias path, then flex attention for sequences of at
+    least ``FLEX_MIN_SCORES`` scores per head (below that, compiling buys nothing), then
+    SDPA with the materialised bias (decoding: one query against N keys costs O(N) per
+    head). Encodings that add to the values (Shaw) always take the math path. Padding and
+    segment masks (``masks``) reach flex as a ``mask_mod`` and the other paths as a dense
+    mask.
+
+    Args:
+        q, k, v, scale, backend: as :func:`posenc.attention` (checked there).
+        encoding: a bias encoding with ``n_heads`` equal to the query heads.
+        q_positions, k_positions: ``[len]`` or ``[batch, len]``, checked.
+        explicit: whether the caller gave the positions (flex then reads them; else its
+            ``score_mod`` uses the indices and a cached block mask).
+        causal: mask keys after their query.
+        masks: padding and segment masks, or None.
+
+    Shapes:
+        q ``[batch, heads, q_len, d]``, k, v ``[batch, kv_heads, k_len, d]``.
+
+    Returns:
+        ``[batch, heads, q_len, d]`` in the dtype of ``q``.
+    """
+    if q.shape[1] != encoding.n_heads:
+        raise ValueError(
+            f"q has {q.shape[1]} heads but the encoding {type(encoding).__name__} has "
+            f"n_heads={encoding.n_heads}"
+        )
+    if encoding.adds_to_values:
+        if backend not in ("auto", "math"):
+            raise ValueError(
+                f"{encoding.info.name!r} adds to the values: only backend='math' runs it"
+            )
+        backend = "math"
+    # compiled flex attention has no backward on the CPU (torch 2.13): torch refuses q, k, v
+    # that require grad (even under no_grad), and inductor fails on a score_mod whose
+    # captured tables need gradients. Training on the CPU uses SDPA.
+    needs_grad = any(t.requires_grad for t in (q, k, v)) or (
+        torch.is_grad_enabled() and any(p.requires_grad for p in encoding.parameters())
+    )
+    cpu_training = q.device.type == "cpu" and needs_grad
+    if backend == "flex" and cpu_training:
+        raise ValueError(
+            "compiled flex attention has no backward on the CPU: use backend='sdpa' (or "
+            "'auto'), or call under torch.no_grad() with inputs that do not require grad"
+        )
+    allowed = dead = None  # the dense mask, built only where a path needs it
+    if backend == "auto":
+        flex = not cpu_training and _flex_first(q, k)
+        # with padding or segments, flex comes first: its block mask skips whole blocks,
+        # where the fused linear-bias path would need the dense mask
+        if masks is None or not flex:
+            if masks is not None:
+                allowed, dead = open_dead_rows(masks.dense(q_positions, k_positions, causal))
+            fused = fused_linear_bias(
+                encoding, q, k, v, q_positions, k_positions, causal, scale, mask=allowed
+            )
+            if fused is not None:
+                return zero_dead_rows(fused, dead)
+        backend = "flex" if flex else "sdpa"
+    if backend == "flex":
+        q_offset = k.shape[2] - q.shape[2]
+        qp, kp = (q_positions, k_positions) if explicit else (None, None)  # None: default
+        mod = encoding.score_mod(qp, kp, q=q, q_offset=q_offset, scale=scale)
+        mask_mod = None if masks is None else masks.mask_mod(qp, kp, q_offset, causal)
+        return flex_attention(q, k, v, mod, qp, kp, causal, scale, mask_mod=mask_mod)
+    if masks is not None and allowed is None:
+        allowed, dead = open_dead_rows(masks.dense(q_positions, k_positions, causal))
+    elif causal and allowed is None:
+        allowed = causal_mask(q_positions, k_positions)
+    bias = encoding.bias(q_positions, k_positions, q=q, scale=scale)  # [(b,) h, q_len, k_len]
+    if allowed is not None:
+        bias = bias.masked_fill(~allowed, float("-inf"))
+    if backend == "sdpa":
+        # a 4-D mask keeps CPU SDPA on its fast kernel (3-D falls back, 2-6x slower); the
+        # CPU kernel takes a float32 mask with bf16/fp16 inputs, so the bias is not rounded
+        mask = bias if bias.dim() == 4 else bias.unsqueeze(0)  # [b | 1, h, q_len, k_len]
+        mask = mask.to(math_dtype(q.dtype) if q.device.type == "cpu" else q.dtype)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
+        )
+        return zero_dead_rows(out, dead)
+    out = _math_attention(q, k, v, bias, scale, encoding, q_positions, k_positions)
+    return zero_dead_rows(out, dead)
+
+
+def _flex_first(q: torch.Tensor, k: torch.Tensor) -> bool:
+    """Whether ``auto`` takes flex attention: on a device it runs on, for at least
+    ``FLEX_MIN_SCORES`` scores per head (below that, compiling buys nothing)."""
+    return q.shape[2] * k.shape[2] >= FLEX_MIN_SCORES and flex_available(q.device)
+
+
+def _math_attention(q, k, v, bias, scale, encoding, q_positions, k_positions):
+    """softmax(q kᵀ · scale + bias) v in float32 (float64 for float64 inputs), plus the
+    encoding's value term if any.
+
+    Shapes:
+        q ``[b, h, q_len, d]``, k, v ``[b, kv_h, k_len, d]``, bias ``[(b,) h, q_len, k_len]``
+        -> ``[b, h, q_len, d]`` in the dtype of ``q``.
+    """
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)  # [b, h, k_len, d]
+    v = v.repeat_interleave(group, dim=1)
+    dtype = math_dtype(q.dtype)
+    scores = (q.to(dtype) @ k.to(dtype).transpose(-1, -2)) * scale + bias.to(dtype)
+    # a query that sees no key gets zeros, as from the SDPA and flex kernels (not NaN)
+    probs = scores.softmax(dim=-1).nan_to_num(0.0)  # [b, h, q_len, k_len]
+    out = probs @ v.to(dtype)
+    if encoding.adds_to_values:
+        out = out + encoding.value_term(probs, q_positions, k_positions).to(dtype)
+    return out.to(q.dtype)

@@ -1,0 +1,295 @@
+"""The fused path for biases linear in the distance (ALiBi's ``-m_h (i - j)``) on CPU SDPA.
+
+A bias encoding whose :meth:`~posenc.base.BiasEncoding.linear_slopes` returns slopes for
+these inputs runs here, inside ``torch.nn.functional.scaled_dot_product_attention``'s fused
+CPU kernels, with no ``[heads, L, L]`` tensor: 1.2-1.3x the time of plain causal SDPA at
+2k-8k tokens, against 8-13x for SDPA with the materialised bias. :func:`fused_linear_bias`
+decides whether it applies; :func:`linear_bias_sdpa` runs it. The derivation and the
+precision argument are in docs/design-notes.md, "Fused ALiBi on CPU SDPA".
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from ..base import BiasEncoding
+from ..functional.dtypes import math_dtype
+from ..positions import causal_mask
+
+__all__ = [
+    "BLOCK_BIAS",
+    "MAX_WIDTH_RATIO",
+    "SMALL_Q",
+    "SPLIT_GAIN",
+    "fused_linear_bias",
+    "linear_bias_blocks",
+    "linear_bias_runs",
+    "linear_bias_sdpa",
+]
+
+#: the largest |bias| the fused path lets a query see at its centring point (see
+#: :func:`linear_bias_sdpa`): float32 rounds the fused scores to ~2^-24 · 64 ≈ 4e-6
+BLOCK_BIAS = 64.0
+#: below this many queries :func:`linear_bias_sdpa` adds the materialised bias instead
+#: (decoding: a ``[heads, q_len, k_len]`` bias is smaller than the padded copies of k and v)
+SMALL_Q = 32
+#: :func:`linear_bias_runs` makes two SDPA calls only when that cuts the total width by this
+#: factor
+SPLIT_GAIN = 1.1
+#: the fused path is used while its padded heads cost at most this many times the plain
+#: ones (extra centring coordinates, see :func:`linear_bias_sdpa`)
+MAX_WIDTH_RATIO = 1.5
+
+
+def fused_linear_bias(
+    encoding: BiasEncoding,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_positions: torch.Tensor,
+    k_positions: torch.Tensor,
+    causal: bool,
+    scale: float,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor | None:
+    """``encoding``'s attention on the fused path (:func:`linear_bias_sdpa`), or None where
+    it does not apply: on other devices (measured on CPU only; flex serves CUDA), under
+    ``torch.compile`` (it reads the positions), when the bias is not linear for these inputs
+    (``encoding.linear_slopes(causal)`` is None) and when the centring coordinates would
+    cost over ``MAX_WIDTH_RATIO`` times the plain head width.
+
+    Args:
+        encoding: a bias encoding; q, k, v, positions, causal, scale: as
+            :func:`linear_bias_sdpa`.
+        mask: ``[batch | 1, 1, q_len, k_len]`` bool (True = may attend): the whole mask,
+            causal part included, when padding or segments are given; else None.
+
+    Shapes:
+        returns ``[batch, heads, q_len, d]`` in the dtype of ``q``, or None.
+    """
+    if q.device.type != "cpu" or torch.compiler.is_compiling():
+        return None
+    slopes = encoding.linear_slopes(causal)
+    if slopes is None:
+        return None
+    blocks = None
+    if q.shape[2] >= SMALL_Q:
+        span = (q_positions.max() - q_positions.min()).item() + 1
+        blocks = linear_bias_blocks(slopes, span)
+        d = q.shape[-1]
+        runs = linear_bias_runs(blocks, q.shape[1] // k.shape[1], d)
+        width = sum(len(kv) * (d + n) for kv, n in runs)
+        if width > MAX_WIDTH_RATIO * k.shape[1] * d:
+            return None
+    if mask is not None:  # the whole mask, causal part included
+        return linear_bias_sdpa(
+            q, k, v, slopes, q_positions, k_positions, False, scale, blocks, mask
+        )
+    return linear_bias_sdpa(q, k, v, slopes, q_positions, k_positions, causal, scale, blocks)
+
+
+def linear_bias_blocks(slopes: list[float], span: float, max_bias: float = BLOCK_BIAS) -> list[int]:
+    """How many query blocks :func:`linear_bias_sdpa` centres each head on: the fewest blocks of
+    at most ``2 · max_bias / slope`` positions that cover ``span`` query positions (0 for a
+    zero slope, which needs no coordinate)."""
+    blocks = []
+    for m in slopes:
+        if m == 0:
+            blocks.append(0)
+            continue
+        length = max(1, math.floor(2 * max_bias / m))
+        blocks.append(max(1, math.ceil(span / length)))
+    return blocks
+
+
+def linear_bias_runs(blocks: list[int], group: int, head_dim: int) -> list[tuple[list[int], int]]:
+    """How :func:`linear_bias_sdpa` splits the heads into SDPA calls: at most two runs of
+    key/value heads, split where the total padded width is least.
+
+    The CPU kernel's cost steps with the head width in multiples of 8 (65 to 72 cost the
+    same, ~1.1x of 64), so each run's width is rounded up to one and the spare columns
+    become more blocks, for free precision. The kernel splits each call's work evenly by
+    (head, query block) across its threads, so a call over few heads leaves threads idle
+    (causal blocks differ in cost): two calls only when they save a tenth of the total
+    width, never one call per block count.
+
+    Args:
+        blocks: per query head, from :func:`linear_bias_blocks`.
+        group: query heads per key/value head.
+        head_dim: the width before padding.
+
+    Returns:
+        ``[(kv_head_indices, n_blocks), ...]``, most blocks first.
+    """
+
+    def extra(need: int) -> int:  # the blocks of the width rounded up to a multiple of 8
+        return 0 if need == 0 else -(-(head_dim + need) // 8) * 8 - head_dim
+
+    per_kv = [max(blocks[g : g + group]) for g in range(0, len(blocks), group)]
+    order = sorted(range(len(per_kv)), key=lambda g: -per_kv[g])  # most blocks first
+    needs = [extra(per_kv[g]) for g in order]
+
+    def width(split: int) -> int:
+        rest = needs[split] if split < len(needs) else 0
+        return split * (head_dim + needs[0]) + (len(needs) - split) * (head_dim + rest)
+
+    split = min(range(1, len(needs) + 1), key=lambda s: (width(s), -s))
+    if width(split) * SPLIT_GAIN > width(len(needs)):
+        split = len(needs)  # one call unless two save a tenth of the padding work
+    runs = [(sorted(order[:split]), needs[0])]
+    if split < len(needs):
+        runs.append((sorted(order[split:]), needs[split]))
+    return runs
+
+
+def _mask(q_pos: torch.Tensor, k_pos: torch.Tensor) -> tuple[torch.Tensor | None, bool]:
+    """The causal mask as ``(attn_mask, is_causal)`` for SDPA, with the cheapest form: the
+    kernel's own causal mask when queries and keys are the same increasing positions, none
+    when every key is at or before every query (decoding), else a boolean mask."""
+    same = q_pos.dim() == 1 and k_pos.shape == q_pos.shape and k_pos.dtype == q_pos.dtype
+    same = same and torch.equal(q_pos, k_pos)
+    if same and bool((q_pos[1:] > q_pos[:-1]).all()):  # strictly increasing
+        return None, True
+    if bool(k_pos.max() <= q_pos.min()):
+        return None, False
+    return causal_mask(q_pos, k_pos), False  # [(b, 1,) q, k]
+
+
+def linear_bias_sdpa(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    slopes: list[float],
+    q_positions: torch.Tensor,
+    k_positions: torch.Tensor,
+    causal: bool = True,
+    scale: float | None = None,
+    blocks: list[int] | None = None,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Attention with a bias linear in the distance, ``softmax(q kᵀ · scale - m_h (i - j))
+    v``, inside fused SDPA: ALiBi (Press et al. 2022, arXiv:2108.12409) on the CPU kernels.
+
+    Softmax drops the row constant ``-m_h · i``; what is left, ``m_h · j``, is rank one and
+    rides in the kernel as extra coordinates ``q' = [q, m_h / scale]``, ``k' = [k, j -
+    centre]`` (``v`` zero-padded), one centre per block of queries so float32 stays within
+    ~4e-6 of exact at any length. Under a causal mask this is also the symmetric form
+    ``-m_h |i - j|``. float16/bfloat16 run in float32 and are rounded once; fewer than
+    ``SMALL_Q`` queries (decoding) take SDPA with the materialised bias instead.
+    The derivation and the precision argument: docs/design-notes.md, "Fused ALiBi on CPU SDPA".
+
+    Args:
+        q: ``[batch, heads, q_len, d]``; k, v: ``[batch, kv_heads, k_len, d]``.
+        slopes: ``heads`` slopes (0: no bias on that head).
+        q_positions, k_positions: ``[len]`` or ``[batch, len]``, integer or floating.
+        causal: mask keys after their query (``k_pos > q_pos``).
+        scale: the score scale, default ``1/sqrt(d)``; the bias is not scaled.
+        blocks: per-head block counts, default :func:`linear_bias_blocks` over the query
+            span.
+        mask: ``[batch | 1, 1, q_len, k_len]`` bool (True = may attend), combined with the
+            causal mask: padding and packed documents.
+
+    Shapes:
+        returns ``[batch, heads, q_len, d]`` in the dtype of ``q``.
+    """
+    heads, kv_heads, d = q.shape[1], k.shape[1], q.shape[-1]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    group = heads // kv_heads
+    work = math_dtype(q.dtype)
+    qpos, kpos = q_positions.to(torch.float64), k_positions.to(torch.float64)
+    if q.shape[2] < SMALL_Q:
+        return _biased_sdpa(q, k, v, slopes, qpos, kpos, causal, scale, work, mask)
+    low, high = qpos.min().item(), qpos.max().item()
+    if blocks is None:
+        blocks = linear_bias_blocks(slopes, high - low + 1)
+    if work == torch.float64:  # 2^-53 rounding: one centre is exact enough at any length
+        blocks = [min(n, 1) for n in blocks]
+    attn_mask, is_causal = _mask(q_positions, k_positions) if causal else (None, False)
+    if mask is not None:
+        if is_causal:
+            attn_mask, is_causal = causal_mask(q_positions, k_positions), False
+        attn_mask = mask if attn_mask is None else attn_mask & mask
+    outs, order = [], []
+    for kv_idx, n in linear_bias_runs(blocks, group, d):
+        kv = torch.tensor(kv_idx, device=q.device)
+        q_idx = (kv.unsqueeze(1) * group + torch.arange(group, device=q.device)).flatten()
+        if kv_idx == list(range(kv_idx[0], kv_idx[-1] + 1)):  # a slice: no gather
+            first, last = kv_idx[0], kv_idx[-1] + 1
+            q_run = q[:, first * group : last * group]  # [b, h_run, q_len, d]
+            k_run, v_run = k[:, first:last], v[:, first:last]  # [b, g_run, k_len, d]
+        else:
+            q_run, k_run, v_run = (
+                q.index_select(1, q_idx),
+                k.index_select(1, kv),
+                v.index_select(1, kv),
+            )
+        q_run, k_run, v_run = q_run.to(work), k_run.to(work), v_run.to(work)
+        if n:
+            run_slopes = torch.tensor([slopes[i] for i in q_idx.tolist()], dtype=torch.float64)
+            run_slopes = run_slopes.to(q.device) / scale
+            q_run, k_run, v_run = _extend(q_run, k_run, v_run, run_slopes, qpos, kpos, low, high, n)
+        out = F.scaled_dot_product_attention(
+            q_run,
+            k_run,
+            v_run,
+            attn_mask=attn_mask,
+            is_causal=is_causal,
+            scale=scale,
+            enable_gqa=group > 1,
+        )
+        outs.append(out[..., :d])
+        order.append(q_idx)
+    out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
+    order = torch.cat(order)
+    if not torch.equal(order, torch.arange(heads, device=q.device)):
+        out = out.index_select(1, order.argsort())  # back to head order
+    return out.to(q.dtype)
+
+
+def _biased_sdpa(q, k, v, slopes, qpos, kpos, causal, scale, work, mask=None):
+    """Few queries: SDPA with the materialised bias, ``[(b,) heads, q_len, k_len]`` in
+    ``work`` dtype (a 4-D float mask: the CPU kernel takes bfloat16 q, k, v with it), and
+    ``mask`` (bool, True = may attend) if given."""
+    m = torch.tensor(slopes, dtype=torch.float64, device=q.device).view(-1, 1, 1)
+    distance = qpos.unsqueeze(-1) - kpos.unsqueeze(-2)  # [(b,) q_len, k_len]
+    if distance.dim() == 3:
+        distance = distance.unsqueeze(1)  # [b, 1, q_len, k_len]
+    bias = (-m * distance).to(work)  # [(b,) heads, q_len, k_len]
+    if causal:
+        bias = bias.masked_fill(distance < 0, float("-inf"))
+    if mask is not None:
+        bias = bias.masked_fill(~mask, float("-inf"))  # [b, heads, q_len, k_len]
+    if bias.dim() == 3:
+        bias = bias.unsqueeze(0)
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=bias, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
+    )
+
+
+def _extend(q, k, v, slopes, qpos, kpos, low, high, n):
+    """q, k, v with ``n`` centring coordinates appended (v with zeros).
+
+    Query blocks are ``length`` positions long from ``low``; block ``b`` is centred at
+    ``low + b · length + (length - 1) // 2`` (an integer for integer positions).
+    """
+    length = max(1, math.ceil((high - low + 1) / n))
+    block = ((qpos - low) / length).floor().clamp(0, n - 1).long()  # [(bq,) q_len]
+    centres = low + torch.arange(n, device=qpos.device, dtype=torch.float64) * length
+    centres = centres + (length - 1) // 2  # [n]
+    one_hot = F.one_hot(block, n).to(torch.float64)  # [(bq,) q_len, n]
+    if one_hot.dim() == 2:
+        one_hot = one_hot.unsqueeze(0)
+    q_extra = one_hot.unsqueeze(1) * slopes.view(1, -1, 1, 1)  # [bq, h_run, q_len, n]
+    k_extra = kpos.unsqueeze(-1) - centres  # [(bk,) k_len, n]
+    if k_extra.dim() == 2:
+        k_extra = k_extra.unsqueeze(0)
+    b, g = k.shape[0], k.shape[1]
+    q_extra = q_extra.to(q.dtype).expand(b, -1, -1, -1)
+    k_extra = k_extra.unsqueeze(1).to(k.dtype).expand(b, g, -1, -1)  # [b, g_run, k_len, n]
+    q2 = torch.cat((q, q_extra), dim=-1)  # [b, h_run, q_len, d + n]
+    k2 = torch.cat((k, k_extra), dim=-1)  # [b, g_run, k_len, d + n]
+    v2 = torch.cat((v, v.new_zeros(()).expand(b, g, v.shape[2], n)), dim=-1)  # [b, g, k, d + n]
+    return q2, k2, v2

@@ -1,0 +1,222 @@
+"""attention() with padding and packed documents, on every backend and encoding kind.
+
+The main check is the one a user relies on: a packed row of documents, padded at the end,
+gives each document exactly what attention gives it alone (its own positions from
+``from_segments``, a segment mask, a padding mask). Float results are compared with a
+tolerance from float32 rounding: scores are dot products of ``head_dim`` terms and each
+output a weighted sum of ``k_len`` values, so their error is a few ``eps * (head_dim +
+k_len)`` times the largest value; a wrong mask changes outputs by a visible fraction of it.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+import posenc
+from posenc.attention.linear_bias import SMALL_Q
+from posenc.attention.masks import Masks
+from posenc.positions import from_segments
+
+EPS = torch.finfo(torch.float32).eps
+HEADS, HEAD_DIM = 4, 8
+DOCS = (5, 7)  # two documents packed in one row, then padding
+PAD = 3
+BIAS = ["alibi", "t5", "shaw", "kerple", "fire"]
+
+
+def tol(k_len: int, scale: float = 1.0) -> dict[str, float]:
+    """atol/rtol for float32 attention outputs over ``k_len`` keys (see the module doc)."""
+    t = 8 * EPS * (HEAD_DIM + k_len) * scale
+    return {"atol": t, "rtol": t}
+
+
+def make(name: str, kv_heads: int = HEADS) -> posenc.Encoding | None:
+    if name == "none":
+        return None
+    config = {"rope": {"head_dim": HEAD_DIM}, "shaw": {"n_heads": HEADS, "head_dim": HEAD_DIM}}
+    enc = posenc.create(name, **config.get(name, {"n_heads": HEADS}))
+    with torch.no_grad():  # parameters away from their (often zero) initial values
+        for p in enc.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    return enc
+
+
+def packed_batch(kv_heads: int = HEADS, lengths=DOCS, pad=PAD, dtype=torch.float32):
+    """q, k, v of one packed row ``[doc 0, doc 1, pad]`` and a second row of one document,
+    with segment ids, the padding mask and the positions of each document."""
+    seq = sum(lengths) + pad
+    q = torch.randn(2, HEADS, seq, HEAD_DIM, dtype=dtype)
+    k = torch.randn(2, kv_heads, seq, HEAD_DIM, dtype=dtype)
+    v = torch.randn(2, kv_heads, seq, HEAD_DIM, dtype=dtype)
+    ids = torch.cat([torch.full((n,), i) for i, n in enumerate(lengths)] + [torch.full((pad,), 9)])
+    segments = torch.stack((ids, torch.zeros(seq, dtype=torch.long)))
+    real = torch.ones(2, seq, dtype=torch.bool)
+    real[0, -pad:] = False
+    return q, k, v, segments, real, from_segments(segments, real)
+
+
+def alone(q, k, v, enc, start, n, row=0, **kwargs):
+    """attention over tokens ``start .. start + n`` of ``row`` alone, default positions."""
+    part = slice(start, start + n)
+    return posenc.attention(
+        q[row : row + 1, :, part], k[row : row + 1, :, part], v[row : row + 1, :, part], enc,
+        **kwargs,
+    )  # fmt: skip
+
+
+def assert_packed_equals_alone(name, backend, kv_heads=HEADS, lengths=DOCS, grad=False):
+    enc = make(name)
+    q, k, v, segments, real, positions = packed_batch(kv_heads, lengths)
+    kwargs = {} if backend == "auto" else {"backend": backend}
+    with torch.set_grad_enabled(grad):
+        out = posenc.attention(
+            q, k, v, enc, positions, positions, key_padding_mask=real, segment_ids=segments,
+            **kwargs,
+        )  # fmt: skip
+        start = 0
+        for n in lengths:
+            expected = alone(q, k, v, enc, start, n, **kwargs)
+            assert_close(out[:1, :, start : start + n], expected, **tol(n))
+            start += n
+        seq = q.shape[2]
+        assert_close(out[1:], alone(q, k, v, enc, 0, seq, row=1, **kwargs), **tol(seq))
+    # the pads see no real token: as queries they see only pads, which are hidden
+    assert torch.equal(out[0, :, start:], torch.zeros_like(out[0, :, start:]))
+
+
+@pytest.mark.parametrize("kv_heads", [HEADS, 2], ids=["mha", "gqa"])
+@pytest.mark.parametrize("name", ["none", "rope"])
+def test_packed_equals_alone_rotary_and_none(name, kv_heads):
+    assert_packed_equals_alone(name, "auto", kv_heads)
+
+
+@pytest.mark.parametrize("backend", ["auto", "sdpa", "math"])
+@pytest.mark.parametrize("name", BIAS)
+def test_packed_equals_alone_bias(name, backend):
+    if name == "shaw" and backend == "sdpa":
+        pytest.skip("Shaw adds to the values: only the math path runs it")
+    assert_packed_equals_alone(name, backend, kv_heads=2)
+
+
+@pytest.mark.parametrize("name", BIAS)
+def test_flex_with_segments_equals_sdpa(name):
+    """Flex attention's block mask (padding, segments, causal) against the SDPA path."""
+    if name == "shaw":
+        pytest.skip("Shaw adds to the values: only the math path runs it")
+    enc = make(name)
+    q, k, v, segments, real, positions = packed_batch(kv_heads=2, lengths=(20, 30), pad=14)
+    common = {"key_padding_mask": real, "segment_ids": segments}
+    with torch.no_grad():
+        flex = posenc.attention(q, k, v, enc, positions, positions, backend="flex", **common)
+        sdpa = posenc.attention(q, k, v, enc, positions, positions, backend="sdpa", **common)
+        default = posenc.attention(q, k, v, enc, backend="flex", **common)  # index positions
+        default_sdpa = posenc.attention(q, k, v, enc, backend="sdpa", **common)
+    assert_close(flex, sdpa, **tol(q.shape[2]))
+    assert_close(default, default_sdpa, **tol(q.shape[2]))
+
+
+def test_alibi_fused_path_takes_the_masks():
+    """Training ALiBi on the CPU takes its fused SDPA path (with the centring coordinates
+    from ``SMALL_Q`` queries up); with masks it equals each document alone."""
+    lengths = (SMALL_Q + 3, SMALL_Q + 9)
+    assert_packed_equals_alone("alibi", "auto", kv_heads=2, lengths=lengths, grad=True)
+
+
+@pytest.mark.parametrize("name", ["none", "rope", "alibi", "t5", "shaw"])
+def test_kv_cache_queries_and_keys_carry_their_own_ids(name):
+    """With cached keys, ``(q_segment_ids, k_segment_ids)``: the last queries of a packed
+    row see the cached keys of their own document only."""
+    enc = make(name)
+    q, k, v, segments, real, positions = packed_batch()
+    common = {"key_padding_mask": real, "q_positions": positions, "k_positions": positions}
+    full = posenc.attention(q, k, v, enc, segment_ids=segments, **common)
+    last = slice(8, None)  # queries 8.. (inside the second document and the padding)
+    common["q_positions"] = positions[:, last]
+    step = posenc.attention(
+        q[:, :, last], k, v, enc, segment_ids=(segments[:, last], segments), **common
+    )
+    assert_close(step, full[:, :, last], **tol(q.shape[2]))
+
+
+@pytest.mark.parametrize(
+    ("name", "backend"),
+    [("none", "auto"), ("rope", "auto"), ("alibi", "auto"), ("t5", "sdpa"), ("shaw", "math")],
+)
+def test_rows_that_see_nothing_give_zeros_and_zero_gradients(name, backend):
+    """A row of pads only: zeros forward, finite (zero) gradients backward, never NaN."""
+    enc = make(name)
+    seq = SMALL_Q + 4  # long enough for ALiBi's fused path
+    q, k, v = (torch.randn(2, HEADS, seq, HEAD_DIM, requires_grad=True) for _ in range(3))
+    real = torch.ones(2, seq, dtype=torch.bool)
+    real[1] = False  # the second row is all padding
+    real[0, :3] = False  # left padding: its first queries see no real key
+    kwargs = {} if backend == "auto" else {"backend": backend}
+    out = posenc.attention(q, k, v, enc, key_padding_mask=real, **kwargs)
+    assert torch.equal(out[1], torch.zeros_like(out[1]))
+    assert torch.equal(out[0, :, :3], torch.zeros_like(out[0, :, :3]))
+    out.square().sum().backward()
+    for t in (q, k, v):
+        assert torch.isfinite(t.grad).all()
+        assert torch.equal(t.grad[1], torch.zeros_like(t.grad[1]))  # nothing flows from pads
+    params = [] if enc is None else [p.grad for p in enc.parameters() if p.grad is not None]
+    assert all(torch.isfinite(g).all() for g in params)
+
+
+def test_padding_mask_hides_keys_for_every_query():
+    q, k, v = (torch.randn(1, HEADS, 6, HEAD_DIM) for _ in range(3))
+    real = torch.tensor([[True, False, True, True, False, True]])
+    out = posenc.attention(q, k, v, causal=False, key_padding_mask=real)
+    keep = real[0]
+    pos = torch.arange(6)
+    expected = posenc.attention(
+        q, k[:, :, keep], v[:, :, keep], causal=False, q_positions=pos, k_positions=pos[keep]
+    )
+    assert_close(out, expected, **tol(6))
+
+
+def test_masks_combine_with_explicit_positions_and_bidirectional_attention():
+    """Without the causal mask, a document sees all of itself and nothing else."""
+    q, k, v, segments, real, positions = packed_batch()
+    out = posenc.attention(
+        q, k, v, causal=False, key_padding_mask=real, segment_ids=segments,
+        q_positions=positions, k_positions=positions,
+    )  # fmt: skip
+    expected = alone(q, k, v, None, 0, DOCS[0], causal=False)
+    assert_close(out[:1, :, : DOCS[0]], expected, **tol(DOCS[0]))
+
+
+def test_dense_mask_and_mask_mod_agree():
+    """The flex mask_mod is the dense mask, element by element."""
+    _, _, _, segments, real, positions = packed_batch()
+    seq = segments.shape[1]
+    masks = Masks.build(real, segments, 2, seq, seq)
+    dense = masks.dense(positions, positions, causal=True)  # [b, 1, q, k]
+    mod = masks.mask_mod(positions, positions, 0, causal=True)
+    b, qi, ki = torch.meshgrid(torch.arange(2), torch.arange(seq), torch.arange(seq), indexing="ij")
+    assert torch.equal(mod(b, torch.zeros_like(b), qi, ki), dense[:, 0])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"key_padding_mask": torch.ones(2, 6)}, TypeError, "key_padding_mask must be a bool"),
+        ({"key_padding_mask": torch.ones(2, 5, dtype=torch.bool)}, ValueError, "key_padding"),
+        ({"key_padding_mask": torch.ones(6, dtype=torch.bool)}, ValueError, "key_padding"),
+        ({"segment_ids": torch.zeros(2, 6)}, TypeError, "segment_ids .* integer"),
+        ({"segment_ids": torch.zeros(2, 5, dtype=torch.long)}, ValueError, "segment_ids"),
+        ({"segment_ids": (torch.zeros(2, 6, dtype=torch.long),)}, ValueError, "a pair"),
+    ],
+)
+def test_bad_masks(kwargs, error, match):
+    q, k, v = (torch.randn(2, HEADS, 6, HEAD_DIM) for _ in range(3))
+    with pytest.raises(error, match=match):
+        posenc.attention(q, k, v, **kwargs)
+
+
+def test_one_tensor_of_segment_ids_needs_equal_lengths():
+    q = torch.randn(1, HEADS, 2, HEAD_DIM)
+    k = v = torch.randn(1, HEADS, 6, HEAD_DIM)
+    with pytest.raises(ValueError, match=r"pass \(q_segment_ids, k_segment_ids\)"):
+        posenc.attention(q, k, v, segment_ids=torch.zeros(1, 6, dtype=torch.long))
