@@ -111,13 +111,41 @@ def llama_config(
 SCALINGS = scalings(16, HEAD_DIM)
 
 
+def hf_table_n(base):
+    """transformers forms its angles in float32: frequencies 1 / base^(2i/d) off by about
+    (ln(base)/2 + 2)·eps relatively (a rounded exponent of a large power), times the
+    position (one rounding more); then cos/sin and the attention factor (two). posenc's
+    tables are float64 angles rounded once. So a table entry is off by at most
+    ``hf_table_n(base)·eps·factor·max(1, |angle|)``."""
+    return math.log(base) / 2 + 5
+
+
+def hf_rotation_tol(tol, base, largest_angle, factor, *xs):
+    """Rotations of x by transformers' tables and by posenc's: the tables' error times
+    |x1| + |x2| <= 2·max|x|, and the rotation's own three roundings."""
+    size = 2 * factor * max(1.0, largest_angle) * max(x.abs().max().item() for x in xs)
+    return tol(n=hf_table_n(base) + 3, scale=size)
+
+
+def llama_tol(tol, config, seq, logits):
+    """The logits of a tiny Llama with transformers' tables and with posenc's: an estimate,
+    as for model_tol. A layer sums over its norms and projections (4·hidden + 3·intermediate
+    terms), the scores (head_dim, with q and k off by the tables' error at angles up to
+    seq) and the softmax and weighted values (seq each); the head sums 2·hidden more."""
+    base = config.rope_parameters["rope_theta"]
+    per_layer = 4 * config.hidden_size + 3 * config.intermediate_size + config.head_dim
+    per_layer += 2 * seq + 4 * hf_table_n(base) * seq
+    n = config.num_hidden_layers * per_layer + 2 * config.hidden_size
+    return tol(n=n, scale=logits.abs().max().item())
+
+
 # --- (a) rotated q/k against transformers' apply_rotary_pos_emb ---
 
 
 @pytest.mark.parametrize("head_dim", [16, 64, 128])
 @pytest.mark.parametrize("name", sorted(SCALINGS))
 @pytest.mark.parametrize("batch_positions", [False, True], ids=["positions", "batch-positions"])
-def test_rotation_matches_transformers(name, head_dim, batch_positions):
+def test_rotation_matches_transformers(name, head_dim, batch_positions, tol):
     config = llama_config(scalings(24, head_dim)[name], original=24, head_dim=head_dim)
     seq, heads = 20, 4
     if batch_positions:  # each row at its own offset: the second one runs past the original 24
@@ -133,11 +161,13 @@ def test_rotation_matches_transformers(name, head_dim, batch_positions):
     rope = rope_from_hf_config(config)
     q_ours, k_ours = rope(q, k, positions)
 
-    torch.testing.assert_close(q_ours, q_hf, atol=2e-5, rtol=1e-5)
-    torch.testing.assert_close(k_ours, k_hf, atol=2e-5, rtol=1e-5)
+    base, largest = config.rope_parameters["rope_theta"], positions.max().item()  # θ_0 = 1
+    rounding = hf_rotation_tol(tol, base, largest, cos.abs().max().item(), q, k)
+    torch.testing.assert_close(q_ours, q_hf, **rounding)
+    torch.testing.assert_close(k_ours, k_hf, **rounding)
 
 
-def test_deepseek_layout_is_interleaved():
+def test_deepseek_layout_is_interleaved(tol):
     """DeepSeek-V3 keeps interleaved pairs in its weights: posenc's ``interleaved`` layout gives
     transformers' attention scores (its output is de-interleaved, a permutation shared by q
     and k that leaves every q·k unchanged)."""
@@ -167,8 +197,14 @@ def test_deepseek_layout_is_interleaved():
     q_hf, k_hf = apply_rotary_pos_emb_interleave(q, k, cos, sin)
     q_ours, k_ours = rope(q, k, positions)
     deinterleave = torch.cat((torch.arange(0, 32, 2), torch.arange(1, 32, 2)))
-    torch.testing.assert_close(q_ours[..., deinterleave], q_hf, atol=2e-5, rtol=1e-5)
-    torch.testing.assert_close(q_ours @ k_ours.mT, q_hf @ k_hf.mT, atol=1e-4, rtol=1e-5)
+    factor = cos.abs().max().item()
+    rounding = hf_rotation_tol(tol, 10000.0, 11, factor, q)
+    torch.testing.assert_close(q_ours[..., deinterleave], q_hf, **rounding)
+    # a score sums 32 products of rotated entries (up to 2·factor·max|x|), each entry off by
+    # the rotation's bound (angles up to 11 rad), and rounds 32 times itself
+    size = 32 * (2 * factor) ** 2 * (q.abs().max() * k.abs().max()).item()
+    scores = tol(n=2 * 11 * (hf_table_n(10000.0) + 3) + 32, scale=size)
+    torch.testing.assert_close(q_ours @ k_ours.mT, q_hf @ k_hf.mT, **scores)
     assert rope_from_hf_config({**config, "rope_interleave": False}).config.layout == "half"
 
 
@@ -212,16 +248,17 @@ def logits_with_posenc(model, ids, rope):
 
 @pytest.mark.parametrize("seq", [12, SEQ], ids=["within", "beyond"])
 @pytest.mark.parametrize("name", sorted(SCALINGS))
-def test_llama_logits_with_posenc_rope(name, seq):
+def test_llama_logits_with_posenc_rope(name, seq, tol):
     model = tiny_model(llama_config(SCALINGS[name]))
     ids = torch.randint(0, 100, (2, seq))
     with torch.no_grad():
         expected = model(ids).logits
     got = logits_with_posenc(model, ids, rope_from_hf_config(model.config))
-    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+    rounding = llama_tol(tol, model.config, seq, expected)
+    torch.testing.assert_close(got, expected, **rounding)
     # the patch is what is tested: a wrong scaling changes the logits
     wrong = RoPE(head_dim=HEAD_DIM, base=10000.0, scaling={"rope_type": "linear", "factor": 3.0})
-    assert not torch.allclose(logits_with_posenc(model, ids, wrong), expected, atol=1e-4)
+    assert not torch.allclose(logits_with_posenc(model, ids, wrong), expected, **rounding)
 
 
 # --- (c) configs of real models ---
@@ -338,7 +375,7 @@ def hf_frequencies(config, seq_len=None):
 
 
 @pytest.mark.parametrize("name", sorted(REAL_CONFIGS))
-def test_real_config_matches_transformers(name):
+def test_real_config_matches_transformers(name, tol):
     raw = REAL_CONFIGS[name]
     hf_config = AutoConfig.for_model(**copy.deepcopy(raw))
     rope = rope_from_hf_config(copy.deepcopy(raw))
@@ -349,7 +386,9 @@ def test_real_config_matches_transformers(name):
     original = hf_config.rope_parameters.get("original_max_position_embeddings", 4096)
     for seq_len in (None, original, original + 1, 4 * original):
         expected, expected_factor = hf_frequencies(hf_config, seq_len)
-        torch.testing.assert_close(rope.inv_freq(seq_len).float(), expected, rtol=1e-6, atol=0)
+        # transformers' float32 frequencies: a rounded exponent of a large power, a few ops
+        rounding = tol(n=hf_table_n(rope.config.base), scale=0)
+        torch.testing.assert_close(rope.inv_freq(seq_len).float(), expected, **rounding)
         assert rope.attention_factor(seq_len) == pytest.approx(expected_factor, rel=1e-12)
 
 
@@ -364,7 +403,7 @@ def test_phi3_reads_the_top_level_original_length():
     assert rope_from_hf_config(old).config == rope.config
 
 
-def test_transformers_5_rope_parameters_and_partial_rotary():
+def test_transformers_5_rope_parameters_and_partial_rotary(tol):
     config = {
         "hidden_size": 2560,
         "num_attention_heads": 32,
@@ -375,7 +414,8 @@ def test_transformers_5_rope_parameters_and_partial_rotary():
     rope = rope_from_hf_config(config)
     assert (rope.head_dim, rope.config.rotary_dim, rope.config.base) == (80, 40, 25000.0)
     expected, _ = hf_frequencies(LlamaConfig(**config))
-    torch.testing.assert_close(rope.inv_freq().float(), expected, rtol=1e-6, atol=0)
+    rounding = tol(n=hf_table_n(25000.0), scale=0)  # as in test_real_config_matches_...
+    torch.testing.assert_close(rope.inv_freq().float(), expected, **rounding)
 
 
 def test_dynamic_takes_max_position_embeddings_as_original():
@@ -502,13 +542,16 @@ MROPE_ROTARY = {
 
 
 def assert_rotates_as(mrope, hf_config):
-    """posenc's cos/sin equal the model's own rotary embedding on random [3, b, s] ids."""
+    """posenc's cos/sin equal the model's own rotary embedding on random [3, b, s] ids (up
+    to the error of transformers' float32 angles, below 64 rad: see hf_table_n)."""
     rotary = MROPE_ROTARY[hf_config.model_type](hf_config.text_config)
     positions = torch.randint(0, 64, (3, 2, 10))
     cos_hf, sin_hf = rotary(torch.zeros(1), positions)
     cos, sin = mrope.rotation(positions)
-    torch.testing.assert_close(torch.cat((cos, cos), dim=-1), cos_hf, atol=2e-5, rtol=0)
-    torch.testing.assert_close(torch.cat((sin, sin), dim=-1), sin_hf, atol=2e-5, rtol=0)
+    n = hf_table_n(mrope.config.base)
+    rounding = {"atol": n * torch.finfo(torch.float32).eps * 64, "rtol": 0.0}
+    torch.testing.assert_close(torch.cat((cos, cos), dim=-1), cos_hf, **rounding)
+    torch.testing.assert_close(torch.cat((sin, sin), dim=-1), sin_hf, **rounding)
 
 
 @pytest.mark.parametrize("name", sorted(MROPE_CONFIGS))
@@ -605,7 +648,7 @@ def extended(method):
 
 
 @pytest.mark.parametrize("method", EXTEND_METHODS)
-def test_extend_context_equals_the_model_built_for_it(method):
+def test_extend_context_equals_the_model_built_for_it(method, tol):
     model = tiny_model(llama_config({"rope_type": "default"}, base=BASE))
     state = copy.deepcopy(model.state_dict())
     assert extend_context(model, method, 4.0) is model
@@ -620,13 +663,14 @@ def test_extend_context_equals_the_model_built_for_it(method):
     ids = torch.randint(0, 100, (2, SEQ))
     with torch.no_grad():
         got, expected = model(ids).logits, reference(ids).logits
-    torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
+    rounding = llama_tol(tol, model.config, SEQ, expected)
+    torch.testing.assert_close(got, expected, **rounding)  # tables computed apart
     # and posenc's own scaling of that name rotates the same
     rope = RoPE(head_dim=HEAD_DIM, base=BASE, scaling=scaling)
-    torch.testing.assert_close(logits_with_posenc(model, ids, rope), got, atol=1e-5, rtol=0)
+    torch.testing.assert_close(logits_with_posenc(model, ids, rope), got, **rounding)
 
 
-def test_extend_context_takes_scaling_keys_and_original_length():
+def test_extend_context_takes_scaling_keys_and_original_length(tol):
     model = tiny_model(llama_config({"rope_type": "default"}, base=BASE))
     extend_context(model, "yarn", 2.0, original_max_position_embeddings=12, beta_fast=16.0)
     assert model.config.rope_parameters == {
@@ -641,7 +685,8 @@ def test_extend_context_takes_scaling_keys_and_original_length():
     ids = torch.randint(0, 100, (1, 30))
     with torch.no_grad():
         expected = model(ids).logits
-    torch.testing.assert_close(logits_with_posenc(model, ids, rope), expected, atol=1e-5, rtol=0)
+    rounding = llama_tol(tol, model.config, 30, expected)
+    torch.testing.assert_close(logits_with_posenc(model, ids, rope), expected, **rounding)
 
 
 @pytest.mark.parametrize(
