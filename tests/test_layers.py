@@ -37,7 +37,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "math": ("functional",),
     "core": ("registry", "config", "base", "positions", "info", "build"),
     "encodings": ("additive", "rotary", "bias", "nope", "compose"),
-    "attention": ("attention", "masks", "flex"),  # masks, flex: until they join attention/
+    "attention": ("attention",),
     "models": ("models",),
     "tools": ("hf", "cli", "demo", "bench", "tables", "__main__", "arena", "plot"),
 }
