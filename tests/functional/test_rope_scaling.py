@@ -4,6 +4,7 @@ transformers computes its frequencies in float32; posenc in float64. Cast to flo
 agree to float32 precision; the attention factors are Python floats on both sides.
 """
 
+import inspect
 import itertools
 import math
 import random
@@ -14,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from posenc.functional import ROPE_SCALINGS, rope_cos_sin, rope_inv_freq
+from posenc.functional.rope import split_rope_parameters
 from posenc.functional.rope_scaling import default_inv_freq
 
 try:
@@ -340,3 +342,33 @@ def test_yarn_temperature_matches_the_paper():
     _, attention_factor = rope_inv_freq(128, 10000.0, scaling)
     assert attention_factor == pytest.approx(0.1 * math.log(8) + 1)
     assert round(attention_factor, 3) == 1.208
+
+
+# --- the registry: plain functions of one signature ---
+
+
+@pytest.mark.parametrize("rope_type", sorted(ROPE_SCALINGS))
+def test_every_scaling_function_has_the_one_signature(rope_type):
+    params = list(inspect.signature(ROPE_SCALINGS[rope_type]).parameters.values())
+    leading = [p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]
+    assert leading == ["head_dim", "rotary_dim", "base", "seq_len", "device"]
+    assert all(p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in params)
+
+
+def test_scaling_functions_take_plain_arguments():
+    inv_freq, factor = ROPE_SCALINGS["linear"](16, 16, 100.0, factor=4.0)
+    torch.testing.assert_close(inv_freq, default_inv_freq(16, 100.0) / 4.0, rtol=0, atol=0)
+    assert factor == 1.0
+
+
+def test_rope_parameters_split_legacy_type_and_encoding_keys():
+    rope_type, params, encoding_keys = split_rope_parameters(
+        {"type": "yarn", "factor": 2.0, "rope_theta": 1e6, "partial_rotary_factor": 0.5}
+    )
+    assert (rope_type, params) == ("yarn", {"factor": 2.0})
+    assert encoding_keys == {"rope_theta": 1e6, "partial_rotary_factor": 0.5}
+    assert split_rope_parameters(None) == ("default", {}, {})
+    with pytest.raises(ValueError, match="type='linear' and rope_type='ntk'"):
+        split_rope_parameters({"type": "linear", "rope_type": "ntk"})
+    with pytest.raises(TypeError, match="dict"):
+        split_rope_parameters([("rope_type", "linear")])
