@@ -1,6 +1,6 @@
 """ALiBi: slopes against the paper and BLOOM, the bias against a loop over positions, and
-every attention backend against the float64 reference (the fused SDPA path has its own
-tests in tests/attention/test_linear_bias.py)."""
+KV-cache decoding (the fused SDPA path: tests/attention/test_linear_bias.py; every backend:
+tests/attention/test_backends.py)."""
 
 import math
 
@@ -23,41 +23,6 @@ def naive_bias(slopes, q_positions, k_positions, symmetric=False):
             for b, j in enumerate(k_positions.tolist()):
                 out[h, a, b] = -m * (abs(i - j) if symmetric else i - j)
     return out
-
-
-def reference(q, k, v, slopes, q_pos, k_pos, causal=True, symmetric=False, scale=None):
-    """softmax(q kᵀ · scale + bias) v in float64, the bias never scaled."""
-    group = q.shape[1] // k.shape[1]
-    k, v = k.double().repeat_interleave(group, 1), v.double().repeat_interleave(group, 1)
-    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
-    distance = (q_pos.double().unsqueeze(-1) - k_pos.double().unsqueeze(-2)).unsqueeze(-3)
-    m = torch.as_tensor(slopes, dtype=torch.float64).view(-1, 1, 1)
-    bias = -m * (distance.abs() if symmetric else distance)  # [(b,) h, q_len, k_len]
-    scores = q.double() @ k.transpose(-1, -2) * scale + bias
-    if causal:
-        scores = scores.masked_fill(distance < 0, -math.inf)
-    return scores.softmax(-1) @ v
-
-
-def qkv(b=2, h=8, kv_h=8, lq=40, lk=40, d=16, dtype=torch.float32):
-    """q, k, v requiring grad: ``[b, h, lq, d]``, ``[b, kv_h, lk, d]`` twice."""
-    return tuple(
-        torch.randn(b, n, s, d, dtype=dtype).requires_grad_()
-        for n, s in ((h, lq), (kv_h, lk), (kv_h, lk))
-    )
-
-
-def grads(out, inputs, seed=1):
-    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed))
-    return torch.autograd.grad((out.double() * g.double()).sum(), inputs)
-
-
-def scores_of(slopes, q_pos, k_pos, causal=True, symmetric=False):
-    """The bias and the causal mask of :func:`reference`, for the tolerance helpers."""
-    distance = (q_pos.double().unsqueeze(-1) - k_pos.double().unsqueeze(-2)).unsqueeze(-3)
-    m = torch.as_tensor(slopes, dtype=torch.float64).view(-1, 1, 1)
-    bias = -m * (distance.abs() if symmetric else distance)
-    return bias, (distance >= 0) if causal else None
 
 
 # slopes ------------------------------------------------------------------------------------
@@ -200,36 +165,6 @@ def test_config_is_strict():
     enc = posenc.create("alibi", n_heads=3, slopes=[1, 2, 3])
     assert posenc.create("alibi", **enc.config.to_dict()).config == enc.config
     assert not list(enc.parameters()) and not list(enc.buffers())
-
-
-# every backend -----------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("symmetric", [False, True])
-def test_flex_sdpa_and_math_agree(symmetric, backends, attention_tol, grad_tol, score_size):
-    """Causal ALiBi, and symmetric ALiBi without a mask (an encoder), with q_len != k_len.
-    Compiled flex attention has no backward on the CPU: its forward is compared."""
-    enc = posenc.create("alibi", n_heads=4, symmetric=symmetric)
-    q, k, v = qkv(h=4, kv_h=2, lq=16, lk=32)
-    causal = not symmetric
-    q_pos, k_pos = torch.arange(16, 32), torch.arange(32)
-    expected = reference(q, k, v, enc.slopes(), q_pos, k_pos, causal, symmetric)
-    outs = {}
-    if "flex" in backends:
-        with torch.no_grad():
-            detached = (t.detach() for t in (q, k, v))
-            outs["flex"] = posenc.attention(*detached, enc, causal=causal, backend="flex")
-    for backend in ("sdpa", "math", "auto"):
-        outs[backend] = posenc.attention(q, k, v, enc, causal=causal, backend=backend)
-    bias, allowed = scores_of(enc.slopes(), q_pos, k_pos, causal, symmetric)
-    rounding = attention_tol(q, k, v, bias, allowed=allowed)
-    for out in outs.values():
-        torch.testing.assert_close(out.double(), expected, **rounding)
-    want = grads(outs["math"], (q, k, v))
-    size = score_size(q, k, bias, allowed=allowed)
-    for backend in ("sdpa", "auto"):
-        for got, ref in zip(grads(outs[backend], (q, k, v)), want, strict=True):
-            torch.testing.assert_close(got, ref, **grad_tol(q, k, want, size))
 
 
 # models ------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """FIRE: the bias against the paper's formula (max, not min, in the normaliser), its
-properties, and the flex / SDPA / math attention paths."""
+properties and KV-cache decoding (every attention backend: tests/attention/test_backends.py)."""
 
 import math
 
@@ -7,10 +7,8 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 from torch.testing import assert_close
 
-import posenc
 from posenc.bias.fire import Fire
 from posenc.functional.fire import FIRE_EPS, fire_input, fire_mlp
 from posenc.models import TransformerLM
@@ -156,66 +154,6 @@ def test_config_is_validated():
         Fire(n_heads=2, init_threshold=-1.0)
     with pytest.raises(TypeError, match="init_c must be a number"):
         Fire(n_heads=2, init_c=None)
-
-
-# attention paths ---------------------------------------------------------------------------
-
-
-def qkv(q_len, k_len, heads=4, kv_heads=2, d=16):
-    return (
-        torch.randn(2, heads, q_len, d),
-        torch.randn(2, kv_heads, k_len, d),
-        torch.randn(2, kv_heads, k_len, d),
-    )
-
-
-def grads(out, tensors, seed=1):
-    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed))
-    return torch.autograd.grad(out, tensors, g.to(out.device))
-
-
-@pytest.mark.parametrize("causal", [True, False])
-def test_sdpa_and_math_gradients_agree(causal, grad_tol, score_size):
-    enc = make()
-    q, k, v = (t.requires_grad_() for t in qkv(5, 12))  # queries 7..11 around L = 10
-    tensors = (q, k, v, *enc.parameters())
-    expected = grads(posenc.attention(q, k, v, enc, causal=causal, backend="math"), tensors)
-    got = grads(posenc.attention(q, k, v, enc, causal=causal, backend="sdpa"), tensors)
-    bias = enc.bias(torch.arange(7, 12), torch.arange(12))
-    size = score_size(q, k, bias, scale=0.25, causal=causal)
-    rounding = grad_tol(q, k, expected, size)
-    for g, e in zip(got, expected, strict=True):
-        assert_close(g, e, **rounding)
-    assert all(bool((g != 0).any()) for g in expected[3:])
-
-
-@pytest.mark.filterwarnings("ignore:.*flex_attention.*:UserWarning")
-def test_score_mod_gradients_through_flex(grad_tol, score_size):
-    """Flex's own autograd of the score_mod (eager flex; the compiled kernel has no
-    backward on CPU) gives the math path's gradients into the MLP, c and L."""
-    enc = make()
-    q, k, v = qkv(6, 16, kv_heads=4)
-    params = list(enc.parameters())
-    expected = grads(posenc.attention(q, k, v, enc, backend="math"), params)
-    mask = create_block_mask(lambda b, h, i, j: j <= i + 10, None, None, 6, 16, device="cpu")
-    out = flex_attention(q, k, v, score_mod=enc.score_mod(q_offset=10), block_mask=mask, scale=0.25)
-    bias = enc.bias(torch.arange(10, 16), torch.arange(16))
-    size = score_size(q, k, bias, scale=0.25, causal=True)
-    rounding = grad_tol(q, k, expected, size)
-    for g, e in zip(grads(out, params), expected, strict=True):
-        assert_close(g, e, **rounding)
-    assert all(bool((e != 0).any()) for e in expected)
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="compiled flex backward needs CUDA")
-def test_compiled_flex_gradients_on_cuda():
-    enc = make().cuda()
-    q, k, v = (t.cuda().requires_grad_() for t in qkv(24, 40))
-    tensors = (q, k, v, *enc.parameters())
-    expected = grads(posenc.attention(q, k, v, enc, backend="math"), tensors)
-    got = grads(posenc.attention(q, k, v, enc, backend="flex"), tensors)
-    for g, e in zip(got, expected, strict=True):
-        assert_close(g, e, atol=1e-4, rtol=1e-4)
 
 
 def test_cached_generation_equals_recomputation(check_cached_decoding):

@@ -1,5 +1,6 @@
 """KERPLE: the log and power kernels against the paper's formulas, the sign convention,
-positivity, properties, and the flex / SDPA / math attention paths."""
+positivity, properties and KV-cache decoding (every attention backend:
+tests/attention/test_backends.py)."""
 
 import math
 
@@ -7,10 +8,8 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 from torch.testing import assert_close
 
-import posenc
 from posenc.bias.kerple import Kerple
 from posenc.functional.kerple import clamp_straight_through, kerple_bias
 from posenc.models import TransformerLM
@@ -173,86 +172,6 @@ def test_config_is_validated():
     with pytest.raises(TypeError, match="init_r1_max must be a number"):
         Kerple(n_heads=2, init_r1_max="1")
     assert Kerple(n_heads=2, variant="log", init_r2_max=3.0).config.init_bounds() == (2.0, 3.0)
-
-
-# attention paths ---------------------------------------------------------------------------
-
-
-def qkv(q_len, k_len, heads=4, kv_heads=2, d=16):
-    return (
-        torch.randn(2, heads, q_len, d),
-        torch.randn(2, kv_heads, k_len, d),
-        torch.randn(2, kv_heads, k_len, d),
-    )
-
-
-@pytest.mark.parametrize(("variant", "causal"), [("log", True), ("log", False), ("power", True)])
-def test_flex_sdpa_and_math_agree(variant, causal, dense_attention, tol, attention_tol, backends):
-    enc = randomize(Kerple(n_heads=4, variant=variant))
-    q, k, v = qkv(24, 40)  # the KV-cache layout: 24 queries after 16 cached keys
-    bias = naive_bias(enc, torch.arange(16, 40), torch.arange(40))
-    expected = dense_attention(q, k, v, bias, causal=causal).float()
-    bias_err = bias_tol(tol, enc, bias)  # the float32 bias of each path
-    err = bias_err["atol"] + bias_err["rtol"] * bias.abs().max().item()
-    rounding = attention_tol(q, k, v, bias, causal=causal, score_err=err)
-    outs = {}
-    for backend in backends:
-        with torch.no_grad():  # compiled flex has no backward on CPU
-            outs[backend] = posenc.attention(q, k, v, enc, causal=causal, backend=backend)
-        assert_close(outs[backend], expected, **rounding)
-    if "flex" in outs:  # both off the reference by at most the bound: twice it apart
-        assert_close(outs["flex"], outs["math"], atol=2 * rounding["atol"], rtol=0)
-
-
-def grads(out, tensors, seed=1):
-    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed))
-    return torch.autograd.grad(out, tensors, g.to(out.device))
-
-
-@pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("variant", VARIANTS)
-def test_sdpa_and_math_gradients_agree(variant, causal, grad_tol, score_size):
-    enc = randomize(Kerple(n_heads=4, variant=variant))
-    q, k, v = (t.requires_grad_() for t in qkv(5, 9))
-    tensors = (q, k, v, enc.r1, enc.r2)
-    expected = grads(posenc.attention(q, k, v, enc, causal=causal, backend="math"), tensors)
-    got = grads(posenc.attention(q, k, v, enc, causal=causal, backend="sdpa"), tensors)
-    bias = enc.bias(torch.arange(4, 9), torch.arange(9))
-    size = score_size(q, k, bias, scale=0.25, causal=causal)
-    rounding = grad_tol(q, k, expected, size)
-    for g, e in zip(got, expected, strict=True):
-        assert_close(g, e, **rounding)
-    assert all(bool((g != 0).any()) for g in expected[3:])
-
-
-@pytest.mark.filterwarnings("ignore:.*flex_attention.*:UserWarning")
-@pytest.mark.parametrize("variant", VARIANTS)
-def test_score_mod_gradients_through_flex(variant, grad_tol, score_size):
-    """Flex's own autograd of the score_mod (eager flex; the compiled kernel has no
-    backward on CPU) gives the math path's gradients into r1 and r2."""
-    enc = randomize(Kerple(n_heads=4, variant=variant))
-    q, k, v = qkv(6, 10, kv_heads=4)
-    expected = grads(posenc.attention(q, k, v, enc, backend="math"), (enc.r1, enc.r2))
-    mask = create_block_mask(lambda b, h, i, j: j <= i + 4, None, None, 6, 10, device="cpu")
-    mod = enc.score_mod(q_offset=4)
-    out = flex_attention(q, k, v, score_mod=mod, block_mask=mask, scale=0.25)
-    bias = enc.bias(torch.arange(4, 10), torch.arange(10))
-    size = score_size(q, k, bias, scale=0.25, causal=True)
-    rounding = grad_tol(q, k, expected, size)
-    for g, e in zip(grads(out, (enc.r1, enc.r2)), expected, strict=True):
-        assert_close(g, e, **rounding)
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="compiled flex backward needs CUDA")
-@pytest.mark.parametrize("causal", [True, False])
-def test_compiled_flex_gradients_on_cuda(causal):
-    enc = randomize(Kerple(n_heads=4, device="cuda"))
-    q, k, v = (t.cuda().requires_grad_() for t in qkv(24, 40))
-    tensors = (q, k, v, enc.r1, enc.r2)
-    expected = grads(posenc.attention(q, k, v, enc, causal=causal, backend="math"), tensors)
-    got = grads(posenc.attention(q, k, v, enc, causal=causal, backend="flex"), tensors)
-    for g, e in zip(got, expected, strict=True):
-        assert_close(g, e, atol=1e-4, rtol=1e-4)
 
 
 def test_cached_generation_equals_recomputation(check_cached_decoding):
