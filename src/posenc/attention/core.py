@@ -11,11 +11,12 @@ grouped-query heads).
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 import torch.nn.functional as F
 
-from ..base import Encoding
+from ..base import BiasEncoding, Encoding, RotaryEncoding
 from ..positions import arange, causal_mask, check_batch, check_positions
 from .bias import BACKENDS, bias_attention
 from .masks import Masks, open_dead_rows, zero_dead_rows
@@ -120,11 +121,12 @@ def attention(
     if kind == "rotary":
         # the encoding checks its own positions (grid coordinates, M-RoPE's [3, batch, seq])
         # and fills in its own defaults; the mask takes their sequence order, if they have one
-        q, k = encoding(q, k, positions=q_positions, k_positions=k_positions)
+        rotary = cast(RotaryEncoding, encoding)
+        q, k = rotary(q, k, positions=q_positions, k_positions=k_positions)
         if q_positions is not None:
             k_positions = q_positions if k_positions is None else k_positions
-            q_positions = encoding.causal_positions(q_positions)
-            k_positions = encoding.causal_positions(k_positions)
+            q_positions = rotary.causal_positions(q_positions)
+            k_positions = rotary.causal_positions(k_positions)
             if q_positions is None or k_positions is None:
                 q_positions = k_positions = None  # no order: the mask follows the index
     explicit = q_positions is not None or k_positions is not None
@@ -157,11 +159,22 @@ def attention(
         raise ValueError(f"backend={backend!r} applies to bias encodings only; this runs on SDPA")
     if kind == "bias":
         return bias_attention(
-            q, k, v, encoding, q_positions, k_positions, explicit, causal, scale, backend, masks
+            q,
+            k,
+            v,
+            cast(BiasEncoding, encoding),
+            q_positions,
+            k_positions,
+            explicit,
+            causal,
+            scale,
+            backend,
+            masks,
         )
     if kind == "additive":
+        name = cast(Encoding, encoding).info.name
         raise ValueError(
-            f"{encoding.info.name!r} is an additive encoding: add it to the token embeddings "
+            f"{name!r} is an additive encoding: add it to the token embeddings "
             "(enc(x)) before the first layer instead of passing it to attention"
         )
     if kind not in (None, "none", "rotary"):

@@ -138,14 +138,14 @@ def flex_attention(
             mask_mod, q.shape[0], None, q.shape[2], k.shape[2], device=q.device
         )
     elif causal:
-        if q_positions is None:
+        if q_positions is None or k_positions is None:  # given together, or neither
             block_mask = _default_causal_mask(q.shape[2], k.shape[2], q.device)
         else:
             block_mask = _positions_causal_mask(q_positions, k_positions)
     # past dynamo's default of 8 graphs per function, torch.compile silently falls back to
     # uncompiled flex attention, which builds the whole score matrix: allow one graph per
     # (encoding, shape class) a process plausibly meets
-    with torch._dynamo.config.patch(**{_LIMIT_NAME: RECOMPILE_LIMIT}):
+    with torch._dynamo.config.patch({_LIMIT_NAME: RECOMPILE_LIMIT}):
         return _compiled()(
             q,
             k,

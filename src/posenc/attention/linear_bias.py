@@ -212,7 +212,7 @@ def linear_bias_sdpa(
         if is_causal:
             attn_mask, is_causal = causal_mask(q_positions, k_positions), False
         attn_mask = mask if attn_mask is None else attn_mask & mask
-    outs, order = [], []
+    outs, orders = [], []
     for kv_idx, n in linear_bias_runs(blocks, group, d):
         kv = torch.tensor(kv_idx, device=q.device)
         q_idx = (kv.unsqueeze(1) * group + torch.arange(group, device=q.device)).flatten()
@@ -241,9 +241,9 @@ def linear_bias_sdpa(
             enable_gqa=group > 1,
         )
         outs.append(out[..., :d])
-        order.append(q_idx)
+        orders.append(q_idx)
     out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
-    order = torch.cat(order)
+    order = torch.cat(orders)  # [heads]: the head of each output channel block
     if not torch.equal(order, torch.arange(heads, device=q.device)):
         out = out.index_select(1, order.argsort())  # back to head order
     return out.to(q.dtype)

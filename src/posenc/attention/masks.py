@@ -95,15 +95,16 @@ class Masks:
         Shapes:
             positions ``[len]`` or ``[batch, len]`` -> ``[batch, 1, q_len, k_len]`` bool.
         """
-        allowed = None
+        allowed: torch.Tensor | None = None
         if causal:
             allowed = causal_mask(q_positions, k_positions)  # [q, k] or [b, 1, q, k]
         if self.key_padding_mask is not None:
             real = self.key_padding_mask[:, None, None, :]  # [b, 1, 1, k]
             allowed = real if allowed is None else allowed & real
-        if self.q_segments is not None:
+        if self.q_segments is not None and self.k_segments is not None:  # set together
             same = self.q_segments[:, None, :, None] == self.k_segments[:, None, None, :]
             allowed = same if allowed is None else allowed & same  # [b, 1, q, k]
+        assert allowed is not None, "build() makes Masks only with a mask in it"
         return allowed
 
     def mask_mod(
