@@ -528,6 +528,24 @@ def test_unknown_encoding_lists_available():
 
 
 @by_name
+def test_module_apply_visits_every_module(name):
+    """``nn.Module.apply(fn)``, PyTorch's usual way to initialise weights, reaches the encoding
+    and every module inside it, alone and inside a model: no encoding shadows ``apply``
+    (rotary encodings rotate with ``rotate()``)."""
+    enc = make(name)
+    visited: list[nn.Module] = []
+    assert enc.apply(visited.append) is enc
+    assert sorted(map(id, visited)) == sorted(map(id, enc.modules()))
+    if enc.position_axes != 1:
+        return  # an image-grid encoding has no place in a causal language model
+    model = TransformerLM(vocab_size=37, dim=32, n_layers=2, n_heads=4, encoding=name)
+    visited.clear()
+    assert model.apply(visited.append) is model
+    assert sorted(map(id, visited)) == sorted(map(id, model.modules()))
+    assert any(isinstance(m, posenc.Encoding) for m in visited)
+
+
+@by_name
 @pytest.mark.parametrize("n_kv_heads", [None, 2], ids=["mha", "gqa"])
 def test_transformer_lm_cached_generation(name, n_kv_heads, model_tol):
     if posenc.registry.get(name).position_axes != 1:

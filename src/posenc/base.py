@@ -218,7 +218,7 @@ class RotaryEncoding(Encoding):
     """An encoding that rotates queries and keys inside attention.
 
     Subclasses implement :meth:`rotation` (the per-position tables, computed once per
-    forward and shared by every layer) and :meth:`apply` (rotate one tensor with them).
+    forward and shared by every layer) and :meth:`rotate` (rotate one tensor with them).
 
     Shapes:
         q: ``[batch, heads, seq, head_dim]``; k: ``[batch, kv_heads, k_seq, head_dim]``;
@@ -247,11 +247,14 @@ class RotaryEncoding(Encoding):
         """
         raise NotImplementedError
 
-    def apply(
+    def rotate(
         self, x: torch.Tensor, rotation: tuple[torch.Tensor, ...], key: bool = False
     ) -> torch.Tensor:
         """Rotate ``x`` ``[batch, heads, seq, head_dim]`` (``key`` marks keys, for encodings
-        that treat queries and keys differently, such as xPos)."""
+        that treat queries and keys differently, such as xPos).
+
+        Named ``rotate``, not ``apply``: ``nn.Module.apply(fn)`` calls ``apply(fn)`` on
+        every child, so an override would break ``model.apply(init_fn)``."""
         raise NotImplementedError
 
     def causal_positions(self, positions: torch.Tensor) -> torch.Tensor | None:
@@ -328,7 +331,7 @@ class RotaryEncoding(Encoding):
             q_rot = k_rot = self.rotation(positions, seq_len)
         else:
             q_rot, k_rot = self.rotation(positions, seq_len), self.rotation(k_positions, seq_len)
-        return self.apply(q, q_rot), self.apply(k, k_rot, key=True)
+        return self.rotate(q, q_rot), self.rotate(k, k_rot, key=True)
 
 
 class BiasEncoding(Encoding):

@@ -66,7 +66,7 @@ class SelfAttention(nn.Module):
         k = k.view(b, s, self.n_kv_heads, hd).transpose(1, 2)  # [b, kv_h, s, hd]
         v = v.view(b, s, self.n_kv_heads, hd).transpose(1, 2)  # [b, kv_h, s, hd]
         if rotation is not None:  # rotate before caching: cached keys keep their angle
-            q, k = encoding.apply(q, rotation), encoding.apply(k, rotation, key=True)
+            q, k = encoding.rotate(q, rotation), encoding.rotate(k, rotation, key=True)
         if cache is not None:
             k, v = cache.update(layer, k, v)
         q_pos, k_pos = attn_positions if attn_positions is not None else (None, None)

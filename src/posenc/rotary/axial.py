@@ -141,7 +141,7 @@ class RoPE2D(_GridRotary):
         inv_freq = self.inv_freq(positions.device)
         return axial_rope_cos_sin(positions, inv_freq, self.config.axis_order)
 
-    def apply(
+    def rotate(
         self, x: torch.Tensor, rotation: tuple[torch.Tensor, ...], key: bool = False
     ) -> torch.Tensor:
         cos, sin = rotation
@@ -249,7 +249,7 @@ class RoPEMixed(_GridRotary):
         positions = self.check_positions(positions)
         return rope_mixed_cos_sin(positions, self.freqs)
 
-    def apply(
+    def rotate(
         self, x: torch.Tensor, rotation: tuple[torch.Tensor, ...], key: bool = False
     ) -> torch.Tensor:
         cos, sin = rotation

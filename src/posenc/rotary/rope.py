@@ -161,7 +161,7 @@ class RoPE(RotaryEncoding):
         inv_freq, attention_factor = self._frequencies(seq_len, positions.device)
         return rope_cos_sin(positions, inv_freq, attention_factor)
 
-    def apply(
+    def rotate(
         self, x: torch.Tensor, rotation: tuple[torch.Tensor, ...], key: bool = False
     ) -> torch.Tensor:
         cos, sin = rotation

@@ -77,7 +77,7 @@ class XPosConfig(RopeConfig):
 class XPos(RoPE):
     """xPos: RoPE with a per-pair decay of the scores with distance.
 
-    ``rotation()`` returns ``(cos, sin, scale)``; ``apply()`` rotates and multiplies queries
+    ``rotation()`` returns ``(cos, sin, scale)``; ``rotate()`` rotates and multiplies queries
     by ``scale`` and keys (``key=True``) by ``1/scale``. Nothing is stored: the tables come
     from the config and the positions in every forward. Every RoPE option (layout, scaling,
     partial rotary) applies; ζ runs over the pairs that rotate.
@@ -119,7 +119,7 @@ class XPos(RoPE):
         zeta = xpos_zeta(2 * cos.shape[-1], positions.device)
         return cos, sin, xpos_scale(positions, zeta, c.scale_base, c.center)
 
-    def apply(
+    def rotate(
         self, x: torch.Tensor, rotation: tuple[torch.Tensor, ...], key: bool = False
     ) -> torch.Tensor:
         cos, sin, scale = rotation
