@@ -1,0 +1,140 @@
+"""The layers of :class:`~posenc.models.TransformerLM`: grouped-query self-attention and the
+pre-norm block around it.
+
+The encoding is handed to every layer: a rotary one rotates q and k with the ``rotation``
+computed once per forward, a bias one goes to :func:`posenc.attention` (Vaswani et al. 2017
+for the block; Ainslie et al. 2023, arXiv:2305.13245, for grouped-query heads).
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import torch
+from torch import nn
+
+from ..attention import KVCache, attention
+from ..base import Encoding, RotaryEncoding
+
+__all__ = ["Block", "SelfAttention"]
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention with grouped-query heads.
+
+    Args:
+        dim: model width; ``n_heads`` must divide it.
+        n_heads: query heads.
+        n_kv_heads: key/value heads; it must divide ``n_heads``.
+
+    Shapes:
+        x: ``[batch, seq, dim]`` -> ``[batch, seq, dim]``.
+    """
+
+    qkv: nn.Linear
+    out: nn.Linear
+
+    def __init__(self, dim: int, n_heads: int, n_kv_heads: int) -> None:
+        super().__init__()
+        self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
+        self.head_dim = dim // n_heads
+        self.qkv = nn.Linear(dim, (n_heads + 2 * n_kv_heads) * self.head_dim, bias=False)
+        self.out = nn.Linear(n_heads * self.head_dim, dim, bias=False)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        encoding: Encoding,
+        rotation: tuple[torch.Tensor, ...] | None,
+        attn_positions: tuple[torch.Tensor, torch.Tensor] | None,
+        causal: bool,
+        cache: KVCache | None,
+        layer: int,
+        key_padding_mask: torch.Tensor | None = None,
+        segment_ids: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """Attend ``x`` to itself (and to the keys and values in ``cache``).
+
+        Args:
+            x: the normalised residual stream.
+            encoding: the model's encoding; only a bias one is handed to attention.
+            rotation: the rotary tables of this forward, or None.
+            attn_positions: ``(q_positions, k_positions)`` for attention, or None for its
+                default causal mask.
+            causal: mask future keys.
+            cache: the KV cache to append to, or None.
+            layer: this layer's index in ``cache``.
+            key_padding_mask: ``[batch, k_len]``, True for real keys.
+            segment_ids: ``(q_ids [batch, seq], k_ids [batch, k_len])`` of packed documents.
+
+        Returns:
+            ``[batch, seq, dim]``.
+        """
+        b, s, _ = x.shape
+        hd = self.head_dim
+        q, k, v = self.qkv(x).split(
+            [self.n_heads * hd, self.n_kv_heads * hd, self.n_kv_heads * hd], dim=-1
+        )
+        q = q.view(b, s, self.n_heads, hd).transpose(1, 2)  # [b, h, s, hd]
+        k = k.view(b, s, self.n_kv_heads, hd).transpose(1, 2)  # [b, kv_h, s, hd]
+        v = v.view(b, s, self.n_kv_heads, hd).transpose(1, 2)  # [b, kv_h, s, hd]
+        if rotation is not None:  # rotate before caching: cached keys keep their angle
+            rotary = cast(RotaryEncoding, encoding)  # only rotary encodings give a rotation
+            q, k = rotary.rotate(q, rotation), rotary.rotate(k, rotation, key=True)
+        if cache is not None:
+            k, v = cache.update(layer, k, v)
+        q_pos, k_pos = attn_positions if attn_positions is not None else (None, None)
+        out = attention(
+            q,
+            k,
+            v,
+            encoding=encoding if encoding.kind == "bias" else None,
+            q_positions=q_pos,
+            k_positions=k_pos,
+            causal=causal,
+            key_padding_mask=key_padding_mask,
+            segment_ids=segment_ids,
+        )
+        # [b, h, s, hd] -> [b, s, h * hd]
+        return self.out(out.transpose(1, 2).reshape(b, s, self.n_heads * hd))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: ``x + attn(norm(x))``, then ``x + mlp(norm(x))``.
+
+    Args:
+        dim: model width.
+        n_heads: query heads.
+        n_kv_heads: key/value heads.
+        mlp_ratio: hidden width of the MLP as a multiple of ``dim``.
+
+    Shapes:
+        x: ``[batch, seq, dim]`` -> ``[batch, seq, dim]``; the other arguments are those of
+        :meth:`SelfAttention.forward`.
+    """
+
+    attn_norm: nn.RMSNorm
+    attn: SelfAttention
+    mlp_norm: nn.RMSNorm
+    mlp: nn.Sequential
+
+    def __init__(self, dim: int, n_heads: int, n_kv_heads: int, mlp_ratio: int) -> None:
+        super().__init__()
+        self.attn_norm = nn.RMSNorm(dim)
+        self.attn = SelfAttention(dim, n_heads, n_kv_heads)
+        self.mlp_norm = nn.RMSNorm(dim)
+        self.mlp = nn.Sequential(
+            nn.Linear(dim, mlp_ratio * dim, bias=False),
+            nn.GELU(),
+            nn.Linear(mlp_ratio * dim, dim, bias=False),
+        )
+
+    def forward(self, x: torch.Tensor, *args: Any) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), *args)
+        return x + self.mlp(self.mlp_norm(x))
+
+    def projections(self) -> tuple[tuple[nn.Linear, nn.Linear], tuple[nn.Linear, nn.Linear]]:
+        """``((qkv, mlp in), (attention out, mlp out))``: the linears that read the residual
+        stream and those that write back to it (GPT-2 scales the init of the second)."""
+        mlp_in, mlp_out = cast(nn.Linear, self.mlp[0]), cast(nn.Linear, self.mlp[2])
+        return (self.attn.qkv, mlp_in), (self.attn.out, mlp_out)

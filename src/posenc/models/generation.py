@@ -1,0 +1,120 @@
+"""Decoding: sampling one token, the position of the next one, and the generate loop of
+:meth:`TransformerLM.generate <posenc.models.TransformerLM.generate>`.
+
+With a KV cache each step runs only the new token against the cached keys and values, as
+in every incremental decoder since the Transformer (Vaswani et al. 2017).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..config import check_int
+from ..positions import from_padding
+from .inputs import check_input_ids, check_mask
+
+if TYPE_CHECKING:
+    from .lm import TransformerLM
+
+__all__ = ["check_temperature", "generate", "next_positions", "sample"]
+
+
+@torch.no_grad()
+def generate(
+    model: TransformerLM,
+    input_ids: torch.Tensor,
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    use_cache: bool = True,
+    generator: torch.Generator | None = None,
+    *,
+    attention_mask: torch.Tensor | None = None,
+    positions: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Continue ``input_ids`` by ``max_new_tokens`` tokens of ``model``.
+
+    The arguments after ``model`` are those of :meth:`TransformerLM.generate
+    <posenc.models.TransformerLM.generate>`, which documents them.
+
+    Shapes:
+        input_ids: ``[batch, seq]`` -> ``[batch, seq + max_new_tokens]``.
+    """
+    if not model.causal:
+        raise ValueError("generate() needs a causal model (causal=True)")
+    check_int("max_new_tokens", max_new_tokens, minimum=0)
+    check_temperature(temperature)
+    input_ids = check_input_ids(input_ids, model.vocab_size)
+    b, s = input_ids.shape
+    mask = None
+    if attention_mask is not None:
+        mask = check_mask("attention_mask", attention_mask, b, s)
+    if positions is None and mask is not None:
+        positions = from_padding(mask)
+    if positions is not None:
+        positions = model.encoding.check_positions(positions, seq_len=s, batch=b)
+    cache = model.new_cache(b, s + max_new_tokens) if use_cache else None
+    tokens, step_ids, step_positions = input_ids, input_ids, positions
+    for _ in range(max_new_tokens):
+        if use_cache:
+            logits = model(step_ids, step_positions, cache, attention_mask=mask)
+        else:
+            logits = model(tokens, positions, attention_mask=mask)
+        next_token = sample(logits[:, -1], temperature, top_k, generator)  # [b, 1]
+        tokens = torch.cat((tokens, next_token), dim=1)
+        step_ids = next_token
+        if mask is not None:
+            mask = torch.cat((mask, mask.new_ones(b, 1)), dim=1)
+        if positions is not None:
+            step_positions = next_positions(positions)
+            positions = torch.cat((positions, step_positions), dim=-1)
+    return tokens
+
+
+def next_positions(positions: torch.Tensor) -> torch.Tensor:
+    """The position of the token after ``positions``: one past the largest, per sequence.
+
+    M-RoPE's ``[3, batch, seq]`` ids continue as text (the same id on every axis) after
+    the largest id of any axis, as Qwen2-VL's decoding does.
+
+    Shapes:
+        ``[seq]`` -> ``[1]``; ``[batch, seq]`` -> ``[batch, 1]``;
+        ``[3, batch, seq]`` -> ``[3, batch, 1]``.
+    """
+    if positions.dim() == 3:  # M-RoPE: the largest id over the axes, [b] -> [3, b, 1]
+        return (positions.amax(dim=(0, 2)) + 1).view(1, -1, 1).expand(positions.shape[0], -1, 1)
+    return positions.amax(dim=-1, keepdim=True) + 1
+
+
+def check_temperature(temperature: float) -> None:
+    """Raise unless ``temperature`` is a finite number >= 0."""
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+        raise TypeError(f"temperature must be a number, got {type(temperature).__name__}")
+    if not math.isfinite(temperature) or temperature < 0:
+        raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
+
+
+def sample(
+    logits: torch.Tensor,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """One token per row of ``logits``: greedy at ``temperature=0``, else from the softmax
+    at that temperature, optionally restricted to the ``top_k`` best.
+
+    Shapes:
+        logits: ``[batch, vocab]`` -> ``[batch, 1]``.
+    """
+    check_temperature(temperature)
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)
+    logits = logits.float() / temperature
+    if top_k is not None:
+        check_int("top_k", top_k)
+        kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)

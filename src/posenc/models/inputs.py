@@ -1,0 +1,84 @@
+"""The checks on what :class:`~posenc.models.TransformerLM` is given: token ids and the
+padding and document masks over the cached tokens and the new ones.
+
+Each raises a ``TypeError`` or ``ValueError`` that names the argument, never a clamp.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from ..positions import check_padding_mask, check_segment_ids
+
+__all__ = ["check_input_ids", "check_mask", "check_masks"]
+
+#: the check of each mask argument, by its name
+_MASK_CHECKS: dict[str, Callable[[torch.Tensor, str], torch.Tensor]] = {
+    "attention_mask": check_padding_mask,
+    "segment_ids": check_segment_ids,
+}
+
+
+def check_input_ids(input_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """``input_ids`` as int64, or a TypeError/ValueError naming it.
+
+    Args:
+        input_ids: token ids in ``[0, vocab_size)``, any integer dtype.
+        vocab_size: the number of token ids.
+
+    Shapes:
+        input_ids: ``[batch, seq]`` with ``seq >= 1``, returned as it is.
+    """
+    if not isinstance(input_ids, torch.Tensor):
+        raise TypeError(f"input_ids must be a torch.Tensor, got {type(input_ids).__name__}")
+    if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
+        raise TypeError(f"input_ids must be an integer tensor, got {input_ids.dtype}")
+    if input_ids.dim() != 2 or input_ids.shape[1] == 0:
+        raise ValueError(
+            f"input_ids must be [batch, seq] with seq >= 1, got shape {tuple(input_ids.shape)}"
+        )
+    input_ids = input_ids.long()  # uint16/32 have no min() on the CPU
+    readable = not torch.compiler.is_compiling() and input_ids.device.type != "meta"
+    if readable and input_ids.numel():
+        low, high = input_ids.min().item(), input_ids.max().item()
+        if low < 0 or high >= vocab_size:
+            bad = low if low < 0 else high
+            raise ValueError(f"input_ids must be in [0, vocab_size={vocab_size}), got {bad}")
+    return input_ids
+
+
+def check_mask(name: str, value: torch.Tensor, batch: int, length: int) -> torch.Tensor:
+    """The mask argument ``name`` (``attention_mask`` or ``segment_ids``) checked, and
+    checked to cover the cached tokens and the new ones.
+
+    Shapes:
+        value: ``[batch, length]`` (``length`` = past + seq), returned as it is.
+    """
+    value = _MASK_CHECKS[name](value, name)
+    if tuple(value.shape) != (batch, length):
+        raise ValueError(
+            f"{name} must be [batch, past + seq] = [{batch}, {length}] (the cached "
+            f"tokens and the new ones), got {tuple(value.shape)}"
+        )
+    return value
+
+
+def check_masks(
+    attention_mask: torch.Tensor | None,
+    segment_ids: torch.Tensor | None,
+    batch: int,
+    length: int,
+) -> tuple[torch.Tensor | None, torch.Tensor | None] | None:
+    """``(key_padding_mask, segment_ids)``, each checked by :func:`check_mask` (None where
+    not given), or None when neither is given."""
+    if attention_mask is None and segment_ids is None:
+        return None
+    mask = (
+        None
+        if attention_mask is None
+        else check_mask("attention_mask", attention_mask, batch, length)
+    )
+    ids = None if segment_ids is None else check_mask("segment_ids", segment_ids, batch, length)
+    return mask, ids
