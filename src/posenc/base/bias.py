@@ -1,0 +1,140 @@
+"""The bias kind: an encoding that adds a term to the attention scores before softmax."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+import torch
+
+from ..config import EncodingConfig, check_int
+from ..positions import check_batch, position_at
+from .encoding import Encoding
+
+__all__ = ["BiasConfig", "BiasEncoding"]
+
+
+@dataclasses.dataclass(frozen=True)
+class BiasConfig(EncodingConfig):
+    """Base of the configs of bias encodings: ``n_heads``, the number of attention heads,
+    is their first key (each config checks it in its ``__post_init__``)."""
+
+    n_heads: int
+
+
+class BiasEncoding(Encoding):
+    """An encoding that adds one value per head and (query, key) pair to the scores.
+
+    A subclass implements one method, :meth:`bias_at`: the bias as an elementwise function
+    of head index, query position and key position. The same code then runs vectorised in
+    :meth:`bias` (a materialised ``[heads, q_len, k_len]`` tensor, for short sequences and
+    tests) and per score inside flex attention through :meth:`score_mod`, so no
+    ``[heads, L, L]`` tensor is ever built on the fast path and the two cannot disagree.
+
+    Shapes:
+        ``bias(q_positions, k_positions)``: ``[heads, q_len, k_len]`` for 1-D positions,
+        ``[batch, heads, q_len, k_len]`` for 2-D ones.
+    """
+
+    kind = "bias"
+    size_key = "n_heads"
+    config: BiasConfig
+    #: True when the encoding also adds a term to the attention output (Shaw's values):
+    #: attention then needs the probabilities and runs on the math path
+    adds_to_values: ClassVar[bool] = False
+    #: True when the bias depends on the queries (Shaw): bias() and score_mod() need ``q``
+    needs_q: ClassVar[bool] = False
+
+    @property
+    def n_heads(self) -> int:
+        return self.config.n_heads
+
+    def bias_at(self, head: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+        """The bias for ``head`` of a query at ``q_pos`` and a key at ``k_pos``.
+
+        Elementwise over broadcastable tensors (integer head indices and integer or float
+        positions); it may only use pointwise operations and index parameters by ``head``
+        or by integer functions of the positions, because inside flex attention each
+        argument is a scalar per score. Read parameters through an index (``p[head]``,
+        ``p.view(1)[0]`` for a scalar): a bare 0-d parameter breaks flex's backward, and a
+        reduction over a new dimension cannot be lowered inside the kernel (unroll it).
+        Returns float32 (float64 for float64 positions).
+        """
+        raise NotImplementedError
+
+    def bias(
+        self,
+        q_positions: torch.Tensor,
+        k_positions: torch.Tensor,
+        q: torch.Tensor | None = None,
+        scale: float | None = None,
+    ) -> torch.Tensor:
+        """The materialised bias: ``[heads, q_len, k_len]``, or ``[batch, heads, q_len,
+        k_len]`` when positions are ``[batch, len]``. ``q`` and ``scale`` (the attention's
+        score scale) are needed only by biases that depend on the queries (Shaw's
+        ``q · a_K * scale``, which overrides this). Costs
+        ``heads * q_len * k_len`` memory: the fast path never calls it."""
+        q_positions, k_positions = self._check_pair(q_positions, k_positions)
+        heads = torch.arange(self.n_heads, device=q_positions.device)
+        if q_positions.dim() == 1 and k_positions.dim() == 1:
+            h, qp, kp = heads.view(-1, 1, 1), q_positions.view(1, -1, 1), k_positions.view(1, 1, -1)
+        else:
+            h = heads.view(1, -1, 1, 1)
+            qp = q_positions.view(-1, 1, q_positions.shape[-1], 1)  # [b, 1, q_len, 1]
+            kp = k_positions.view(-1, 1, 1, k_positions.shape[-1])  # [b, 1, 1, k_len]
+        return self.bias_at(h, qp, kp)
+
+    def score_mod(
+        self,
+        q_positions: torch.Tensor | None = None,
+        k_positions: torch.Tensor | None = None,
+        q: torch.Tensor | None = None,
+        q_offset: int = 0,
+        scale: float | None = None,
+    ):
+        """A ``torch.nn.attention.flex_attention`` score_mod that adds this bias.
+
+        Positions default to the indices (``q_idx + q_offset`` for queries, as in a KV
+        cache where the queries follow ``q_offset`` cached keys); ``[len]`` or
+        ``[batch, len]`` tensors give them explicitly.
+        """
+
+        q_positions, k_positions = self._check_pair(q_positions, k_positions)
+        check_int("q_offset", q_offset, minimum=0)
+
+        def mod(score, b, h, q_idx, kv_idx):
+            q_pos = position_at(q_positions, b, q_idx, q_offset)
+            k_pos = position_at(k_positions, b, kv_idx)
+            return score + self.bias_at(h, q_pos, k_pos).to(score.dtype)
+
+        return mod
+
+    def _check_pair(self, q_positions, k_positions) -> tuple[Any, Any]:
+        """The query and key positions (either may be None: the default) checked, keys on
+        the queries' device and with a batch size that agrees, and as the bias computes
+        with them (integer dtypes as int64)."""
+        if q_positions is not None:
+            q_positions = self.check_positions(q_positions, name="q_positions")
+        if k_positions is not None:
+            device = None if q_positions is None else q_positions.device
+            k_positions = self.check_positions(k_positions, name="k_positions", device=device)
+        batch = None if q_positions is None or q_positions.dim() == 1 else q_positions.shape[0]
+        if k_positions is not None and batch not in (None, 1):
+            check_batch(k_positions, batch, "k_positions")
+        return q_positions, k_positions
+
+    def linear_slopes(self, causal: bool) -> list[float] | None:
+        """The per-head slopes ``m_h`` when this bias is ``-m_h · (q_pos - k_pos)`` (0: no
+        bias on that head), for attention with or without the causal mask; None (the
+        default) when it is not linear in the distance. :func:`posenc.attention` then runs
+        it on a fused SDPA path (:mod:`posenc.attention.linear_bias`). Under the causal mask
+        the bias need only be linear on keys at or before their query."""
+        return None
+
+    def value_term(self, probs: torch.Tensor, q_positions, k_positions) -> torch.Tensor:
+        """The term added to the attention output by encodings with ``adds_to_values``.
+
+        Shapes:
+            probs ``[batch, heads, q_len, k_len]`` -> ``[batch, heads, q_len, head_dim]``
+        """
+        raise NotImplementedError

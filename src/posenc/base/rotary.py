@@ -1,0 +1,139 @@
+"""The rotary kind: an encoding that rotates queries and keys inside every attention layer."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from ..config import EncodingConfig, check_int
+from .encoding import Encoding, check_float_tensor
+
+__all__ = ["RotaryConfig", "RotaryEncoding"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RotaryConfig(EncodingConfig):
+    """Base of the configs of rotary encodings: ``head_dim``, the size of each attention
+    head, is their first key (each config checks it in its ``__post_init__``)."""
+
+    head_dim: int
+
+
+class RotaryEncoding(Encoding):
+    """An encoding that rotates queries and keys inside attention.
+
+    Subclasses implement :meth:`rotation` (the per-position tables, computed once per
+    forward and shared by every layer) and :meth:`rotate` (rotate one tensor with them).
+
+    Shapes:
+        q: ``[batch, heads, seq, head_dim]``; k: ``[batch, kv_heads, k_seq, head_dim]``;
+        positions: ``[seq]`` or ``[batch, seq]``.
+    """
+
+    kind = "rotary"
+    size_key = "head_dim"
+    config: RotaryConfig
+
+    @property
+    def head_dim(self) -> int:
+        return self.config.head_dim
+
+    @property
+    def depends_on_length(self) -> bool:
+        """Whether the rotation depends on the current total length (``seq_len``)."""
+        return False
+
+    def rotation(
+        self, positions: torch.Tensor, seq_len: int | None = None
+    ) -> tuple[torch.Tensor, ...]:
+        """The tables that rotate tokens at ``positions`` (e.g. ``(cos, sin)``).
+
+        ``seq_len`` is the current total length, for encodings whose frequencies depend on
+        it (dynamic NTK, LongRoPE); by default ``max(positions) + 1``.
+        """
+        raise NotImplementedError
+
+    def rotate(
+        self, x: torch.Tensor, rotation: tuple[torch.Tensor, ...], key: bool = False
+    ) -> torch.Tensor:
+        """Rotate ``x`` ``[batch, heads, seq, head_dim]`` (``key`` marks keys, for encodings
+        that treat queries and keys differently, such as xPos).
+
+        Named ``rotate``, not ``apply``: ``nn.Module.apply(fn)`` calls ``apply(fn)`` on
+        every child, so an override would break ``model.apply(init_fn)``."""
+        raise NotImplementedError
+
+    def causal_positions(self, positions: torch.Tensor) -> torch.Tensor | None:
+        """The 1-D order of ``positions`` for a causal mask (``k <= q``), or None when they
+        have none (grid coordinates; M-RoPE's ``[3, batch, seq]``): attention then masks
+        by the token index."""
+        return positions if self.position_axes == 1 else None
+
+    def _check_heads(self, name: str, t: torch.Tensor) -> None:
+        check_float_tensor(name, t)
+        if t.dim() != 4 or t.shape[-1] != self.head_dim:
+            raise ValueError(
+                f"{name} must be [batch, heads, seq, head_dim] with head_dim={self.head_dim}, "
+                f"got shape {tuple(t.shape)}"
+            )
+        self._check_device(name, t)
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        k_positions: torch.Tensor | None = None,
+        seq_len: int | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotate queries by ``positions`` and keys by ``k_positions``.
+
+        By default the queries are the last ``q_len`` of the ``k_len`` keys, as in
+        :func:`posenc.attention`: ``arange(k_len - q_len, k_len)`` and ``arange(k_len)``;
+        given ``positions`` alone serve both when the lengths agree.
+
+        Returns:
+            ``(q_rotated, k_rotated)`` with the shapes and dtypes of ``q`` and ``k``.
+        """
+        self._check_heads("q", q)
+        self._check_heads("k", k)
+        if q.shape[0] != k.shape[0] or q.device != k.device:
+            raise ValueError(
+                f"q and k must share their batch size and device, got q {tuple(q.shape)} on "
+                f"{q.device} and k {tuple(k.shape)} on {k.device}"
+            )
+        if seq_len is not None:
+            check_int("seq_len", seq_len)
+        q_len, k_len = q.shape[2], k.shape[2]
+        if positions is None:
+            if k_positions is not None:
+                raise ValueError("k_positions given without positions: pass both")
+            if q_len > k_len:
+                raise ValueError(f"q has {q_len} positions but k only {k_len}: pass positions")
+            positions = self.default_positions(q_len, q.device, offset=k_len - q_len)
+            k_positions = self.default_positions(k_len, k.device)
+        positions = self.check_positions(
+            positions, seq_len=q_len, batch=q.shape[0], device=q.device
+        )
+        if k_positions is None:
+            if k_len != q_len:
+                raise ValueError(f"k has {k_len} positions and q {q_len}: pass k_positions")
+            k_positions = positions
+        else:
+            k_positions = self.check_positions(
+                k_positions, seq_len=k_len, batch=k.shape[0], name="k_positions", device=k.device
+            )
+        if (
+            seq_len is None
+            and self.depends_on_length
+            and not torch.compiler.is_compiling()
+            and positions.device.type != "meta"
+        ):
+            # one length for queries and keys, so length-dependent frequencies agree
+            seq_len = int(torch.maximum(positions.max(), k_positions.max())) + 1
+        if k_positions is positions:
+            q_rot = k_rot = self.rotation(positions, seq_len)
+        else:
+            q_rot, k_rot = self.rotation(positions, seq_len), self.rotation(k_positions, seq_len)
+        return self.rotate(q, q_rot), self.rotate(k, k_rot, key=True)
