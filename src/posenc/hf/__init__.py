@@ -1,0 +1,23 @@
+"""Hugging Face interop: read a model's RoPE from its config, extend a loaded model's context.
+
+One module per concept:
+
+- :mod:`~posenc.hf.rope`: :func:`rope_from_hf_config`, a transformers config (the object
+  or its ``config.json`` dict) as the :class:`~posenc.rotary.RoPE` that reproduces the
+  model's rotary embedding;
+- :mod:`~posenc.hf.extend`: :func:`extend_context`, a loaded causal LM (Llama family)
+  rewritten for a longer context with one of the published scalings;
+- :mod:`~posenc.hf.keys`: reading a config's keys, object or dict.
+
+:func:`permute_for_layout` (the q/k weight permutation between Meta's interleaved pairs and
+Hugging Face's halves) lives in :mod:`posenc.rotary.layouts` and is re-exported here.
+
+transformers is optional: nothing here imports it, so ``import posenc.hf`` works without it.
+Both functions duck-type the config and the model. Import the names from ``posenc.hf``.
+"""
+
+from ..rotary.layouts import permute_for_layout
+from .extend import EXTEND_METHODS, extend_context
+from .rope import rope_from_hf_config
+
+__all__ = ["EXTEND_METHODS", "extend_context", "permute_for_layout", "rope_from_hf_config"]

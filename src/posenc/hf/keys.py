@@ -1,0 +1,63 @@
+"""Reading a Hugging Face config: its keys by name, whether it is the config object or its
+``config.json`` dict, and the two values every rotary model has (the head size and the
+RoPE dict).
+
+transformers is never imported: the config is duck-typed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..config import check_int
+
+__all__ = ["Getter", "config_getter", "config_head_dim", "config_rope_dict"]
+
+#: ``get(key, default=None)``: a config's value for ``key``
+Getter = Callable[..., Any]
+
+
+def config_getter(config: Any) -> Getter:
+    """``get(key, default=None)`` for a config object or its ``config.json`` dict."""
+    if isinstance(config, Mapping):
+        return config.get
+    return lambda key, default=None: getattr(config, key, default)
+
+
+def config_head_dim(get: Getter) -> int:
+    """The rotary head size: ``qk_rope_head_dim`` (MLA), ``head_dim``, or hidden / heads."""
+    for key in ("qk_rope_head_dim", "head_dim"):
+        if get(key) is not None:
+            check_int(key, get(key))
+            return get(key)
+    hidden, heads = get("hidden_size"), get("num_attention_heads")
+    if hidden is None or heads is None:
+        raise ValueError(
+            "the config has neither head_dim nor hidden_size and num_attention_heads; "
+            "cannot tell the head size"
+        )
+    check_int("hidden_size", hidden)
+    check_int("num_attention_heads", heads)
+    return hidden // heads
+
+
+def config_rope_dict(get: Getter) -> dict[str, Any]:
+    """``rope_parameters`` (transformers 5) or the legacy ``rope_scaling``, None values dropped."""
+    params, legacy = get("rope_parameters"), get("rope_scaling")
+    if params is not None and legacy is not None and dict(params) != dict(legacy):
+        raise ValueError(
+            f"the config has both rope_parameters={dict(params)} and rope_scaling={dict(legacy)}"
+        )
+    params = params if params is not None else legacy
+    if params is None:
+        return {}
+    if not isinstance(params, Mapping):
+        raise ValueError(f"rope_parameters must be a dict, got {params!r}")
+    nested = [k for k, v in params.items() if isinstance(v, Mapping)]
+    if nested:
+        raise ValueError(
+            f"per-layer rope_parameters (keys {nested}) are not supported: pass a config "
+            "whose rope_parameters is one flat dict"
+        )
+    return {k: v for k, v in params.items() if v is not None}

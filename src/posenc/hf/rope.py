@@ -1,0 +1,161 @@
+"""A Hugging Face model's RoPE, read from its config: :func:`rope_from_hf_config`.
+
+The frequencies and attention factor that transformers' rotary embedding computes, with
+the values transformers keeps outside the RoPE dict filled in the way it uses them
+(RoPE: Su et al. 2021, arXiv:2104.09864; the rules: ``docs/design-notes.md``, "Reading a
+Hugging Face config").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..config import check_float, check_int
+from ..functional.rope_scaling import ROPE_SCALINGS
+from ..rotary.mrope import MRoPE
+from ..rotary.rope import RoPE
+from .keys import config_getter, config_head_dim, config_rope_dict
+
+__all__ = ["rope_from_hf_config"]
+
+#: scalings whose original context length transformers reads from a top-level
+#: ``original_max_position_embeddings`` when the config has one (Phi-3), else from
+#: ``rope_parameters``, else from ``max_position_embeddings``
+_ORIGINAL_FROM_CONFIG = ("yarn", "llama3", "longrope")
+
+#: Multi-head latent attention models: the rotary part of each head is ``qk_rope_head_dim``
+#: and the rotary pairs are interleaved (2i, 2i + 1) in the q/k projection weights
+_INTERLEAVED_MODEL_TYPES = ("deepseek_v2", "deepseek_v3")
+
+#: M-RoPE models (the composite config and its text config): model_type -> (whether the
+#: sections interleave, the mrope_section transformers uses when the config has none)
+_MROPE_MODEL_TYPES = {
+    f"{name}{suffix}": layout
+    for name, layout in (
+        ("qwen2_vl", (False, (16, 24, 24))),
+        ("qwen2_5_vl", (False, (16, 24, 24))),
+        ("qwen3_vl", (True, (24, 20, 20))),
+        ("qwen3_vl_moe", (True, (24, 20, 20))),
+    )
+    for suffix in ("", "_text")
+}
+
+
+def _mrope_keys(params: dict[str, Any], model_type: Any) -> dict[str, Any] | None:
+    """Take M-RoPE's keys out of ``params``: the :class:`~posenc.rotary.MRoPE` keys for an
+    M-RoPE model type, None for other models (which must not carry M-RoPE keys)."""
+    legacy = [k for k in ("type", "rope_type") if params.get(k) == "mrope"]
+    found = [k for k in ("mrope_section", "mrope_interleaved") if k in params] + [
+        f"{k}='mrope'" for k in legacy
+    ]
+    if model_type not in _MROPE_MODEL_TYPES:
+        if found:
+            raise ValueError(
+                f"M-RoPE keys {found} in a config of model_type {model_type!r}: posenc "
+                f"reproduces the M-RoPE of model types {sorted(_MROPE_MODEL_TYPES)} only"
+            )
+        return None
+    interleaved, default_section = _MROPE_MODEL_TYPES[model_type]
+    for key in legacy:  # Qwen2-VL's legacy "mrope" type: default frequencies in sections
+        params[key] = "default"
+    section = params.pop("mrope_section", default_section)
+    flag = params.pop("mrope_interleaved", interleaved)
+    if flag != interleaved:
+        raise ValueError(
+            f"mrope_interleaved={flag!r} conflicts with model_type {model_type!r}, whose "
+            f"transformers rotary embedding {'always' if interleaved else 'never'} interleaves"
+        )
+    return {"mrope_section": section, "mrope_interleaved": interleaved}
+
+
+def rope_from_hf_config(config: Any) -> RoPE:
+    """The posenc :class:`~posenc.rotary.RoPE` of a Hugging Face model, from its config.
+
+    Reads what transformers reads (the head size, ``rope_parameters`` or the legacy
+    ``rope_scaling``, the top-level ``rope_theta`` and ``partial_rotary_factor``) and fills
+    in what posenc's strict scaling records need the way transformers uses it. M-RoPE
+    models (Qwen2-VL, Qwen2.5-VL, Qwen3-VL) give an :class:`~posenc.rotary.MRoPE`; the
+    layout is ``"half"``, ``"interleaved"`` for DeepSeek-V2/V3. Every rule, with the
+    reasons: ``docs/design-notes.md``, "Reading a Hugging Face config".
+
+    Args:
+        config: a transformers config object, or its ``config.json`` contents as a dict.
+            Keys set to None count as absent.
+
+    Returns:
+        a :class:`~posenc.rotary.RoPE` whose ``inv_freq(seq_len)`` and
+        ``attention_factor(seq_len)`` equal transformers' rotary embedding for that config.
+
+    Shapes:
+        the returned module rotates q ``[batch, heads, seq, head_dim]`` and k ``[batch,
+        kv_heads, seq, head_dim]`` at positions ``[seq]`` or ``[batch, seq]`` (M-RoPE:
+        ``[3, batch, seq]`` from :func:`posenc.positions.multimodal`).
+
+    Raises:
+        ValueError: anything posenc does not know (a rope type such as ``ntk-by-parts``,
+            M-RoPE keys in another model, per-layer dicts), named, never silently dropped.
+
+    Example:
+        >>> rope = rope_from_hf_config({"hidden_size": 4096, "num_attention_heads": 32,
+        ...     "max_position_embeddings": 131072, "rope_theta": 500000.0,
+        ...     "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+        ...         "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})
+        >>> rope.head_dim, rope.config.base, rope.scaling.rope_type, rope.config.layout
+        (128, 500000.0, 'llama3', 'half')
+    """
+    get = config_getter(config)
+    model_type = get("model_type")
+    if model_type in _MROPE_MODEL_TYPES and get("text_config") is not None:
+        get = config_getter(get("text_config"))  # a vision-language config: its language model's
+    head_dim = config_head_dim(get)
+    params = config_rope_dict(get)
+    mrope = _mrope_keys(params, model_type)
+
+    if "type" in params:  # the legacy name of rope_type
+        legacy = params.pop("type")
+        if params.setdefault("rope_type", legacy) != legacy:
+            raise ValueError(
+                f"rope_parameters has type={legacy!r} and rope_type={params['rope_type']!r}"
+            )
+    rope_type = params.setdefault("rope_type", "default")
+    if model_type == "phi3" and rope_type in ("su", "yarn"):
+        rope_type = params["rope_type"] = "longrope"
+    if rope_type not in ROPE_SCALINGS:
+        raise ValueError(f"unknown rope_type {rope_type!r}; accepted: {sorted(ROPE_SCALINGS)}")
+
+    for key in ("rope_theta", "partial_rotary_factor"):
+        if key not in params and get(key) is not None:
+            params[key] = get(key)
+        if key in params:  # named as the config names it (RoPE calls rope_theta base)
+            check_float(key, params[key])
+
+    max_positions = get("max_position_embeddings")
+
+    def need_max_positions() -> int:
+        if max_positions is None:
+            raise ValueError(f"{rope_type!r} scaling needs the config's max_position_embeddings")
+        check_int("max_position_embeddings", max_positions)
+        return max_positions
+
+    original_key = "original_max_position_embeddings"
+    if rope_type == "dynamic":
+        original = need_max_positions()
+        if params.get(original_key, original) != original:
+            raise ValueError(
+                f"dynamic scaling: transformers uses max_position_embeddings={original} as the "
+                f"original length, but rope_parameters has {original_key}={params[original_key]}"
+            )
+        params[original_key] = original
+    elif rope_type in _ORIGINAL_FROM_CONFIG:
+        if get(original_key) is not None:
+            params[original_key] = get(original_key)
+        elif original_key not in params:
+            params[original_key] = need_max_positions()
+        check_int(original_key, params[original_key])
+        if rope_type in ("yarn", "longrope") and "factor" not in params:
+            params["factor"] = need_max_positions() / params[original_key]
+
+    if mrope is not None:
+        return MRoPE(head_dim=head_dim, scaling=params, **mrope)
+    interleaved = model_type in _INTERLEAVED_MODEL_TYPES and get("rope_interleave", True)
+    return RoPE(head_dim=head_dim, scaling=params, layout="interleaved" if interleaved else "half")
