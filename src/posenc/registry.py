@@ -80,6 +80,11 @@ def create(name: str, **config: Any) -> Encoding:
     field of the encoding's ``Config``: an unknown or invalid key raises ``ValueError`` (a
     value of the wrong type, ``TypeError``), naming the key.
 
+    The return type is the base :class:`~posenc.base.Encoding`, since the class behind a
+    name is known only at run time: narrow it before calling a kind's methods
+    (``assert isinstance(enc, posenc.AdditiveEncoding)``, then ``enc.encode(...)``), or
+    build the class itself (``posenc.additive.Sinusoidal(dim=64)``) for its exact type.
+
     Example:
         >>> enc = create("sinusoidal", dim=64)
         >>> enc.kind
