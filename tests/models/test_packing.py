@@ -132,8 +132,3 @@ def test_generate_continues_mrope_ids_after_the_largest():
             pos = torch.cat((pos, torch.full((3, 1, 1), n + delta.item())), dim=-1)
     assert torch.equal(out, tokens)
     assert next_positions(positions)[:, 0, 0].tolist() == [8 + delta.item()] * 3
-
-
-def test_next_positions():
-    assert next_positions(torch.tensor([3, 4, 5])).tolist() == [6]
-    assert next_positions(torch.tensor([[0, 1, 2], [0, 0, 0]])).tolist() == [[3], [1]]
