@@ -15,16 +15,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from .base import AdditiveEncoding, Encoding
+from .base import AdditiveConfig, AdditiveEncoding, Encoding
 from .build import build
-from .config import EncodingConfig, check_int
+from .config import check_int
 from .info import EncodingInfo
 
 __all__ = ["Compose", "compose"]
 
 
 @dataclasses.dataclass(frozen=True)
-class ComposeConfig(EncodingConfig):
+class ComposeConfig(AdditiveConfig):
     """``dim``: the common size of the members (derived from them)."""
 
     encoding_name = "compose"
@@ -49,6 +49,7 @@ class Compose(AdditiveEncoding):
     """
 
     Config = ComposeConfig
+    config: ComposeConfig
 
     def __init__(self, *encodings: Encoding) -> None:
         if not encodings:
@@ -82,6 +83,7 @@ class Compose(AdditiveEncoding):
                 raise ValueError(f"compose needs one grid and one prefix, got {got}")
         # members check their own ranges below; negative coordinates pass if all take them
         self.nonnegative_positions = any(enc.nonnegative_positions for enc in members)
+        self.integer_positions = any(enc.integer_positions for enc in members)
         self.info = EncodingInfo(
             name="compose(" + ", ".join(enc.info.name for enc in members) + ")",
             kind="additive",
@@ -101,10 +103,6 @@ class Compose(AdditiveEncoding):
             reset = getattr(enc, "reset_parameters", None)
             if callable(reset):
                 reset()
-
-    @property
-    def integer_positions(self) -> bool:
-        return any(enc.integer_positions for enc in self._members())
 
     @property
     def limit_name(self) -> str:

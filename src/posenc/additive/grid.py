@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..base import AdditiveEncoding
-from ..config import EncodingConfig, check_choice, check_float, check_int
+from ..base import AdditiveConfig, AdditiveEncoding
+from ..config import check_choice, check_float, check_int
 from ..functional.grid import (
     GRID_ORDERS,
     RESAMPLE_MODES,
@@ -65,7 +65,7 @@ class _GridEncoding(GridMixin, AdditiveEncoding):
 
 
 @dataclasses.dataclass(frozen=True)
-class SinCos2DConfig(EncodingConfig):
+class SinCos2DConfig(AdditiveConfig):
     """Configuration of :class:`SinCos2D`.
 
     Attributes:
@@ -129,6 +129,7 @@ class SinCos2D(_GridEncoding):
     """
 
     Config = SinCos2DConfig
+    config: SinCos2DConfig
 
     def _encode(self, positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         c = self.config
@@ -140,7 +141,7 @@ class SinCos2D(_GridEncoding):
 
 
 @dataclasses.dataclass(frozen=True)
-class LearnedGridConfig(EncodingConfig):
+class LearnedGridConfig(AdditiveConfig):
     """Configuration of :class:`LearnedGrid`.
 
     Attributes:
@@ -199,6 +200,7 @@ class LearnedGrid(_GridEncoding):
     """
 
     Config = LearnedGridConfig
+    config: LearnedGridConfig
     integer_positions = True
     nonnegative_positions = True
     limit_name = "grid"

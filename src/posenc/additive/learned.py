@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..base import AdditiveEncoding
-from ..config import EncodingConfig, check_choice, check_float, check_int
+from ..base import AdditiveConfig, AdditiveEncoding
+from ..config import check_choice, check_float, check_int
 from ..functional.sinusoidal import sinusoidal
 from ..registry import register
 
@@ -21,7 +21,7 @@ RESIZE_MODES = ("interpolate", "extend")
 
 
 @dataclasses.dataclass(frozen=True)
-class LearnedConfig(EncodingConfig):
+class LearnedConfig(AdditiveConfig):
     """``dim``: embedding size; ``max_positions``: rows in the table (a hard length limit);
     ``init_std``: standard deviation of the normal initialisation. The default 1.0 is
     ``nn.Embedding``'s, and matches :class:`~posenc.models.TransformerLM`, whose token
@@ -58,6 +58,7 @@ class Learned(AdditiveEncoding):
     """
 
     Config = LearnedConfig
+    config: LearnedConfig
     integer_positions = True
 
     def __init__(self, config: LearnedConfig | None = None, **kwargs) -> None:

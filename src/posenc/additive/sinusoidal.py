@@ -10,8 +10,8 @@ import dataclasses
 import torch
 from torch import nn
 
-from ..base import AdditiveEncoding
-from ..config import EncodingConfig, check_choice, check_float, check_int
+from ..base import AdditiveConfig, AdditiveEncoding
+from ..config import check_choice, check_float, check_int
 from ..functional.sinusoidal import SINUSOIDAL_LAYOUTS, sinusoidal
 from ..registry import register
 
@@ -19,7 +19,7 @@ __all__ = ["ScaledSinusoidal", "Sinusoidal"]
 
 
 @dataclasses.dataclass(frozen=True)
-class SinusoidalConfig(EncodingConfig):
+class SinusoidalConfig(AdditiveConfig):
     """``dim``: encoding size (even); ``base``: wavelength base; ``layout``: ``interleaved``
     (sin on even columns, cos on odd) or ``concat`` (all sines, then all cosines)."""
 
@@ -57,6 +57,7 @@ class Sinusoidal(AdditiveEncoding):
     """
 
     Config = SinusoidalConfig
+    config: SinusoidalConfig
 
     def _encode(self, positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         c = self.config
@@ -88,6 +89,7 @@ class ScaledSinusoidal(Sinusoidal):
     how loud position is relative to the token embeddings."""
 
     Config = ScaledSinusoidalConfig
+    config: ScaledSinusoidalConfig
 
     def __init__(self, config: ScaledSinusoidalConfig | None = None, **kwargs) -> None:
         super().__init__(config, **kwargs)

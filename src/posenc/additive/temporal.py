@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..base import AdditiveEncoding
-from ..config import EncodingConfig, check_choice, check_float, check_int
+from ..base import AdditiveConfig, AdditiveEncoding
+from ..config import check_choice, check_float, check_int
 from ..functional.dtypes import wide_dtype
 from ..functional.sinusoidal import SINUSOIDAL_LAYOUTS
 from ..functional.temporal import (
@@ -36,7 +36,7 @@ __all__ = ["Calendar", "Time2Vec", "Timestamp"]
 
 
 @dataclasses.dataclass(frozen=True)
-class TimestampConfig(EncodingConfig):
+class TimestampConfig(AdditiveConfig):
     """``dim``: encoding size (even); ``min_period`` / ``max_period``: the shortest and
     longest wavelength, in the unit of the times (default 2π and 2π·10⁴, the range of the
     sinusoidal encoding); ``layout``: ``interleaved`` or ``concat``."""
@@ -81,6 +81,7 @@ class Timestamp(AdditiveEncoding):
     """
 
     Config = TimestampConfig
+    config: TimestampConfig
 
     def _encode(self, positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         c = self.config
@@ -90,7 +91,7 @@ class Timestamp(AdditiveEncoding):
 
 
 @dataclasses.dataclass(frozen=True)
-class Time2VecConfig(EncodingConfig):
+class Time2VecConfig(AdditiveConfig):
     """``dim``: encoding size; ``k``: periodic features (default ``dim - 1``, so Time2Vec
     has ``dim`` features before the projection); ``init_std``: standard deviation of the
     normal initialisation of ω and φ."""
@@ -137,6 +138,7 @@ class Time2Vec(AdditiveEncoding):
     """
 
     Config = Time2VecConfig
+    config: Time2VecConfig
 
     def __init__(self, config: Time2VecConfig | None = None, **kwargs) -> None:
         super().__init__(config, **kwargs)
@@ -163,7 +165,7 @@ CALENDAR_MODES = ("fixed", "learned")
 
 
 @dataclasses.dataclass(frozen=True)
-class CalendarConfig(EncodingConfig):
+class CalendarConfig(AdditiveConfig):
     """``dim``: encoding size (even for ``fixed``); ``mode``: ``fixed`` (sinusoidal rows,
     not trained) or ``learned`` (one trainable table per field); ``init_std``: standard
     deviation of the learned tables' normal initialisation."""
@@ -206,6 +208,7 @@ class Calendar(AdditiveEncoding):
     """
 
     Config = CalendarConfig
+    config: CalendarConfig
 
     def __init__(self, config: CalendarConfig | None = None, **kwargs) -> None:
         super().__init__(config, **kwargs)
@@ -223,7 +226,7 @@ class Calendar(AdditiveEncoding):
         fields = calendar_fields(positions)  # [..., 5]
         if self.config.mode == "fixed":
             return calendar_sinusoidal(fields, self.config.dim, dtype=dtype)
-        out = F.embedding(fields[..., 0], self.month).to(dtype)
+        out = F.embedding(fields[..., 0], self.get_parameter(CALENDAR_FIELDS[0])).to(dtype)
         for j, name in enumerate(CALENDAR_FIELDS[1:], start=1):
-            out = out + F.embedding(fields[..., j], getattr(self, name)).to(dtype)
+            out = out + F.embedding(fields[..., j], self.get_parameter(name)).to(dtype)
         return out

@@ -39,15 +39,18 @@ class BiasEncoding(Encoding):
     kind = "bias"
     size_key = "n_heads"
     config: BiasConfig
-    #: True when the encoding also adds a term to the attention output (Shaw's values):
-    #: attention then needs the probabilities and runs on the math path
-    adds_to_values: ClassVar[bool] = False
     #: True when the bias depends on the queries (Shaw): bias() and score_mod() need ``q``
     needs_q: ClassVar[bool] = False
 
     @property
     def n_heads(self) -> int:
         return self.config.n_heads
+
+    @property
+    def adds_to_values(self) -> bool:
+        """True when the encoding also adds a term to the attention output (Shaw's values,
+        when configured): attention then needs the probabilities and runs on the math path."""
+        return False
 
     def bias_at(self, head: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         """The bias for ``head`` of a query at ``q_pos`` and a key at ``k_pos``.

@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from ..base import BiasEncoding
-from ..config import EncodingConfig, check_float, check_int
+from ..base import BiasConfig, BiasEncoding
+from ..config import check_float, check_int
 from ..functional.alibi import alibi_bias, alibi_slope
 from ..functional.dtypes import math_dtype, wide_dtype
 from ..registry import register
@@ -18,7 +18,7 @@ __all__ = ["ALiBi"]
 
 
 @dataclasses.dataclass(frozen=True)
-class AlibiConfig(EncodingConfig):
+class AlibiConfig(BiasConfig):
     """Configuration of :class:`ALiBi`.
 
     Attributes:
@@ -101,6 +101,7 @@ class ALiBi(BiasEncoding):
     """
 
     Config = AlibiConfig
+    config: AlibiConfig
 
     def head_slopes(self, head: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """The slope of each head index in ``head`` (elementwise, rounded once to ``dtype``)."""

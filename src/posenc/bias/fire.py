@@ -10,8 +10,8 @@ import dataclasses
 import torch
 from torch import nn
 
-from ..base import BiasEncoding
-from ..config import EncodingConfig, check_float, check_int
+from ..base import BiasConfig, BiasEncoding
+from ..config import check_float, check_int
 from ..functional.dtypes import math_dtype
 from ..functional.fire import fire_input, fire_mlp
 from ..registry import register
@@ -20,7 +20,7 @@ __all__ = ["Fire"]
 
 
 @dataclasses.dataclass(frozen=True)
-class FireConfig(EncodingConfig):
+class FireConfig(BiasConfig):
     """``n_heads``: outputs of the MLP, one per head; ``hidden``: its hidden width (32 in the
     paper); ``init_c``: the initial log-transform scale ``c`` (0.1 in the paper's code);
     ``init_threshold``: the initial threshold ``L`` (512 in the paper's code)."""
@@ -73,6 +73,7 @@ class Fire(BiasEncoding):
     """
 
     Config = FireConfig
+    config: FireConfig
 
     def __init__(self, config: FireConfig | None = None, **kwargs) -> None:
         super().__init__(config, **kwargs)
@@ -84,10 +85,17 @@ class Fire(BiasEncoding):
         self.threshold_scale = nn.Parameter(torch.empty((), **fk))
         self.reset_parameters()
 
+    def _linears(self) -> tuple[nn.Linear, nn.Linear]:
+        """The MLP's two linear layers, typed (indexing an ``nn.Sequential`` gives a Module)."""
+        first, second = self.mlp[0], self.mlp[2]
+        if not isinstance(first, nn.Linear) or not isinstance(second, nn.Linear):
+            raise TypeError(f"fire's mlp must be Linear, ReLU, Linear, got {self.mlp}")
+        return first, second
+
     @torch.no_grad()
     def reset_parameters(self) -> None:
-        self.mlp[0].reset_parameters()
-        self.mlp[2].reset_parameters()
+        for linear in self._linears():
+            linear.reset_parameters()
         self.c.fill_(self.config.init_c)
         self.threshold_scale.fill_(1.0)
 
@@ -99,7 +107,7 @@ class Fire(BiasEncoding):
         dtype = math_dtype(q_pos.dtype, k_pos.dtype, self.c.dtype)
         c, threshold = _scalar(self.c, dtype), self.threshold(dtype)
         x = fire_input(q_pos.to(dtype), k_pos.to(dtype), c, threshold)
-        first, second = self.mlp[0], self.mlp[2]
+        first, second = self._linears()
         return fire_mlp(x, head, first.weight[:, 0], first.bias, second.weight, second.bias)
 
 

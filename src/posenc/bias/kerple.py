@@ -10,8 +10,8 @@ import dataclasses
 import torch
 from torch import nn
 
-from ..base import BiasEncoding
-from ..config import EncodingConfig, check_choice, check_float, check_int
+from ..base import BiasConfig, BiasEncoding
+from ..config import check_choice, check_float, check_int
 from ..functional.dtypes import math_dtype
 from ..functional.kerple import KERPLE_VARIANTS, clamp_straight_through, kerple_bias
 from ..registry import register
@@ -25,7 +25,7 @@ MAX_POWER = 2.0
 
 
 @dataclasses.dataclass(frozen=True)
-class KerpleConfig(EncodingConfig):
+class KerpleConfig(BiasConfig):
     """``n_heads``: one (r1, r2) pair per head; ``variant``: ``"log"`` (``-r1·log(1 +
     r2·|m - n|)``) or ``"power"`` (``-r1·|m - n|^r2``); ``init_r1_max``, ``init_r2_max``:
     r1 and r2 start uniform in ``(0, max]`` (None: the reference's bounds, 2 and 1 for
@@ -97,6 +97,7 @@ class Kerple(BiasEncoding):
     """
 
     Config = KerpleConfig
+    config: KerpleConfig
 
     def __init__(self, config: KerpleConfig | None = None, **kwargs) -> None:
         super().__init__(config, **kwargs)

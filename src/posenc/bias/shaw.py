@@ -10,8 +10,8 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from ..base import BiasEncoding
-from ..config import EncodingConfig, check_float, check_int
+from ..base import BiasConfig, BiasEncoding
+from ..config import check_float, check_int
 from ..functional.shaw import shaw_index, shaw_key_bias, shaw_key_scores, shaw_value_term
 from ..positions import check_batch, position_at
 from ..registry import register
@@ -20,7 +20,7 @@ __all__ = ["Shaw"]
 
 
 @dataclasses.dataclass(frozen=True)
-class ShawConfig(EncodingConfig):
+class ShawConfig(BiasConfig):
     """Configuration of :class:`Shaw`.
 
     Attributes:
@@ -92,6 +92,7 @@ class Shaw(BiasEncoding):
     """
 
     Config = ShawConfig
+    config: ShawConfig
     #: the bias depends on the queries: bias() and score_mod() need ``q``
     needs_q: ClassVar[bool] = True
     integer_positions = True  # table rows of integer distances
@@ -125,7 +126,8 @@ class Shaw(BiasEncoding):
             "call bias(q_positions, k_positions, q=q) or score_mod(..., q=q)"
         )
 
-    def _check_q(self, q: torch.Tensor | None) -> None:
+    def _check_q(self, q: torch.Tensor | None) -> torch.Tensor:
+        """``q`` once checked: ``[batch, n_heads, q_len, head_dim]``, floating point."""
         if q is None:
             raise TypeError("shaw's bias depends on the queries: pass q=[batch, heads, q_len, d]")
         if not isinstance(q, torch.Tensor) or not q.is_floating_point():
@@ -136,6 +138,7 @@ class Shaw(BiasEncoding):
                 f"q must be [batch, heads, q_len, head_dim] with heads={self.n_heads} and "
                 f"head_dim={self.head_dim}, got shape {tuple(q.shape)}"
             )
+        return q
 
     def _scale(self, scale: float | None) -> float:
         if scale is None:
@@ -184,7 +187,7 @@ class Shaw(BiasEncoding):
             positions ``[len]`` or ``[batch, len]`` (integer), q ``[batch, n_heads, q_len,
             head_dim]`` -> ``[batch, n_heads, q_len, k_len]``
         """
-        self._check_q(q)
+        q = self._check_q(q)
         q_positions, k_positions = self._check_positions(q_positions, k_positions, q)
         index = self._index(q_positions, k_positions)
         return shaw_key_bias(shaw_key_scores(q, self.key_table, self._scale(scale)), index)
@@ -202,7 +205,7 @@ class Shaw(BiasEncoding):
         Positions default to the indices (``q_idx + q_offset`` for the queries); explicit
         ones are ``[len]`` or ``[batch, len]`` integer tensors.
         """
-        self._check_q(q)
+        q = self._check_q(q)
         q_positions, k_positions = self._check_positions(q_positions, k_positions, q)
         check_int("q_offset", q_offset, minimum=0)
         key_scores = shaw_key_scores(q, self.key_table, self._scale(scale))  # [b, h, q, 2k+1]

@@ -8,8 +8,8 @@ import dataclasses
 import torch
 from torch import nn
 
-from ..base import BiasEncoding
-from ..config import EncodingConfig, check_float, check_int
+from ..base import BiasConfig, BiasEncoding
+from ..config import check_float, check_int
 from ..functional.dtypes import math_dtype
 from ..functional.t5 import check_t5_buckets as check_buckets
 from ..functional.t5 import t5_relative_bucket
@@ -19,7 +19,7 @@ __all__ = ["T5Bias"]
 
 
 @dataclasses.dataclass(frozen=True)
-class T5Config(EncodingConfig):
+class T5Config(BiasConfig):
     """Configuration of :class:`T5Bias`.
 
     Attributes:
@@ -96,7 +96,9 @@ class T5Bias(BiasEncoding):
     """
 
     Config = T5Config
+    config: T5Config
     integer_positions = True  # buckets of integer distances
+    buckets: torch.Tensor  # a non-persistent buffer, registered in __init__
 
     def __init__(self, config: T5Config | None = None, **kwargs) -> None:
         super().__init__(config, **kwargs)

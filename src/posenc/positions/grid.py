@@ -131,8 +131,8 @@ class GridMixin:
     (:func:`check_grid_config`).
     """
 
-    position_axes: ClassVar[int] = 2
-    nonnegative_positions: ClassVar[bool] = False
+    position_axes: int = 2
+    nonnegative_positions: bool = False
     #: whether the first ``prefix`` rows of the positions are read as the prefix tokens
     #: (additive encodings give them their own value) rather than as coordinates (rotary
     #: ones rotate them by (0, 0), the identity)

@@ -23,8 +23,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..base import RotaryEncoding
-from ..config import EncodingConfig, check_choice, check_float, check_int
+from ..base import RotaryConfig, RotaryEncoding
+from ..config import check_choice, check_float, check_int
 from ..functional.axial_rope import (
     AXIS_ORDERS,
     axial_rope_cos_sin,
@@ -46,7 +46,7 @@ class _GridRotary(GridMixin, RotaryEncoding):
     tokens sit at (0, 0), where the rotation is the identity."""
 
 
-def _check_grid_rope_keys(config: EncodingConfig) -> None:
+def _check_grid_rope_keys(config: RoPE2DConfig | RoPEMixedConfig) -> None:
     """The checks of the keys both grid RoPE configs have (head_dim, base, layout, grid,
     prefix); normalises ``grid`` to a tuple."""
     check_int("head_dim", config.head_dim, minimum=4)
@@ -63,7 +63,7 @@ def _check_grid_rope_keys(config: EncodingConfig) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class RoPE2DConfig(EncodingConfig):
+class RoPE2DConfig(RotaryConfig):
     """Configuration of :class:`RoPE2D`.
 
     Attributes:
@@ -127,6 +127,7 @@ class RoPE2D(_GridRotary):
     """
 
     Config = RoPE2DConfig
+    config: RoPE2DConfig
 
     def inv_freq(self, device: torch.device | str | None = None) -> torch.Tensor:
         """The per-axis frequencies times ``coord_scale``, float64 ``[head_dim // 4]``."""
@@ -149,7 +150,7 @@ class RoPE2D(_GridRotary):
 
 
 @dataclasses.dataclass(frozen=True)
-class RoPEMixedConfig(EncodingConfig):
+class RoPEMixedConfig(RotaryConfig):
     """Configuration of :class:`RoPEMixed`.
 
     Attributes:
@@ -176,12 +177,12 @@ class RoPEMixedConfig(EncodingConfig):
     def __post_init__(self) -> None:
         _check_grid_rope_keys(self)
         check_int("n_heads", self.n_heads)
-        if self.n_kv_heads is None:
-            object.__setattr__(self, "n_kv_heads", self.n_heads)
-        check_int("n_kv_heads", self.n_kv_heads)
-        if self.n_heads % self.n_kv_heads:
+        n_kv_heads = self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+        object.__setattr__(self, "n_kv_heads", n_kv_heads)
+        check_int("n_kv_heads", n_kv_heads)
+        if self.n_heads % n_kv_heads:
             raise ValueError(
-                f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})"
+                f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({n_kv_heads})"
             )
 
 
@@ -224,20 +225,27 @@ class RoPEMixed(_GridRotary):
     """
 
     Config = RoPEMixedConfig
+    config: RoPEMixedConfig
 
     def __init__(self, config: RoPEMixedConfig | None = None, **kwargs: Any) -> None:
         super().__init__(config, **kwargs)
-        c = self.config
-        shape = (2, c.n_kv_heads, c.head_dim // 2)  # [f_x/f_y, sets, pairs]
+        shape = (2, self.n_kv_heads, self.head_dim // 2)  # [f_x/f_y, sets, pairs]
         self.freqs = nn.Parameter(torch.empty(shape, **self.factory_kwargs))
         self.reset_parameters()
+
+    @property
+    def n_kv_heads(self) -> int:
+        """Key/value heads, one set of frequencies each (``n_heads`` unless configured)."""
+        n_kv_heads = self.config.n_kv_heads
+        assert n_kv_heads is not None  # RoPEMixedConfig.__post_init__ resolves it
+        return n_kv_heads
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
         """Re-draw a random phase per set of frequencies and re-initialise ``freqs``."""
         c = self.config
         device = self.freqs.device
-        phases = torch.empty(c.n_kv_heads, dtype=torch.float64, device=device)
+        phases = torch.empty(self.n_kv_heads, dtype=torch.float64, device=device)
         phases.uniform_(0, 2 * math.pi)
         self.freqs.copy_(rope_mixed_freqs(phases, c.head_dim, c.base))
 
@@ -253,11 +261,11 @@ class RoPEMixed(_GridRotary):
         self, x: torch.Tensor, rotation: tuple[torch.Tensor, ...], key: bool = False
     ) -> torch.Tensor:
         cos, sin = rotation
-        c = self.config
+        c, n_kv_heads = self.config, self.n_kv_heads
         heads = x.shape[1]
-        if key and heads not in (c.n_heads, c.n_kv_heads):
+        if key and heads not in (c.n_heads, n_kv_heads):
             raise ValueError(
-                f"k has {heads} heads but rope_mixed has n_kv_heads={c.n_kv_heads} "
+                f"k has {heads} heads but rope_mixed has n_kv_heads={n_kv_heads} "
                 f"(n_heads={c.n_heads}): key heads rotate with the frequencies of their query "
                 "heads; for grouped-query attention set n_kv_heads to the number of key heads"
             )
@@ -266,7 +274,7 @@ class RoPEMixed(_GridRotary):
                 f"q has {heads} heads but rope_mixed has n_heads={c.n_heads}: each query head "
                 "rotates with its own learned frequencies"
             )
-        if heads != c.n_kv_heads:  # query heads: the set of each one's key head
-            group = c.n_heads // c.n_kv_heads
+        if heads != n_kv_heads:  # query heads: the set of each one's key head
+            group = c.n_heads // n_kv_heads
             cos, sin = cos.repeat_interleave(group, 1), sin.repeat_interleave(group, 1)
         return apply_rope(x, cos, sin, c.layout)

@@ -122,6 +122,7 @@ class MRoPE(RoPE):
     """
 
     Config = MRopeConfig
+    config: MRopeConfig
 
     def check_positions(
         self,

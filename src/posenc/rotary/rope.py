@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-from ..base import RotaryEncoding
-from ..config import EncodingConfig, check_choice, check_float, check_int
+from ..base import RotaryConfig, RotaryEncoding
+from ..config import check_choice, check_float, check_int
 from ..functional.rope import ROPE_LAYOUTS, apply_rope, rope_cos_sin
 from ..registry import register
 from .scaling import ScalingConfig, parse_scaling
@@ -24,7 +24,7 @@ DEFAULT_BASE = 10000.0
 
 
 @dataclasses.dataclass(frozen=True)
-class RopeConfig(EncodingConfig):
+class RopeConfig(RotaryConfig):
     """Configuration of :class:`RoPE`.
 
     Attributes:
@@ -63,30 +63,32 @@ class RopeConfig(EncodingConfig):
                 if ours is not None and ours != theirs:
                     raise ValueError(f"{name}={ours} conflicts with scaling {key}={theirs}")
                 set_(self, name, theirs)
-        set_(self, "base", DEFAULT_BASE if self.base is None else self.base)
-        check_float("base", self.base)
-        if self.base <= 1:
-            raise ValueError(f"base must be > 1, got {self.base}")
-        factor = self.partial_rotary_factor
+        base = DEFAULT_BASE if self.base is None else self.base
+        set_(self, "base", base)
+        check_float("base", base)
+        if base <= 1:
+            raise ValueError(f"base must be > 1, got {base}")
+        rotary_dim, factor = self.rotary_dim, self.partial_rotary_factor
         if factor is not None:
             check_float("partial_rotary_factor", factor)
             if factor > 1:
                 raise ValueError(f"partial_rotary_factor must be in (0, 1], got {factor}")
             derived = int(self.head_dim * factor)
-            if self.rotary_dim is not None and self.rotary_dim != derived:
+            if rotary_dim is not None and rotary_dim != derived:
                 raise ValueError(
-                    f"rotary_dim={self.rotary_dim} conflicts with partial_rotary_factor={factor} "
+                    f"rotary_dim={rotary_dim} conflicts with partial_rotary_factor={factor} "
                     f"(head_dim * factor = {derived})"
                 )
-            set_(self, "rotary_dim", derived)
-        if self.rotary_dim is None:
-            set_(self, "rotary_dim", self.head_dim)
-        check_int("rotary_dim", self.rotary_dim, minimum=2, even=True)
-        if self.rotary_dim > self.head_dim:
-            raise ValueError(f"rotary_dim ({self.rotary_dim}) exceeds head_dim ({self.head_dim})")
+            rotary_dim = derived
+        if rotary_dim is None:
+            rotary_dim = self.head_dim
+        set_(self, "rotary_dim", rotary_dim)
+        check_int("rotary_dim", rotary_dim, minimum=2, even=True)
+        if rotary_dim > self.head_dim:
+            raise ValueError(f"rotary_dim ({rotary_dim}) exceeds head_dim ({self.head_dim})")
         # the scaling's own checks against the sizes (NTK needs d > 2, LongRoPE one factor
         # per pair) run now, at creation, not at the first forward
-        record.inv_freq(self.head_dim, self.rotary_dim, self.base, device="cpu")
+        record.inv_freq(self.head_dim, rotary_dim, base, device="cpu")
 
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()
@@ -124,6 +126,7 @@ class RoPE(RotaryEncoding):
     """
 
     Config = RopeConfig
+    config: RopeConfig
 
     @property
     def scaling(self) -> ScalingConfig:
@@ -149,8 +152,9 @@ class RoPE(RotaryEncoding):
 
     def rotation(
         self, positions: torch.Tensor, seq_len: int | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(cos, sin)`` of every position's angles, float32, ``positions.shape + (n,)``."""
+    ) -> tuple[torch.Tensor, ...]:
+        """``(cos, sin)`` of every position's angles, float32, ``positions.shape + (n,)``
+        (subclasses may add tables: xPos's ``scale``)."""
         positions = self.check_positions(positions)
         if seq_len is not None:
             check_int("seq_len", seq_len)

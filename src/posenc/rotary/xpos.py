@@ -97,10 +97,13 @@ class XPos(RoPE):
     """
 
     Config = XPosConfig
+    config: XPosConfig
 
     def zeta(self, device: torch.device | str | None = None) -> torch.Tensor:
         """ζ_i of each rotating pair (float64). Shapes: ``[rotary_dim // 2]``."""
-        return xpos_zeta(self.config.rotary_dim, device)
+        rotary_dim = self.config.rotary_dim
+        assert rotary_dim is not None  # RopeConfig.__post_init__ resolves it
+        return xpos_zeta(rotary_dim, device)
 
     def max_distance(self, dtype: torch.dtype = torch.float32) -> float:
         """The largest |position - center| accepted for ``dtype``."""
