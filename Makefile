@@ -32,7 +32,7 @@ typecheck: $(VENV)/.installed
 wheel-check: $(VENV)/.installed
 	$(PY) scripts/check_wheel.py --torch "$(TORCH)"
 
-test: lint wheel-check
+test: lint typecheck wheel-check
 	$(PY) -m pytest -q -n 2 -m "not slow"
 
 test-slow: $(VENV)/.installed
