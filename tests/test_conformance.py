@@ -181,6 +181,24 @@ def test_info_matches_module(name):
 
 
 @by_name
+def test_config_extends_its_kinds_config(name):
+    """Every kind's config holds its size key first (``dim``, ``head_dim``, ``n_heads``), so
+    the kind base reads the size, typed, from any encoding's config."""
+    cls = posenc.registry.get(name)
+    kind_config = {
+        "additive": posenc.base.AdditiveConfig,
+        "rotary": posenc.base.RotaryConfig,
+        "bias": posenc.base.BiasConfig,
+    }.get(cls.kind)
+    if kind_config is None:
+        assert cls.size_key is None
+        return
+    assert issubclass(cls.Config, kind_config)
+    assert cls.Config.accepted_keys()[0] == cls.size_key
+    assert getattr(make(name), cls.size_key) == SIZE
+
+
+@by_name
 def test_output_shapes(name, tol):
     enc = make(name)
     drive = Driver(enc)
