@@ -35,8 +35,11 @@ wheel-check: $(VENV)/.installed
 test: lint typecheck wheel-check
 	$(PY) -m pytest -q -n 2 -m "not slow"
 
+# The slow tests, then the whole suite on ATen's portable kernels (no AVX2/AVX-512 vectors):
+# the tolerances must hold whatever vector width and summation order a CPU takes.
 test-slow: $(VENV)/.installed
 	$(PY) -m pytest -q -n 2 -m slow
+	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -q -n 2
 
 format: $(VENV)/.installed
 	$(VENV)/bin/ruff check --fix src tests scripts
