@@ -245,3 +245,31 @@ def test_one_tensor_of_segment_ids_needs_equal_lengths():
     k = v = torch.randn(1, HEADS, 6, HEAD_DIM)
     with pytest.raises(ValueError, match=r"pass \(q_segment_ids, k_segment_ids\)"):
         posenc.attention(q, k, v, segment_ids=torch.zeros(1, 6, dtype=torch.long))
+
+
+def test_positions_shared_by_the_batch_reach_flex_with_masks(backends, bound):
+    """``[1, len]`` positions stand for every sequence, also where flex reads them per
+    sequence (its block mask and score_mod): the same result as ``[batch, len]``."""
+    if "flex" not in backends:
+        pytest.skip("compiled flex attention does not run on this CPU")
+    enc = make("alibi")
+    seq = 256  # auto takes flex from 256 x 256 scores
+    q, k, v = (torch.randn(2, HEADS, seq, HEAD_DIM) for _ in range(3))
+    real = torch.ones(2, seq, dtype=torch.bool)
+    real[1, :5] = False
+    shared = torch.arange(seq)[None]
+    with torch.no_grad():
+        out = posenc.attention(q, k, v, enc, shared, shared, key_padding_mask=real)
+        full = shared.expand(2, seq)
+        sdpa = posenc.attention(q, k, v, enc, full, full, key_padding_mask=real, backend="sdpa")
+    allowed = torch.ones(seq, seq, dtype=torch.bool).tril() & real[:, None, None, :]
+    assert_close(out, sdpa, **bound(q, k, v, enc, full, allowed))
+
+
+def test_masks_on_the_meta_device_and_on_another_device():
+    q = torch.randn(1, HEADS, 6, HEAD_DIM, device="meta")
+    real = torch.ones(1, 6, dtype=torch.bool, device="meta")
+    assert posenc.attention(q, q, q, key_padding_mask=real).shape == q.shape  # no value read
+    with pytest.raises(ValueError, match="key_padding_mask is on meta but k is on cpu"):
+        x = torch.randn(1, HEADS, 6, HEAD_DIM)
+        posenc.attention(x, x, x, key_padding_mask=real)

@@ -150,7 +150,13 @@ def attention(
         )
     check_batch(q_positions, q.shape[0], "q_positions")
     check_batch(k_positions, q.shape[0], "k_positions")
-    masks = Masks.build(key_padding_mask, segment_ids, q.shape[0], q_len, k_len)
+    # [1, len] stands for every sequence: expanded once, so per-sequence readers (flex's
+    # score_mod and mask_mod index positions[b]) see the whole batch
+    if q_positions.dim() == 2:
+        q_positions = q_positions.expand(q.shape[0], -1)
+    if k_positions.dim() == 2:
+        k_positions = k_positions.expand(q.shape[0], -1)
+    masks = Masks.build(key_padding_mask, segment_ids, q.shape[0], q_len, k_len, q.device)
 
     scale = _check_scale(scale, q.shape[-1])
     if backend not in BACKENDS:

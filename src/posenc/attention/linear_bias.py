@@ -84,11 +84,8 @@ def fused_linear_bias(
         width = sum(len(kv) * (d + n) for kv, n in runs)
         if width > MAX_WIDTH_RATIO * k.shape[1] * d:
             return None
-    if mask is not None:  # the whole mask, causal part included
-        return linear_bias_sdpa(
-            q, k, v, slopes, q_positions, k_positions, False, scale, blocks, mask
-        )
-    return linear_bias_sdpa(q, k, v, slopes, q_positions, k_positions, causal, scale, blocks)
+    causal = causal and mask is None  # a mask holds the causal part already
+    return linear_bias_sdpa(q, k, v, slopes, q_positions, k_positions, causal, scale, blocks, mask)
 
 
 def linear_bias_blocks(slopes: list[float], span: float, max_bias: float = BLOCK_BIAS) -> list[int]:

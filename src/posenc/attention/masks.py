@@ -44,6 +44,7 @@ class Masks:
         batch: int,
         q_len: int,
         k_len: int,
+        device: torch.device | None = None,
     ) -> Masks | None:
         """Validate the arguments of :func:`posenc.attention` (None when both are None).
 
@@ -60,7 +61,7 @@ class Masks:
                     f"{key_padding_mask.dtype}"
                 )
             check_padding_mask(key_padding_mask, "key_padding_mask")
-            _check_size("key_padding_mask", key_padding_mask, batch, k_len, "k")
+            _check_size("key_padding_mask", key_padding_mask, batch, k_len, "k", device)
         q_ids = k_ids = None
         if segment_ids is not None:
             if isinstance(segment_ids, (tuple, list)):
@@ -79,8 +80,8 @@ class Masks:
                 q_ids = k_ids = segment_ids
             check_segment_ids(q_ids, "segment_ids (queries)")
             check_segment_ids(k_ids, "segment_ids (keys)")
-            _check_size("segment_ids (queries)", q_ids, batch, q_len, "q")
-            _check_size("segment_ids (keys)", k_ids, batch, k_len, "k")
+            _check_size("segment_ids (queries)", q_ids, batch, q_len, "q", device)
+            _check_size("segment_ids (keys)", k_ids, batch, k_len, "k", device)
         return cls(key_padding_mask, q_ids, k_ids)
 
     def dense(
@@ -93,7 +94,9 @@ class Masks:
         segments together.
 
         Shapes:
-            positions ``[len]`` or ``[batch, len]`` -> ``[batch, 1, q_len, k_len]`` bool.
+            positions ``[len]`` or ``[batch, len]`` -> bool, broadcastable to
+            ``[batch, 1, q_len, k_len]`` (``[batch, 1, 1, k_len]`` for padding alone,
+            without the causal mask).
         """
         allowed: torch.Tensor | None = None
         if causal:
@@ -134,21 +137,18 @@ class Masks:
         return mask_mod
 
 
-def open_dead_rows(allowed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+def open_dead_rows(allowed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Let query rows that may see no key see every key, and say which they were.
 
     A row with no key (a pad query, or a query before every key) has no softmax: kernels
     give NaN or zeros depending on the version and the device. Opened, it gives finite
     values, which the caller replaces by zeros (:func:`zero_dead_rows`); its gradient is
-    then exactly zero, never NaN.
+    then exactly zero, never NaN. No value is read (no device sync, fine on meta).
 
     Shapes:
-        allowed ``[..., q_len, k_len]`` -> (the same, dead ``[..., q_len, 1]`` or None when
-        every row sees a key).
+        allowed ``[..., q_len | 1, k_len]`` -> (the same, dead ``[..., q_len | 1, 1]``).
     """
     dead = ~allowed.any(dim=-1, keepdim=True)
-    if not torch.compiler.is_compiling() and not bool(dead.any()):
-        return allowed, None
     return allowed | dead, dead
 
 
@@ -161,8 +161,12 @@ def zero_dead_rows(out: torch.Tensor, dead: torch.Tensor | None) -> torch.Tensor
     return out if dead is None else out.masked_fill(dead, 0.0)
 
 
-def _check_size(name: str, t: torch.Tensor, batch: int, length: int, of: str) -> None:
+def _check_size(
+    name: str, t: torch.Tensor, batch: int, length: int, of: str, device: torch.device | None
+) -> None:
     if tuple(t.shape) != (batch, length):
         raise ValueError(
             f"{name} must be [batch, {of}_len] = [{batch}, {length}], got {tuple(t.shape)}"
         )
+    if device is not None and t.device != device:
+        raise ValueError(f"{name} is on {t.device} but {of} is on {device}: move {name} there")

@@ -42,7 +42,7 @@ def check_input_ids(input_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
     input_ids = input_ids.long()  # uint16/32 have no min() on the CPU
     readable = not torch.compiler.is_compiling() and input_ids.device.type != "meta"
     if readable and input_ids.numel():
-        low, high = input_ids.min().item(), input_ids.max().item()
+        low, high = torch.stack(torch.aminmax(input_ids)).tolist()  # one pass, one sync
         if low < 0 or high >= vocab_size:
             bad = low if low < 0 else high
             raise ValueError(f"input_ids must be in [0, vocab_size={vocab_size}), got {bad}")
