@@ -29,6 +29,10 @@ class ScalingConfig(EncodingConfig):
     #: whether the frequencies depend on the current sequence length
     depends_on_length: ClassVar[bool] = False
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.encoding_name = f"rope scaling {cls.rope_type!r}"  # named in error messages
+
     def to_dict(self) -> dict[str, Any]:
         return {"rope_type": self.rope_type, **super().to_dict()}
 
@@ -63,13 +67,11 @@ def _check_factor(factor: Any) -> None:
 @dataclasses.dataclass(frozen=True)
 class DefaultScaling(ScalingConfig):
     rope_type: ClassVar[str] = "default"
-    encoding_name: ClassVar[str] = "rope scaling 'default'"
 
 
 @dataclasses.dataclass(frozen=True)
 class LinearScaling(ScalingConfig):
     rope_type: ClassVar[str] = "linear"
-    encoding_name: ClassVar[str] = "rope scaling 'linear'"
     factor: float
 
     def __post_init__(self) -> None:
@@ -79,7 +81,6 @@ class LinearScaling(ScalingConfig):
 @dataclasses.dataclass(frozen=True)
 class NTKScaling(ScalingConfig):
     rope_type: ClassVar[str] = "ntk"
-    encoding_name: ClassVar[str] = "rope scaling 'ntk'"
     factor: float
 
     def __post_init__(self) -> None:
@@ -89,7 +90,6 @@ class NTKScaling(ScalingConfig):
 @dataclasses.dataclass(frozen=True)
 class DynamicScaling(ScalingConfig):
     rope_type: ClassVar[str] = "dynamic"
-    encoding_name: ClassVar[str] = "rope scaling 'dynamic'"
     depends_on_length: ClassVar[bool] = True
     factor: float
     original_max_position_embeddings: int
@@ -102,7 +102,6 @@ class DynamicScaling(ScalingConfig):
 @dataclasses.dataclass(frozen=True)
 class YarnScaling(ScalingConfig):
     rope_type: ClassVar[str] = "yarn"
-    encoding_name: ClassVar[str] = "rope scaling 'yarn'"
     factor: float
     original_max_position_embeddings: int
     attention_factor: float | None = None
@@ -135,7 +134,6 @@ class YarnScaling(ScalingConfig):
 @dataclasses.dataclass(frozen=True)
 class Llama3Scaling(ScalingConfig):
     rope_type: ClassVar[str] = "llama3"
-    encoding_name: ClassVar[str] = "rope scaling 'llama3'"
     factor: float
     low_freq_factor: float
     high_freq_factor: float
@@ -156,7 +154,6 @@ class Llama3Scaling(ScalingConfig):
 @dataclasses.dataclass(frozen=True)
 class LongRopeScaling(ScalingConfig):
     rope_type: ClassVar[str] = "longrope"
-    encoding_name: ClassVar[str] = "rope scaling 'longrope'"
     depends_on_length: ClassVar[bool] = True
     short_factor: tuple[float, ...]
     long_factor: tuple[float, ...]
@@ -191,7 +188,6 @@ class LongRopeScaling(ScalingConfig):
 @dataclasses.dataclass(frozen=True)
 class ProportionalScaling(ScalingConfig):
     rope_type: ClassVar[str] = "proportional"
-    encoding_name: ClassVar[str] = "rope scaling 'proportional'"
     factor: float = 1.0
 
     def __post_init__(self) -> None:
