@@ -129,3 +129,15 @@ def test_generate_continues_mrope_ids_after_the_largest():
             pos = torch.cat((pos, torch.full((3, 1, 1), n + delta.item())), dim=-1)
     assert torch.equal(out, tokens)
     assert next_positions(positions)[:, 0, 0].tolist() == [8 + delta.item()] * 3
+
+
+def test_a_reused_segment_id_is_refused_with_explicit_positions_too():
+    """With positions that restart per document, an id used by two documents would let a
+    token see a later one of the same id: refused whoever computes the positions."""
+    lm = TransformerLM(vocab_size=VOCAB, dim=DIM, n_layers=LAYERS, n_heads=HEADS, encoding="rope")
+    ids = torch.randint(0, VOCAB, (1, 5))
+    segments = torch.tensor([[0, 0, 1, 0, 0]])
+    with pytest.raises(ValueError, match="an id reappears"):
+        lm(ids, segment_ids=segments)
+    with pytest.raises(ValueError, match="an id reappears"):
+        lm(ids, positions=torch.tensor([[0, 1, 0, 0, 1]]), segment_ids=segments)

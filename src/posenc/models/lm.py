@@ -20,7 +20,7 @@ from ..attention import KVCache
 from ..base import Encoding, RotaryEncoding
 from ..build import build
 from ..config import check_int
-from ..positions import arange, from_padding, from_segments
+from ..positions import arange, document_starts, from_padding, from_segments
 from .blocks import Block
 from .generation import generate
 from .inputs import check_input_ids, check_masks
@@ -166,6 +166,8 @@ class TransformerLM(nn.Module):
         if cache is not None:
             cache.check_batch(b)
         masks = check_masks(attention_mask, segment_ids, b, offset + s)
+        if positions is not None and segment_ids is not None:
+            document_starts(segment_ids)  # reused ids would let a token see a later one
         if positions is None and masks is not None:
             # each document, each unpadded prompt, gets the positions it has alone
             mask, ids = masks  # one at least is given: the mask when there are no ids

@@ -28,7 +28,13 @@ from .checks import (
 )
 from .grid import GridMixin, check_grid, check_grid_config, grid, grid_default_positions
 from .multimodal import multimodal
-from .padding import check_padding_mask, check_segment_ids, from_padding, from_segments
+from .padding import (
+    check_padding_mask,
+    check_segment_ids,
+    document_starts,
+    from_padding,
+    from_segments,
+)
 
 __all__ = [
     "GridMixin",
@@ -41,6 +47,7 @@ __all__ = [
     "check_padding_mask",
     "check_positions",
     "check_segment_ids",
+    "document_starts",
     "from_padding",
     "from_segments",
     "grid",

@@ -13,7 +13,13 @@ from typing import Any
 
 import torch
 
-__all__ = ["check_padding_mask", "check_segment_ids", "from_padding", "from_segments"]
+__all__ = [
+    "check_padding_mask",
+    "check_segment_ids",
+    "document_starts",
+    "from_padding",
+    "from_segments",
+]
 
 
 def check_padding_mask(mask: Any, name: str = "attention_mask") -> torch.Tensor:
@@ -96,17 +102,31 @@ def from_segments(
                 f"{tuple(ids.shape)}: they must match"
             )
     seq = ids.shape[-1]
-    starts = torch.ones_like(ids, dtype=torch.bool)  # True where a document starts
+    starts = document_starts(ids)
+    index = torch.arange(seq, device=ids.device).expand_as(ids)
+    start = torch.where(starts, index, 0).cummax(dim=-1).values  # [b, seq]: document start
+    before = real.cumsum(-1) - real  # [b, seq]: real tokens before each token in its row
+    positions = before - before.gather(-1, start)
+    return positions.masked_fill(real == 0, 0)
+
+
+def document_starts(segment_ids: torch.Tensor) -> torch.Tensor:
+    """True where a packed document starts, after checking that every document is one run
+    of equal ids: an id that reappears after another would join two documents in the
+    segment mask, and under positions that restart per document, let a token see a later
+    one of the same id. The check reads the ids (skipped under compile and on meta).
+
+    Shapes:
+        segment_ids ``[batch, seq]`` integers -> ``[batch, seq]`` bool.
+    """
+    ids = segment_ids
+    starts = torch.ones_like(ids, dtype=torch.bool)
     starts[:, 1:] = ids[:, 1:] != ids[:, :-1]
-    if not torch.compiler.is_compiling() and ids.device.type != "meta" and seq > 1:
+    if not torch.compiler.is_compiling() and ids.device.type != "meta" and ids.shape[-1] > 1:
         distinct = (ids.sort(dim=-1).values.diff(dim=-1) != 0).sum(-1) + 1
         if bool((starts.sum(-1) != distinct).any()):
             raise ValueError(
                 "segment_ids: an id reappears after another one in the same row; give each "
                 "packed document its own id (a run of equal ids, e.g. 0, 0, 1, 1, 1, 2)"
             )
-    index = torch.arange(seq, device=ids.device).expand_as(ids)
-    start = torch.where(starts, index, 0).cummax(dim=-1).values  # [b, seq]: document start
-    before = real.cumsum(-1) - real  # [b, seq]: real tokens before each token in its row
-    positions = before - before.gather(-1, start)
-    return positions.masked_fill(real == 0, 0)
+    return starts
