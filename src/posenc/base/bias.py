@@ -112,18 +112,29 @@ class BiasEncoding(Encoding):
 
         return mod
 
-    def _check_pair(self, q_positions, k_positions) -> tuple[Any, Any]:
-        """The query and key positions (either may be None: the default) checked, keys on
-        the queries' device and with a batch size that agrees, and as the bias computes
-        with them (integer dtypes as int64)."""
+    def _check_pair(
+        self, q_positions, k_positions, q: torch.Tensor | None = None
+    ) -> tuple[Any, Any]:
+        """The query and key positions (either may be None: the default) checked, as the
+        bias computes with them (integer dtypes as int64): on the device of ``q`` (else of
+        the queries' positions, else of the encoding), for ``q``'s queries, and with batch
+        sizes that agree (with ``q``'s, else with the queries' positions)."""
+        device = None if q is None else q.device
         if q_positions is not None:
-            q_positions = self.check_positions(q_positions, name="q_positions")
+            q_len = None if q is None else q.shape[2]
+            q_positions = self.check_positions(
+                q_positions, seq_len=q_len, name="q_positions", device=device
+            )
         if k_positions is not None:
-            device = None if q_positions is None else q_positions.device
+            if device is None and q_positions is not None:
+                device = q_positions.device
             k_positions = self.check_positions(k_positions, name="k_positions", device=device)
-        batch = None if q_positions is None or q_positions.dim() == 1 else q_positions.shape[0]
-        if k_positions is not None and batch not in (None, 1):
-            check_batch(k_positions, batch, "k_positions")
+        batch = None if q is None else q.shape[0]
+        if batch is None and q_positions is not None and q_positions.dim() == 2:
+            batch = q_positions.shape[0] if q_positions.shape[0] != 1 else None
+        for name, positions in (("q_positions", q_positions), ("k_positions", k_positions)):
+            if batch is not None and positions is not None:
+                check_batch(positions, batch, name)
         return q_positions, k_positions
 
     def linear_slopes(self, causal: bool) -> list[float] | None:

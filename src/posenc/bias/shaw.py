@@ -13,7 +13,7 @@ from torch import nn
 from ..base import BiasConfig, BiasEncoding
 from ..config import check_float, check_int
 from ..functional.shaw import shaw_index, shaw_key_bias, shaw_key_scores, shaw_value_term
-from ..positions import check_batch, position_at
+from ..positions import position_at
 from ..registry import register
 
 __all__ = ["Shaw"]
@@ -146,27 +146,6 @@ class Shaw(BiasEncoding):
         check_float("scale", scale)
         return scale
 
-    def _check_positions(self, q_positions, k_positions, q: torch.Tensor | None) -> tuple:
-        """Integer positions (as int64; None stays None, the default) on the device of
-        ``q`` (else of the tables), for ``q``'s queries and batch."""
-        device = self.key_table.device if q is None else q.device
-        if q_positions is not None:
-            q_positions = self.check_positions(
-                q_positions,
-                seq_len=None if q is None else q.shape[2],
-                name="q_positions",
-                device=device,
-            )
-        if k_positions is not None:
-            k_positions = self.check_positions(k_positions, name="k_positions", device=device)
-        batch = q.shape[0] if q is not None else None
-        if batch is None and q_positions is not None and q_positions.dim() == 2:
-            batch = q_positions.shape[0] if q_positions.shape[0] != 1 else None
-        for name, positions in (("q_positions", q_positions), ("k_positions", k_positions)):
-            if batch is not None and positions is not None:
-                check_batch(positions, batch, name)
-        return q_positions, k_positions
-
     def _index(self, q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor:
         """Table rows of every (query, key) pair: ``[1, 1, q_len, k_len]`` or
         ``[batch, 1, q_len, k_len]``."""
@@ -188,7 +167,7 @@ class Shaw(BiasEncoding):
             head_dim]`` -> ``[batch, n_heads, q_len, k_len]``
         """
         q = self._check_q(q)
-        q_positions, k_positions = self._check_positions(q_positions, k_positions, q)
+        q_positions, k_positions = self._check_pair(q_positions, k_positions, q)
         index = self._index(q_positions, k_positions)
         return shaw_key_bias(shaw_key_scores(q, self.key_table, self._scale(scale)), index)
 
@@ -206,7 +185,7 @@ class Shaw(BiasEncoding):
         ones are ``[len]`` or ``[batch, len]`` integer tensors.
         """
         q = self._check_q(q)
-        q_positions, k_positions = self._check_positions(q_positions, k_positions, q)
+        q_positions, k_positions = self._check_pair(q_positions, k_positions, q)
         check_int("q_offset", q_offset, minimum=0)
         key_scores = shaw_key_scores(q, self.key_table, self._scale(scale))  # [b, h, q, 2k+1]
         max_distance = self.config.max_distance
@@ -229,6 +208,6 @@ class Shaw(BiasEncoding):
         """
         if self.value_table is None:
             raise ValueError("this shaw encoding has no value table: create it with values=True")
-        q_positions, k_positions = self._check_positions(q_positions, k_positions, None)
+        q_positions, k_positions = self._check_pair(q_positions, k_positions)
         index = self._index(q_positions, k_positions)
         return shaw_value_term(probs, self.value_table, index)
