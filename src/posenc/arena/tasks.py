@@ -1,0 +1,210 @@
+"""Synthetic tasks for the arena: copy / reverse and key-value retrieval.
+
+Copy and reverse test length generalisation: train on short strings, ask for longer ones
+(Kazemnejad et al. 2023, "The impact of positional encoding on length generalization in
+transformers"; Ruoss et al. 2023, "Randomized positional encodings boost length
+generalization of transformers"). Key-value retrieval measures how accuracy depends on where
+the answer sits in the context (Liu et al. 2023, "Lost in the middle").
+
+Every batch is a pure function of the ``torch.Generator`` passed in (drawn on the CPU).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = [
+    "BOS",
+    "EOS",
+    "IGNORE",
+    "KV_BOS",
+    "KV_VOCAB",
+    "N_KEYS",
+    "N_SYMBOLS",
+    "N_VALUES",
+    "PAD",
+    "QUERY",
+    "SEP",
+    "SEQUENCE_TASKS",
+    "SEQUENCE_VOCAB",
+    "TaskBatch",
+    "kv_batch",
+    "kv_length",
+    "sequence_batch",
+    "sequence_length",
+]
+
+IGNORE = -100
+"""Target id of a position that is not scored (``F.cross_entropy``'s default ``ignore_index``)."""
+
+# copy / reverse: symbols 0..N_SYMBOLS-1, then the four special tokens
+N_SYMBOLS = 16
+BOS, SEP, EOS, PAD = N_SYMBOLS, N_SYMBOLS + 1, N_SYMBOLS + 2, N_SYMBOLS + 3
+SEQUENCE_VOCAB = N_SYMBOLS + 4
+SEQUENCE_TASKS = ("copy", "reverse")
+
+# key-value retrieval: keys, then values, then BOS and QUERY
+N_KEYS = 64
+N_VALUES = 64
+KV_BOS = N_KEYS + N_VALUES
+QUERY = KV_BOS + 1
+KV_VOCAB = N_KEYS + N_VALUES + 2
+
+
+@dataclass(frozen=True)
+class TaskBatch:
+    """A batch of token ids and the token each position must predict.
+
+    Loss: ``F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)``.
+
+    Shapes:
+        inputs: ``[batch, seq]`` int64 token ids.
+        targets: ``[batch, seq]`` int64, the id position ``t`` must predict, or
+        :data:`IGNORE` where nothing is scored.
+    """
+
+    inputs: torch.Tensor
+    targets: torch.Tensor
+
+    def __post_init__(self) -> None:
+        for name in ("inputs", "targets"):
+            t = getattr(self, name)
+            if not isinstance(t, torch.Tensor) or t.dtype != torch.int64 or t.dim() != 2:
+                raise ValueError(f"TaskBatch.{name} must be a 2-D int64 tensor, got {_describe(t)}")
+        if self.inputs.shape != self.targets.shape:
+            raise ValueError(
+                f"TaskBatch.inputs {tuple(self.inputs.shape)} and targets "
+                f"{tuple(self.targets.shape)} must have the same shape"
+            )
+
+    def scored_tokens(self) -> int:
+        """The number of scored positions (targets other than :data:`IGNORE`)."""
+        return int((self.targets != IGNORE).sum())
+
+
+def _describe(t: object) -> str:
+    if isinstance(t, torch.Tensor):
+        return f"a {t.dim()}-D {t.dtype} tensor"
+    return type(t).__name__
+
+
+def _check_int(name: str, value: object, low: int, high: int | None = None) -> int:
+    """``value`` as an int in ``[low, high]`` (no upper bound when ``high`` is None)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{name} must be an int, got {type(value).__name__}")
+    if value < low or (high is not None and value > high):
+        bound = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise ValueError(f"{name} must be {bound}, got {value}")
+    return value
+
+
+def _check_generator(generator: object) -> torch.Generator:
+    if not isinstance(generator, torch.Generator) or generator.device.type != "cpu":
+        raise ValueError(f"generator must be a CPU torch.Generator, got {generator!r}")
+    return generator
+
+
+def sequence_length(length: int) -> int:
+    """Length of the inputs of one copy / reverse row of ``length`` symbols:
+    ``BOS x1..xn SEP y1..yn EOS`` less its last token, ``2 * length + 2``."""
+    return 2 * _check_int("length", length, 1) + 2
+
+
+def sequence_batch(
+    task: str, batch_size: int, min_length: int, max_length: int, generator: torch.Generator
+) -> TaskBatch:
+    """A batch of copy or reverse rows, ``BOS x1..xn SEP y1..yn EOS``.
+
+    ``y = x`` (copy) or ``x`` reversed (reverse); each row's ``n`` is uniform in
+    ``[min_length, max_length]`` and its symbols uniform in ``[0, N_SYMBOLS)``. Inputs are
+    the row less its last token, targets the row less its first: only ``y1..yn`` and the final
+    ``EOS`` are scored (the first scored input is ``SEP``). Rows are right-padded with
+    :data:`PAD` (targets :data:`IGNORE`) to ``sequence_length(max_length)``.
+
+    Shapes:
+        inputs, targets: ``[batch_size, 2 * max_length + 2]``.
+    """
+    if task not in SEQUENCE_TASKS:
+        raise ValueError(f"task must be one of {SEQUENCE_TASKS}, got {task!r}")
+    batch_size = _check_int("batch_size", batch_size, 1)
+    min_length = _check_int("min_length", min_length, 1)
+    max_length = _check_int("max_length", max_length, min_length)
+    generator = _check_generator(generator)
+
+    lengths = torch.randint(min_length, max_length + 1, (batch_size, 1), generator=generator)
+    x = torch.randint(0, N_SYMBOLS, (batch_size, max_length), generator=generator)
+
+    width = 2 * max_length + 3  # the full row, before the input/target shift
+    j = torch.arange(width).expand(batch_size, width)  # (B, W) position in the row
+    i = torch.arange(max_length).expand(batch_size, max_length)  # (B, max_length)
+    # reverse: y_i = x_(n-1-i) for i < n (the rest is never read)
+    y = x.gather(1, (lengths - 1 - i).clamp(min=0)) if task == "reverse" else x
+    row = torch.full((batch_size, width), PAD, dtype=torch.int64)
+    row[:, 0] = BOS
+    in_x = (j >= 1) & (j <= lengths)
+    row[in_x] = x.gather(1, (j - 1).clamp(0, max_length - 1))[in_x]
+    row[j == lengths + 1] = SEP
+    in_y = (j >= lengths + 2) & (j <= 2 * lengths + 1)
+    row[in_y] = y.gather(1, (j - lengths - 2).clamp(0, max_length - 1))[in_y]
+    row[j == 2 * lengths + 2] = EOS
+
+    inputs = row[:, :-1]
+    targets = row[:, 1:].clone()
+    t = j[:, :-1]
+    scored = (t >= lengths + 1) & (t <= 2 * lengths + 1)  # targets y1..yn and EOS
+    targets[~scored] = IGNORE
+    return TaskBatch(inputs.contiguous(), targets)
+
+
+def kv_length(n_pairs: int, query_first: bool = False) -> int:
+    """Length of one key-value row: ``BOS [QUERY kq] k1 v1 ... kn vn QUERY kq``."""
+    n_pairs = _check_int("n_pairs", n_pairs, 1, N_KEYS)
+    return 2 * n_pairs + 3 + (2 if query_first else 0)
+
+
+def kv_batch(
+    batch_size: int,
+    n_pairs: int,
+    generator: torch.Generator,
+    *,
+    gold: int | None = None,
+    query_first: bool = False,
+) -> TaskBatch:
+    """A batch of key-value retrieval rows: ``BOS k1 v1 ... kn vn QUERY kq``.
+
+    Keys are distinct within a row (ids ``[0, N_KEYS)``), values uniform in
+    ``[N_KEYS, N_KEYS + N_VALUES)`` (they may repeat). The queried key is the ``gold``-th
+    pair's key (0-based; uniform per row when ``gold`` is None). With ``query_first`` the
+    row starts ``BOS QUERY kq`` as well (Liu et al.'s query-aware contextualisation). Only
+    the last position is scored: its target is the gold value.
+
+    Shapes:
+        inputs, targets: ``[batch_size, kv_length(n_pairs, query_first)]``.
+    """
+    batch_size = _check_int("batch_size", batch_size, 1)
+    n_pairs = _check_int("n_pairs", n_pairs, 1, N_KEYS)
+    if gold is not None:
+        gold = _check_int("gold", gold, 0, n_pairs - 1)
+    if not isinstance(query_first, bool):
+        raise ValueError(f"query_first must be a bool, got {type(query_first).__name__}")
+    generator = _check_generator(generator)
+
+    keys = torch.rand(batch_size, N_KEYS, generator=generator).argsort(dim=1)[:, :n_pairs]
+    values = torch.randint(N_KEYS, N_KEYS + N_VALUES, (batch_size, n_pairs), generator=generator)
+    if gold is None:
+        gold_index = torch.randint(0, n_pairs, (batch_size, 1), generator=generator)
+    else:
+        gold_index = torch.full((batch_size, 1), gold, dtype=torch.int64)
+    kq = keys.gather(1, gold_index)  # (B, 1)
+    answer = values.gather(1, gold_index)  # (B, 1)
+
+    pairs = torch.stack([keys, values], dim=2).flatten(1)  # (B, n_pairs, 2) -> (B, 2 * n_pairs)
+    bos = torch.full((batch_size, 1), KV_BOS, dtype=torch.int64)
+    query = torch.cat([torch.full_like(kq, QUERY), kq], dim=1)  # (B, 2)
+    parts = [bos, query, pairs, query] if query_first else [bos, pairs, query]
+    inputs = torch.cat(parts, dim=1)
+    targets = torch.full_like(inputs, IGNORE)
+    targets[:, -1:] = answer
+    return TaskBatch(inputs, targets)
