@@ -1,0 +1,503 @@
+"""Arena results: the records of a run as ``results.json`` and ``results.csv``, their
+aggregation over seeds, the terminal table and the comparison of two runs.
+
+A measurement is a plain dict (see the arena design): ``experiment``, ``encoding``, ``seed``,
+``train_length``, ``eval_length``, ``metric``, ``value`` (``None`` where the case cannot run,
+with a ``note`` saying why) and extra identity keys such as ``mode``, ``scaling``, ``factor``,
+``stage``, ``task``, ``gold_position``, ``n_pairs``. Every key but ``seed``, ``value`` and
+``note`` is part of what a measurement measures; :func:`aggregate` groups by those keys.
+
+``rich`` (the terminal table) is imported only by :func:`table` and :func:`compare`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import platform
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "BASE_FIELDS",
+    "EXPERIMENTS",
+    "FORMAT",
+    "KEY_FIELDS",
+    "NON_KEY_FIELDS",
+    "Panel",
+    "aggregate",
+    "compare",
+    "format_cell",
+    "load_results",
+    "make_results",
+    "measurement_key",
+    "panels",
+    "table",
+    "to_csv",
+    "write_results",
+]
+
+FORMAT = 1
+EXPERIMENTS = (
+    "extrapolation",
+    "context-extension",
+    "length-generalization",
+    "nope-needs-causality",
+    "lost-in-the-middle",
+)
+# The keys every record has (``note`` only where ``value`` is None), in CSV column order.
+BASE_FIELDS = (
+    "experiment",
+    "encoding",
+    "seed",
+    "train_length",
+    "eval_length",
+    "metric",
+    "value",
+    "note",
+)
+# What varies between seeds of one measurement; every other key is its identity.
+NON_KEY_FIELDS = ("seed", "value", "note")
+# The identity keys the experiments use, in display order. A record's identity is all its
+# keys but NON_KEY_FIELDS, so an extra key not listed here still tells measurements apart.
+KEY_FIELDS = (
+    "experiment",
+    "encoding",
+    "train_length",
+    "eval_length",
+    "metric",
+    "mode",
+    "scaling",
+    "factor",
+    "stage",
+    "task",
+    "gold_position",
+    "n_pairs",
+)
+# What aggregate() adds to a measurement's identity keys.
+_AGGREGATE_FIELDS = ("mean", "std", "n", "seeds", "values")
+_REQUIRED = ("experiment", "encoding", "seed", "train_length", "eval_length", "metric", "value")
+# Known values of the categorical keys, in the order tables and figures show them.
+_ORDER = (
+    "chunks",
+    "sliding",
+    "causal",
+    "bidirectional",
+    "query-last",
+    "query-first",
+    "zero-shot",
+    "fine-tuned",
+    "none",
+    "linear",
+    "ntk",
+    "dynamic",
+    "yarn",
+    "copy",
+    "reverse",
+    "kv",
+)
+
+Key = tuple[tuple[str, Any], ...]
+
+
+# --- records -------------------------------------------------------------------------------
+
+
+def check_measurement(record: Any, where: str = "measurement") -> None:
+    """``ValueError`` unless ``record`` is a dict with the required keys and a valid value."""
+    if not isinstance(record, dict):
+        raise ValueError(f"{where}: expected a dict, got {type(record).__name__}")
+    missing = [k for k in _REQUIRED if k not in record]
+    if missing:
+        raise ValueError(f"{where}: missing keys {missing} (has {sorted(record)})")
+    if record["experiment"] not in EXPERIMENTS:
+        raise ValueError(
+            f"{where}: unknown experiment {record['experiment']!r}; expected one of {EXPERIMENTS}"
+        )
+    value = record["value"]
+    if value is None:
+        if not record.get("note"):
+            raise ValueError(f"{where}: value None needs a note saying why it cannot run")
+    elif isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{where}: value must be a number or None, got {value!r}")
+
+
+def measurement_key(record: Mapping[str, Any]) -> Key:
+    """The identity of ``record`` (or of a row of :func:`aggregate`) apart from its seed: its
+    keys but ``seed``/``value``/``note`` (and the aggregate's own), sorted, with their values."""
+    return tuple(
+        sorted((k, v) for k, v in record.items() if k not in NON_KEY_FIELDS + _AGGREGATE_FIELDS)
+    )
+
+
+def _versions() -> dict[str, str]:
+    import numpy
+    import torch
+
+    from posenc import __version__
+
+    return {
+        "posenc": __version__,
+        "torch": str(torch.__version__),
+        "python": platform.python_version(),
+        "numpy": numpy.__version__,
+    }
+
+
+def _machine() -> dict[str, Any]:
+    import torch
+
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def make_results(
+    config: Mapping[str, Any],
+    command: Sequence[str],
+    experiments: Sequence[str],
+    measurements: Sequence[Mapping[str, Any]],
+    timings: Mapping[str, Mapping[str, float]],
+) -> dict[str, Any]:
+    """The ``results.json`` document of a run: the inputs plus ``format``, ``versions`` and
+    ``machine``. Measurements keep their order; an unknown experiment or a malformed record
+    is a ``ValueError``."""
+    for name in experiments:
+        if name not in EXPERIMENTS:
+            raise ValueError(f"unknown experiment {name!r}; expected one of {EXPERIMENTS}")
+    records = [dict(m) for m in measurements]
+    for i, record in enumerate(records):
+        check_measurement(record, f"measurement {i}")
+    return {
+        "format": FORMAT,
+        "config": dict(config),
+        "command": list(command),
+        "versions": _versions(),
+        "machine": _machine(),
+        "timings": {k: dict(v) for k, v in timings.items()},
+        "experiments": list(experiments),
+        "measurements": records,
+    }
+
+
+def to_csv(measurements: Iterable[Mapping[str, Any]]) -> str:
+    """The records as CSV: the base keys first, then the other keys sorted; ``None`` or a
+    missing key is an empty cell. Floats are written with ``repr`` (they read back exactly)."""
+    records = list(measurements)
+    extras = sorted({k for r in records for k in r} - set(BASE_FIELDS))
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    header = [*BASE_FIELDS, *extras]
+    writer.writerow(header)
+    for r in records:
+        writer.writerow(["" if r.get(k) is None else r[k] for k in header])
+    return out.getvalue()
+
+
+def write_results(run_dir: str | Path, results: Mapping[str, Any]) -> None:
+    """Write ``results.json`` and ``results.csv`` into ``run_dir``, each atomically."""
+    from .files import atomic_write_json, atomic_write_text
+
+    run_dir = Path(run_dir)
+    atomic_write_json(run_dir / "results.json", dict(results))
+    atomic_write_text(run_dir / "results.csv", to_csv(results["measurements"]))
+
+
+def load_results(run_dir_or_file: str | Path) -> dict[str, Any]:
+    """The results in a run directory (its ``results.json``) or in a results file.
+    ``ValueError`` naming the path when it is missing or not an arena results file."""
+    path = Path(run_dir_or_file)
+    if path.is_dir():
+        path = path / "results.json"
+    if not path.is_file():
+        raise ValueError(f"{path}: no such results file (expected a run directory or results.json)")
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: not a results file (invalid JSON: {e})") from None
+    if not isinstance(results, dict) or "measurements" not in results:
+        raise ValueError(f"{path}: not an arena results file (no 'measurements')")
+    if results.get("format") != FORMAT:
+        raise ValueError(
+            f"{path}: results format {results.get('format')!r}, this posenc reads format {FORMAT}"
+        )
+    if not isinstance(results["measurements"], list):
+        raise ValueError(f"{path}: 'measurements' must be a list")
+    for i, record in enumerate(results["measurements"]):
+        check_measurement(record, f"{path}: measurement {i}")
+    return results
+
+
+# --- aggregation ---------------------------------------------------------------------------
+
+
+def aggregate(measurements: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per measurement (records grouped by :func:`measurement_key`), in the order
+    each was first produced: its identity keys plus ``mean`` and ``std`` (sample standard
+    deviation, 0 for one value) over the seeds that ran, ``n`` (how many ran), ``seeds`` and
+    ``values`` (aligned, ``None`` where a seed could not run). A group where nothing ran has
+    ``mean``/``std`` ``None`` and the first ``note``."""
+    groups: dict[Key, list[Mapping[str, Any]]] = {}
+    for record in measurements:
+        groups.setdefault(measurement_key(record), []).append(record)
+    rows = []
+    for members in groups.values():
+        first = members[0]
+        row: dict[str, Any] = {k: v for k, v in first.items() if k not in NON_KEY_FIELDS}
+        values = [m["value"] for m in members]
+        ran = [float(v) for v in values if v is not None]
+        row["mean"] = statistics.fmean(ran) if ran else None
+        row["std"] = (statistics.stdev(ran) if len(ran) > 1 else 0.0) if ran else None
+        row["n"] = len(ran)
+        row["seeds"] = [m["seed"] for m in members]
+        row["values"] = values
+        notes = [m["note"] for m in members if m.get("note")]
+        if notes:
+            row["note"] = notes[0]
+        rows.append(row)
+    return rows
+
+
+# --- pivot tables (shared by the terminal table and the report) ----------------------------
+
+
+@dataclass(frozen=True)
+class _Layout:
+    panels: tuple[str, ...]  # one table per value of these keys
+    column: str  # the key spread over columns
+    hide: tuple[str, ...]  # keys that follow from the column (not row labels)
+    metrics: tuple[str, ...]  # preferred metric first
+
+
+_LAYOUTS = {
+    "extrapolation": _Layout(("mode",), "eval_length", (), ("perplexity", "bits_per_byte", "loss")),
+    "context-extension": _Layout(
+        ("stage",), "factor", ("eval_length",), ("perplexity", "bits_per_byte", "loss")
+    ),
+    "length-generalization": _Layout(("task",), "eval_length", (), ("accuracy",)),
+    "nope-needs-causality": _Layout((), "mode", (), ("perplexity", "loss", "bits_per_byte")),
+    "lost-in-the-middle": _Layout(("mode",), "gold_position", ("eval_length",), ("accuracy",)),
+}
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One table of numbers: ``header`` (row-label names, then column labels) and ``rows``
+    (row labels, then cells), all strings; the first ``n_labels`` columns are labels."""
+
+    title: str
+    n_labels: int
+    header: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+
+
+def sort_key(value: Any) -> tuple[int, Any]:
+    """Numbers in order, then known names in their canonical order, then other strings."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return (0, value)
+    if value in _ORDER:
+        return (1, _ORDER.index(value))
+    return (2, str(value))
+
+
+def primary_metric(rows: Sequence[Mapping[str, Any]], experiment: str) -> str | None:
+    """The metric an experiment's table and figure show: its preferred one, if measured."""
+    present = [r["metric"] for r in rows if r["experiment"] == experiment]
+    for metric in _LAYOUTS[experiment].metrics:
+        if metric in present:
+            return metric
+    return present[0] if present else None
+
+
+def _number(value: float) -> str:
+    if math.isnan(value) or math.isinf(value):
+        return str(value)
+    return f"{value:.4g}"
+
+
+def format_cell(row: Mapping[str, Any] | None) -> str:
+    """An aggregated row as a table cell: ``mean`` (``± std`` where seeds differ), ``cannot
+    run`` where nothing ran, empty where the case was not measured."""
+    if row is None:
+        return ""
+    if row["mean"] is None:
+        return "cannot run"
+    text = _number(row["mean"])
+    if row["n"] > 1 and row["std"]:
+        text += f" ± {row['std']:.2g}"
+    return text
+
+
+def _multiple(length: int, train_length: int) -> str:
+    """``length`` as a multiple of the training length: ``L``, ``2L``, ``L/2``, ``1.5L``."""
+    if length == train_length:
+        return "L"
+    if length > train_length:
+        ratio = length / train_length
+        return f"{ratio:g}L"
+    ratio = train_length / length
+    return f"L/{ratio:g}" if ratio == int(ratio) else f"{length / train_length:.2g}L"
+
+
+def _column_label(experiment: str, field: str, value: Any, train_lengths: set[Any]) -> str:
+    if field == "eval_length" and len(train_lengths) == 1 and experiment == "extrapolation":
+        return f"{value} ({_multiple(value, next(iter(train_lengths)))})"
+    if field == "factor":
+        return f"×{value}"
+    return str(value)
+
+
+def panels(results: Mapping[str, Any], experiment: str) -> list[Panel]:
+    """The tables of an experiment's numbers (the primary metric, aggregated over seeds),
+    as :class:`Panel` objects; ``[]`` when the experiment has no measurements."""
+    if experiment not in _LAYOUTS:
+        raise ValueError(f"unknown experiment {experiment!r}; expected one of {EXPERIMENTS}")
+    layout = _LAYOUTS[experiment]
+    rows = [r for r in aggregate(results["measurements"]) if r["experiment"] == experiment]
+    metric = primary_metric(rows, experiment)
+    rows = [r for r in rows if r["metric"] == metric]
+    if not rows:
+        return []
+    fixed = {"experiment", "metric", layout.column, *layout.panels, *layout.hide}
+    fields = [k for r in rows for k in r if k not in fixed]
+    fields = [
+        k
+        for k in dict.fromkeys(fields)
+        if k not in (*_AGGREGATE_FIELDS, "note") and len({repr(r.get(k)) for r in rows}) > 1
+    ] or ["encoding"]
+    train_lengths = {r["train_length"] for r in rows}
+    out = []
+    panel_values = sorted(
+        {tuple(r.get(k) for k in layout.panels) for r in rows},
+        key=lambda vs: [sort_key(v) for v in vs],
+    )
+    for pv in panel_values:
+        members = [r for r in rows if tuple(r.get(k) for k in layout.panels) == pv]
+        columns = sorted({r[layout.column] for r in members}, key=sort_key)
+        labels = list(dict.fromkeys(tuple(r.get(k) for k in fields) for r in members))
+        cells = {(tuple(r.get(k) for k in fields), r[layout.column]): r for r in members}
+        body = tuple(
+            (
+                *("" if v is None else str(v) for v in label),
+                *(format_cell(cells.get((label, c))) for c in columns),
+            )
+            for label in labels
+        )
+        where = ", ".join(f"{k} {v}" for k, v in zip(layout.panels, pv, strict=True))
+        title = f"{experiment}: {metric}" + (f" ({where})" if where else "")
+        header = (
+            *fields,
+            *(_column_label(experiment, layout.column, c, train_lengths) for c in columns),
+        )
+        out.append(Panel(title, len(fields), header, body))
+    return out
+
+
+# --- terminal output -----------------------------------------------------------------------
+
+
+def _rich() -> Any:
+    try:
+        import rich.console
+        import rich.table
+    except ImportError:
+        raise ImportError(
+            "the arena's terminal table needs rich: pip install 'posenc[arena]'"
+        ) from None
+    return rich
+
+
+def _render(tables: Sequence[Any], width: int = 120) -> str:
+    rich = _rich()
+    out = io.StringIO()
+    console = rich.console.Console(
+        file=out, width=width, color_system=None, force_terminal=False, highlight=False
+    )
+    for t in tables:
+        console.print(t)
+    return out.getvalue()
+
+
+def _rich_table(panel: Panel) -> Any:
+    rich = _rich()
+    t = rich.table.Table(title=panel.title)
+    for i, name in enumerate(panel.header):
+        t.add_column(name, justify="left" if i < panel.n_labels else "right", no_wrap=True)
+    for row in panel.rows:
+        t.add_row(*row)
+    return t
+
+
+def table(results: Mapping[str, Any], experiment: str | None = None) -> str:
+    """The run's numbers as text tables (rich, 120 columns, no colour codes): every
+    experiment present (or only ``experiment``), one table per panel (e.g. per mode).
+    Extrapolation: rows encodings, columns eval lengths (L, 2L, ...), cells mean perplexity
+    ± std over seeds, ``cannot run`` where it could not."""
+    if experiment is not None and experiment not in EXPERIMENTS:
+        raise ValueError(f"unknown experiment {experiment!r}; expected one of {EXPERIMENTS}")
+    names = [experiment] if experiment is not None else list(EXPERIMENTS)
+    tables = [_rich_table(p) for name in names for p in panels(results, name)]
+    if not tables:
+        which = experiment or "any experiment"
+        return f"no measurements for {which}\n"
+    return _render(tables)
+
+
+def describe(row: Mapping[str, Any]) -> str:
+    """A measurement's identity (but its experiment) as ``key=value`` words."""
+    keys = [k for k in KEY_FIELDS if k in row and k != "experiment"]
+    keys += sorted(
+        k for k in row if k not in KEY_FIELDS and k not in NON_KEY_FIELDS + _AGGREGATE_FIELDS
+    )
+    return " ".join(f"{k}={row[k]}" for k in keys)
+
+
+def compare(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
+    """Two runs side by side: for each measurement in both, mean A, mean B and B/A; then the
+    measurements only one run has. Ordered by experiment (canonical order), then as run A
+    produced them."""
+    rows_a = {measurement_key(r): r for r in aggregate(a["measurements"])}
+    rows_b = {measurement_key(r): r for r in aggregate(b["measurements"])}
+
+    def order(item: tuple[int, Key]) -> tuple[int, int]:
+        i, key = item
+        return (EXPERIMENTS.index(dict(key)["experiment"]), i)
+
+    both = sorted(((i, k) for i, k in enumerate(rows_a) if k in rows_b), key=order)
+    rich = _rich()
+    t = rich.table.Table(title="B/A per measurement (mean over seeds)")
+    for name, justify in [
+        ("experiment", "left"),
+        ("measurement", "left"),
+        ("A", "right"),
+        ("B", "right"),
+        ("B/A", "right"),
+    ]:
+        t.add_column(name, justify=justify)
+    for _, key in both:
+        ra, rb = rows_a[key], rows_b[key]
+        ma, mb = ra["mean"], rb["mean"]
+        ratio = "" if ma is None or mb is None or ma == 0 else f"{mb / ma:.3f}"
+        t.add_row(ra["experiment"], describe(ra), format_cell(ra), format_cell(rb), ratio)
+    text = _render([t], width=160)
+    for label, mine, other in [("A", rows_a, rows_b), ("B", rows_b, rows_a)]:
+        only = sorted(
+            ((i, k) for i, k in enumerate(mine) if k not in other),
+            key=order,
+        )
+        if only:
+            text += f"only in {label}:\n"
+            text += "".join(
+                f"  {mine[k]['experiment']} {describe(mine[k])}: {format_cell(mine[k])}\n"
+                for _, k in only
+            )
+    return text
