@@ -1,0 +1,226 @@
+"""posenc.arena.report and posenc.arena.figures: the summary sentences, the data drawn,
+the self-contained HTML, and the page as headless Chromium renders it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("matplotlib")
+
+from posenc.arena import figures, report
+from posenc.arena.results import EXPERIMENTS, aggregate
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def html(fake_results_shared):
+    """The report of the fake results, built once for the module."""
+    return report.build_report(fake_results_shared)
+
+
+def _rows(results, experiment, **where):
+    return [
+        r
+        for r in aggregate(results["measurements"])
+        if r["experiment"] == experiment and all(r.get(k) == v for k, v in where.items())
+    ]
+
+
+# --- summary -------------------------------------------------------------------------------
+
+
+def test_summary_extrapolation(fake_results):
+    sentences = report.summary(fake_results)
+    good = next(s for s in sentences if s.startswith("Extrapolated"))
+    bad = next(s for s in sentences if s.startswith("Did not extrapolate"))
+    cannot = next(s for s in sentences if s.startswith("Could not run"))
+    assert "sliding" in good and "alibi" in good and "sinusoidal" not in good
+    assert "sinusoidal" in bad and "×512" in bad  # by how much
+    assert "rope" in bad and "alibi" not in bad
+    assert "learned cannot run past 64" in cannot and "training length" in cannot
+
+
+def test_summary_other_experiments(fake_results):
+    text = "\n".join(report.summary(fake_results))
+    assert "Context extension ×4: best zero-shot yarn" in text
+    assert "best fine-tuned yarn" in text and "with none" in text
+    assert "Length generalisation (copy): best alibi, accuracy 0.800" in text
+    assert "NoPE works causally" in text and "NoPE fails bidirectionally" in text
+    assert "rope first 0.90, middle 0.56, last 0.90 (U-shaped)" in text
+    assert "hf:sshleifer/tiny-gpt2 first 0.72" in text
+
+
+def test_summary_flat_nope_is_said(fake_results):
+    for m in fake_results["measurements"]:
+        if m["experiment"] == "nope-needs-causality" and m["encoding"] == "nope":
+            m["value"] = 4.0
+    text = "\n".join(report.summary(fake_results))
+    assert "NoPE does not fail bidirectionally" in text
+
+
+def test_summary_and_report_of_one_experiment(fake_results):
+    fake_results["measurements"] = [
+        m for m in fake_results["measurements"] if m["experiment"] == "nope-needs-causality"
+    ]
+    assert all(s.startswith("NoPE") for s in report.summary(fake_results))
+    page = report.build_report(fake_results)
+    assert page.count("<img ") == 1
+    assert 'id="extrapolation"' not in page
+
+
+def test_report_of_nothing(fake_results):
+    fake_results["measurements"] = []
+    fake_results["timings"] = {}
+    page = report.build_report(fake_results)
+    assert "<img" not in page and "No measurements to summarise" in page
+
+
+# --- figures -------------------------------------------------------------------------------
+
+
+def test_extrapolation_figure(fake_results):
+    fig = figures.extrapolation(fake_results["measurements"])
+    axes = fig.get_axes()
+    assert [ax.get_title() for ax in axes] == ["mode: chunks", "mode: sliding"]
+    for ax, mode in zip(axes, ("chunks", "sliding"), strict=True):
+        assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+        lines = {line.get_label(): line for line in ax.get_lines()}
+        for encoding in ("sinusoidal", "rope", "alibi"):
+            rows = sorted(
+                _rows(fake_results, "extrapolation", encoding=encoding, mode=mode),
+                key=lambda r: r["eval_length"],
+            )
+            line = lines[encoding]
+            assert list(line.get_xdata()) == [r["eval_length"] for r in rows]
+            assert list(line.get_ydata()) == pytest.approx([r["mean"] for r in rows])
+        assert list(lines["learned (cannot run past 64)"].get_ydata()) == pytest.approx([
+            5.0 if mode == "sliding" else 6.0
+        ])  # fmt: skip
+        assert [t.get_text() for t in ax.get_legend().get_texts()][-1] == "L = 64"
+        assert list(lines["L = 64"].get_xdata()) == [64, 64]
+        assert len(ax.collections) == 4  # the spread over the two seeds
+
+
+def test_context_extension_figure(fake_results):
+    fig = figures.context_extension(fake_results["measurements"])
+    axes = fig.get_axes()
+    assert [ax.get_title() for ax in axes] == ["zero-shot", "fine-tuned"]
+    for ax, stage in zip(axes, ("zero-shot", "fine-tuned"), strict=True):
+        assert ax.get_yscale() == "log"
+        lines = {line.get_label(): line for line in ax.get_lines()}
+        assert list(lines) == ["none", "linear", "ntk", "dynamic", "yarn"]
+        rows = _rows(fake_results, "context-extension", stage=stage, scaling="yarn")
+        assert list(lines["yarn"].get_xdata()) == [2, 4]
+        assert list(lines["yarn"].get_ydata()) == pytest.approx([r["mean"] for r in rows])
+
+
+def test_length_generalization_figure(fake_results):
+    fig = figures.length_generalization(fake_results["measurements"])
+    axes = fig.get_axes()
+    assert [ax.get_title() for ax in axes] == ["task: copy", "task: reverse"]
+    rows = _rows(fake_results, "length-generalization", task="reverse", encoding="rope")
+    line = next(x for x in axes[1].get_lines() if x.get_label() == "rope")
+    assert list(line.get_ydata()) == pytest.approx([r["mean"] for r in rows])
+    span = axes[0].patches[0]  # the shaded training range
+    assert span.get_label() == "trained (≤ 16)"
+
+
+def test_nope_figure(fake_results):
+    fig = figures.nope_needs_causality(fake_results["measurements"])
+    (ax,) = fig.get_axes()
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["nope", "rope", "alibi"]
+    causal, bidirectional = ax.containers
+    assert [b.get_height() for b in bidirectional] == pytest.approx(
+        [r["mean"] for r in _rows(fake_results, "nope-needs-causality", mode="bidirectional")]
+    )
+    assert [b.get_height() for b in causal] == pytest.approx([5.0, 5.0, 5.0])
+
+
+def test_lost_in_the_middle_figure(fake_results):
+    fig = figures.lost_in_the_middle(fake_results["measurements"])
+    axes = fig.get_axes()
+    assert [ax.get_title() for ax in axes] == ["query-last", "query-first"]
+    lines = {line.get_label(): line for line in axes[0].get_lines()}
+    hf = lines["hf:sshleifer/tiny-gpt2, 8 pairs"]
+    assert hf.get_linestyle() == "--" and lines["rope, 4 pairs"].get_linestyle() == "-"
+    rows = _rows(
+        fake_results, "lost-in-the-middle", encoding="hf:sshleifer/tiny-gpt2", mode="query-last",
+        n_pairs=8,
+    )  # fmt: skip
+    assert list(hf.get_xdata()) == list(range(8))
+    assert list(hf.get_ydata()) == pytest.approx([r["mean"] for r in rows])
+
+
+def test_figure_unknown():
+    with pytest.raises(ValueError, match="unknown experiment"):
+        figures.figure("nope", [])
+
+
+# --- the page ------------------------------------------------------------------------------
+
+
+def test_report_self_contained(html, fake_results):
+    assert html.count("<img ") == len(EXPERIMENTS)
+    assert (
+        len(re.findall(r'<img src="data:image/png;base64,[A-Za-z0-9+/=]+" alt="[^"]+">', html)) == 5
+    )
+    assert "http:" not in html and "https:" not in html  # no URL at all
+    assert re.findall(r'src="([a-z]+):', html) == ["data"] * len(EXPERIMENTS)
+    assert "<script" not in html and "url(" not in html and "<link" not in html
+    assert "prefers-color-scheme: dark" in html
+    for sentence in report.summary(fake_results):
+        assert sentence.replace("&", "&amp;") in html
+    assert "posenc arena run --preset tiny --seeds 2" in html  # the command
+    assert "tokens/s" in html and "1,400" in html  # timings: rope's 1000 + 100·4
+    assert "<caption>extrapolation: perplexity (mode sliding)</caption>" in html
+    assert html.count("cannot run") >= 6
+
+
+def test_write_report(tmp_path, fake_results):
+    fake_results["measurements"] = [
+        m for m in fake_results["measurements"] if m["experiment"] == "nope-needs-causality"
+    ]
+    path = report.write_report(tmp_path, fake_results)
+    assert path == tmp_path / "report.html"
+    assert path.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed")
+def test_report_renders_in_chromium(tmp_path, html):
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    path = tmp_path / "report.html"
+    path.write_text(html, encoding="utf-8")
+    errors: list[str] = []
+    requests: list[str] = []
+    args = [
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+    ]
+    with sync_api.sync_playwright() as pw:
+        context = pw.chromium.launch_persistent_context(
+            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=args
+        )
+        try:
+            page = context.new_page()
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.on("request", lambda r: requests.append(r.url))
+            page.goto(path.as_uri(), wait_until="load")
+            images = page.evaluate(
+                "Array.from(document.images, i => [i.complete, i.naturalWidth, i.alt])"
+            )
+        finally:
+            context.close()
+    assert len(images) == len(EXPERIMENTS)
+    assert all(complete and width > 0 and alt for complete, width, alt in images), images
+    assert errors == []
+    assert all(url.startswith(("file:", "data:")) for url in requests), requests
