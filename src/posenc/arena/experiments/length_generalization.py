@@ -1,0 +1,93 @@
+"""``length-generalization``: train copy and reverse on short strings, test on longer ones
+(Kazemnejad et al. 2023, "The impact of positional encoding on length generalization in
+transformers", arXiv:2305.19466; Ruoss et al. 2023, "Randomized positional encodings boost
+length generalization of transformers", arXiv:2305.16843).
+
+For each task and encoding a small causal model learns ``BOS x SEP y EOS`` (``y`` = ``x`` or
+``x`` reversed) with ``len(x)`` uniform in the preset's training range; it is then scored by
+exact match (every output symbol and the final ``EOS`` right) on strings of each test length
+and, for reference, of the longest training length. ``learned`` has a table of exactly the
+longest training row and is recorded as cannot-run on the longer ones.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+from ...models import TransformerLM
+from ...positions import PositionOutOfRangeError
+from ..evaluate import task_accuracy
+from ..runner import RunContext, unit_name
+from ..tasks import SEQUENCE_TASKS, SEQUENCE_VOCAB, TaskBatch, sequence_batch, sequence_length
+from .language_model import encoding_spec
+
+__all__ = ["NAME", "eval_lengths", "run", "task_model"]
+
+NAME = "length-generalization"
+
+
+def run(ctx: RunContext) -> None:
+    """Train (or load) a model per task, encoding and seed; measure accuracy at each length."""
+    for task in SEQUENCE_TASKS:
+        for seed in ctx.preset.seeds:
+            for encoding in ctx.encodings():
+                ctx.unit(
+                    unit_name(NAME, task, encoding, f"seed{seed}"),
+                    functools.partial(_measure, ctx, task, encoding, seed),
+                )
+
+
+def eval_lengths(ctx: RunContext) -> list[int]:
+    """The task lengths measured: the longest training length, then every test length."""
+    low, high = ctx.preset.task_test_lengths
+    return [ctx.preset.task_train_lengths[1], *range(low, high + 1)]
+
+
+def task_model(ctx: RunContext, task: str, encoding: str, seed: int) -> TransformerLM:
+    """The causal model with ``encoding`` trained with ``seed`` on ``task`` (``"copy"`` or
+    ``"reverse"``) at the preset's training lengths (unit ``train--<task>--<enc>--seed<k>``).
+    A ``learned`` table holds exactly the longest training row."""
+    preset = ctx.preset
+    low, high = preset.task_train_lengths
+    spec = encoding_spec(encoding, sequence_length(high))
+    model = ctx.new_model(preset.task_model, spec, seed, SEQUENCE_VOCAB)
+    config = preset.sequence_task
+
+    def make_batch(generator: torch.Generator) -> TaskBatch:
+        return sequence_batch(task, config.batch_size, low, high, generator)
+
+    return ctx.trained(
+        unit_name("train", task, encoding, f"seed{seed}"), model, make_batch, config, seed
+    )
+
+
+def _measure(ctx: RunContext, task: str, encoding: str, seed: int) -> list[dict[str, Any]]:
+    preset = ctx.preset
+    model = task_model(ctx, task, encoding, seed)
+    lengths = eval_lengths(ctx)
+    records: list[dict[str, Any]] = []
+    bar = ctx.progress.task(f"evaluate {task} {encoding}", len(lengths))
+    for n in lengths:
+        base = {
+            "experiment": NAME,
+            "encoding": encoding,
+            "seed": seed,
+            "train_length": preset.task_train_lengths[1],
+            "eval_length": n,
+            "metric": "accuracy",
+            "task": task,
+        }
+        # the same strings for every encoding; disjoint from training's step generators
+        generator = torch.Generator().manual_seed(10_000 + seed * 1000 + n)
+        batch = sequence_batch(task, preset.task_eval_rows, n, n, generator)
+        try:
+            records.append({**base, "value": task_accuracy(model, batch)})
+        except PositionOutOfRangeError as e:
+            note = f"cannot run past {e.limit_name}={e.limit} positions"
+            records.append({**base, "value": None, "note": note})
+        bar.advance(1, tokens=batch.inputs.numel())
+    bar.close()
+    return records

@@ -1,0 +1,105 @@
+"""``lost-in-the-middle``: key-value retrieval accuracy by where the answer sits (Liu et al.
+2023, "Lost in the middle: how language models use long contexts", arXiv:2307.03172, §4).
+
+A small causal model learns to answer ``BOS k1 v1 ... kn vn QUERY kq`` with the value of
+``kq``, half its batches with the query also at the start (``BOS QUERY kq ...``, Liu et al.'s
+query-aware contextualisation). It is scored by exact match for every gold position
+``g in range(n)``, for each number of pairs ``n`` of the preset (the first is the training
+number, the others longer contexts) and both query placements. ``learned`` has a table of
+exactly the longest training row and is recorded as cannot-run past it. With ``--hf-model``
+the same probe runs as text prompts on a local Hugging Face model (:mod:`.hf_probe`).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+from ...models import TransformerLM
+from ...positions import PositionOutOfRangeError
+from ..evaluate import task_accuracy
+from ..runner import RunContext, unit_name
+from ..tasks import KV_VOCAB, TaskBatch, kv_batch, kv_length
+from .language_model import encoding_spec
+
+__all__ = ["MODES", "NAME", "eval_generator", "kv_model", "run"]
+
+NAME = "lost-in-the-middle"
+
+#: query placements: the key line after the pairs only, or before them too
+MODES = ("query-last", "query-first")
+
+
+def run(ctx: RunContext) -> None:
+    """Train (or load) a model per encoding and seed; measure accuracy at each gold position;
+    then probe ``ctx.hf_model`` when one is given."""
+    for seed in ctx.preset.seeds:
+        for encoding in ctx.encodings():
+            ctx.unit(
+                unit_name(NAME, encoding, f"seed{seed}"),
+                functools.partial(_measure, ctx, encoding, seed),
+            )
+    if ctx.hf_model is not None:
+        from .hf_probe import run_probe  # transformers is imported only when asked for
+
+        run_probe(ctx)
+
+
+def eval_generator(seed: int, n_pairs: int, mode: str) -> torch.Generator:
+    """The generator of the evaluation rows of ``n_pairs`` pairs in ``mode``: fixed per seed,
+    so every encoding sees the same rows, and disjoint from training's step generators."""
+    return torch.Generator().manual_seed(20_000 + seed * 1000 + 2 * n_pairs + MODES.index(mode))
+
+
+def kv_model(ctx: RunContext, encoding: str, seed: int) -> TransformerLM:
+    """The causal model with ``encoding`` trained with ``seed`` on key-value retrieval with
+    the preset's number of pairs (unit ``train--kv--<encoding>--seed<seed>``)."""
+    preset = ctx.preset
+    spec = encoding_spec(encoding, kv_length(preset.kv_pairs, query_first=True))
+    model = ctx.new_model(preset.task_model, spec, seed, KV_VOCAB)
+    config = preset.kv
+
+    def make_batch(generator: torch.Generator) -> TaskBatch:
+        query_first = bool(torch.randint(0, 2, (), generator=generator))
+        return kv_batch(config.batch_size, preset.kv_pairs, generator, query_first=query_first)
+
+    return ctx.trained(
+        unit_name("train", "kv", encoding, f"seed{seed}"), model, make_batch, config, seed
+    )
+
+
+def _measure(ctx: RunContext, encoding: str, seed: int) -> list[dict[str, Any]]:
+    preset = ctx.preset
+    model = kv_model(ctx, encoding, seed)
+    records: list[dict[str, Any]] = []
+    bar = ctx.progress.task(f"evaluate kv {encoding}", len(MODES) * sum(preset.kv_test_pairs))
+    for n in preset.kv_test_pairs:
+        for mode in MODES:
+            query_first = mode == "query-first"
+            generator = eval_generator(seed, n, mode)
+            for gold in range(n):
+                base = {
+                    "experiment": NAME,
+                    "encoding": encoding,
+                    "seed": seed,
+                    "train_length": kv_length(preset.kv_pairs, query_first),
+                    "eval_length": kv_length(n, query_first),
+                    "metric": "accuracy",
+                    "mode": mode,
+                    "task": "kv",
+                    "gold_position": gold,
+                    "n_pairs": n,
+                }
+                batch = kv_batch(
+                    preset.kv_eval_rows, n, generator, gold=gold, query_first=query_first
+                )
+                try:
+                    records.append({**base, "value": task_accuracy(model, batch)})
+                except PositionOutOfRangeError as e:
+                    note = f"cannot run past {e.limit_name}={e.limit} positions"
+                    records.append({**base, "value": None, "note": note})
+                bar.advance(1, tokens=batch.inputs.numel())
+    bar.close()
+    return records

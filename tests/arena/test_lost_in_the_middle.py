@@ -1,0 +1,154 @@
+"""lost-in-the-middle end to end on the tiny preset, and the Hugging Face probe on a tiny
+random Llama built offline (no downloads)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from posenc.arena.experiments import hf_probe
+from posenc.arena.experiments import lost_in_the_middle as litm
+from posenc.arena.presets import TINY
+from posenc.arena.runner import RunContext
+from posenc.arena.tasks import kv_length
+
+ENCODINGS = list(TINY.encodings or ())
+
+
+def _check_grid(records: list[dict[str, Any]], encodings: list[str]) -> None:
+    """Every gold position once per (encoding, n, mode), with the keys the results expect."""
+    grid = [(e, n, m, g) for e in encodings for n in TINY.kv_test_pairs for m in litm.MODES
+            for g in range(n)]  # fmt: skip
+    got = [(r["encoding"], r["n_pairs"], r["mode"], r["gold_position"]) for r in records]
+    assert sorted(got) == sorted(grid)
+    for r in records:
+        qf = r["mode"] == "query-first"
+        assert r["experiment"] == "lost-in-the-middle" and r["metric"] == "accuracy"
+        assert r["task"] == "kv" and r["seed"] == 0
+        assert r["eval_length"] == kv_length(r["n_pairs"], qf)
+        assert r["train_length"] == kv_length(TINY.kv_pairs, qf)
+
+
+def test_tiny_run(tmp_path: Path) -> None:
+    ctx = RunContext(TINY, tmp_path)
+    litm.run(ctx)
+    records = ctx.measurements
+    _check_grid(records, ENCODINGS)
+    table = kv_length(TINY.kv_pairs, query_first=True)
+    for r in records:
+        if r["encoding"] == "learned" and r["eval_length"] > table:
+            assert r["value"] is None and f"max_positions={table}" in r["note"]
+        else:
+            assert 0.0 <= r["value"] <= 1.0 and "note" not in r
+    # learned runs on the training contexts in both placements, and on none of the longer ones
+    learned = {(r["n_pairs"], r["value"] is None) for r in records if r["encoding"] == "learned"}
+    assert learned == {(3, False), (5, True)}
+
+
+# -- the Hugging Face probe -----------------------------------------------------------------
+
+
+def _tiny_llama(directory: Path, max_positions: int = 512) -> Path:
+    """A random 2-layer Llama (hidden 32) and a byte-level BPE tokenizer trained here."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    text = hf_probe.kv_prompt([("0123abcd", "4567ef89")], 0, query_first=True)
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator([text], vocab_size=300, min_frequency=1, special_tokens=["<s>"])
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe._tokenizer, bos_token="<s>", eos_token="<s>"
+    )
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=max_positions,
+    )
+    torch.manual_seed(0)
+    tokenizer.save_pretrained(directory)
+    LlamaForCausalLM(config).save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+
+
+def _probe(run_dir: Path, model_dir: Path) -> list[dict[str, Any]]:
+    ctx = RunContext(dataclasses.replace(TINY, encodings=()), run_dir, hf_model=model_dir)
+    litm.run(ctx)  # no encodings: only the probe
+    return ctx.measurements
+
+
+def _gold(prompt: str) -> tuple[str, dict[str, str]]:
+    """The gold value the prompt asks for, read back from its text, and every pair."""
+    pairs = json.loads(prompt[prompt.index("{") : prompt.rindex("}") + 1])
+    key = re.findall(r'Key: "([0-9a-f]+)"\nValue:$', prompt)[0]
+    return pairs[key], pairs
+
+
+def test_probe_records_of_a_random_model(tmp_path: Path, llama: Path) -> None:
+    records = _probe(tmp_path, llama)
+    _check_grid(records, [f"hf:{llama.name}"])
+    assert all(0.0 <= r["value"] <= 1.0 for r in records)
+
+
+def test_probe_scores_the_gold_value_right_and_another_value_wrong(
+    tmp_path: Path, llama: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def right(model: Any, tokenizer: Any, prompt: str, max_new_tokens: int) -> str:
+        value, _ = _gold(prompt)
+        # the answer fits in the tokens the probe decodes
+        assert len(tokenizer(f' "{value}"', add_special_tokens=False).input_ids) < max_new_tokens
+        return f' "{value}"\n'
+
+    def wrong(model: Any, tokenizer: Any, prompt: str, max_new_tokens: int) -> str:
+        value, pairs = _gold(prompt)
+        other = next(v for v in pairs.values() if v != value)
+        return f' "{other}"'
+
+    monkeypatch.setattr(hf_probe, "greedy_continuation", right)
+    assert {r["value"] for r in _probe(tmp_path / "right", llama)} == {1.0}
+    monkeypatch.setattr(hf_probe, "greedy_continuation", wrong)
+    assert {r["value"] for r in _probe(tmp_path / "wrong", llama)} == {0.0}
+
+
+def test_gold_position_is_the_pair_asked_for() -> None:
+    pairs = hf_probe.random_pairs(5, torch.Generator().manual_seed(0))
+    assert len({k for k, _ in pairs}) == 5
+    for gold in range(5):
+        for query_first in (False, True):
+            prompt = hf_probe.kv_prompt(pairs, gold, query_first)
+            assert _gold(prompt)[0] == pairs[gold][1]
+            assert list(_gold(prompt)[1].items()) == pairs  # in order: gold is the position
+            assert prompt.count(pairs[gold][0]) == (3 if query_first else 2)
+
+
+def test_prompt_past_the_model_positions_cannot_run(tmp_path: Path) -> None:
+    model_dir = _tiny_llama(tmp_path / "short", max_positions=32)
+    records = _probe(tmp_path / "run", model_dir)
+    assert all(r["value"] is None and "max_position_embeddings=32" in r["note"] for r in records)
+
+
+def test_not_a_causal_lm_directory(tmp_path: Path, llama: Path) -> None:
+    with pytest.raises(ValueError, match=re.escape(str(tmp_path))):
+        hf_probe.load_causal_lm(tmp_path)
+    (tmp_path / "config.json").write_text((llama / "config.json").read_text())
+    with pytest.raises(ValueError, match="no tokenizer"):
+        hf_probe.load_causal_lm(tmp_path)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(llama / name, tmp_path / name)
+    with pytest.raises(ValueError, match="not a Hugging Face causal LM directory"):
+        hf_probe.load_causal_lm(tmp_path)  # no weights
