@@ -74,8 +74,27 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_arena(args: argparse.Namespace) -> int:
+    """train small models with every encoding and measure them (run, report, compare)"""
+    try:
+        from .arena import command
+    except ImportError as e:  # an extra is missing
+        print(f"error: {e}; install the arena extra: pip install 'posenc[arena]'", file=sys.stderr)
+        return 2
+    try:
+        return command.main(args)
+    except ValueError as e:  # bad corpus, run directory, experiment name...
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
 #: every subcommand, in the order ``posenc --help`` lists them
-COMMANDS: dict[str, Handler] = {"list": cmd_list, "info": cmd_info, "demo": cmd_demo}
+COMMANDS: dict[str, Handler] = {
+    "list": cmd_list,
+    "info": cmd_info,
+    "demo": cmd_demo,
+    "arena": cmd_arena,
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -91,6 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
         sub[name] = subparsers.add_parser(name, help=text, description=text)
         sub[name].set_defaults(run=run)
     sub["info"].add_argument("name", help="its name")
+    from .arena.command import add_arguments as arena_arguments
+
+    arena_arguments(sub["arena"])
     sub["demo"].add_argument(
         "--steps",
         type=positive_int,

@@ -1,0 +1,192 @@
+"""Presets: how big, how long and on what the arena trains (``--preset quick|full``).
+
+``quick`` runs every experiment in at most 5 minutes on 2 CPU cores with its conclusions
+already visible; ``full`` is the real run (3 seeds, longer training; hours, resumable);
+``tiny`` is for the tests (seconds). Sizes and steps were chosen by measuring (README).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from .train import TrainConfig
+
+__all__ = ["PRESETS", "ModelSize", "Preset", "get_preset"]
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    """The shape of a :class:`~posenc.models.TransformerLM`."""
+
+    dim: int
+    n_layers: int
+    n_heads: int
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Everything an arena run needs besides its corpus and directory.
+
+    Args:
+        name: the preset's name.
+        seeds: one model per encoding and seed.
+        encodings: the encodings trained (None: every registered encoding of 1-D token
+            positions, see :func:`posenc.arena.runner.arena_encodings`).
+        corpus_bytes: the most bytes read from the corpus (None: all).
+        model: the language model of ``extrapolation``, ``context-extension`` and
+            ``nope-needs-causality``.
+        train_length: L, the training length of the language model.
+        lm: its training recipe.
+        eval_factors: evaluation lengths as multiples of L.
+        eval_tokens: predictions scored per length and mode (the same bytes every time).
+        extension_factors: context-extension factors s.
+        extension_scalings: RoPE scalings compared (``none`` is plain RoPE).
+        finetune: the recipe of the short fine-tune at s·L (its batch is divided by s, so a
+            step holds as many tokens as in pre-training).
+        task_model: the model of the synthetic tasks.
+        sequence_task: the recipe of ``length-generalization`` (copy and reverse).
+        task_train_lengths: the range (inclusive) of training lengths.
+        task_test_lengths: the range (inclusive) of test lengths.
+        task_eval_rows: rows per test length.
+        mlm: the recipe of the bidirectional masked language model.
+        kv_pairs: key-value pairs per training example of ``lost-in-the-middle``.
+        kv_test_pairs: the numbers of pairs tested (the first is ``kv_pairs``).
+        kv: the recipe of ``lost-in-the-middle``.
+        kv_eval_rows: rows per gold position.
+    """
+
+    name: str
+    seeds: tuple[int, ...]
+    encodings: tuple[str, ...] | None
+    corpus_bytes: int | None
+    model: ModelSize
+    train_length: int
+    lm: TrainConfig
+    eval_factors: tuple[int, ...]
+    eval_tokens: int
+    extension_factors: tuple[int, ...]
+    extension_scalings: tuple[str, ...]
+    finetune: TrainConfig
+    task_model: ModelSize
+    sequence_task: TrainConfig
+    task_train_lengths: tuple[int, int]
+    task_test_lengths: tuple[int, int]
+    task_eval_rows: int
+    mlm: TrainConfig
+    kv_pairs: int
+    kv_test_pairs: tuple[int, ...]
+    kv: TrainConfig
+    kv_eval_rows: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """The preset as plain JSON values (written into ``run.json`` and ``results.json``)."""
+        return dataclasses.asdict(self)
+
+    def with_seeds(self, seeds: tuple[int, ...]) -> Preset:
+        """This preset with other seeds."""
+        return dataclasses.replace(self, seeds=seeds)
+
+
+#: the encodings a quick run trains: every kind, and each contrast the article draws
+CORE_ENCODINGS = (
+    "nope",
+    "sinusoidal",
+    "learned",
+    "rope",
+    "xpos",
+    "t5",
+    "shaw",
+    "alibi",
+    "kerple",
+    "fire",
+)
+
+QUICK = Preset(
+    name="quick",
+    seeds=(0,),
+    encodings=CORE_ENCODINGS,
+    corpus_bytes=4_000_000,
+    model=ModelSize(dim=64, n_layers=2, n_heads=4),
+    train_length=64,
+    lm=TrainConfig(steps=400, batch_size=16, lr=3e-3, warmup_steps=40, checkpoint_every=100),
+    eval_factors=(1, 2, 4, 8, 16),
+    eval_tokens=4096,
+    extension_factors=(2, 4, 8),
+    extension_scalings=("none", "linear", "ntk", "dynamic", "yarn"),
+    finetune=TrainConfig(steps=20, batch_size=16, lr=1e-3, warmup_steps=2, checkpoint_every=0),
+    task_model=ModelSize(dim=64, n_layers=2, n_heads=4),
+    sequence_task=TrainConfig(steps=300, batch_size=32, lr=3e-3, warmup_steps=30),
+    task_train_lengths=(1, 20),
+    task_test_lengths=(21, 40),
+    task_eval_rows=32,
+    mlm=TrainConfig(steps=400, batch_size=16, lr=3e-3, warmup_steps=40),
+    kv_pairs=8,
+    kv_test_pairs=(8, 16),
+    kv=TrainConfig(steps=300, batch_size=32, lr=3e-3, warmup_steps=30),
+    kv_eval_rows=32,
+)
+
+FULL = Preset(
+    name="full",
+    seeds=(0, 1, 2),
+    encodings=None,
+    corpus_bytes=None,
+    model=ModelSize(dim=128, n_layers=3, n_heads=4),
+    train_length=64,
+    lm=TrainConfig(steps=3000, batch_size=32, lr=2e-3, warmup_steps=200, checkpoint_every=250),
+    eval_factors=(1, 2, 4, 8, 16),
+    eval_tokens=65536,
+    extension_factors=(2, 4, 8),
+    extension_scalings=("none", "linear", "ntk", "dynamic", "yarn"),
+    finetune=TrainConfig(steps=100, batch_size=32, lr=5e-4, warmup_steps=10),
+    task_model=ModelSize(dim=128, n_layers=3, n_heads=4),
+    sequence_task=TrainConfig(steps=3000, batch_size=64, lr=1e-3, warmup_steps=200),
+    task_train_lengths=(1, 20),
+    task_test_lengths=(21, 40),
+    task_eval_rows=256,
+    mlm=TrainConfig(steps=3000, batch_size=32, lr=2e-3, warmup_steps=200, checkpoint_every=250),
+    kv_pairs=16,
+    kv_test_pairs=(16, 32),
+    kv=TrainConfig(steps=3000, batch_size=64, lr=1e-3, warmup_steps=200, checkpoint_every=250),
+    kv_eval_rows=256,
+)
+
+TINY = Preset(
+    name="tiny",
+    seeds=(0,),
+    encodings=("nope", "sinusoidal", "learned", "rope", "alibi"),
+    corpus_bytes=200_000,
+    model=ModelSize(dim=16, n_layers=1, n_heads=2),
+    train_length=16,
+    lm=TrainConfig(steps=6, batch_size=4, warmup_steps=2, checkpoint_every=3),
+    eval_factors=(1, 2),
+    eval_tokens=64,
+    extension_factors=(2,),
+    extension_scalings=("none", "linear", "yarn"),
+    finetune=TrainConfig(steps=2, batch_size=4, warmup_steps=1, checkpoint_every=0),
+    task_model=ModelSize(dim=16, n_layers=1, n_heads=2),
+    sequence_task=TrainConfig(steps=4, batch_size=4, warmup_steps=1, checkpoint_every=2),
+    task_train_lengths=(1, 4),
+    task_test_lengths=(5, 6),
+    task_eval_rows=4,
+    mlm=TrainConfig(steps=4, batch_size=4, warmup_steps=1, checkpoint_every=2),
+    kv_pairs=3,
+    kv_test_pairs=(3, 5),
+    kv=TrainConfig(steps=4, batch_size=4, warmup_steps=1, checkpoint_every=2),
+    kv_eval_rows=4,
+)
+
+PRESETS: dict[str, Preset] = {p.name: p for p in (QUICK, FULL, TINY)}
+
+
+def get_preset(name: str) -> Preset:
+    """The preset called ``name``.
+
+    Raises:
+        ValueError: for an unknown name, listing the known ones.
+    """
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+    return PRESETS[name]

@@ -1,0 +1,131 @@
+"""``posenc arena run``: run experiments into a run directory, then write the results, the
+report and the table.
+
+A run directory holds everything needed to reproduce it: ``run.json`` (the command, the
+configuration, the versions), the units, the checkpoints and models, ``results.json``,
+``results.csv`` and ``report.html``. Running again into the same directory needs
+``resume=True`` and the same configuration; finished units are then loaded, not recomputed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .distributed import World, world
+from .experiments import EXPERIMENTS, get
+from .files import atomic_write_json, read_json
+from .presets import Preset, get_preset
+from .progress import Progress
+from .report import write_report
+from .results import make_results, table, write_results
+from .runner import RunContext, command_line
+
+__all__ = ["default_run_dir", "experiment_names", "run_arena"]
+
+
+def experiment_names(requested: Sequence[str]) -> list[str]:
+    """The experiments to run, in report order: ``["all"]`` means every one.
+
+    Raises:
+        ValueError: for an unknown name (listing the known ones) or none at all.
+    """
+    if not requested:
+        raise ValueError(f"name an experiment: one or more of {[*EXPERIMENTS, 'all']}")
+    if "all" in requested:
+        return list(EXPERIMENTS)
+    for name in requested:
+        get(name)  # raises for an unknown name
+    return [name for name in EXPERIMENTS if name in requested]
+
+
+def default_run_dir(preset: str, place: World) -> Path:
+    """``runs/arena-<preset>-<date>-<time>`` (the same on every process)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    if place.size > 1:
+        import torch.distributed as dist
+
+        box = [stamp]
+        dist.broadcast_object_list(box, src=0)
+        stamp = box[0]
+    return Path("runs") / f"arena-{preset}-{stamp}"
+
+
+def _start(run_dir: Path, config: dict[str, Any], names: list[str], resume: bool) -> list[str]:
+    """Check ``run_dir`` against this run and return every experiment it holds."""
+    path = run_dir / "run.json"
+    if not path.exists():
+        return names
+    if not resume:
+        raise ValueError(
+            f"{run_dir} already holds a run: pass --resume to continue it, or another --out"
+        )
+    before = read_json(path)
+    if before["config"] != config:
+        changed = sorted(k for k in config if before["config"].get(k) != config[k])
+        raise ValueError(
+            f"{run_dir} was started with another configuration ({', '.join(changed)} differ); "
+            "resume it with the same options, or choose another --out"
+        )
+    return [n for n in EXPERIMENTS if n in names or n in before["experiments"]]
+
+
+def run_arena(
+    experiments: Sequence[str],
+    preset: str | Preset = "quick",
+    *,
+    corpus: str | Path | None = None,
+    out: str | Path | None = None,
+    resume: bool = False,
+    seeds: Sequence[int] | None = None,
+    hf_model: str | Path | None = None,
+    bars: bool = True,
+) -> Path:
+    """Run ``experiments`` (names, or ``["all"]``) and write results, report and table.
+
+    Args:
+        experiments: experiment names from :data:`~posenc.arena.experiments.EXPERIMENTS`.
+        preset: ``"quick"``, ``"full"``, ``"tiny"`` or a :class:`Preset`.
+        corpus: a text file or folder (None: the Python standard library).
+        out: the run directory (default: ``runs/arena-<preset>-<time>``).
+        resume: continue the run in ``out`` (finished units are loaded, an unfinished
+            training continues from its last checkpoint).
+        seeds: replace the preset's seeds.
+        hf_model: a local Hugging Face causal LM directory for the lost-in-the-middle probe.
+        bars: draw progress bars.
+
+    Returns:
+        the run directory.
+    """
+    names = experiment_names(experiments)
+    chosen = get_preset(preset) if isinstance(preset, str) else preset
+    if seeds is not None:
+        chosen = chosen.with_seeds(tuple(seeds))
+    place = world()
+    run_dir = Path(out) if out is not None else default_run_dir(chosen.name, place)
+    with Progress(bars=bars, echo=place.is_main) as progress:
+        ctx = RunContext(chosen, run_dir, corpus, progress, hf_model, place)
+        config = ctx.config()
+        names = _start(run_dir, config, names, resume)
+        if place.is_main:
+            atomic_write_json(
+                run_dir / "run.json",
+                {"command": command_line(), "config": config, "experiments": names},
+            )
+        place.barrier()
+        start = time.perf_counter()
+        for name in names:
+            progress.print(f"== {name}")
+            get(name)(ctx)
+        seconds = time.perf_counter() - start
+    results = make_results(config, command_line(), names, ctx.measurements, ctx.timings)
+    results["seconds"] = round(seconds, 1)
+    if place.is_main:
+        write_results(run_dir, results)
+        report = write_report(run_dir, results)
+        print(table(results), flush=True)
+        print(f"\nreport: {report}\nresults: {run_dir / 'results.json'}", flush=True)
+    place.barrier()
+    return run_dir

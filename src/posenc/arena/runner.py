@@ -1,0 +1,222 @@
+"""An arena run: its directory, the units it is made of, and resuming it.
+
+A run is a sequence of units, each written to ``units/<name>.json`` when it ends: a trained
+model (``train-*``: its weights go to ``models/``, its timing to the unit) or the
+measurements of one experiment, encoding and seed. A resumed run loads the units that ended
+and re-enters the one that did not at its last checkpoint, so a run killed at any moment
+ends with the results an uninterrupted one gives. Only rank 0 writes; every file is written
+atomically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import re
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import registry
+from ..models import TransformerLM
+from .corpus import Corpus, load_corpus
+from .distributed import World, world
+from .files import atomic_write_json, load_weights, read_json, save_weights
+from .presets import ModelSize, Preset
+from .progress import Progress
+from .tasks import TaskBatch
+from .train import TrainConfig, train_model
+
+__all__ = ["NOT_FOR_TEXT", "RunContext", "arena_encodings", "unit_name"]
+
+#: registered 1-D encodings the arena does not train on text, and why
+NOT_FOR_TEXT = {
+    "calendar": "encodes unix timestamps, not token positions",
+    "timestamp": "encodes real-valued times, not token positions",
+    "time2vec": "encodes real-valued times, not token positions",
+    "mrope": "on text alone it is rope",
+}
+
+
+def arena_encodings(preset: Preset) -> list[str]:
+    """The encodings ``preset`` trains: its list, or every registered encoding of 1-D token
+    positions (so an encoding registered later joins the arena by itself)."""
+    if preset.encodings is not None:
+        return list(preset.encodings)
+    return [
+        name
+        for name in registry.available()
+        if registry.get(name).position_axes == 1 and name not in NOT_FOR_TEXT
+    ]
+
+
+def unit_name(*parts: object) -> str:
+    """A unit's file-safe name: its parts joined by ``--`` (``extrapolation--rope--seed0``)."""
+    name = "--".join(str(p) for p in parts)
+    if not re.fullmatch(r"[A-Za-z0-9_.:\-]+", name):
+        raise ValueError(f"unit name {name!r} has characters unsafe in a file name")
+    return name
+
+
+class RunContext:
+    """What an experiment needs: the preset, the corpus, models trained once, and units.
+
+    Args:
+        preset: sizes and budgets.
+        run_dir: the run directory (created).
+        corpus: ``--corpus`` (None: the Python standard library).
+        progress: the progress bars and printed lines.
+        hf_model: ``--hf-model``, a local Hugging Face causal LM directory, or None.
+        place: the processes (default: :func:`~posenc.arena.distributed.world`).
+    """
+
+    def __init__(
+        self,
+        preset: Preset,
+        run_dir: Path,
+        corpus: str | Path | None = None,
+        progress: Progress | None = None,
+        hf_model: str | Path | None = None,
+        place: World | None = None,
+    ) -> None:
+        self.preset = preset
+        self.run_dir = Path(run_dir)
+        self.corpus_path = corpus
+        self.hf_model = None if hf_model is None else Path(hf_model)
+        self.place = world() if place is None else place
+        self.progress = progress or Progress(bars=False, echo=False)
+        self.measurements: list[dict[str, Any]] = []
+        self.timings: dict[str, dict[str, float]] = {}
+
+    @functools.cached_property
+    def corpus(self) -> Corpus:
+        """The corpus, read on first use."""
+        return load_corpus(self.corpus_path, max_bytes=self.preset.corpus_bytes)
+
+    def encodings(self) -> list[str]:
+        """The encodings this run trains."""
+        return arena_encodings(self.preset)
+
+    def print(self, line: str) -> None:
+        """Print ``line`` (rank 0 only)."""
+        self.progress.print(line)
+
+    # -- units -----------------------------------------------------------------------------
+
+    def _unit_path(self, name: str) -> Path:
+        return self.run_dir / "units" / f"{name}.json"
+
+    def unit(self, name: str, compute: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+        """The measurements of unit ``name``: loaded when it ended in an earlier try of this
+        run, else computed by ``compute()`` and saved. They join :attr:`measurements`."""
+        path = self._unit_path(name)
+        if path.exists():
+            records = list(read_json(path)["measurements"])
+        else:
+            records = compute()
+            self._write(path, {"measurements": records})
+        self.measurements.extend(records)
+        return records
+
+    def _write(self, path: Path, obj: Any) -> None:
+        if self.place.is_main:
+            atomic_write_json(path, obj)
+        self.place.barrier()
+
+    # -- models ----------------------------------------------------------------------------
+
+    def new_model(
+        self,
+        size: ModelSize,
+        encoding: str | Mapping[str, Any],
+        seed: int,
+        vocab_size: int,
+        causal: bool = True,
+    ) -> TransformerLM:
+        """A fresh :class:`TransformerLM` initialised from ``seed`` (global RNG untouched)."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = TransformerLM(
+                vocab_size, size.dim, size.n_layers, size.n_heads, encoding=encoding, causal=causal
+            )
+        return model.to(self.place.device)
+
+    def trained(
+        self,
+        name: str,
+        model: TransformerLM,
+        make_batch: Callable[[torch.Generator], TaskBatch],
+        config: TrainConfig,
+        seed: int,
+    ) -> TransformerLM:
+        """``model`` trained by unit ``name`` (``train--...``): its weights are loaded when the
+        unit ended in an earlier try, else it trains (from its last checkpoint, if any) and
+        its weights and timing are saved. The timing joins :attr:`timings`."""
+        path = self._unit_path(name)
+        weights = self.run_dir / "models" / f"{name}.safetensors"
+        if path.exists():
+            load_weights(weights, model)
+            timing = read_json(path)["timing"]
+        else:
+            result = train_model(
+                model,
+                make_batch,
+                config,
+                seed=seed,
+                checkpoint_dir=self.run_dir / "checkpoints" / name,
+                label=name.removeprefix("train--"),
+                progress=self.progress,
+                place=self.place,
+            )
+            timing = {
+                "seconds": round(result.seconds, 3),
+                "tokens_per_s": round(result.tokens_per_s, 1),
+                "steps": config.steps,
+                "resumed_from": result.resumed_from,
+                "final_loss": result.losses[-1] if result.losses else None,
+            }
+            if self.place.is_main:
+                save_weights(weights, model)
+            self._write(path, {"timing": timing, "losses": result.losses})
+            self.print(
+                f"  trained {name.removeprefix('train--')}: loss {timing['final_loss']:.3f}, "
+                f"{timing['tokens_per_s']:,.0f} tokens/s"
+            )
+        self.timings[name.removeprefix("train--")] = timing
+        model.eval()
+        return model
+
+    def config(self) -> dict[str, Any]:
+        """The run's configuration as plain JSON values."""
+        return {
+            "preset": self.preset.to_dict(),
+            "corpus": None if self.corpus_path is None else str(self.corpus_path),
+            "hf_model": None if self.hf_model is None else str(self.hf_model),
+            "world_size": self.place.size,
+        }
+
+
+@contextlib.contextmanager
+def threads(n: int | None) -> Iterator[None]:
+    """Run the block with ``n`` torch threads (None: leave it)."""
+    before = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def command_line() -> list[str]:
+    """The command that started this process, as written (kept in the run directory)."""
+    return [Path(sys.argv[0]).name, *sys.argv[1:]]
+
+
+def replace_preset(preset: Preset, **changes: Any) -> Preset:
+    """``preset`` with fields changed (``seeds=(0, 1)``, ...)."""
+    return dataclasses.replace(preset, **changes)
