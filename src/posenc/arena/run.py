@@ -53,6 +53,17 @@ def default_run_dir(preset: str, place: World) -> Path:
     return Path("runs") / f"arena-{preset}-{stamp}"
 
 
+def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
+    """The dotted keys where two JSON configurations differ (``preset.seeds``)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [
+            d
+            for key in sorted({*a, *b})
+            for d in _differences(a.get(key), b.get(key), f"{prefix}{key}.")
+        ]
+    return [] if a == b else [prefix.rstrip(".")]
+
+
 def _start(run_dir: Path, config: dict[str, Any], names: list[str], resume: bool) -> list[str]:
     """Check ``run_dir`` against this run and return every experiment it holds."""
     path = run_dir / "run.json"
@@ -64,9 +75,9 @@ def _start(run_dir: Path, config: dict[str, Any], names: list[str], resume: bool
         )
     before = read_json(path)
     if before["config"] != config:
-        changed = sorted(k for k in config if before["config"].get(k) != config[k])
+        changed = ", ".join(_differences(before["config"], config))
         raise ValueError(
-            f"{run_dir} was started with another configuration ({', '.join(changed)} differ); "
+            f"{run_dir} was started with another configuration ({changed} differ); "
             "resume it with the same options, or choose another --out"
         )
     return [n for n in EXPERIMENTS if n in names or n in before["experiments"]]

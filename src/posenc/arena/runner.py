@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import json
 import re
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -112,13 +113,18 @@ class RunContext:
 
     def unit(self, name: str, compute: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
         """The measurements of unit ``name``: loaded when it ended in an earlier try of this
-        run, else computed by ``compute()`` and saved. They join :attr:`measurements`."""
+        run, else computed by ``compute()`` and saved. They join :attr:`measurements`, and
+        the timings of the models trained for them join :attr:`timings`."""
         path = self._unit_path(name)
         if path.exists():
-            records = list(read_json(path)["measurements"])
+            saved = read_json(path)
+            records = list(saved["measurements"])
+            self.timings.update(saved["timings"])
         else:
+            before = set(self.timings)
             records = compute()
-            self._write(path, {"measurements": records})
+            timings = {k: v for k, v in self.timings.items() if k not in before}
+            self._write(path, {"measurements": records, "timings": timings})
         self.measurements.extend(records)
         return records
 
@@ -191,13 +197,14 @@ class RunContext:
         return model
 
     def config(self) -> dict[str, Any]:
-        """The run's configuration as plain JSON values."""
-        return {
+        """The run's configuration as plain JSON values (tuples become lists, as read back)."""
+        config = {
             "preset": self.preset.to_dict(),
             "corpus": None if self.corpus_path is None else str(self.corpus_path),
             "hf_model": None if self.hf_model is None else str(self.hf_model),
             "world_size": self.place.size,
         }
+        return json.loads(json.dumps(config))
 
 
 @contextlib.contextmanager

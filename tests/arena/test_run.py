@@ -1,0 +1,185 @@
+"""A whole arena run: every experiment end to end on the tiny preset, the run directory,
+resuming after SIGKILL, and training on two processes with DistributedDataParallel."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from posenc.arena import EXPERIMENTS, run_arena
+from posenc.arena.files import read_json
+from posenc.arena.presets import TINY
+from posenc.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _env() -> dict[str, str]:
+    # one thread per process: results are bitwise reproducible for one thread count
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src")}
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("arena") / "run"
+    run_arena(["all"], TINY, out=out, bars=False)
+    return out
+
+
+def test_all_experiments_end_to_end(tiny_run: Path) -> None:
+    results = read_json(tiny_run / "results.json")
+    assert results["experiments"] == list(EXPERIMENTS)
+    seen = {r["experiment"] for r in results["measurements"]}
+    assert seen == set(EXPERIMENTS)
+    for name in ("run.json", "results.csv", "report.html"):
+        assert (tiny_run / name).stat().st_size > 0
+    run = read_json(tiny_run / "run.json")
+    assert run["config"]["preset"]["name"] == "tiny"
+    # every trained model reports its speed; learned cannot run past its table
+    assert all(t["tokens_per_s"] > 0 for t in results["timings"].values())
+    learned = [
+        r
+        for r in results["measurements"]
+        if r["experiment"] == "extrapolation" and r["encoding"] == "learned"
+    ]
+    assert {r["value"] is None for r in learned if r["eval_length"] > TINY.train_length} == {True}
+    assert all(r["value"] is not None for r in learned if r["eval_length"] == TINY.train_length)
+
+
+def test_a_run_directory_is_not_overwritten(tiny_run: Path) -> None:
+    with pytest.raises(ValueError, match="--resume"):
+        run_arena(["extrapolation"], TINY, out=tiny_run, bars=False)
+    with pytest.raises(ValueError, match="seeds"):
+        run_arena(["extrapolation"], TINY, out=tiny_run, resume=True, seeds=[5], bars=False)
+
+
+def test_resume_of_a_finished_run_loads_everything(tiny_run: Path, tmp_path: Path) -> None:
+    before = read_json(tiny_run / "results.json")
+    mtimes = {p: p.stat().st_mtime_ns for p in (tiny_run / "units").iterdir()}
+    run_arena(["all"], TINY, out=tiny_run, resume=True, bars=False)
+    after = read_json(tiny_run / "results.json")
+    assert after["measurements"] == before["measurements"]
+    assert after["timings"] == before["timings"]
+    assert {p: p.stat().st_mtime_ns for p in (tiny_run / "units").iterdir()} == mtimes
+
+
+def test_report_and_compare_commands(tiny_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tiny_run / "report.html").unlink()
+    assert main(["arena", "report", str(tiny_run)]) == 0
+    assert (tiny_run / "report.html").exists()
+    assert main(["arena", "compare", str(tiny_run), str(tiny_run)]) == 0
+    assert "extrapolation" in capsys.readouterr().out
+
+
+def test_bad_command_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["arena", "run", "nonsense", "--out", str(tmp_path / "x")]) == 2
+    assert "unknown experiment 'nonsense'" in capsys.readouterr().err
+    assert main(["arena", "run", "all", "--preset", "huge", "--out", str(tmp_path / "y")]) == 2
+    assert "unknown preset 'huge'" in capsys.readouterr().err
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    assert (
+        main(
+            ["arena", "run", "extrapolation", "--corpus", str(empty), "--out", str(tmp_path / "z")]
+        )
+        == 2
+    )
+    assert str(empty) in capsys.readouterr().err
+    assert main(["arena", "report", str(tmp_path / "missing")]) == 2
+
+
+# A preset whose language models train long enough to be killed between checkpoints.
+SCRIPT = """
+import dataclasses, sys, torch
+torch.set_num_threads(1)
+from posenc.arena import run_arena
+from posenc.arena.presets import TINY
+from posenc.arena.train import TrainConfig
+preset = dataclasses.replace(
+    TINY, encodings=("nope", "rope"),
+    lm=TrainConfig(steps=200, batch_size=4, warmup_steps=2, checkpoint_every=10))
+run_arena(["extrapolation"], preset, out=sys.argv[1], resume=True, bars=False)
+"""
+
+
+def _arena(out: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(SCRIPT), str(out)],
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+def test_resume_after_sigkill_gives_identical_results(tmp_path: Path) -> None:
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    assert _arena(whole).wait(timeout=600) == 0
+    # kill the second model's training after its second checkpoint, mid-run
+    proc = _arena(killed)
+    marker = killed / "checkpoints" / "train--lm--rope--seed0" / "checkpoint.json"
+    deadline = time.monotonic() + 600
+    while not (marker.exists() and json.loads(marker.read_text())["step"] >= 40):
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (killed / "results.json").exists()
+    assert _arena(killed).wait(timeout=600) == 0
+    a, b = read_json(whole / "results.json"), read_json(killed / "results.json")
+    assert a["measurements"] == b["measurements"]  # bitwise: JSON keeps every float's digits
+    assert b["timings"]["lm--rope--seed0"]["resumed_from"] >= 40
+    losses = [
+        read_json(d / "units" / "train--lm--rope--seed0.json")["losses"] for d in (whole, killed)
+    ]
+    assert losses[0] == losses[1]
+
+
+DDP_SCRIPT = """
+import sys, torch
+torch.set_num_threads(1)
+from posenc.arena import run_arena
+run_arena(["extrapolation"], "tiny", out=sys.argv[1], bars=False)
+"""
+
+
+def test_two_processes_with_gloo_train_like_one(tmp_path: Path) -> None:
+    """torchrun, 2 CPU processes, gloo: each trains on half of every global batch; DDP
+    averages the gradients, so the loss curve is the single process's up to rounding."""
+    single, ddp = tmp_path / "single", tmp_path / "ddp"
+    run_arena(["extrapolation"], TINY, out=single, bars=False)
+    torchrun = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+    ]
+    script = tmp_path / "ddp.py"
+    script.write_text(textwrap.dedent(DDP_SCRIPT))
+    done = subprocess.run(
+        [*torchrun, str(script), str(ddp)], env=_env(), capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    for encoding in TINY.encodings or ():
+        unit = f"train--lm--{encoding}--seed0.json"
+        a = torch.tensor(read_json(single / "units" / unit)["losses"])
+        b = torch.tensor(read_json(ddp / "units" / unit)["losses"])
+        # a few steps of AdamW on a 1-layer model: the rounding of two half-batch gradient
+        # sums averaged against one full sum (n·eps with n ~ the batch's tokens) grows by
+        # at most a few orders over 6 steps
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4)
+    # only rank 0 wrote: one results file, and the measurements of both agree
+    assert len(read_json(ddp / "results.json")["measurements"]) == len(
+        read_json(single / "results.json")["measurements"]
+    )
