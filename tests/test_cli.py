@@ -1,3 +1,5 @@
+import json
+
 import pytest
 import torch
 
@@ -14,12 +16,6 @@ def _rows(text: str) -> dict[str, list[str]]:
         if cells:
             rows.setdefault(cells[0], cells)
     return rows
-
-
-def _results(out: str) -> dict[str, list[str]]:
-    """The rows of the demo's results table, keyed by encoding name."""
-    table = out[out.index("\nencoding  ") :].strip().split("\n\n")[0]
-    return {k: v for k, v in _rows(table).items() if k != "encoding" and not k.startswith("-")}
 
 
 def test_list_shows_every_encoding(capsys):
@@ -74,58 +70,42 @@ def test_worked_example_is_exact(tol):
     assert (at_5 - demo.worked_example(0)).abs().max() > 0.5
 
 
-def test_repeat_batch_is_seeded_and_periodic():
-    a = demo.repeat_batch(3, 64, torch.Generator().manual_seed(1))
-    b = demo.repeat_batch(3, 64, torch.Generator().manual_seed(1))
-    assert a.shape == (3, 64)
-    torch.testing.assert_close(a, b, rtol=0, atol=0)  # token ids from one seed: integers
-    torch.testing.assert_close(a[:, demo.PERIOD :], a[:, : -demo.PERIOD], rtol=0, atol=0)
+def test_demo_prints_the_example_then_runs_the_arena(capsys, tmp_path):
+    out = tmp_path / "run"
+    assert main(["demo", "--preset", "tiny", "--out", str(out), "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    assert "[ 0.51,  0.78,  0.88,  1.14]" in text
+    assert "extrapolation: perplexity" in text
+    assert f"report: {out / 'report.html'}" in text
+    assert (out / "report.html").exists()
 
 
-def test_demo_runs_its_default_encodings(capsys):
-    assert main(["demo", "--steps", "2", "--seed", "1"]) == 0
-    out = capsys.readouterr().out
-    assert "[ 0.51,  0.78,  0.88,  1.14]" in out
-    rows = _results(out)
-    expected = [n for n in demo.DEMO_ENCODINGS if n in posenc.available()]
-    assert list(rows) == expected
-    assert {posenc.info(n).kind for n in expected} == {"additive", "rotary", "bias", "none"}
-    for name in expected:
-        assert rows[name][1] == posenc.info(name).kind
-        float(rows[name][2])  # a loss at the training length for every encoding
-    assert rows["learned"][3] == f"error: length {demo.EVAL_LEN} exceeds max_positions=64"
-    for name in set(expected) - {"learned"}:
-        float(rows[name][3])  # every other encoding runs at twice the length
+def test_demo_and_arena_train_any_registered_1d_encoding(capsys, tmp_path):
+    """Every registered encoding of 1-D token positions joins the arena without a change."""
+    from posenc.arena.runner import NOT_FOR_TEXT
 
-
-def test_demo_trains_any_registered_encoding(capsys):
     names = [
         n
         for n in posenc.available()
-        if n not in demo.DEMO_ENCODINGS and posenc.registry.get(n).position_axes == 1
+        if posenc.registry.get(n).position_axes == 1 and n not in NOT_FOR_TEXT
     ]
-    assert main(["demo", "--steps", "1", "--encodings", *names]) == 0
-    rows = _results(capsys.readouterr().out)
-    assert list(rows) == names
-    for name in names:
-        float(rows[name][3])
+    args = ["arena", "run", "extrapolation", "--preset", "tiny", "--no-progress"]
+    assert main([*args, "--out", str(tmp_path / "run"), "--encodings", *names]) == 0
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert {r["encoding"] for r in results["measurements"]} == set(names)
 
 
-def test_demo_encodings_option(capsys):
-    assert main(["demo", "--steps", "1", "--encodings", "nope", "learned"]) == 0
-    out = capsys.readouterr().out
-    assert list(_results(out)) == ["nope", "learned"]
-
-
-def test_demo_refuses_image_grid_encodings(capsys):
-    assert main(["demo", "--steps", "1", "--encodings", "nope", "rope_2d"]) == 2
+@pytest.mark.parametrize(
+    ("names", "message"),
+    [
+        (["nope", "rope_2d"], "'rope_2d' encodes image-grid coordinates"),
+        (["nope", "calendar"], "'calendar' encodes unix timestamps"),
+        (["nope", "no-such-encoding"], "unknown encoding 'no-such-encoding'"),
+    ],
+)
+def test_demo_refuses_encodings_it_cannot_train(capsys, tmp_path, names, message):
+    args = ["demo", "--preset", "tiny", "--out", str(tmp_path / "run"), "--encodings", *names]
+    assert main(args) == 2
     captured = capsys.readouterr()
-    assert "'rope_2d' encodes image-grid coordinates" in captured.err
-    assert captured.out == ""
-
-
-def test_demo_unknown_encoding_exits_2(capsys):
-    assert main(["demo", "--encodings", "nope", "no-such-encoding"]) == 2
-    captured = capsys.readouterr()
-    assert "unknown encoding 'no-such-encoding'" in captured.err
-    assert captured.out == ""
+    assert message in captured.err
+    assert not (tmp_path / "run").exists()

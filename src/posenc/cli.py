@@ -1,4 +1,4 @@
-"""The ``posenc`` command: ``posenc list``, ``posenc info NAME``, ``posenc demo``.
+"""The ``posenc`` command: ``list``, ``info NAME``, ``demo`` and ``arena run|report|compare``.
 
 Each subcommand is a function ``cmd_NAME(args) -> exit code`` listed in :data:`COMMANDS` (a
 plain dict; the first line of its docstring is its help) whose arguments are declared in
@@ -30,14 +30,6 @@ __all__ = ["COMMANDS", "build_parser", "main"]
 Handler = Callable[[argparse.Namespace], int]
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: an integer >= 1."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
 def cmd_list(args: argparse.Namespace) -> int:
     """list every registered encoding"""
     print(encodings_table())
@@ -62,15 +54,23 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """the first thing to run: the article's example and a miniature arena"""
-    from . import demo
-
+    """the first thing to run: the article's example, then the arena's quick preset"""
     try:
-        demo.check_names(args.encodings or ())
-    except ValueError as e:
+        from . import demo
+    except ImportError as e:  # an extra is missing
+        print(f"error: {e}; install the arena extra: pip install 'posenc[arena]'", file=sys.stderr)
+        return 2
+    try:
+        demo.run_demo(
+            args.preset,
+            out=args.out,
+            seeds=args.seeds,
+            encodings=args.encodings,
+            bars=not args.no_progress,
+        )
+    except ValueError as e:  # an encoding the arena cannot train, a run directory in use...
         print(f"error: {e}", file=sys.stderr)
         return 2
-    demo.run_demo(demo.STEPS if args.steps is None else args.steps, args.seed, names=args.encodings)
     return 0
 
 
@@ -113,19 +113,13 @@ def build_parser() -> argparse.ArgumentParser:
     from .arena.command import add_arguments as arena_arguments
 
     arena_arguments(sub["arena"])
+    sub["demo"].add_argument("--preset", default="quick", help="the arena preset (quick)")
+    sub["demo"].add_argument("--out", help="run directory (default: runs/arena-<preset>-<time>)")
+    sub["demo"].add_argument("--seeds", type=int, nargs="+", help="replace the preset's seeds")
     sub["demo"].add_argument(
-        "--steps",
-        type=positive_int,
-        default=None,
-        help="training steps per encoding (default: posenc.demo.STEPS)",
+        "--encodings", nargs="+", metavar="NAME", help="replace the preset's encodings"
     )
-    sub["demo"].add_argument("--seed", type=int, default=0, help="seed of the data and the models")
-    sub["demo"].add_argument(
-        "--encodings",
-        nargs="+",
-        metavar="NAME",
-        help="train these (default: one or two of each kind)",
-    )
+    sub["demo"].add_argument("--no-progress", action="store_true", help="no progress bars")
     return parser
 
 

@@ -42,6 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--out", help="run directory (default: runs/arena-<preset>-<time>)")
     run.add_argument("--resume", action="store_true", help="continue the run in --out")
     run.add_argument("--seeds", type=int, nargs="+", help="replace the preset's seeds")
+    run.add_argument(
+        "--encodings", nargs="+", metavar="NAME", help="replace the preset's encodings"
+    )
     run.add_argument("--hf-model", help="a local Hugging Face causal LM directory to probe")
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
     report = sub.add_parser(
@@ -74,6 +77,7 @@ def main(args: argparse.Namespace) -> int:
             out=args.out,
             resume=args.resume,
             seeds=args.seeds,
+            encodings=args.encodings,
             hf_model=args.hf_model,
             bars=not args.no_progress,
         )

@@ -9,6 +9,7 @@ configuration, the versions), the units, the checkpoints and models, ``results.j
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,7 +22,7 @@ from .presets import Preset, get_preset
 from .progress import Progress
 from .report import write_report
 from .results import make_results, table, write_results
-from .runner import RunContext, command_line
+from .runner import RunContext, check_encodings, command_line
 
 __all__ = ["default_run_dir", "experiment_names", "run_arena"]
 
@@ -91,6 +92,7 @@ def run_arena(
     out: str | Path | None = None,
     resume: bool = False,
     seeds: Sequence[int] | None = None,
+    encodings: Sequence[str] | None = None,
     hf_model: str | Path | None = None,
     bars: bool = True,
 ) -> Path:
@@ -104,6 +106,7 @@ def run_arena(
         resume: continue the run in ``out`` (finished units are loaded, an unfinished
             training continues from its last checkpoint).
         seeds: replace the preset's seeds.
+        encodings: replace the preset's encodings (1-D ones; checked before any training).
         hf_model: a local Hugging Face causal LM directory for the lost-in-the-middle probe.
         bars: draw progress bars.
 
@@ -113,7 +116,10 @@ def run_arena(
     names = experiment_names(experiments)
     chosen = get_preset(preset) if isinstance(preset, str) else preset
     if seeds is not None:
-        chosen = chosen.with_seeds(tuple(seeds))
+        chosen = dataclasses.replace(chosen, seeds=tuple(seeds))
+    if encodings is not None:
+        check_encodings(encodings)
+        chosen = dataclasses.replace(chosen, encodings=tuple(encodings))
     place = world()
     run_dir = Path(out) if out is not None else default_run_dir(chosen.name, place)
     with Progress(bars=bars, echo=place.is_main) as progress:

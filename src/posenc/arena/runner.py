@@ -10,13 +10,11 @@ atomically.
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import functools
 import json
 import re
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +30,7 @@ from .progress import Progress
 from .tasks import TaskBatch
 from .train import TrainConfig, train_model
 
-__all__ = ["NOT_FOR_TEXT", "RunContext", "arena_encodings", "unit_name"]
+__all__ = ["NOT_FOR_TEXT", "RunContext", "arena_encodings", "check_encodings", "unit_name"]
 
 #: registered 1-D encodings the arena does not train on text, and why
 NOT_FOR_TEXT = {
@@ -41,6 +39,21 @@ NOT_FOR_TEXT = {
     "time2vec": "encodes real-valued times, not token positions",
     "mrope": "on text alone it is rope",
 }
+
+
+def check_encodings(names: Sequence[str]) -> None:
+    """Raise ``ValueError`` for a name the arena cannot train on text (unknown, an encoding
+    of image-grid coordinates or of times), before minutes of training rather than after."""
+    if not names:
+        raise ValueError("encodings must name at least one encoding")
+    for name in names:
+        if registry.get(name).position_axes != 1:  # raises for an unknown name
+            raise ValueError(
+                f"{name!r} encodes image-grid coordinates: the arena trains text models, "
+                "so choose an encoding of 1-D positions"
+            )
+        if name in NOT_FOR_TEXT:
+            raise ValueError(f"{name!r} {NOT_FOR_TEXT[name]}: the arena trains text models")
 
 
 def arena_encodings(preset: Preset) -> list[str]:
@@ -207,23 +220,6 @@ class RunContext:
         return json.loads(json.dumps(config))
 
 
-@contextlib.contextmanager
-def threads(n: int | None) -> Iterator[None]:
-    """Run the block with ``n`` torch threads (None: leave it)."""
-    before = torch.get_num_threads()
-    if n is not None:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def command_line() -> list[str]:
     """The command that started this process, as written (kept in the run directory)."""
     return [Path(sys.argv[0]).name, *sys.argv[1:]]
-
-
-def replace_preset(preset: Preset, **changes: Any) -> Preset:
-    """``preset`` with fields changed (``seeds=(0, 1)``, ...)."""
-    return dataclasses.replace(preset, **changes)
