@@ -34,6 +34,17 @@ _UNITS = {
 }
 
 
+def _log_y(ax: Any) -> None:
+    """A log y axis labelled in plain numbers (8, 9, 10, 20), not powers of ten."""
+    from matplotlib.ticker import FuncFormatter
+
+    ax.set_yscale("log")
+    plain = FuncFormatter(lambda value, _: f"{value:g}")
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(plain)
+    ax.tick_params(axis="y", which="minor", labelsize="x-small")
+
+
 def _figure(n_panels: int, title: str) -> tuple[Any, list[Any]]:
     """A white figure with ``n_panels`` side by side and a title."""
     try:
@@ -115,7 +126,7 @@ def extrapolation(measurements: Records) -> Any:
         for length in sorted({r["train_length"] for r in here}):
             ax.axvline(length, color="grey", linestyle="--", linewidth=1, label=f"L = {length}")
         ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
+        _log_y(ax)
         lengths = _values(here, "eval_length")
         ax.set_xticks(lengths, [str(n) for n in lengths])
         ax.xaxis.set_minor_locator(NullLocator())
@@ -147,7 +158,7 @@ def context_extension(measurements: Records) -> Any:
             line = _line(ax, mine, "factor", color=colors[scaling], label=label)
             if line is None:
                 ax.plot([], [], color=colors[scaling], label=label)
-        ax.set_yscale("log")
+        _log_y(ax)
         factors = _values(here, "factor")
         ax.set_xticks(factors, [f"×{f}" for f in factors])
         ax.set_title(f"{stage}" if stage is not None else "")
@@ -208,7 +219,7 @@ def nope_needs_causality(measurements: Records) -> Any:
                 ax.annotate("n/a", (bar.get_x() + width / 2, 0), ha="center", va="bottom")
     means = [r["mean"] for r in rows if r["mean"]]
     if means and max(means) / min(means) > 20:
-        ax.set_yscale("log")
+        _log_y(ax)
     ax.set_xticks(range(len(encodings)), encodings)
     ax.set_xlabel("encoding")
     ax.set_ylabel(_UNITS.get(metric or "", metric or ""))

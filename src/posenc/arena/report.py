@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import datetime
 import html
+import json
 import shlex
 import statistics
 from collections.abc import Mapping, Sequence
@@ -256,26 +257,40 @@ def _figure_img(experiment: str, measurements: Sequence[Mapping[str, Any]]) -> s
     return f'<img src="data:image/png;base64,{data}" alt="{_e(_ALT[experiment])}">\n'
 
 
+def _preset_name(config: Mapping[str, Any]) -> str:
+    preset = config.get("preset", "run")
+    return str(preset.get("name", "run") if isinstance(preset, Mapping) else preset)
+
+
 def _header(results: Mapping[str, Any]) -> str:
     config = results.get("config", {})
-    seeds = config.get("seeds")
+    preset = config.get("preset")
+    seeds = preset.get("seeds") if isinstance(preset, Mapping) else config.get("seeds")
     if seeds is None:
         seeds = sorted({r["seed"] for r in results["measurements"]})
-    date = next((config[k] for k in ("date", "started", "created") if k in config), None)
+    date = results.get("started")
     if date is None:
         date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         date = f"{date} (report built)"
     versions = ", ".join(f"{k} {v}" for k, v in results.get("versions", {}).items())
     machine = ", ".join(f"{k} {v}" for k, v in results.get("machine", {}).items())
     items = [
-        ("preset", config.get("preset", "—")),
+        ("preset", _preset_name(config)),
         ("seeds", ", ".join(map(str, seeds)) if isinstance(seeds, list) else seeds),
-        ("corpus", config.get("corpus", "—")),
+        ("corpus", config.get("corpus") or "the Python standard library"),
         ("date", date),
         ("versions", versions or "—"),
         ("machine", machine or "—"),
     ]
-    return "<dl>\n" + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>\n" for k, v in items) + "</dl>\n"
+    listing = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>\n" for k, v in items)
+    settings = json.dumps(preset, indent=1) if isinstance(preset, Mapping) else ""
+    details = (
+        f"<details><summary>every setting of the preset</summary><pre>{_e(settings)}</pre>"
+        "</details>\n"
+        if settings
+        else ""
+    )
+    return f"<dl>\n{listing}</dl>\n{details}"
 
 
 def _timings(results: Mapping[str, Any]) -> str:
@@ -308,7 +323,7 @@ def build_report(results: Mapping[str, Any]) -> str:
     present = {r["experiment"] for r in results["measurements"]}
     experiments = [e for e in EXPERIMENTS if e in present]
     config = results.get("config", {})
-    title = f"posenc arena: {config.get('preset', 'run')}"
+    title = f"posenc arena: {_preset_name(config)} preset"
     parts = [
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n',
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n',

@@ -65,11 +65,14 @@ def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
     return [] if a == b else [prefix.rstrip(".")]
 
 
-def _start(run_dir: Path, config: dict[str, Any], names: list[str], resume: bool) -> list[str]:
-    """Check ``run_dir`` against this run and return every experiment it holds."""
+def _start(
+    run_dir: Path, config: dict[str, Any], names: list[str], resume: bool
+) -> tuple[list[str], str]:
+    """Check ``run_dir`` against this run; return every experiment it holds and when the run
+    first started."""
     path = run_dir / "run.json"
     if not path.exists():
-        return names
+        return names, time.strftime("%Y-%m-%d %H:%M:%S %Z")
     if not resume:
         raise ValueError(
             f"{run_dir} already holds a run: pass --resume to continue it, or another --out"
@@ -81,7 +84,7 @@ def _start(run_dir: Path, config: dict[str, Any], names: list[str], resume: bool
             f"{run_dir} was started with another configuration ({changed} differ); "
             "resume it with the same options, or choose another --out"
         )
-    return [n for n in EXPERIMENTS if n in names or n in before["experiments"]]
+    return [n for n in EXPERIMENTS if n in names or n in before["experiments"]], before["started"]
 
 
 def run_arena(
@@ -125,11 +128,16 @@ def run_arena(
     with Progress(bars=bars, echo=place.is_main) as progress:
         ctx = RunContext(chosen, run_dir, corpus, progress, hf_model, place)
         config = ctx.config()
-        names = _start(run_dir, config, names, resume)
+        names, started = _start(run_dir, config, names, resume)
         if place.is_main:
             atomic_write_json(
                 run_dir / "run.json",
-                {"command": command_line(), "config": config, "experiments": names},
+                {
+                    "command": command_line(),
+                    "config": config,
+                    "experiments": names,
+                    "started": started,
+                },
             )
         place.barrier()
         start = time.perf_counter()
@@ -138,7 +146,8 @@ def run_arena(
             get(name)(ctx)
         seconds = time.perf_counter() - start
     results = make_results(config, command_line(), names, ctx.measurements, ctx.timings)
-    results["seconds"] = round(seconds, 1)
+    results["started"] = started
+    results["seconds"] = round(seconds, 1)  # of this try; a resumed run counts only its own
     if place.is_main:
         write_results(run_dir, results)
         report = write_report(run_dir, results)
