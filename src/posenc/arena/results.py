@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .experiments import EXPERIMENTS as _EXPERIMENT_MODULES
+
 __all__ = [
     "BASE_FIELDS",
     "EXPERIMENTS",
@@ -35,22 +37,18 @@ __all__ = [
     "compare",
     "format_cell",
     "load_results",
+    "machine",
     "make_results",
     "measurement_key",
     "panels",
     "table",
     "to_csv",
+    "versions",
     "write_results",
 ]
 
 FORMAT = 1
-EXPERIMENTS = (
-    "extrapolation",
-    "context-extension",
-    "length-generalization",
-    "nope-needs-causality",
-    "lost-in-the-middle",
-)
+EXPERIMENTS = tuple(_EXPERIMENT_MODULES)  # report order
 # The keys every record has (``note`` only where ``value`` is None), in CSV column order.
 BASE_FIELDS = (
     "experiment",
@@ -136,7 +134,8 @@ def measurement_key(record: Mapping[str, Any]) -> Key:
     )
 
 
-def _versions() -> dict[str, str]:
+def versions() -> dict[str, str]:
+    """The versions that decide a run's numbers: posenc, torch, Python, NumPy."""
     import numpy
     import torch
 
@@ -150,12 +149,25 @@ def _versions() -> dict[str, str]:
     }
 
 
-def _machine() -> dict[str, Any]:
+def _cpu_model() -> str | None:
+    """The CPU's model name from ``/proc/cpuinfo`` (Linux), else None."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def machine() -> dict[str, Any]:
+    """The machine: platform, CPU model, cores and torch's threads."""
     import torch
 
     return {
         "platform": platform.platform(),
-        "processor": platform.processor(),
+        "processor": _cpu_model() or platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
     }
@@ -181,8 +193,8 @@ def make_results(
         "format": FORMAT,
         "config": dict(config),
         "command": list(command),
-        "versions": _versions(),
-        "machine": _machine(),
+        "versions": versions(),
+        "machine": machine(),
         "timings": {k: dict(v) for k, v in timings.items()},
         "experiments": list(experiments),
         "measurements": records,

@@ -21,7 +21,7 @@ from .files import atomic_write_json, read_json
 from .presets import Preset, get_preset
 from .progress import Progress
 from .report import write_report
-from .results import make_results, table, write_results
+from .results import machine, make_results, table, versions, write_results
 from .runner import RunContext, check_encodings, command_line
 
 __all__ = ["default_run_dir", "experiment_names", "run_arena"]
@@ -137,6 +137,8 @@ def run_arena(
                     "config": config,
                     "experiments": names,
                     "started": started,
+                    "versions": versions(),
+                    "machine": machine(),
                 },
             )
         place.barrier()
