@@ -441,7 +441,7 @@ def _render(tables: Sequence[Any], width: int = 120) -> str:
 
 def _rich_table(panel: Panel) -> Any:
     rich = _rich()
-    t = rich.table.Table(title=panel.title)
+    t = rich.table.Table(title=panel.title, title_justify="left", min_width=len(panel.title))
     for i, name in enumerate(panel.header):
         t.add_column(name, justify="left" if i < panel.n_labels else "right", no_wrap=True)
     for row in panel.rows:
