@@ -183,6 +183,8 @@ def test_kv_deterministic_and_all_keys():
         ({"batch_size": 2, "n_pairs": 3, "gold": 3}, "gold"),
         ({"batch_size": 2, "n_pairs": 3, "gold": -1}, "gold"),
         ({"batch_size": 2, "n_pairs": 3, "query_first": 1}, "query_first"),
+        ({"batch_size": 2, "n_pairs": 3, "n_queries": 0}, "n_queries"),
+        ({"batch_size": 2, "n_pairs": 3, "n_queries": 4}, "n_queries"),
     ],
 )
 def test_kv_bad_arguments(kwargs, name):
@@ -202,3 +204,42 @@ def test_taskbatch_checks():
     with pytest.raises(ValueError, match="targets"):
         TaskBatch(x, x.float())
     assert TaskBatch(x, torch.full((2, 3), IGNORE)).scored_tokens() == 0
+
+
+@pytest.mark.parametrize("query_first", [False, True])
+def test_kv_multi_query_rows(query_first):
+    n, m = 6, 4
+    batch = kv_batch(50, n, _gen(5), query_first=query_first, n_queries=m)
+    length = kv_length(n, query_first, n_queries=m)
+    assert length == 2 * n + 3 * m + (2 if query_first else 0)
+    assert batch.inputs.shape == batch.targets.shape == (50, length)
+    assert batch.scored_tokens() == 50 * m
+    for row, tgt in zip(batch.inputs.tolist(), batch.targets.tolist(), strict=True):
+        start = 3 if query_first else 1
+        body = row[start : start + 2 * n]
+        pairs = dict(zip(body[0::2], body[1::2], strict=True))
+        asks = [*row[start + 2 * n :], None]  # QUERY kq1 vq1 ... QUERY kqm (vqm: target only)
+        queried = asks[1::3]
+        assert asks[0::3] == [QUERY] * m and len(set(queried)) == m
+        assert all(k in pairs for k in queried)  # distinct keys of this row
+        assert asks[2::3][:-1] == [pairs[k] for k in queried[:-1]]  # answers shown in order
+        if query_first:
+            assert row[1:3] == [QUERY, queried[0]]
+        # each value is scored where its key is read, nothing else is
+        expected = [IGNORE] * length
+        for i in range(m):
+            expected[start + 2 * n + 3 * i + 1] = pairs[queried[i]]
+        assert tgt == expected
+
+
+def test_kv_multi_query_gold_is_the_first_query():
+    batch = kv_batch(20, 5, _gen(), gold=3, n_queries=3)
+    pairs = batch.inputs[:, 1:11]
+    assert torch.equal(batch.inputs[:, 12], pairs[:, 6])  # the first key asked is pair 3's
+    assert torch.equal(batch.targets[:, 12], pairs[:, 7])
+
+
+def test_kv_one_query_is_the_default():
+    a = kv_batch(8, 5, _gen(2), query_first=True)
+    b = kv_batch(8, 5, _gen(2), query_first=True, n_queries=1)
+    assert torch.equal(a.inputs, b.inputs) and torch.equal(a.targets, b.targets)

@@ -158,10 +158,12 @@ def sequence_batch(
     return TaskBatch(inputs.contiguous(), targets)
 
 
-def kv_length(n_pairs: int, query_first: bool = False) -> int:
-    """Length of one key-value row: ``BOS [QUERY kq] k1 v1 ... kn vn QUERY kq``."""
+def kv_length(n_pairs: int, query_first: bool = False, n_queries: int = 1) -> int:
+    """Length of one key-value row:
+    ``BOS [QUERY kq1] k1 v1 ... kn vn QUERY kq1 vq1 ... QUERY kqm`` (``m = n_queries``)."""
     n_pairs = _check_int("n_pairs", n_pairs, 1, N_KEYS)
-    return 2 * n_pairs + 3 + (2 if query_first else 0)
+    n_queries = _check_int("n_queries", n_queries, 1, n_pairs)
+    return 2 * n_pairs + 3 * n_queries + (2 if query_first else 0)
 
 
 def kv_batch(
@@ -171,6 +173,7 @@ def kv_batch(
     *,
     gold: int | None = None,
     query_first: bool = False,
+    n_queries: int = 1,
 ) -> TaskBatch:
     """A batch of key-value retrieval rows: ``BOS k1 v1 ... kn vn QUERY kq``.
 
@@ -180,11 +183,20 @@ def kv_batch(
     row starts ``BOS QUERY kq`` as well (Liu et al.'s query-aware contextualisation). Only
     the last position is scored: its target is the gold value.
 
+    With ``n_queries = m > 1`` (multi-query associative recall, Arora et al. 2023, "Zoology",
+    arXiv:2312.04927; for training: m times the supervision per row) the row asks ``m``
+    distinct keys in a row, each answered before the next is asked:
+    ``BOS k1 v1 ... kn vn QUERY kq1 vq1 QUERY kq2 vq2 ... QUERY kqm``, and every ``vqi`` is
+    scored (at the position of ``kqi``). ``gold`` then fixes the first query (uniform
+    otherwise, the others a uniform draw of the remaining pairs); with ``query_first`` the row
+    starts ``BOS QUERY kq1``.
+
     Shapes:
-        inputs, targets: ``[batch_size, kv_length(n_pairs, query_first)]``.
+        inputs, targets: ``[batch_size, kv_length(n_pairs, query_first, n_queries)]``.
     """
     batch_size = _check_int("batch_size", batch_size, 1)
     n_pairs = _check_int("n_pairs", n_pairs, 1, N_KEYS)
+    n_queries = _check_int("n_queries", n_queries, 1, n_pairs)
     if gold is not None:
         gold = _check_int("gold", gold, 0, n_pairs - 1)
     if not isinstance(query_first, bool):
@@ -193,18 +205,28 @@ def kv_batch(
 
     keys = torch.rand(batch_size, N_KEYS, generator=generator).argsort(dim=1)[:, :n_pairs]
     values = torch.randint(N_KEYS, N_KEYS + N_VALUES, (batch_size, n_pairs), generator=generator)
-    if gold is None:
-        gold_index = torch.randint(0, n_pairs, (batch_size, 1), generator=generator)
-    else:
-        gold_index = torch.full((batch_size, 1), gold, dtype=torch.int64)
-    kq = keys.gather(1, gold_index)  # (B, 1)
-    answer = values.gather(1, gold_index)  # (B, 1)
+    if n_queries == 1:  # (the draws of the single-query rows, unchanged)
+        if gold is None:
+            asked = torch.randint(0, n_pairs, (batch_size, 1), generator=generator)
+        else:
+            asked = torch.full((batch_size, 1), gold, dtype=torch.int64)
+    else:  # a random order of the pairs, the gold one first when given
+        score = torch.rand(batch_size, n_pairs, generator=generator)
+        if gold is not None:
+            score[:, gold] = -1.0
+        asked = score.argsort(dim=1)[:, :n_queries]
+    kq = keys.gather(1, asked)  # (B, m)
+    answer = values.gather(1, asked)  # (B, m)
 
     pairs = torch.stack([keys, values], dim=2).flatten(1)  # (B, n_pairs, 2) -> (B, 2 * n_pairs)
     bos = torch.full((batch_size, 1), KV_BOS, dtype=torch.int64)
-    query = torch.cat([torch.full_like(kq, QUERY), kq], dim=1)  # (B, 2)
-    parts = [bos, query, pairs, query] if query_first else [bos, pairs, query]
+    # QUERY kq1 vq1 QUERY kq2 vq2 ... QUERY kqm (the last value is only a target)
+    asks = torch.stack([torch.full_like(kq, QUERY), kq, answer], dim=2).flatten(1)[:, :-1]
+    parts = [bos, pairs, asks]
+    if query_first:
+        parts.insert(1, torch.cat([torch.full_like(kq[:, :1], QUERY), kq[:, :1]], dim=1))
     inputs = torch.cat(parts, dim=1)
     targets = torch.full_like(inputs, IGNORE)
-    targets[:, -1:] = answer
+    start = inputs.shape[1] - 3 * n_queries + 2  # the column of kq1 in the asks
+    targets[:, start::3] = answer
     return TaskBatch(inputs, targets)
