@@ -3,8 +3,10 @@ that is forced to be right."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
+import pytest
 import torch
 from torch import nn
 
@@ -37,6 +39,23 @@ def test_task_accuracy_of_an_oracle_is_one_and_one_wrong_token_fails_its_row() -
     assert task_accuracy(Oracle(wrong, SEQUENCE_VOCAB), batch) == 7 / 8
     # the padding of shorter rows is never scored, whatever the model says there
     assert (batch.targets == IGNORE).any(dim=1).sum() > 0
+    # token accuracy: one wrong target out of all the scored ones
+    exact, token = lg.accuracies(Oracle(wrong, SEQUENCE_VOCAB), batch)
+    assert exact == 7 / 8
+    assert token == pytest.approx(1 - 1 / batch.scored_tokens())
+
+
+def test_accuracies_agree_with_task_accuracy_on_a_random_model() -> None:
+    batch = sequence_batch("copy", 64, 1, 5, torch.Generator().manual_seed(1))
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(SEQUENCE_VOCAB, 8), nn.Linear(8, SEQUENCE_VOCAB))
+    exact, token = lg.accuracies(model, batch)
+    assert exact == task_accuracy(model, batch)
+    logits = model(batch.inputs)
+    scored = batch.targets != IGNORE
+    hits = (logits.argmax(-1) == batch.targets)[scored]
+    assert token == pytest.approx(hits.float().mean().item())
+    assert exact <= token  # a row that is all right has all its tokens right
 
 
 def test_tiny_run(tmp_path: Path) -> None:
@@ -46,10 +65,11 @@ def test_tiny_run(tmp_path: Path) -> None:
     lengths = lg.eval_lengths(ctx)
     assert lengths == [4, 5, 6]
     encodings = list(TINY.encodings or ())
-    assert len(records) == 2 * len(TINY.seeds) * len(encodings) * len(lengths)
+    metrics = ("accuracy", "token_accuracy")
+    assert len(records) == 2 * len(metrics) * len(TINY.seeds) * len(encodings) * len(lengths)
     for r in records:
         assert r["experiment"] == "length-generalization"
-        assert r["metric"] == "accuracy" and r["task"] in ("copy", "reverse")
+        assert r["metric"] in metrics and r["task"] in ("copy", "reverse")
         assert r["train_length"] == 4 and r["eval_length"] in lengths
         if r["encoding"] == "learned" and r["eval_length"] > 4:
             assert r["value"] is None and "max_positions=10" in r["note"]
@@ -57,8 +77,22 @@ def test_tiny_run(tmp_path: Path) -> None:
             assert 0.0 <= r["value"] <= 1.0 and "note" not in r
     for task in ("copy", "reverse"):
         for encoding in encodings:
-            got = sorted(
-                r["eval_length"] for r in records if r["task"] == task and r["encoding"] == encoding
-            )
-            assert got == lengths
+            for metric in metrics:
+                got = sorted(
+                    r["eval_length"]
+                    for r in records
+                    if (r["task"], r["encoding"], r["metric"]) == (task, encoding, metric)
+                )
+                assert got == lengths
+    # per case: a row all right has all its tokens right
+    value = {(r["task"], r["encoding"], r["eval_length"], r["metric"]): r["value"] for r in records}
+    for (task, encoding, n, metric), v in value.items():
+        if metric == "accuracy" and v is not None:
+            assert v <= value[task, encoding, n, "token_accuracy"]
     assert (tmp_path / "models" / "train--reverse--rope--seed0.safetensors").exists()
+
+
+def test_task_encodings_keeps_the_runs_encodings_in_the_preset_list(tmp_path: Path) -> None:
+    assert lg.task_encodings(RunContext(TINY, tmp_path)) == list(TINY.encodings or ())
+    preset = dataclasses.replace(TINY, task_encodings=("rope", "alibi", "fire"))
+    assert lg.task_encodings(RunContext(preset, tmp_path)) == ["rope", "alibi"]

@@ -41,7 +41,8 @@ def test_tiny_run(tmp_path: Path) -> None:
     litm.run(ctx)
     records = ctx.measurements
     _check_grid(records, ENCODINGS)
-    table = kv_length(TINY.kv_pairs, query_first=True)
+    # learned's table: the longest training row (query first, every training query)
+    table = kv_length(TINY.kv_pairs, True, litm.train_queries(TINY.kv_pairs))
     for r in records:
         if r["encoding"] == "learned" and r["eval_length"] > table:
             assert r["value"] is None and f"max_positions={table}" in r["note"]
@@ -50,6 +51,13 @@ def test_tiny_run(tmp_path: Path) -> None:
     # learned runs on the training contexts in both placements, and on none of the longer ones
     learned = {(r["n_pairs"], r["value"] is None) for r in records if r["encoding"] == "learned"}
     assert learned == {(3, False), (5, True)}
+
+
+@pytest.mark.parametrize("n", [2, 3, 8, 16, 32])
+def test_training_rows_ask_several_keys_and_stay_shorter_than_twice_the_pairs(n: int) -> None:
+    m = litm.train_queries(n)
+    assert 1 <= m <= n and (m > 1) == (n >= 4)
+    assert kv_length(n, True, m) < kv_length(min(2 * n, 64), False)
 
 
 # -- the Hugging Face probe -----------------------------------------------------------------

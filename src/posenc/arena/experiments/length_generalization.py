@@ -5,9 +5,11 @@ length generalization of transformers", arXiv:2305.16843).
 
 For each task and encoding a small causal model learns ``BOS x SEP y EOS`` (``y`` = ``x`` or
 ``x`` reversed) with ``len(x)`` uniform in the preset's training range; it is then scored by
-exact match (every output symbol and the final ``EOS`` right) on strings of each test length
-and, for reference, of the longest training length. ``learned`` has a table of exactly the
-longest training row and is recorded as cannot-run on the longer ones.
+exact match (``accuracy``: every output symbol and the final ``EOS`` right) and by
+``token_accuracy`` (the fraction of those targets right: a graded signal where exact match is
+0) on strings of each test length and, for reference, of the longest training length.
+``learned`` has a table of exactly the longest training row and is recorded as cannot-run on
+the longer ones. Only the preset's ``task_encodings`` run (:func:`task_encodings`).
 """
 
 from __future__ import annotations
@@ -19,12 +21,18 @@ import torch
 
 from ...models import TransformerLM
 from ...positions import PositionOutOfRangeError
-from ..evaluate import task_accuracy
 from ..runner import RunContext, unit_name
-from ..tasks import SEQUENCE_TASKS, SEQUENCE_VOCAB, TaskBatch, sequence_batch, sequence_length
+from ..tasks import (
+    IGNORE,
+    SEQUENCE_TASKS,
+    SEQUENCE_VOCAB,
+    TaskBatch,
+    sequence_batch,
+    sequence_length,
+)
 from .language_model import encoding_spec
 
-__all__ = ["NAME", "eval_lengths", "run", "task_model"]
+__all__ = ["NAME", "accuracies", "eval_lengths", "run", "task_encodings", "task_model"]
 
 NAME = "length-generalization"
 
@@ -33,11 +41,31 @@ def run(ctx: RunContext) -> None:
     """Train (or load) a model per task, encoding and seed; measure accuracy at each length."""
     for task in SEQUENCE_TASKS:
         for seed in ctx.preset.seeds:
-            for encoding in ctx.encodings():
+            for encoding in task_encodings(ctx):
                 ctx.unit(
                     unit_name(NAME, task, encoding, f"seed{seed}"),
                     functools.partial(_measure, ctx, task, encoding, seed),
                 )
+
+
+def task_encodings(ctx: RunContext) -> list[str]:
+    """The encodings of the synthetic-task experiments: the run's encodings, less those not in
+    the preset's ``task_encodings`` when it has that list."""
+    keep = ctx.preset.task_encodings
+    return [e for e in ctx.encodings() if keep is None or e in keep]
+
+
+@torch.no_grad()
+def accuracies(model: torch.nn.Module, batch: TaskBatch) -> tuple[float, float]:
+    """Exact match (the fraction of rows whose every scored target is the most likely token,
+    as :func:`posenc.arena.evaluate.task_accuracy`) and token accuracy (the fraction of all
+    scored targets that are), from one forward pass with teacher forcing."""
+    device = next(model.parameters()).device
+    targets = batch.targets.to(device)
+    scored = targets != IGNORE
+    hit = model(batch.inputs.to(device)).argmax(-1) == targets  # [batch, seq]
+    exact = (hit | ~scored).all(dim=1).float().mean().item()
+    return exact, ((hit & scored).sum() / scored.sum()).item()
 
 
 def eval_lengths(ctx: RunContext) -> list[int]:
@@ -77,17 +105,19 @@ def _measure(ctx: RunContext, task: str, encoding: str, seed: int) -> list[dict[
             "seed": seed,
             "train_length": preset.task_train_lengths[1],
             "eval_length": n,
-            "metric": "accuracy",
             "task": task,
         }
         # the same strings for every encoding; disjoint from training's step generators
         generator = torch.Generator().manual_seed(10_000 + seed * 1000 + n)
         batch = sequence_batch(task, preset.task_eval_rows, n, n, generator)
+        metrics = ("accuracy", "token_accuracy")
         try:
-            records.append({**base, "value": task_accuracy(model, batch)})
+            exact, token = accuracies(model, batch)
+            records.append({**base, "metric": "accuracy", "value": exact})
+            records.append({**base, "metric": "token_accuracy", "value": token})
         except PositionOutOfRangeError as e:
             note = f"cannot run past {e.limit_name}={e.limit} positions"
-            records.append({**base, "value": None, "note": note})
+            records += [{**base, "metric": m, "value": None, "note": note} for m in metrics]
         bar.advance(1, tokens=batch.inputs.numel())
     bar.close()
     return records

@@ -23,8 +23,9 @@ from ..evaluate import task_accuracy
 from ..runner import RunContext, unit_name
 from ..tasks import KV_VOCAB, TaskBatch, kv_batch, kv_length
 from .language_model import encoding_spec
+from .length_generalization import task_encodings
 
-__all__ = ["MODES", "NAME", "eval_generator", "kv_model", "run"]
+__all__ = ["MODES", "NAME", "eval_generator", "kv_model", "run", "train_queries"]
 
 NAME = "lost-in-the-middle"
 
@@ -36,7 +37,7 @@ def run(ctx: RunContext) -> None:
     """Train (or load) a model per encoding and seed; measure accuracy at each gold position;
     then probe ``ctx.hf_model`` when one is given."""
     for seed in ctx.preset.seeds:
-        for encoding in ctx.encodings():
+        for encoding in task_encodings(ctx):
             ctx.unit(
                 unit_name(NAME, encoding, f"seed{seed}"),
                 functools.partial(_measure, ctx, encoding, seed),
@@ -53,17 +54,24 @@ def eval_generator(seed: int, n_pairs: int, mode: str) -> torch.Generator:
     return torch.Generator().manual_seed(20_000 + seed * 1000 + 2 * n_pairs + MODES.index(mode))
 
 
+def train_queries(n_pairs: int) -> int:
+    """Queries per training row of ``n_pairs`` pairs (multi-query recall: more supervision per
+    row; a training row stays shorter than an evaluation row of twice the pairs)."""
+    return max(1, n_pairs // 2)
+
+
 def kv_model(ctx: RunContext, encoding: str, seed: int) -> TransformerLM:
     """The causal model with ``encoding`` trained with ``seed`` on key-value retrieval with
     the preset's number of pairs (unit ``train--kv--<encoding>--seed<seed>``)."""
     preset = ctx.preset
-    spec = encoding_spec(encoding, kv_length(preset.kv_pairs, query_first=True))
+    n, m = preset.kv_pairs, train_queries(preset.kv_pairs)
+    spec = encoding_spec(encoding, kv_length(n, query_first=True, n_queries=m))
     model = ctx.new_model(preset.task_model, spec, seed, KV_VOCAB)
     config = preset.kv
 
     def make_batch(generator: torch.Generator) -> TaskBatch:
         query_first = bool(torch.randint(0, 2, (), generator=generator))
-        return kv_batch(config.batch_size, preset.kv_pairs, generator, query_first=query_first)
+        return kv_batch(config.batch_size, n, generator, query_first=query_first, n_queries=m)
 
     return ctx.trained(
         unit_name("train", "kv", encoding, f"seed{seed}"), model, make_batch, config, seed
