@@ -31,6 +31,7 @@ _UNITS = {
     "bits_per_byte": "bits per byte",
     "loss": "loss (nats per byte)",
     "accuracy": "exact-match accuracy",
+    "token_accuracy": "per-token accuracy",
 }
 
 
@@ -171,9 +172,14 @@ def context_extension(measurements: Records) -> Any:
 
 
 def length_generalization(measurements: Records) -> Any:
-    """Exact-match accuracy against test length per encoding, one panel per task, the
-    training lengths shaded."""
+    """Exact-match accuracy (solid) and per-token accuracy (dotted) against test length per
+    encoding, one panel per task, the training lengths shaded."""
     rows, metric = _rows(measurements, "length-generalization")
+    per_token = [
+        r
+        for r in aggregate(measurements)
+        if r["experiment"] == "length-generalization" and r["metric"] == "token_accuracy"
+    ]
     tasks = _values(rows, "task")
     fig, axes = _figure(
         len(tasks), "Length generalisation: synthetic tasks past the training lengths"
@@ -186,11 +192,15 @@ def length_generalization(measurements: Records) -> Any:
         for encoding in dict.fromkeys(r["encoding"] for r in here):
             mine = [r for r in here if r["encoding"] == encoding]
             _line(ax, mine, "eval_length", color=colors[encoding], label=encoding)
+            tokens = [r for r in per_token if r.get("task") == task and r["encoding"] == encoding]
+            _line(ax, tokens, "eval_length", color=colors[encoding], linestyle=":")
+        if per_token:
+            ax.plot([], [], color="grey", linestyle=":", label="per token (dotted)")
         ax.set_xlim(0, max(r["eval_length"] for r in here) * 1.05)
         ax.set_ylim(-0.03, 1.03)
         ax.set_title(f"task: {task}" if task is not None else "")
         ax.set_xlabel("test length (tokens)")
-        ax.set_ylabel(_UNITS.get(metric or "", metric or ""))
+        ax.set_ylabel("exact-match accuracy" + (" (dotted: per token)" if per_token else ""))
         ax.legend(fontsize="small")
     if not rows:
         _empty(axes[0])

@@ -288,6 +288,7 @@ class _Layout:
     column: str  # the key spread over columns
     hide: tuple[str, ...]  # keys that follow from the column (not row labels)
     metrics: tuple[str, ...]  # preferred metric first
+    also: tuple[str, ...] = ()  # further metrics with tables of their own
 
 
 _LAYOUTS = {
@@ -295,7 +296,9 @@ _LAYOUTS = {
     "context-extension": _Layout(
         ("stage",), "factor", ("eval_length",), ("perplexity", "bits_per_byte", "loss")
     ),
-    "length-generalization": _Layout(("task",), "eval_length", (), ("accuracy",)),
+    "length-generalization": _Layout(
+        ("task",), "eval_length", (), ("accuracy",), also=("token_accuracy",)
+    ),
     "nope-needs-causality": _Layout((), "mode", (), ("perplexity", "loss", "bits_per_byte")),
     "lost-in-the-middle": _Layout(("mode",), "gold_position", ("eval_length",), ("accuracy",)),
 }
@@ -374,11 +377,18 @@ def panels(results: Mapping[str, Any], experiment: str) -> list[Panel]:
     if experiment not in _LAYOUTS:
         raise ValueError(f"unknown experiment {experiment!r}; expected one of {EXPERIMENTS}")
     layout = _LAYOUTS[experiment]
-    rows = [r for r in aggregate(results["measurements"]) if r["experiment"] == experiment]
-    metric = primary_metric(rows, experiment)
-    rows = [r for r in rows if r["metric"] == metric]
-    if not rows:
-        return []
+    every = [r for r in aggregate(results["measurements"]) if r["experiment"] == experiment]
+    out: list[Panel] = []
+    for metric in (primary_metric(every, experiment), *layout.also):
+        rows = [r for r in every if r["metric"] == metric]
+        if rows:
+            out += _metric_panels(experiment, layout, metric, rows)
+    return out
+
+
+def _metric_panels(
+    experiment: str, layout: _Layout, metric: str | None, rows: list[dict[str, Any]]
+) -> list[Panel]:
     fixed = {"experiment", "metric", layout.column, *layout.panels, *layout.hide}
     fields = [k for r in rows for k in r if k not in fixed]
     fields = [
