@@ -174,7 +174,7 @@ def context_extension(measurements: Records) -> Any:
 def length_generalization(measurements: Records) -> Any:
     """Exact-match accuracy (solid) and per-token accuracy (dotted) against test length per
     encoding, one panel per task, the training lengths shaded."""
-    rows, metric = _rows(measurements, "length-generalization")
+    rows, _ = _rows(measurements, "length-generalization")
     per_token = [
         r
         for r in aggregate(measurements)
