@@ -47,9 +47,12 @@ def _g(value: float) -> str:
     return f"{value:,.0f}" if 1e3 <= abs(value) < 1e6 else f"{value:.3g}"
 
 
-def _rows(results: Mapping[str, Any], experiment: str) -> tuple[list[dict[str, Any]], str | None]:
+def _rows(
+    results: Mapping[str, Any], experiment: str, metric: str | None = None
+) -> tuple[list[dict[str, Any]], str | None]:
+    """The experiment's rows aggregated over seeds, of ``metric`` (default: its primary)."""
     rows = [r for r in aggregate(results["measurements"]) if r["experiment"] == experiment]
-    metric = primary_metric(rows, experiment)
+    metric = primary_metric(rows, experiment) if metric is None else metric
     return [r for r in rows if r["metric"] == metric], metric
 
 
@@ -93,7 +96,20 @@ def _extrapolation(results: Mapping[str, Any]) -> list[str]:
         out.append(f"Did not extrapolate ({where}): " + "; ".join(bad) + ".")
     if cannot:
         out.append("Could not run: " + "; ".join(cannot) + ".")
+    out.extend(_best_at(rows, metric, longest))
     return out
+
+
+def _best_at(rows: list[dict[str, Any]], metric: str | None, longest: int) -> list[str]:
+    """Which encoding is best at the training length and which at the longest length."""
+    train = min(r["train_length"] for r in rows)
+    parts = []
+    for length, what in ((train, "at L"), (longest, f"at {longest} tokens")):
+        ran = [r for r in rows if r["eval_length"] == length and r["mean"] is not None]
+        if ran:
+            best = min(ran, key=lambda r: r["mean"])
+            parts.append(f"{what} {best['encoding']} ({_g(best['mean'])})")
+    return [f"Lowest {metric}: " + "; ".join(parts) + "."] if parts else []
 
 
 def _context_extension(results: Mapping[str, Any]) -> list[str]:
@@ -131,10 +147,24 @@ def _length_generalization(results: Mapping[str, Any]) -> list[str]:
             continue
         best = max(ran, key=lambda r: r["mean"])
         train = max(r["train_length"] for r in here)
-        out.append(
-            f"Length generalisation ({task}): best {best['encoding']}, {metric} "
-            f"{best['mean']:.3f} at the longest test length {longest} (trained up to {train})."
-        )
+        learned = [r for r in here if r["eval_length"] == train and r["mean"] is not None]
+        fit = max(learned, key=lambda r: r["mean"]) if learned else None
+        text = f"Length generalisation ({task}, trained up to {train}): "
+        if fit is not None:
+            text += f"at {train} the best is {fit['encoding']} ({metric} {fit['mean']:.2f}); "
+        if best["mean"] > 0:
+            text += f"at {longest} the best is {best['encoding']} ({best['mean']:.2f})"
+        else:
+            text += f"no encoding gets a whole string right at {longest}"
+        tokens = [
+            r
+            for r in _rows(results, "length-generalization", "token_accuracy")[0]
+            if r.get("task") == task and r["eval_length"] == longest and r["mean"] is not None
+        ]
+        if tokens:
+            top = max(tokens, key=lambda r: r["mean"])
+            text += f"; per token, {top['encoding']} keeps the most ({top['mean']:.2f})"
+        out.append(text + ".")
     return out
 
 
@@ -180,6 +210,14 @@ def _lost_in_the_middle(results: Mapping[str, Any]) -> list[str]:
                 if r["encoding"] == encoding and r["mean"] is not None
             }
             if len(at) < 3:
+                continue
+            chance = 1 / n_pairs  # a value picked at random from the context
+            if statistics.fmean(at.values()) < 1.5 * chance:
+                parts.append(
+                    f"{encoding} did not learn the retrieval (mean "
+                    f"{statistics.fmean(at.values()):.2f}; a random value of the context scores "
+                    f"{chance:.2f}), so its curve says nothing"
+                )
                 continue
             positions = sorted(at)
             first, last = positions[0], positions[-1]
