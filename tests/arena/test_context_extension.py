@@ -13,10 +13,10 @@ from posenc.arena.corpus import VOCAB_SIZE
 from posenc.arena.distributed import World
 from posenc.arena.experiments import context_extension, extrapolation
 from posenc.arena.presets import TINY
-from posenc.arena.runner import RunContext, replace_preset
+from posenc.arena.runner import RunContext
 from posenc.models import TransformerLM
 
-PRESET = replace_preset(TINY, encodings=("rope",))
+PRESET = replace(TINY, encodings=("rope",))
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +94,7 @@ def test_every_scaling_builds(scaling):
 
 def test_finetune_batch(tmp_path):
     """Divided by s, at least one row, and a multiple of the processes."""
-    ctx = RunContext(replace_preset(TINY, finetune=replace(TINY.finetune, batch_size=16)), tmp_path)
+    ctx = RunContext(replace(TINY, finetune=replace(TINY.finetune, batch_size=16)), tmp_path)
     assert [context_extension.finetune_config(ctx, s).batch_size for s in (2, 8, 32)] == [8, 2, 1]
     ctx.place = World(rank=0, size=4, device=torch.device("cpu"))
     assert [context_extension.finetune_config(ctx, s).batch_size for s in (2, 8, 32)] == [8, 4, 4]

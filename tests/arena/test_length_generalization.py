@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from posenc.arena.evaluate import task_accuracy
+from posenc.arena.evaluate import task_accuracies, task_accuracy
 from posenc.arena.experiments import length_generalization as lg
 from posenc.arena.presets import TINY
 from posenc.arena.runner import RunContext
@@ -40,7 +40,7 @@ def test_task_accuracy_of_an_oracle_is_one_and_one_wrong_token_fails_its_row() -
     # the padding of shorter rows is never scored, whatever the model says there
     assert (batch.targets == IGNORE).any(dim=1).sum() > 0
     # token accuracy: one wrong target out of all the scored ones
-    exact, token = lg.accuracies(Oracle(wrong, SEQUENCE_VOCAB), batch)
+    exact, token = task_accuracies(Oracle(wrong, SEQUENCE_VOCAB), batch)
     assert exact == 7 / 8
     assert token == pytest.approx(1 - 1 / batch.scored_tokens())
 
@@ -49,7 +49,7 @@ def test_accuracies_agree_with_task_accuracy_on_a_random_model() -> None:
     batch = sequence_batch("copy", 64, 1, 5, torch.Generator().manual_seed(1))
     torch.manual_seed(0)
     model = nn.Sequential(nn.Embedding(SEQUENCE_VOCAB, 8), nn.Linear(8, SEQUENCE_VOCAB))
-    exact, token = lg.accuracies(model, batch)
+    exact, token = task_accuracies(model, batch)
     assert exact == task_accuracy(model, batch)
     logits = model(batch.inputs)
     scored = batch.targets != IGNORE
@@ -93,6 +93,6 @@ def test_tiny_run(tmp_path: Path) -> None:
 
 
 def test_task_encodings_keeps_the_runs_encodings_in_the_preset_list(tmp_path: Path) -> None:
-    assert lg.task_encodings(RunContext(TINY, tmp_path)) == list(TINY.encodings or ())
+    assert RunContext(TINY, tmp_path).task_encodings() == list(TINY.encodings or ())
     preset = dataclasses.replace(TINY, task_encodings=("rope", "alibi", "fire"))
-    assert lg.task_encodings(RunContext(preset, tmp_path)) == ["rope", "alibi"]
+    assert RunContext(preset, tmp_path).task_encodings() == ["rope", "alibi"]

@@ -5,6 +5,7 @@ bidirectional NoPE model is permutation-equivariant; a sinusoidal one is not).""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -12,11 +13,11 @@ import torch
 from posenc.arena.corpus import MASK_ID
 from posenc.arena.experiments import extrapolation, nope_causality
 from posenc.arena.presets import TINY
-from posenc.arena.runner import RunContext, replace_preset
+from posenc.arena.runner import RunContext
 from posenc.arena.tasks import IGNORE, TaskBatch
 from posenc.arena.train import scored_loss
 
-PRESET = replace_preset(TINY, encodings=nope_causality.ENCODINGS)
+PRESET = replace(TINY, encodings=nope_causality.ENCODINGS)
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,15 @@ from torch import nn
 from .progress import Task
 from .tasks import IGNORE, TaskBatch
 
-__all__ = ["MODES", "bits_per_byte", "lm_loss", "perplexity", "task_accuracy", "windows"]
+__all__ = [
+    "MODES",
+    "bits_per_byte",
+    "lm_loss",
+    "perplexity",
+    "task_accuracies",
+    "task_accuracy",
+    "windows",
+]
 
 MODES = ("chunks", "sliding")
 
@@ -131,17 +139,25 @@ def bits_per_byte(loss: float) -> float:
 
 
 @torch.no_grad()
-def task_accuracy(model: nn.Module, batch: TaskBatch) -> float:
-    """Exact match: the fraction of rows whose every scored target is the model's most likely
-    token (with teacher forcing, which for greedy decoding is the same test: a row is right
-    only if each step is).
+def task_accuracies(model: nn.Module, batch: TaskBatch) -> tuple[float, float]:
+    """Exact match and per-token accuracy of ``model`` on ``batch``, from one forward pass
+    with teacher forcing.
+
+    Exact match is the fraction of rows whose every scored target is the model's most likely
+    token (for greedy decoding the same test: a row is right only if each step is); per-token
+    accuracy is the fraction of all scored targets that are.
 
     Shapes:
         ``batch.inputs``, ``batch.targets``: ``[batch, seq]``.
     """
     device = next(model.parameters()).device
-    logits = model(batch.inputs.to(device))  # [batch, seq, vocab]
     targets = batch.targets.to(device)
     scored = targets != IGNORE
-    right = (logits.argmax(-1) == targets) | ~scored  # [batch, seq]
-    return right.all(dim=1).float().mean().item()
+    hit = model(batch.inputs.to(device)).argmax(-1) == targets  # [batch, seq]
+    exact = (hit | ~scored).all(dim=1).float().mean().item()
+    return exact, ((hit & scored).sum() / scored.sum()).item()
+
+
+def task_accuracy(model: nn.Module, batch: TaskBatch) -> float:
+    """Exact match only (see :func:`task_accuracies`)."""
+    return task_accuracies(model, batch)[0]

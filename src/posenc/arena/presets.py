@@ -90,10 +90,6 @@ class Preset:
         """The preset as plain JSON values (written into ``run.json`` and ``results.json``)."""
         return dataclasses.asdict(self)
 
-    def with_seeds(self, seeds: tuple[int, ...]) -> Preset:
-        """This preset with other seeds."""
-        return dataclasses.replace(self, seeds=seeds)
-
 
 #: the encodings a quick run trains: every kind, and each contrast the article draws
 CORE_ENCODINGS = (

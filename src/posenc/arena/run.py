@@ -122,7 +122,8 @@ def run_arena(
         chosen = dataclasses.replace(chosen, seeds=tuple(seeds))
     if encodings is not None:
         check_encodings(encodings)
-        chosen = dataclasses.replace(chosen, encodings=tuple(encodings))
+        # every encoding named runs in every experiment, the synthetic tasks included
+        chosen = dataclasses.replace(chosen, encodings=tuple(encodings), task_encodings=None)
     place = world()
     run_dir = Path(out) if out is not None else default_run_dir(chosen.name, place)
     with Progress(bars=bars, echo=place.is_main) as progress:

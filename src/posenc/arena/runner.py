@@ -115,6 +115,12 @@ class RunContext:
         """The encodings this run trains."""
         return arena_encodings(self.preset)
 
+    def task_encodings(self) -> list[str]:
+        """The encodings of the synthetic-task experiments: the run's encodings, less those
+        not in the preset's ``task_encodings`` when it has that list."""
+        keep = self.preset.task_encodings
+        return [e for e in self.encodings() if keep is None or e in keep]
+
     def print(self, line: str) -> None:
         """Print ``line`` (rank 0 only)."""
         self.progress.print(line)

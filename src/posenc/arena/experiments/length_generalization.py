@@ -9,7 +9,7 @@ exact match (``accuracy``: every output symbol and the final ``EOS`` right) and 
 ``token_accuracy`` (the fraction of those targets right: a graded signal where exact match is
 0) on strings of each test length and, for reference, of the longest training length.
 ``learned`` has a table of exactly the longest training row and is recorded as cannot-run on
-the longer ones. Only the preset's ``task_encodings`` run (:func:`task_encodings`).
+the longer ones. Only the preset's ``task_encodings`` run (``RunContext.task_encodings``).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import torch
 
 from ...models import TransformerLM
 from ...positions import PositionOutOfRangeError
+from ..evaluate import task_accuracies
 from ..runner import RunContext, unit_name
 from ..tasks import (
-    IGNORE,
     SEQUENCE_TASKS,
     SEQUENCE_VOCAB,
     TaskBatch,
@@ -32,7 +32,7 @@ from ..tasks import (
 )
 from .language_model import encoding_spec
 
-__all__ = ["NAME", "accuracies", "eval_lengths", "run", "task_encodings", "task_model"]
+__all__ = ["NAME", "eval_lengths", "run", "task_model"]
 
 NAME = "length-generalization"
 
@@ -41,31 +41,11 @@ def run(ctx: RunContext) -> None:
     """Train (or load) a model per task, encoding and seed; measure accuracy at each length."""
     for task in SEQUENCE_TASKS:
         for seed in ctx.preset.seeds:
-            for encoding in task_encodings(ctx):
+            for encoding in ctx.task_encodings():
                 ctx.unit(
                     unit_name(NAME, task, encoding, f"seed{seed}"),
                     functools.partial(_measure, ctx, task, encoding, seed),
                 )
-
-
-def task_encodings(ctx: RunContext) -> list[str]:
-    """The encodings of the synthetic-task experiments: the run's encodings, less those not in
-    the preset's ``task_encodings`` when it has that list."""
-    keep = ctx.preset.task_encodings
-    return [e for e in ctx.encodings() if keep is None or e in keep]
-
-
-@torch.no_grad()
-def accuracies(model: torch.nn.Module, batch: TaskBatch) -> tuple[float, float]:
-    """Exact match (the fraction of rows whose every scored target is the most likely token,
-    as :func:`posenc.arena.evaluate.task_accuracy`) and token accuracy (the fraction of all
-    scored targets that are), from one forward pass with teacher forcing."""
-    device = next(model.parameters()).device
-    targets = batch.targets.to(device)
-    scored = targets != IGNORE
-    hit = model(batch.inputs.to(device)).argmax(-1) == targets  # [batch, seq]
-    exact = (hit | ~scored).all(dim=1).float().mean().item()
-    return exact, ((hit & scored).sum() / scored.sum()).item()
 
 
 def eval_lengths(ctx: RunContext) -> list[int]:
@@ -112,7 +92,7 @@ def _measure(ctx: RunContext, task: str, encoding: str, seed: int) -> list[dict[
         batch = sequence_batch(task, preset.task_eval_rows, n, n, generator)
         metrics = ("accuracy", "token_accuracy")
         try:
-            exact, token = accuracies(model, batch)
+            exact, token = task_accuracies(model, batch)
             records.append({**base, "metric": "accuracy", "value": exact})
             records.append({**base, "metric": "token_accuracy", "value": token})
         except PositionOutOfRangeError as e:

@@ -23,7 +23,6 @@ from ..evaluate import task_accuracy
 from ..runner import RunContext, unit_name
 from ..tasks import KV_VOCAB, TaskBatch, kv_batch, kv_length
 from .language_model import encoding_spec
-from .length_generalization import task_encodings
 
 __all__ = ["MODES", "NAME", "eval_generator", "kv_model", "run", "train_queries"]
 
@@ -37,7 +36,7 @@ def run(ctx: RunContext) -> None:
     """Train (or load) a model per encoding and seed; measure accuracy at each gold position;
     then probe ``ctx.hf_model`` when one is given."""
     for seed in ctx.preset.seeds:
-        for encoding in task_encodings(ctx):
+        for encoding in ctx.task_encodings():
             ctx.unit(
                 unit_name(NAME, encoding, f"seed{seed}"),
                 functools.partial(_measure, ctx, encoding, seed),
