@@ -1,10 +1,11 @@
-"""The package's shape: its layers, its import graph and its registrations.
+"""The package's shape: its layers, its import graph, its modules' size and its registrations.
 
 Every module under ``src/posenc`` is parsed with ``ast`` (nothing is imported); an import
 may only reach its own layer or a layer below, and no two modules may import each other,
 directly or around a loop. Imports inside functions count (a lazy import upward is still
 upward); imports under ``if TYPE_CHECKING:`` do not (they never run). ``posenc/__init__.py``
 is the facade on top: it may import anything and nothing may import it.
+No module is over 300 lines (a package splits by concept instead).
 
 The registration tests check that ``import posenc`` alone registers every encoding that a
 module under ``additive/``, ``rotary/``, ``bias/`` (and ``nope.py``) defines.
@@ -216,6 +217,18 @@ def test_no_import_cycles():
     loops = cycles(import_graph())
     text = "\n\n".join("\n".join(str(e) for e in loop) for loop in loops)
     assert not loops, "modules that import each other:\n" + text
+
+
+#: The README's architecture rule: no module is over this many lines.
+MAX_LINES = 300
+
+
+def test_no_module_is_over_max_lines():
+    sizes = {
+        m: len(p.read_text(encoding="utf-8").splitlines()) for m, p in source_modules().items()
+    }
+    long = [f"{m}: {n} lines" for m, n in sizes.items() if n > MAX_LINES]
+    assert not long, f"modules over {MAX_LINES} lines (split by concept):\n" + "\n".join(long)
 
 
 def _graph_of(sources: dict[str, str], tmp_path: Path) -> list[Import]:

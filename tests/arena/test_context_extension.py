@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from posenc.arena.corpus import VOCAB_SIZE
+from posenc.arena.batches import VOCAB_SIZE
 from posenc.arena.distributed import World
 from posenc.arena.experiments import context_extension, extrapolation
 from posenc.arena.presets import TINY

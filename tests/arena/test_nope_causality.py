@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from posenc.arena.corpus import MASK_ID
+from posenc.arena.batches import MASK_ID
 from posenc.arena.experiments import extrapolation, nope_causality
 from posenc.arena.presets import TINY
 from posenc.arena.runner import RunContext

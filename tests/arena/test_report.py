@@ -1,5 +1,5 @@
-"""posenc.arena.report and posenc.arena.figures: the summary sentences, the data drawn,
-the self-contained HTML, and the page as headless Chromium renders it."""
+"""posenc.arena.report and posenc.arena.figures: the data drawn, the self-contained HTML,
+and the page as headless Chromium renders it."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ pytest.importorskip("matplotlib")
 
 from posenc.arena import figures, report
 from posenc.arena.results import EXPERIMENTS, aggregate
+from posenc.arena.summary import summary
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -30,57 +31,11 @@ def _rows(results, experiment, **where):
     ]
 
 
-# --- summary -------------------------------------------------------------------------------
-
-
-def test_summary_extrapolation(fake_results):
-    sentences = report.summary(fake_results)
-    good = next(s for s in sentences if s.startswith("Extrapolated"))
-    bad = next(s for s in sentences if s.startswith("Did not extrapolate"))
-    cannot = next(s for s in sentences if s.startswith("Could not run"))
-    assert "sliding" in good and "alibi" in good and "sinusoidal" not in good
-    assert "sinusoidal" in bad and "×512" in bad  # by how much
-    assert "rope" in bad and "alibi" not in bad
-    assert "learned cannot run past 64" in cannot and "training length" in cannot
-
-
-def test_summary_other_experiments(fake_results):
-    text = "\n".join(report.summary(fake_results))
-    assert "Context extension ×4: best zero-shot yarn" in text
-    assert "best fine-tuned yarn" in text and "with none" in text
-    assert "Length generalisation (copy, trained up to 16): at 16 the best is rope" in text
-    assert "at 32 the best is alibi (0.80)" in text
-    assert "NoPE works causally" in text and "NoPE fails bidirectionally" in text
-    assert "rope first 0.90, middle 0.56, last 0.90 (U-shaped)" in text
-    assert "hf:sshleifer/tiny-gpt2 first 0.72" in text
-
-
-def test_summary_says_what_was_not_learned(fake_results):
-    """Near-chance retrieval is called unlearned, not read as a curve; an exact match of 0
-    everywhere past training is said as such."""
-    for m in fake_results["measurements"]:
-        if m["experiment"] == "lost-in-the-middle" and m["encoding"] == "rope":
-            m["value"] = 0.01
-        if m["experiment"] == "length-generalization" and m["eval_length"] > m["train_length"]:
-            m["value"] = 0.0
-    text = "\n".join(report.summary(fake_results))
-    assert "rope did not learn the retrieval" in text
-    assert "no encoding gets a whole string right at 32" in text
-
-
-def test_summary_flat_nope_is_said(fake_results):
-    for m in fake_results["measurements"]:
-        if m["experiment"] == "nope-needs-causality" and m["encoding"] == "nope":
-            m["value"] = 4.0
-    text = "\n".join(report.summary(fake_results))
-    assert "NoPE does not fail bidirectionally" in text
-
-
 def test_summary_and_report_of_one_experiment(fake_results):
     fake_results["measurements"] = [
         m for m in fake_results["measurements"] if m["experiment"] == "nope-needs-causality"
     ]
-    assert all(s.startswith("NoPE") for s in report.summary(fake_results))
+    assert all(s.startswith("NoPE") for s in summary(fake_results))
     page = report.build_report(fake_results)
     assert page.count("<img ") == 1
     assert 'id="extrapolation"' not in page
@@ -186,7 +141,7 @@ def test_report_self_contained(html, fake_results):
     assert re.findall(r'src="([a-z]+):', html) == ["data"] * len(EXPERIMENTS)
     assert "<script" not in html and "url(" not in html and "<link" not in html
     assert "prefers-color-scheme: dark" in html
-    for sentence in report.summary(fake_results):
+    for sentence in summary(fake_results):
         assert sentence.replace("&", "&amp;") in html
     assert "posenc arena run --preset tiny --seeds 2" in html  # the command
     assert "tokens/s" in html and "1,400" in html  # timings: rope's 1000 + 100·4

@@ -64,8 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the ``posenc arena`` subcommand in ``args``; return the exit code."""
+    from .panels import compare
     from .report import write_report
-    from .results import compare, load_results
+    from .results import load_results
 
     if args.arena_command == "run":
         from .run import run_arena

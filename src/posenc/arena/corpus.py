@@ -4,7 +4,7 @@ The default corpus is the ``.py`` files of the running Python's standard library
 time (nothing is downloaded or shipped). ``--corpus PATH`` takes a text file or a folder of
 text files instead. Files are split into train and validation BY FILE, by a hash of their
 relative path, so the split does not depend on the file system's order; a single file is split
-at a byte offset.
+at a byte offset. The batches drawn from it are :mod:`posenc.arena.batches`.
 """
 
 from __future__ import annotations
@@ -18,25 +18,12 @@ from pathlib import Path
 
 import torch
 
-from posenc.arena.tasks import IGNORE, TaskBatch
-
 __all__ = [
-    "MASKED_VOCAB",
-    "MASK_ID",
-    "VOCAB_SIZE",
     "Corpus",
     "CorpusError",
-    "lm_batch",
     "load_corpus",
-    "masked_batch",
     "stdlib_root",
 ]
-
-VOCAB_SIZE = 256
-"""Byte-level tokens: ids 0..255."""
-MASK_ID = 256
-"""The mask token of the bidirectional masked-LM experiment."""
-MASKED_VOCAB = 257
 
 _SNIFF = 8192  # a file with a NUL in its first 8 KiB is binary
 _EXCLUDED_DIRS = frozenset({"site-packages", "dist-packages", "__pycache__"})
@@ -277,77 +264,3 @@ def _tensor(data: bytes) -> torch.Tensor:
     if not data:
         return torch.empty(0, dtype=torch.uint8)
     return torch.frombuffer(bytearray(data), dtype=torch.uint8)
-
-
-def _check_tokens(tokens: torch.Tensor, length: int, extra: int) -> None:
-    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 1 or tokens.is_floating_point():
-        raise ValueError("tokens must be a 1-D integer tensor of byte ids")
-    if tokens.numel() < length + extra:
-        raise ValueError(
-            f"tokens has {tokens.numel()} ids, fewer than length + {extra} = {length + extra}"
-        )
-
-
-def _check_positive(name: str, value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
-
-
-def _windows(
-    tokens: torch.Tensor, batch_size: int, width: int, generator: torch.Generator
-) -> torch.Tensor:
-    """``batch_size`` windows of ``width`` ids at uniform starts in ``[0, n - width]``.
-
-    Shapes:
-        returns ``[batch_size, width]`` int64.
-    """
-    starts = torch.randint(0, tokens.numel() - width + 1, (batch_size, 1), generator=generator)
-    return tokens[starts + torch.arange(width)].long()  # (B, 1) + (width,) -> (B, width)
-
-
-def lm_batch(
-    tokens: torch.Tensor, batch_size: int, length: int, generator: torch.Generator
-) -> TaskBatch:
-    """Causal language modelling: random windows of ``length + 1`` bytes (start uniform in
-    ``[0, n - length - 1]``), inputs the first ``length``, targets the next byte of each.
-
-    Shapes:
-        tokens: ``[n]``; inputs, targets: ``[batch_size, length]`` int64.
-    """
-    batch_size = _check_positive("batch_size", batch_size)
-    length = _check_positive("length", length)
-    _check_tokens(tokens, length, 1)
-    window = _windows(tokens, batch_size, length + 1, generator)
-    return TaskBatch(window[:, :-1].contiguous(), window[:, 1:].contiguous())
-
-
-def masked_batch(
-    tokens: torch.Tensor,
-    batch_size: int,
-    length: int,
-    generator: torch.Generator,
-    mask_prob: float = 0.15,
-) -> TaskBatch:
-    """BERT-style masked language modelling (Devlin et al. 2019) over windows of ``length``
-    bytes: each position is masked with probability ``mask_prob`` (at least one per row);
-    masked inputs are :data:`MASK_ID`, targets the original byte there and :data:`IGNORE`
-    elsewhere.
-
-    Shapes:
-        tokens: ``[n]``; inputs, targets: ``[batch_size, length]`` int64.
-    """
-    batch_size = _check_positive("batch_size", batch_size)
-    length = _check_positive("length", length)
-    if not isinstance(mask_prob, (int, float)) or not 0.0 < mask_prob <= 1.0:
-        raise ValueError(f"mask_prob must be in (0, 1], got {mask_prob!r}")
-    _check_tokens(tokens, length, 0)
-    window = _windows(tokens, batch_size, length, generator)
-    mask = torch.rand(batch_size, length, generator=generator) < mask_prob
-    # one forced position per row, drawn for every row so the generator advances the same way
-    forced = torch.randint(0, length, (batch_size, 1), generator=generator)
-    empty = ~mask.any(dim=1, keepdim=True)  # (B, 1)
-    mask |= empty & (torch.arange(length) == forced)
-    inputs = torch.where(mask, torch.full_like(window, MASK_ID), window)
-    targets = torch.where(mask, window, torch.full_like(window, IGNORE))
-    return TaskBatch(inputs, targets)

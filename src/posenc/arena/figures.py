@@ -12,7 +12,8 @@ import io
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from .results import EXPERIMENTS, aggregate, primary_metric, sort_key
+from .panels import primary_metric, sort_key
+from .results import EXPERIMENTS, aggregate
 
 __all__ = [
     "FIGURES",

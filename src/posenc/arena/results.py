@@ -1,13 +1,11 @@
-"""Arena results: the records of a run as ``results.json`` and ``results.csv``, their
-aggregation over seeds, the terminal table and the comparison of two runs.
+"""Arena results: the records of a run as ``results.json`` and ``results.csv`` and their
+aggregation over seeds (the tables made of them are :mod:`posenc.arena.panels`).
 
 A measurement is a plain dict (see the arena design): ``experiment``, ``encoding``, ``seed``,
 ``train_length``, ``eval_length``, ``metric``, ``value`` (``None`` where the case cannot run,
 with a ``note`` saying why) and extra identity keys such as ``mode``, ``scaling``, ``factor``,
 ``stage``, ``task``, ``gold_position``, ``n_pairs``. Every key but ``seed``, ``value`` and
 ``note`` is part of what a measurement measures; :func:`aggregate` groups by those keys.
-
-``rich`` (the terminal table) is imported only by :func:`table` and :func:`compare`.
 """
 
 from __future__ import annotations
@@ -15,33 +13,28 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 import os
 import platform
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .experiments import EXPERIMENTS as _EXPERIMENT_MODULES
 
 __all__ = [
+    "AGGREGATE_FIELDS",
     "BASE_FIELDS",
     "EXPERIMENTS",
     "FORMAT",
     "KEY_FIELDS",
     "NON_KEY_FIELDS",
-    "Panel",
     "aggregate",
-    "compare",
-    "format_cell",
+    "check_measurement",
     "load_results",
     "machine",
     "make_results",
     "measurement_key",
-    "panels",
-    "table",
     "to_csv",
     "versions",
     "write_results",
@@ -79,27 +72,8 @@ KEY_FIELDS = (
     "n_pairs",
 )
 # What aggregate() adds to a measurement's identity keys.
-_AGGREGATE_FIELDS = ("mean", "std", "n", "seeds", "values")
+AGGREGATE_FIELDS = ("mean", "std", "n", "seeds", "values")
 _REQUIRED = ("experiment", "encoding", "seed", "train_length", "eval_length", "metric", "value")
-# Known values of the categorical keys, in the order tables and figures show them.
-_ORDER = (
-    "chunks",
-    "sliding",
-    "causal",
-    "bidirectional",
-    "query-last",
-    "query-first",
-    "zero-shot",
-    "fine-tuned",
-    "none",
-    "linear",
-    "ntk",
-    "dynamic",
-    "yarn",
-    "copy",
-    "reverse",
-    "kv",
-)
 
 Key = tuple[tuple[str, Any], ...]
 
@@ -130,7 +104,7 @@ def measurement_key(record: Mapping[str, Any]) -> Key:
     """The identity of ``record`` (or of a row of :func:`aggregate`) apart from its seed: its
     keys but ``seed``/``value``/``note`` (and the aggregate's own), sorted, with their values."""
     return tuple(
-        sorted((k, v) for k, v in record.items() if k not in NON_KEY_FIELDS + _AGGREGATE_FIELDS)
+        sorted((k, v) for k, v in record.items() if k not in NON_KEY_FIELDS + AGGREGATE_FIELDS)
     )
 
 
@@ -277,249 +251,3 @@ def aggregate(measurements: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]
             row["note"] = notes[0]
         rows.append(row)
     return rows
-
-
-# --- pivot tables (shared by the terminal table and the report) ----------------------------
-
-
-@dataclass(frozen=True)
-class _Layout:
-    panels: tuple[str, ...]  # one table per value of these keys
-    column: str  # the key spread over columns
-    hide: tuple[str, ...]  # keys that follow from the column (not row labels)
-    metrics: tuple[str, ...]  # preferred metric first
-    also: tuple[str, ...] = ()  # further metrics with tables of their own
-
-
-_LAYOUTS = {
-    "extrapolation": _Layout(("mode",), "eval_length", (), ("perplexity", "bits_per_byte", "loss")),
-    "context-extension": _Layout(
-        ("stage",), "factor", ("eval_length",), ("perplexity", "bits_per_byte", "loss")
-    ),
-    "length-generalization": _Layout(
-        ("task",), "eval_length", (), ("accuracy",), also=("token_accuracy",)
-    ),
-    "nope-needs-causality": _Layout((), "mode", (), ("perplexity", "loss", "bits_per_byte")),
-    "lost-in-the-middle": _Layout(("mode",), "gold_position", ("eval_length",), ("accuracy",)),
-}
-
-
-@dataclass(frozen=True)
-class Panel:
-    """One table of numbers: ``header`` (row-label names, then column labels) and ``rows``
-    (row labels, then cells), all strings; the first ``n_labels`` columns are labels."""
-
-    title: str
-    n_labels: int
-    header: tuple[str, ...]
-    rows: tuple[tuple[str, ...], ...]
-
-
-def sort_key(value: Any) -> tuple[int, Any]:
-    """Numbers in order, then known names in their canonical order, then other strings."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return (0, value)
-    if value in _ORDER:
-        return (1, _ORDER.index(value))
-    return (2, str(value))
-
-
-def primary_metric(rows: Sequence[Mapping[str, Any]], experiment: str) -> str | None:
-    """The metric an experiment's table and figure show: its preferred one, if measured."""
-    present = [r["metric"] for r in rows if r["experiment"] == experiment]
-    for metric in _LAYOUTS[experiment].metrics:
-        if metric in present:
-            return metric
-    return present[0] if present else None
-
-
-def _number(value: float) -> str:
-    if math.isnan(value) or math.isinf(value):
-        return str(value)
-    return f"{value:.4g}"
-
-
-def format_cell(row: Mapping[str, Any] | None) -> str:
-    """An aggregated row as a table cell: ``mean`` (``± std`` where seeds differ), ``cannot
-    run`` where nothing ran, empty where the case was not measured."""
-    if row is None:
-        return ""
-    if row["mean"] is None:
-        return "cannot run"
-    text = _number(row["mean"])
-    if row["n"] > 1 and row["std"]:
-        text += f" ± {row['std']:.2g}"
-    return text
-
-
-def _multiple(length: int, train_length: int) -> str:
-    """``length`` as a multiple of the training length: ``L``, ``2L``, ``L/2``, ``1.5L``."""
-    if length == train_length:
-        return "L"
-    if length > train_length:
-        ratio = length / train_length
-        return f"{ratio:g}L"
-    ratio = train_length / length
-    return f"L/{ratio:g}" if ratio == int(ratio) else f"{length / train_length:.2g}L"
-
-
-def _column_label(experiment: str, field: str, value: Any, train_lengths: set[Any]) -> str:
-    if field == "eval_length" and len(train_lengths) == 1 and experiment == "extrapolation":
-        return f"{value} ({_multiple(value, next(iter(train_lengths)))})"
-    if field == "factor":
-        return f"×{value}"
-    return str(value)
-
-
-def panels(results: Mapping[str, Any], experiment: str) -> list[Panel]:
-    """The tables of an experiment's numbers (the primary metric, aggregated over seeds),
-    as :class:`Panel` objects; ``[]`` when the experiment has no measurements."""
-    if experiment not in _LAYOUTS:
-        raise ValueError(f"unknown experiment {experiment!r}; expected one of {EXPERIMENTS}")
-    layout = _LAYOUTS[experiment]
-    every = [r for r in aggregate(results["measurements"]) if r["experiment"] == experiment]
-    out: list[Panel] = []
-    for metric in (primary_metric(every, experiment), *layout.also):
-        rows = [r for r in every if r["metric"] == metric]
-        if rows:
-            out += _metric_panels(experiment, layout, metric, rows)
-    return out
-
-
-def _metric_panels(
-    experiment: str, layout: _Layout, metric: str | None, rows: list[dict[str, Any]]
-) -> list[Panel]:
-    fixed = {"experiment", "metric", layout.column, *layout.panels, *layout.hide}
-    fields = [k for r in rows for k in r if k not in fixed]
-    fields = [
-        k
-        for k in dict.fromkeys(fields)
-        if k not in (*_AGGREGATE_FIELDS, "note") and len({repr(r.get(k)) for r in rows}) > 1
-    ] or ["encoding"]
-    train_lengths = {r["train_length"] for r in rows}
-    out = []
-    panel_values = sorted(
-        {tuple(r.get(k) for k in layout.panels) for r in rows},
-        key=lambda vs: [sort_key(v) for v in vs],
-    )
-    for pv in panel_values:
-        members = [r for r in rows if tuple(r.get(k) for k in layout.panels) == pv]
-        columns = sorted({r[layout.column] for r in members}, key=sort_key)
-        labels = list(dict.fromkeys(tuple(r.get(k) for k in fields) for r in members))
-        cells = {(tuple(r.get(k) for k in fields), r[layout.column]): r for r in members}
-        body = tuple(
-            (
-                *("" if v is None else str(v) for v in label),
-                *(format_cell(cells.get((label, c))) for c in columns),
-            )
-            for label in labels
-        )
-        where = ", ".join(f"{k} {v}" for k, v in zip(layout.panels, pv, strict=True))
-        title = f"{experiment}: {metric}" + (f" ({where})" if where else "")
-        header = (
-            *fields,
-            *(_column_label(experiment, layout.column, c, train_lengths) for c in columns),
-        )
-        out.append(Panel(title, len(fields), header, body))
-    return out
-
-
-# --- terminal output -----------------------------------------------------------------------
-
-
-def _rich() -> Any:
-    try:
-        import rich.console
-        import rich.table
-    except ImportError:
-        raise ImportError(
-            "the arena's terminal table needs rich: pip install 'posenc[arena]'"
-        ) from None
-    return rich
-
-
-def _render(tables: Sequence[Any], width: int = 120) -> str:
-    rich = _rich()
-    out = io.StringIO()
-    console = rich.console.Console(
-        file=out, width=width, color_system=None, force_terminal=False, highlight=False
-    )
-    for t in tables:
-        console.print(t)
-    return out.getvalue()
-
-
-def _rich_table(panel: Panel) -> Any:
-    rich = _rich()
-    t = rich.table.Table(title=panel.title, title_justify="left", min_width=len(panel.title))
-    for i, name in enumerate(panel.header):
-        t.add_column(name, justify="left" if i < panel.n_labels else "right", no_wrap=True)
-    for row in panel.rows:
-        t.add_row(*row)
-    return t
-
-
-def table(results: Mapping[str, Any], experiment: str | None = None) -> str:
-    """The run's numbers as text tables (rich, 120 columns, no colour codes): every
-    experiment present (or only ``experiment``), one table per panel (e.g. per mode).
-    Extrapolation: rows encodings, columns eval lengths (L, 2L, ...), cells mean perplexity
-    ± std over seeds, ``cannot run`` where it could not."""
-    if experiment is not None and experiment not in EXPERIMENTS:
-        raise ValueError(f"unknown experiment {experiment!r}; expected one of {EXPERIMENTS}")
-    names = [experiment] if experiment is not None else list(EXPERIMENTS)
-    tables = [_rich_table(p) for name in names for p in panels(results, name)]
-    if not tables:
-        which = experiment or "any experiment"
-        return f"no measurements for {which}\n"
-    return _render(tables)
-
-
-def describe(row: Mapping[str, Any]) -> str:
-    """A measurement's identity (but its experiment) as ``key=value`` words."""
-    keys = [k for k in KEY_FIELDS if k in row and k != "experiment"]
-    keys += sorted(
-        k for k in row if k not in KEY_FIELDS and k not in NON_KEY_FIELDS + _AGGREGATE_FIELDS
-    )
-    return " ".join(f"{k}={row[k]}" for k in keys)
-
-
-def compare(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
-    """Two runs side by side: for each measurement in both, mean A, mean B and B/A; then the
-    measurements only one run has. Ordered by experiment (canonical order), then as run A
-    produced them."""
-    rows_a = {measurement_key(r): r for r in aggregate(a["measurements"])}
-    rows_b = {measurement_key(r): r for r in aggregate(b["measurements"])}
-
-    def order(item: tuple[int, Key]) -> tuple[int, int]:
-        i, key = item
-        return (EXPERIMENTS.index(dict(key)["experiment"]), i)
-
-    both = sorted(((i, k) for i, k in enumerate(rows_a) if k in rows_b), key=order)
-    rich = _rich()
-    t = rich.table.Table(title="B/A per measurement (mean over seeds)")
-    for name, justify in [
-        ("experiment", "left"),
-        ("measurement", "left"),
-        ("A", "right"),
-        ("B", "right"),
-        ("B/A", "right"),
-    ]:
-        t.add_column(name, justify=justify)
-    for _, key in both:
-        ra, rb = rows_a[key], rows_b[key]
-        ma, mb = ra["mean"], rb["mean"]
-        ratio = "" if ma is None or mb is None or ma == 0 else f"{mb / ma:.3f}"
-        t.add_row(ra["experiment"], describe(ra), format_cell(ra), format_cell(rb), ratio)
-    text = _render([t], width=160)
-    for label, mine, other in [("A", rows_a, rows_b), ("B", rows_b, rows_a)]:
-        only = sorted(
-            ((i, k) for i, k in enumerate(mine) if k not in other),
-            key=order,
-        )
-        if only:
-            text += f"only in {label}:\n"
-            text += "".join(
-                f"  {mine[k]['experiment']} {describe(mine[k])}: {format_cell(mine[k])}\n"
-                for _, k in only
-            )
-    return text

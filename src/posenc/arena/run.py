@@ -18,10 +18,11 @@ from typing import Any
 from .distributed import World, world
 from .experiments import EXPERIMENTS, get
 from .files import atomic_write_json, read_json
+from .panels import table
 from .presets import Preset, get_preset
 from .progress import Progress
 from .report import write_report
-from .results import machine, make_results, table, versions, write_results
+from .results import machine, make_results, versions, write_results
 from .runner import RunContext, check_encodings, command_line
 
 __all__ = ["default_run_dir", "experiment_names", "run_arena"]

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from ...models import TransformerLM
-from ..corpus import VOCAB_SIZE, lm_batch
+from ..batches import VOCAB_SIZE, lm_batch
 from ..evaluate import bits_per_byte, lm_loss, perplexity
 from ..runner import RunContext, unit_name
 from ..tasks import TaskBatch

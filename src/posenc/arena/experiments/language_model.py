@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from ...models import TransformerLM
-from ..corpus import VOCAB_SIZE, lm_batch
+from ..batches import VOCAB_SIZE, lm_batch
 from ..runner import RunContext, unit_name
 from ..tasks import TaskBatch
 

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from ...models import TransformerLM
-from ..corpus import MASKED_VOCAB, masked_batch
+from ..batches import MASKED_VOCAB, masked_batch
 from ..evaluate import lm_loss, perplexity
 from ..progress import Task
 from ..runner import RunContext, unit_name
@@ -56,7 +56,7 @@ def masked_model(ctx: RunContext, encoding: str, seed: int) -> TransformerLM:
         seed: the seed of its initialisation and batches.
 
     Returns:
-        the model, in eval mode, with :data:`~posenc.arena.corpus.MASKED_VOCAB` tokens.
+        the model, in eval mode, with :data:`~posenc.arena.batches.MASKED_VOCAB` tokens.
     """
     preset = ctx.preset
     length = preset.train_length
@@ -81,7 +81,7 @@ def masked_eval_batches(ctx: RunContext, seed: int) -> list[TaskBatch]:
 
     Returns:
         batches of 16 rows, inputs and targets ``[16, L]`` as
-        :func:`~posenc.arena.corpus.masked_batch` makes them.
+        :func:`~posenc.arena.batches.masked_batch` makes them.
     """
     preset = ctx.preset
     generator = torch.Generator().manual_seed(10_000 + seed * 1000 + 1)

@@ -1,0 +1,220 @@
+"""The arena's "What this run says": sentences computed from a run's numbers (means over
+seeds), one function per experiment, gathered by :func:`summary` for the report."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+from typing import Any
+
+from .panels import primary_metric
+from .results import aggregate
+
+__all__ = ["EXTRAPOLATES", "summary"]
+
+# An encoding extrapolates when its perplexity at the longest length is within this factor
+# of its perplexity at the training length.
+EXTRAPOLATES = 1.25
+# Lost in the middle: the middle is "lost" when its accuracy is this far below both ends.
+_U_MARGIN = 0.05
+
+
+def _g(value: float) -> str:
+    """Three significant digits, without an exponent up to a million."""
+    return f"{value:,.0f}" if 1e3 <= abs(value) < 1e6 else f"{value:.3g}"
+
+
+def _rows(
+    results: Mapping[str, Any], experiment: str, metric: str | None = None
+) -> tuple[list[dict[str, Any]], str | None]:
+    """The experiment's rows aggregated over seeds, of ``metric`` (default: its primary)."""
+    rows = [r for r in aggregate(results["measurements"]) if r["experiment"] == experiment]
+    metric = primary_metric(rows, experiment) if metric is None else metric
+    return [r for r in rows if r["metric"] == metric], metric
+
+
+def _extrapolation(results: Mapping[str, Any]) -> list[str]:
+    rows, metric = _rows(results, "extrapolation")
+    if not rows:
+        return []
+    modes = {r.get("mode") for r in rows}
+    mode = "sliding" if "sliding" in modes else "chunks" if "chunks" in modes else None
+    rows = [r for r in rows if r.get("mode") == mode]
+    longest = max(r["eval_length"] for r in rows)
+    good: list[str] = []
+    bad: list[str] = []
+    cannot: list[str] = []
+    for encoding in dict.fromkeys(r["encoding"] for r in rows):
+        mine = {r["eval_length"]: r for r in rows if r["encoding"] == encoding}
+        train = mine[min(mine)]["train_length"]
+        at_l = mine.get(train, mine[min(mine)])  # at L, else the shortest length measured
+        far = mine.get(longest)
+        if at_l["mean"] is None or far is None or far["mean"] is None:
+            ran = [n for n, r in mine.items() if r["mean"] is not None]
+            why = next((r.get("note") for r in mine.values() if r["mean"] is None), None)
+            past = f"past {max(ran)}" if ran else "at all"
+            cannot.append(f"{encoding} cannot run {past}" + (f" ({why})" if why else ""))
+            continue
+        ratio = far["mean"] / at_l["mean"]
+        text = (
+            f"{encoding} ({_g(at_l['mean'])} at L={at_l['eval_length']}, "
+            f"{_g(far['mean'])} at {longest}, ×{ratio:.3g})"
+        )
+        (good if ratio <= EXTRAPOLATES else bad).append(text)
+    where = f"{metric}, {mode} mode" if mode else str(metric)
+    out = []
+    if good:
+        out.append(
+            f"Extrapolated ({where}: within {EXTRAPOLATES}× of L at {longest} tokens): "
+            + "; ".join(good)
+            + "."
+        )
+    if bad:
+        out.append(f"Did not extrapolate ({where}): " + "; ".join(bad) + ".")
+    if cannot:
+        out.append("Could not run: " + "; ".join(cannot) + ".")
+    out.extend(_best_at(rows, metric, longest))
+    return out
+
+
+def _best_at(rows: list[dict[str, Any]], metric: str | None, longest: int) -> list[str]:
+    """Which encoding is best at the training length and which at the longest length."""
+    train = min(r["train_length"] for r in rows)
+    parts = []
+    for length, what in ((train, "at L"), (longest, f"at {longest} tokens")):
+        ran = [r for r in rows if r["eval_length"] == length and r["mean"] is not None]
+        if ran:
+            best = min(ran, key=lambda r: r["mean"])
+            parts.append(f"{what} {best['encoding']} ({_g(best['mean'])})")
+    return [f"Lowest {metric}: " + "; ".join(parts) + "."] if parts else []
+
+
+def _context_extension(results: Mapping[str, Any]) -> list[str]:
+    rows, metric = _rows(results, "context-extension")
+    out = []
+    for factor in sorted({r["factor"] for r in rows if "factor" in r}):
+        parts = []
+        for stage in ("zero-shot", "fine-tuned"):
+            here = [
+                r
+                for r in rows
+                if r.get("factor") == factor and r.get("stage") == stage and r["mean"] is not None
+            ]
+            if not here:
+                continue
+            best = min(here, key=lambda r: r["mean"])
+            none = next((r for r in here if r.get("scaling") == "none"), None)
+            text = f"best {stage} {best.get('scaling')} ({metric} {_g(best['mean'])}"
+            if none is not None and best is not none:
+                text += f" vs {_g(none['mean'])} with none, ×{best['mean'] / none['mean']:.2g}"
+            parts.append(text + ")")
+        if parts:
+            out.append(f"Context extension ×{factor}: " + "; ".join(parts) + ".")
+    return out
+
+
+def _length_generalization(results: Mapping[str, Any]) -> list[str]:
+    rows, metric = _rows(results, "length-generalization")
+    out = []
+    for task in sorted({r.get("task") for r in rows}, key=str):
+        here = [r for r in rows if r.get("task") == task]
+        longest = max(r["eval_length"] for r in here)
+        ran = [r for r in here if r["eval_length"] == longest and r["mean"] is not None]
+        if not ran:
+            continue
+        best = max(ran, key=lambda r: r["mean"])
+        train = max(r["train_length"] for r in here)
+        learned = [r for r in here if r["eval_length"] == train and r["mean"] is not None]
+        fit = max(learned, key=lambda r: r["mean"]) if learned else None
+        text = f"Length generalisation ({task}, trained up to {train}): "
+        if fit is not None:
+            text += f"at {train} the best is {fit['encoding']} ({metric} {fit['mean']:.2f}); "
+        if best["mean"] > 0:
+            text += f"at {longest} the best is {best['encoding']} ({best['mean']:.2f})"
+        else:
+            text += f"no encoding gets a whole string right at {longest}"
+        tokens = [
+            r
+            for r in _rows(results, "length-generalization", "token_accuracy")[0]
+            if r.get("task") == task and r["eval_length"] == longest and r["mean"] is not None
+        ]
+        if tokens:
+            top = max(tokens, key=lambda r: r["mean"])
+            text += f"; per token, {top['encoding']} keeps the most ({top['mean']:.2f})"
+        out.append(text + ".")
+    return out
+
+
+def _nope(results: Mapping[str, Any]) -> list[str]:
+    rows, metric = _rows(results, "nope-needs-causality")
+    nope = {r.get("mode"): r["mean"] for r in rows if r["encoding"] == "nope"}
+    others: dict[Any, list[float]] = {}
+    for r in rows:
+        if r["encoding"] != "nope" and r["mean"] is not None:
+            others.setdefault(r.get("mode"), []).append(r["mean"])
+    out = []
+    for mode, verb in (("causal", "works"), ("bidirectional", "fails")):
+        mine, theirs = nope.get(mode), others.get(mode)
+        if mine is None or not theirs:
+            continue
+        ref = statistics.median(theirs)
+        ratio = mine / ref
+        if verb == "works":
+            yes = ratio <= EXTRAPOLATES
+            what = "works causally" if yes else "does not work causally"
+        else:
+            yes = ratio > EXTRAPOLATES
+            what = "fails bidirectionally" if yes else "does not fail bidirectionally"
+        out.append(
+            f"NoPE {what}: {mode} {metric} {_g(mine)} vs {_g(ref)} for the other encodings "
+            f"(median of {len(theirs)}; ×{ratio:.3g})."
+        )
+    return out
+
+
+def _lost_in_the_middle(results: Mapping[str, Any]) -> list[str]:
+    rows, metric = _rows(results, "lost-in-the-middle")
+    out = []
+    for mode in sorted({r.get("mode") for r in rows}, key=str, reverse=True):
+        here = [r for r in rows if r.get("mode") == mode]
+        n_pairs = max((r.get("n_pairs") or 0) for r in here)
+        here = [r for r in here if (r.get("n_pairs") or 0) == n_pairs]
+        parts = []
+        for encoding in dict.fromkeys(r["encoding"] for r in here):
+            at = {
+                r["gold_position"]: r["mean"]
+                for r in here
+                if r["encoding"] == encoding and r["mean"] is not None
+            }
+            if len(at) < 3:
+                continue
+            chance = 1 / n_pairs  # a value picked at random from the context
+            if statistics.fmean(at.values()) < 1.5 * chance:
+                parts.append(
+                    f"{encoding} did not learn the retrieval (mean "
+                    f"{statistics.fmean(at.values()):.2f}; a random value of the context scores "
+                    f"{chance:.2f}), so its curve says nothing"
+                )
+                continue
+            positions = sorted(at)
+            first, last = positions[0], positions[-1]
+            middle = min(positions, key=lambda p: (abs(p - (first + last) / 2), p))
+            a, m, z = at[first], at[middle], at[last]
+            shape = "U-shaped" if m < min(a, z) - _U_MARGIN else "no U"
+            parts.append(f"{encoding} first {a:.2f}, middle {m:.2f}, last {z:.2f} ({shape})")
+        if parts:
+            out.append(
+                f"Lost in the middle ({mode}, {n_pairs} pairs, {metric}): " + "; ".join(parts) + "."
+            )
+    return out
+
+
+def summary(results: Mapping[str, Any]) -> list[str]:
+    """The "What this run says" sentences, computed from the numbers (means over seeds)."""
+    return [
+        *_extrapolation(results),
+        *_context_extension(results),
+        *_length_generalization(results),
+        *_nope(results),
+        *_lost_in_the_middle(results),
+    ]

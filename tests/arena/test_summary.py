@@ -1,0 +1,48 @@
+"""posenc.arena.summary: the "What this run says" sentences of the fake results."""
+
+from __future__ import annotations
+
+from posenc.arena.summary import summary
+
+
+def test_summary_extrapolation(fake_results):
+    sentences = summary(fake_results)
+    good = next(s for s in sentences if s.startswith("Extrapolated"))
+    bad = next(s for s in sentences if s.startswith("Did not extrapolate"))
+    cannot = next(s for s in sentences if s.startswith("Could not run"))
+    assert "sliding" in good and "alibi" in good and "sinusoidal" not in good
+    assert "sinusoidal" in bad and "×512" in bad  # by how much
+    assert "rope" in bad and "alibi" not in bad
+    assert "learned cannot run past 64" in cannot and "training length" in cannot
+
+
+def test_summary_other_experiments(fake_results):
+    text = "\n".join(summary(fake_results))
+    assert "Context extension ×4: best zero-shot yarn" in text
+    assert "best fine-tuned yarn" in text and "with none" in text
+    assert "Length generalisation (copy, trained up to 16): at 16 the best is rope" in text
+    assert "at 32 the best is alibi (0.80)" in text
+    assert "NoPE works causally" in text and "NoPE fails bidirectionally" in text
+    assert "rope first 0.90, middle 0.56, last 0.90 (U-shaped)" in text
+    assert "hf:sshleifer/tiny-gpt2 first 0.72" in text
+
+
+def test_summary_says_what_was_not_learned(fake_results):
+    """Near-chance retrieval is called unlearned, not read as a curve; an exact match of 0
+    everywhere past training is said as such."""
+    for m in fake_results["measurements"]:
+        if m["experiment"] == "lost-in-the-middle" and m["encoding"] == "rope":
+            m["value"] = 0.01
+        if m["experiment"] == "length-generalization" and m["eval_length"] > m["train_length"]:
+            m["value"] = 0.0
+    text = "\n".join(summary(fake_results))
+    assert "rope did not learn the retrieval" in text
+    assert "no encoding gets a whole string right at 32" in text
+
+
+def test_summary_flat_nope_is_said(fake_results):
+    for m in fake_results["measurements"]:
+        if m["experiment"] == "nope-needs-causality" and m["encoding"] == "nope":
+            m["value"] = 4.0
+    text = "\n".join(summary(fake_results))
+    assert "NoPE does not fail bidirectionally" in text
