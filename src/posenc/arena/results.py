@@ -110,13 +110,13 @@ def measurement_key(record: Mapping[str, Any]) -> Key:
 
 def versions() -> dict[str, str]:
     """The versions that decide a run's numbers: posenc, torch, Python, NumPy."""
+    from importlib.metadata import version
+
     import numpy
     import torch
 
-    from posenc import __version__
-
     return {
-        "posenc": __version__,
+        "posenc": version("posenc"),
         "torch": str(torch.__version__),
         "python": platform.python_version(),
         "numpy": numpy.__version__,

@@ -230,3 +230,14 @@ def kv_batch(
     start = inputs.shape[1] - 3 * n_queries + 2  # the column of kq1 in the asks
     targets[:, start::3] = answer
     return TaskBatch(inputs, targets)
+
+
+#: query placements of the key-value probe: after the pairs only, or before them too
+KV_MODES = ("query-last", "query-first")
+
+
+def kv_eval_generator(seed: int, n_pairs: int, mode: str) -> torch.Generator:
+    """The generator of the evaluation rows of ``n_pairs`` pairs in ``mode`` (one of
+    :data:`KV_MODES`): fixed per seed, so every encoding (and a Hugging Face probe) sees the
+    same rows, and disjoint from training's step generators."""
+    return torch.Generator().manual_seed(20_000 + seed * 1000 + 2 * n_pairs + KV_MODES.index(mode))

@@ -21,8 +21,7 @@ from typing import Any
 import torch
 
 from ..runner import RunContext, unit_name
-from ..tasks import kv_length
-from .lost_in_the_middle import MODES, NAME, eval_generator
+from ..tasks import KV_MODES, kv_eval_generator, kv_length
 
 __all__ = ["HEX_DIGITS", "greedy_continuation", "kv_prompt", "load_causal_lm", "run_probe"]
 
@@ -99,9 +98,9 @@ def is_right(continuation: str, value: str) -> bool:
     return text.removeprefix('"').startswith(value)
 
 
-def run_probe(ctx: RunContext) -> None:
-    """Probe ``ctx.hf_model`` once per seed (unit ``lost-in-the-middle--hf--<dir>--seed<k>``);
-    the model is loaded only when a unit has to be computed."""
+def run_probe(ctx: RunContext, experiment: str) -> None:
+    """Probe ``ctx.hf_model`` once per seed (unit ``<experiment>--hf--<dir>--seed<k>``), its
+    records under ``experiment``; the model is loaded only when a unit has to be computed."""
     assert ctx.hf_model is not None
     path = ctx.hf_model
     loaded: list[tuple[Any, Any]] = []
@@ -110,27 +109,27 @@ def run_probe(ctx: RunContext) -> None:
         if not loaded:
             model, tokenizer = load_causal_lm(path)
             loaded.append((model.to(ctx.place.device), tokenizer))
-        return _measure(ctx, *loaded[0], f"hf:{path.name}", seed)
+        return _measure(ctx, *loaded[0], experiment, f"hf:{path.name}", seed)
 
     safe = re.sub(r"[^A-Za-z0-9_.\-]", "_", path.name)
     for seed in ctx.preset.seeds:
-        ctx.unit(unit_name(NAME, "hf", safe, f"seed{seed}"), functools.partial(compute, seed))
+        ctx.unit(unit_name(experiment, "hf", safe, f"seed{seed}"), functools.partial(compute, seed))
 
 
 def _measure(
-    ctx: RunContext, model: Any, tokenizer: Any, encoding: str, seed: int
+    ctx: RunContext, model: Any, tokenizer: Any, experiment: str, encoding: str, seed: int
 ) -> list[dict[str, Any]]:
     preset = ctx.preset
     limit = getattr(model.config, "max_position_embeddings", None)
     records: list[dict[str, Any]] = []
-    bar = ctx.progress.task(f"probe {encoding}", len(MODES) * sum(preset.kv_test_pairs))
+    bar = ctx.progress.task(f"probe {encoding}", len(KV_MODES) * sum(preset.kv_test_pairs))
     for n in preset.kv_test_pairs:
-        for mode in MODES:
+        for mode in KV_MODES:
             query_first = mode == "query-first"
-            generator = eval_generator(seed, n, mode)
+            generator = kv_eval_generator(seed, n, mode)
             for gold in range(n):
                 base = {
-                    "experiment": NAME,
+                    "experiment": experiment,
                     "encoding": encoding,
                     "seed": seed,
                     "train_length": kv_length(preset.kv_pairs, query_first),

@@ -21,15 +21,16 @@ from ...models import TransformerLM
 from ...positions import PositionOutOfRangeError
 from ..evaluate import task_accuracy
 from ..runner import RunContext, unit_name
-from ..tasks import KV_VOCAB, TaskBatch, kv_batch, kv_length
+from ..tasks import KV_MODES, KV_VOCAB, TaskBatch, kv_batch, kv_eval_generator, kv_length
+from .hf_probe import run_probe
 from .language_model import encoding_spec
 
-__all__ = ["MODES", "NAME", "eval_generator", "kv_model", "run", "train_queries"]
+__all__ = ["MODES", "NAME", "kv_model", "run", "train_queries"]
 
 NAME = "lost-in-the-middle"
 
 #: query placements: the key line after the pairs only, or before them too
-MODES = ("query-last", "query-first")
+MODES = KV_MODES
 
 
 def run(ctx: RunContext) -> None:
@@ -42,15 +43,7 @@ def run(ctx: RunContext) -> None:
                 functools.partial(_measure, ctx, encoding, seed),
             )
     if ctx.hf_model is not None:
-        from .hf_probe import run_probe  # transformers is imported only when asked for
-
-        run_probe(ctx)
-
-
-def eval_generator(seed: int, n_pairs: int, mode: str) -> torch.Generator:
-    """The generator of the evaluation rows of ``n_pairs`` pairs in ``mode``: fixed per seed,
-    so every encoding sees the same rows, and disjoint from training's step generators."""
-    return torch.Generator().manual_seed(20_000 + seed * 1000 + 2 * n_pairs + MODES.index(mode))
+        run_probe(ctx, NAME)
 
 
 def train_queries(n_pairs: int) -> int:
@@ -85,7 +78,7 @@ def _measure(ctx: RunContext, encoding: str, seed: int) -> list[dict[str, Any]]:
     for n in preset.kv_test_pairs:
         for mode in MODES:
             query_first = mode == "query-first"
-            generator = eval_generator(seed, n, mode)
+            generator = kv_eval_generator(seed, n, mode)
             for gold in range(n):
                 base = {
                     "experiment": NAME,
