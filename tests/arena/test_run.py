@@ -74,8 +74,12 @@ def test_resume_of_a_finished_run_loads_everything(tiny_run: Path, tmp_path: Pat
 
 def test_report_and_compare_commands(tiny_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tiny_run / "report.html").unlink()
-    assert main(["arena", "report", str(tiny_run)]) == 0
+    figures = tiny_run.parent / "figures"
+    assert main(["arena", "report", str(tiny_run), "--figures", str(figures)]) == 0
     assert (tiny_run / "report.html").exists()
+    names = sorted(p.name for p in figures.iterdir())
+    assert names == sorted(f"arena-{e}.png" for e in EXPERIMENTS)
+    assert all((figures / n).read_bytes().startswith(b"\x89PNG") for n in names)
     assert main(["arena", "compare", str(tiny_run), str(tiny_run)]) == 0
     assert "extrapolation" in capsys.readouterr().out
 

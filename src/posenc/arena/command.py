@@ -5,7 +5,7 @@ Examples::
     posenc arena run all --preset quick
     posenc arena run extrapolation --preset full --out runs/full --resume
     torchrun --nproc-per-node 2 -m posenc arena run extrapolation --out runs/ddp
-    posenc arena report runs/full
+    posenc arena report runs/full --figures docs/images
     posenc arena compare runs/a runs/b
 """
 
@@ -53,6 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         description="Rebuild a run's report.html. Example: posenc arena report runs/full",
     )
     report.add_argument("run_dir", metavar="RUN_DIR")
+    report.add_argument("--figures", metavar="DIR", help="also write each figure as a PNG here")
     compare = sub.add_parser(
         "compare",
         help="print the differences between two runs",
@@ -65,7 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     """Run the ``posenc arena`` subcommand in ``args``; return the exit code."""
     from .panels import compare
-    from .report import write_report
+    from .report import write_figures, write_report
     from .results import load_results
 
     if args.arena_command == "run":
@@ -83,7 +84,10 @@ def main(args: argparse.Namespace) -> int:
             bars=not args.no_progress,
         )
     elif args.arena_command == "report":
-        print(write_report(args.run_dir, load_results(args.run_dir)))
+        results = load_results(args.run_dir)
+        print(write_report(args.run_dir, results))
+        for path in write_figures(args.figures, results) if args.figures else ():
+            print(path)
     else:
         print(compare(load_results(args.run_a), load_results(args.run_b)))
     return 0

@@ -188,3 +188,18 @@ def write_report(run_dir: str | Path, results: Mapping[str, Any]) -> Path:
     path = Path(run_dir) / "report.html"
     atomic_write_text(path, build_report(results))
     return path
+
+
+def write_figures(out_dir: str | Path, results: Mapping[str, Any]) -> list[Path]:
+    """Write each experiment's figure as ``<out_dir>/arena-<experiment>.png`` (atomically);
+    returns the paths, in report order."""
+    from .figures import figure, png_bytes
+    from .files import atomic_write_bytes
+
+    present = {r["experiment"] for r in results["measurements"]}
+    paths = []
+    for experiment in (e for e in EXPERIMENTS if e in present):
+        path = Path(out_dir) / f"arena-{experiment}.png"
+        atomic_write_bytes(path, png_bytes(figure(experiment, results["measurements"])))
+        paths.append(path)
+    return paths
