@@ -72,7 +72,9 @@ _LAYOUTS = {
         ("task",), "eval_length", (), ("accuracy",), also=("token_accuracy",)
     ),
     "nope-needs-causality": _Layout((), "mode", (), ("perplexity", "loss", "bits_per_byte")),
-    "lost-in-the-middle": _Layout(("mode",), "gold_position", ("eval_length",), ("accuracy",)),
+    "lost-in-the-middle": _Layout(
+        ("mode", "n_pairs"), "gold_position", ("eval_length", "train_length"), ("accuracy",)
+    ),
 }
 
 
@@ -105,10 +107,14 @@ def primary_metric(rows: Sequence[Mapping[str, Any]], experiment: str) -> str | 
     return present[0] if present else None
 
 
-def _number(value: float) -> str:
+#: metrics in [0, 1]: two decimals (as every number below 10,000; larger ones 4 digits)
+_FRACTIONS = ("accuracy", "token_accuracy")
+
+
+def _number(value: float, metric: str | None = None) -> str:
     if math.isnan(value) or math.isinf(value):
         return str(value)
-    return f"{value:.4g}"
+    return f"{value:.2f}" if metric in _FRACTIONS or abs(value) < 1e4 else f"{value:.4g}"
 
 
 def format_cell(row: Mapping[str, Any] | None) -> str:
@@ -118,7 +124,7 @@ def format_cell(row: Mapping[str, Any] | None) -> str:
         return ""
     if row["mean"] is None:
         return "cannot run"
-    text = _number(row["mean"])
+    text = _number(row["mean"], row.get("metric"))
     if row["n"] > 1 and row["std"]:
         text += f" ± {row['std']:.2g}"
     return text
@@ -201,6 +207,7 @@ def _metric_panels(
 
 def _rich() -> Any:
     try:
+        import rich.box
         import rich.console
         import rich.table
     except ImportError:
@@ -210,7 +217,7 @@ def _rich() -> Any:
     return rich
 
 
-def _render(tables: Sequence[Any], width: int = 120) -> str:
+def _render(tables: Sequence[Any], width: int = 140) -> str:
     rich = _rich()
     out = io.StringIO()
     console = rich.console.Console(
@@ -223,7 +230,12 @@ def _render(tables: Sequence[Any], width: int = 120) -> str:
 
 def _rich_table(panel: Panel) -> Any:
     rich = _rich()
-    t = rich.table.Table(title=panel.title, title_justify="left", min_width=len(panel.title))
+    t = rich.table.Table(
+        title=panel.title,
+        title_justify="left",
+        min_width=len(panel.title),
+        box=rich.box.SIMPLE_HEAD,  # no side borders: 16 gold positions fit in 140 columns
+    )
     for i, name in enumerate(panel.header):
         t.add_column(name, justify="left" if i < panel.n_labels else "right", no_wrap=True)
     for row in panel.rows:

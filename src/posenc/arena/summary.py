@@ -173,13 +173,16 @@ def _nope(results: Mapping[str, Any]) -> list[str]:
 
 
 def _lost_in_the_middle(results: Mapping[str, Any]) -> list[str]:
+    """Per query placement, at the trained number of pairs: the accuracy at the first, middle
+    and last gold position per encoding (U-shaped or not), or that retrieval was not learned
+    (mean accuracy under 1.5x that of answering a random value of the context)."""
     rows, metric = _rows(results, "lost-in-the-middle")
     out = []
     for mode in sorted({r.get("mode") for r in rows}, key=str, reverse=True):
         here = [r for r in rows if r.get("mode") == mode]
-        n_pairs = max((r.get("n_pairs") or 0) for r in here)
+        n_pairs = min((r.get("n_pairs") or 0) for r in here)  # the trained number
         here = [r for r in here if (r.get("n_pairs") or 0) == n_pairs]
-        parts = []
+        parts, unlearned = [], []
         for encoding in dict.fromkeys(r["encoding"] for r in here):
             at = {
                 r["gold_position"]: r["mean"]
@@ -188,13 +191,9 @@ def _lost_in_the_middle(results: Mapping[str, Any]) -> list[str]:
             }
             if len(at) < 3:
                 continue
-            chance = 1 / n_pairs  # a value picked at random from the context
-            if statistics.fmean(at.values()) < 1.5 * chance:
-                parts.append(
-                    f"{encoding} did not learn the retrieval (mean "
-                    f"{statistics.fmean(at.values()):.2f}; a random value of the context scores "
-                    f"{chance:.2f}), so its curve says nothing"
-                )
+            mean = statistics.fmean(at.values())
+            if mean < 1.5 / n_pairs:
+                unlearned.append(f"{encoding} {mean:.2f}")
                 continue
             positions = sorted(at)
             first, last = positions[0], positions[-1]
@@ -202,6 +201,11 @@ def _lost_in_the_middle(results: Mapping[str, Any]) -> list[str]:
             a, m, z = at[first], at[middle], at[last]
             shape = "U-shaped" if m < min(a, z) - _U_MARGIN else "no U"
             parts.append(f"{encoding} first {a:.2f}, middle {m:.2f}, last {z:.2f} ({shape})")
+        if unlearned:
+            parts.append(
+                f"not learned at this budget, so no curve to read ({metric} {', '.join(unlearned)}"
+                f"; answering a random value of the context scores {1 / n_pairs:.2f})"
+            )
         if parts:
             out.append(
                 f"Lost in the middle ({mode}, {n_pairs} pairs, {metric}): " + "; ".join(parts) + "."
