@@ -69,9 +69,12 @@ def test_extrapolation_figure(fake_results):
         assert list(lines["learned (cannot run past 64)"].get_ydata()) == pytest.approx([
             5.0 if mode == "sliding" else 6.0
         ])  # fmt: skip
-        assert [t.get_text() for t in ax.get_legend().get_texts()][-1] == "L = 64"
         assert list(lines["L = 64"].get_xdata()) == [64, 64]
         assert len(ax.collections) == 4  # the spread over the two seeds
+    # one legend, beside the last panel, names every line
+    assert axes[0].get_legend() is None
+    legend = [t.get_text() for t in axes[-1].get_legend().get_texts()]
+    assert legend[-1] == "L = 64" and "learned (cannot run past 64)" in legend
 
 
 def test_context_extension_figure(fake_results):

@@ -135,8 +135,9 @@ def extrapolation(measurements: Records) -> Any:
         ax.set_title(f"mode: {mode}" if mode is not None else "")
         ax.set_xlabel("evaluation length (tokens)")
         ax.set_ylabel(_UNITS.get(metric or "", metric or ""))
-        ax.legend(fontsize="small")
-    if not rows:
+    if rows:  # one legend for both panels, beside them: the lines stay visible
+        axes[-1].legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1))
+    else:
         _empty(axes[0])
     return fig
 
