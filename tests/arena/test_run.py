@@ -16,8 +16,12 @@ import pytest
 import torch
 
 from posenc.arena import EXPERIMENTS, run_arena
+from posenc.arena.batches import lm_batch
+from posenc.arena.distributed import World
 from posenc.arena.files import read_json
 from posenc.arena.presets import TINY
+from posenc.arena.runner import RunContext
+from posenc.arena.train import TrainConfig
 from posenc.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,6 +111,8 @@ import dataclasses, sys, torch
 torch.set_num_threads(1)
 from posenc.arena import run_arena
 from posenc.arena.presets import TINY
+from posenc.arena.runner import RunContext
+from posenc.arena.train import TrainConfig
 from posenc.arena.train import TrainConfig
 preset = dataclasses.replace(
     TINY, encodings=("nope", "rope"),
@@ -148,19 +154,25 @@ def test_resume_after_sigkill_gives_identical_results(tmp_path: Path) -> None:
     assert losses[0] == losses[1]
 
 
-DDP_SCRIPT = """
+#: every kind of batch: language model (every target scored), copy/reverse (rows of random
+#: lengths) and masked LM (random masks), so processes score different numbers of targets
+DDP_EXPERIMENTS = ["extrapolation", "length-generalization", "nope-needs-causality"]
+
+DDP_SCRIPT = f"""
 import sys, torch
 torch.set_num_threads(1)
 from posenc.arena import run_arena
-run_arena(["extrapolation"], "tiny", out=sys.argv[1], bars=False)
+run_arena({DDP_EXPERIMENTS!r}, "tiny", out=sys.argv[1], bars=False)
 """
 
 
 def test_two_processes_with_gloo_train_like_one(tmp_path: Path) -> None:
     """torchrun, 2 CPU processes, gloo: each trains on half of every global batch; DDP
-    averages the gradients, so the loss curve is the single process's up to rounding."""
+    averages the gradients, so the loss curve is the single process's up to rounding, also
+    where the halves score different numbers of targets."""
     single, ddp = tmp_path / "single", tmp_path / "ddp"
-    run_arena(["extrapolation"], TINY, out=single, bars=False)
+    torch.set_num_threads(1)  # as in the script: the configuration records it
+    run_arena(DDP_EXPERIMENTS, TINY, out=single, bars=False)
     torchrun = [
         sys.executable,
         "-m",
@@ -175,8 +187,9 @@ def test_two_processes_with_gloo_train_like_one(tmp_path: Path) -> None:
         [*torchrun, str(script), str(ddp)], env=_env(), capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    for encoding in TINY.encodings or ():
-        unit = f"train--lm--{encoding}--seed0.json"
+    units = sorted(p.name for p in (single / "units").glob("train--*.json"))
+    assert {u.split("--")[1] for u in units} == {"lm", "copy", "reverse", "mlm"}
+    for unit in units:
         a = torch.tensor(read_json(single / "units" / unit)["losses"])
         b = torch.tensor(read_json(ddp / "units" / unit)["losses"])
         # a few steps of AdamW on a 1-layer model: the rounding of two half-batch gradient
@@ -187,3 +200,42 @@ def test_two_processes_with_gloo_train_like_one(tmp_path: Path) -> None:
     assert len(read_json(ddp / "results.json")["measurements"]) == len(
         read_json(single / "results.json")["measurements"]
     )
+
+
+class _Rank1(World):
+    """The second of two processes, without a process group: collectives act locally."""
+
+    def __init__(self) -> None:
+        super().__init__(1, 2, torch.device("cpu"))
+
+    def sum(self, value: torch.Tensor) -> torch.Tensor:
+        return value
+
+    def main_says(self, value: bool) -> bool:
+        return value
+
+    def barrier(self) -> None:
+        pass
+
+
+def test_only_rank_0_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.nn.parallel, "DistributedDataParallel", lambda module: module)
+    ctx = RunContext(TINY, tmp_path / "run", place=_Rank1())
+    model = ctx.new_model(TINY.model, "rope", 0, 256)
+    config = TrainConfig(steps=4, batch_size=4, warmup_steps=1, checkpoint_every=2)
+    batch = lm_batch(torch.randint(0, 256, (500,), dtype=torch.uint8), 4, 8, torch.Generator())
+    ctx.trained("train--x", model, lambda generator: batch, config, seed=0)
+    ctx.unit("unit--x", lambda: [])
+    assert not (tmp_path / "run").exists()
+
+
+def test_resume_needs_the_directory_and_the_same_threads(tiny_run: Path) -> None:
+    with pytest.raises(ValueError, match="--resume continues the run in --out"):
+        run_arena(["extrapolation"], TINY, resume=True, bars=False)
+    before = torch.get_num_threads()
+    torch.set_num_threads(before + 1)
+    try:
+        with pytest.raises(ValueError, match="torch_threads"):
+            run_arena(["extrapolation"], TINY, out=tiny_run, resume=True, bars=False)
+    finally:
+        torch.set_num_threads(before)

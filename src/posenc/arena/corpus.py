@@ -10,6 +10,7 @@ at a byte offset. The batches drawn from it are :mod:`posenc.arena.batches`.
 from __future__ import annotations
 
 import codecs
+import hashlib
 import os
 import sysconfig
 import zlib
@@ -51,6 +52,14 @@ class Corpus:
     n_files: int
     n_train_files: int
     n_valid_files: int
+
+    def sha256(self) -> str:
+        """A digest of the training and validation bytes (and where one ends): the same
+        digest means the same data, whatever path or Python it came from."""
+        digest = hashlib.sha256(self.train.numpy().tobytes())
+        digest.update(b"\0valid\0")
+        digest.update(self.valid.numpy().tobytes())
+        return digest.hexdigest()
 
 
 def stdlib_root() -> Path:

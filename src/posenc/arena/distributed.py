@@ -45,11 +45,23 @@ class World:
 
     def mean(self, value: torch.Tensor) -> torch.Tensor:
         """``value`` averaged over every process (itself when alone)."""
+        return self.sum(value) / self.size
+
+    def sum(self, value: torch.Tensor) -> torch.Tensor:
+        """``value`` summed over every process (itself when alone)."""
         if self.size == 1:
             return value
         total = value.detach().clone()
         dist.all_reduce(total)
-        return total / self.size
+        return total
+
+    def main_says(self, value: bool) -> bool:
+        """Rank 0's ``value`` on every process (so all take the same branch)."""
+        if self.size == 1:
+            return value
+        box = [value]
+        dist.broadcast_object_list(box, src=0)
+        return bool(box[0])
 
     def barrier(self) -> None:
         """Wait for every process (nothing when alone)."""

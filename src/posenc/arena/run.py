@@ -123,14 +123,18 @@ def run_arena(
         chosen = dataclasses.replace(chosen, seeds=tuple(seeds))
     if encodings is not None:
         check_encodings(encodings)
-        # every encoding named runs in every experiment, the synthetic tasks included
+        # the synthetic tasks too run every encoding named (context-extension always adds
+        # rope, nope-needs-causality nope, sinusoidal and rope: the encodings they compare)
         chosen = dataclasses.replace(chosen, encodings=tuple(encodings), task_encodings=None)
     place = world()
+    if resume and out is None:
+        raise ValueError("--resume continues the run in --out: name its directory")
     run_dir = Path(out) if out is not None else default_run_dir(chosen.name, place)
     with Progress(bars=bars, echo=place.is_main) as progress:
         ctx = RunContext(chosen, run_dir, corpus, progress, hf_model, place)
         config = ctx.config()
         names, started = _start(run_dir, config, names, resume)
+        place.barrier()  # every process has checked run.json before rank 0 writes it
         if place.is_main:
             atomic_write_json(
                 run_dir / "run.json",

@@ -135,7 +135,7 @@ class RunContext:
         run, else computed by ``compute()`` and saved. They join :attr:`measurements`, and
         the timings of the models trained for them join :attr:`timings`."""
         path = self._unit_path(name)
-        if path.exists():
+        if self.place.main_says(path.exists()):  # every process takes the same branch
             saved = read_json(path)
             records = list(saved["measurements"])
             self.timings.update(saved["timings"])
@@ -183,7 +183,7 @@ class RunContext:
         its weights and timing are saved. The timing joins :attr:`timings`."""
         path = self._unit_path(name)
         weights = self.run_dir / "models" / f"{name}.safetensors"
-        if path.exists():
+        if self.place.main_says(path.exists()):
             load_weights(weights, model)
             timing = read_json(path)["timing"]
         else:
@@ -222,10 +222,17 @@ class RunContext:
             "corpus": None if self.corpus_path is None else str(self.corpus_path),
             "hf_model": None if self.hf_model is None else str(self.hf_model),
             "world_size": self.place.size,
+            # what else decides the numbers bit for bit: a resume must match them
+            "torch_threads": torch.get_num_threads(),
+            "corpus_sha256": self.corpus.sha256(),
         }
         return json.loads(json.dumps(config))
 
 
 def command_line() -> list[str]:
-    """The command that started this process, as written (kept in the run directory)."""
-    return [Path(sys.argv[0]).name, *sys.argv[1:]]
+    """The command that started this process, runnable again (kept in the run directory):
+    ``posenc ...`` for the script and ``python -m posenc``, else the program as given."""
+    program = Path(sys.argv[0])
+    if program.name == "__main__.py" and program.parent.name == "posenc":
+        return ["python", "-m", "posenc", *sys.argv[1:]]
+    return [program.name, *sys.argv[1:]]

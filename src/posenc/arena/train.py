@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..config import check_int
 from .distributed import World, world
 from .files import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from .progress import Progress
@@ -42,7 +43,8 @@ class TrainConfig:
         min_lr_ratio: the cosine decay ends at ``lr * min_lr_ratio``.
         weight_decay: AdamW's decoupled weight decay, on weight matrices only.
         grad_clip: the largest global gradient norm (0: no clipping).
-        checkpoint_every: steps between checkpoints (0: only the final weights are kept).
+        checkpoint_every: steps between checkpoints, and one at the end (0: none; only the
+            final weights are kept).
     """
 
     steps: int
@@ -53,6 +55,20 @@ class TrainConfig:
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     checkpoint_every: int = 100
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size"):
+            check_int(name, getattr(self, name), minimum=1)
+        for name in ("warmup_steps", "checkpoint_every"):
+            check_int(name, getattr(self, name), minimum=0)
+        for name in ("lr", "min_lr_ratio", "weight_decay", "grad_clip"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+        if self.lr == 0 or self.min_lr_ratio > 1:
+            raise ValueError(
+                f"lr must be > 0 and min_lr_ratio <= 1, got {self.lr} and {self.min_lr_ratio}"
+            )
 
 
 @dataclass
@@ -87,14 +103,27 @@ def step_generator(seed: int, step: int) -> torch.Generator:
     return torch.Generator().manual_seed((seed << 40) + step)
 
 
-def scored_loss(model: nn.Module, batch: TaskBatch) -> torch.Tensor:
-    """Mean cross-entropy (nats) over the scored targets of ``batch``.
+def scored_loss(model: nn.Module, batch: TaskBatch, place: World | None = None) -> torch.Tensor:
+    """Mean cross-entropy (nats) over the scored targets of the global batch, as this
+    process's part of it.
+
+    With several processes each holds some rows, and DistributedDataParallel averages the
+    gradients over processes; so each returns its sum over scored targets times the number
+    of processes, divided by the count of scored targets in the whole batch. The gradients
+    are then those of the global mean even where processes score different numbers of
+    targets (copy and reverse rows of different lengths, random masks). Alone, it is the
+    plain mean.
 
     Shapes:
         ``batch.inputs``, ``batch.targets``: ``[batch, seq]``; returns a scalar.
     """
     logits = model(batch.inputs)  # [batch, seq, vocab]
-    return F.cross_entropy(logits.flatten(0, 1), batch.targets.flatten(), ignore_index=IGNORE)
+    targets = batch.targets.flatten()
+    if place is None or place.size == 1:
+        return F.cross_entropy(logits.flatten(0, 1), targets, ignore_index=IGNORE)
+    total = F.cross_entropy(logits.flatten(0, 1), targets, ignore_index=IGNORE, reduction="sum")
+    count = (targets != IGNORE).sum()
+    return total * place.size / place.sum(count).clamp_min(1)
 
 
 def _optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
@@ -160,7 +189,7 @@ def train_model(
             group["lr"] = learning_rate(step, config)
         batch = make_batch(step_generator(seed, step))
         local = TaskBatch(batch.inputs[rows].to(place.device), batch.targets[rows].to(place.device))
-        loss = scored_loss(net, local)
+        loss = scored_loss(net, local, place)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if config.grad_clip > 0:
@@ -173,8 +202,7 @@ def train_model(
         if (
             checkpoint_dir is not None
             and config.checkpoint_every
-            and done % config.checkpoint_every == 0
-            and done < config.steps
+            and (done % config.checkpoint_every == 0 or done == config.steps)
         ):
             if place.is_main:
                 state = {
