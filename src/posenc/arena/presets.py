@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from ..config import check_int
 from .train import TrainConfig
 
 __all__ = ["PRESETS", "ModelSize", "Preset", "get_preset"]
@@ -85,6 +86,25 @@ class Preset:
     kv: TrainConfig
     kv_eval_rows: int
     task_encodings: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds must be distinct and at least one, got {self.seeds}")
+        for seed in self.seeds:
+            check_int("seed", seed, minimum=0, maximum=2**20 - 1)  # see train.step_generator
+        for name in ("train_length", "eval_tokens", "task_eval_rows", "kv_pairs", "kv_eval_rows"):
+            check_int(name, getattr(self, name))
+        if not self.eval_factors or self.eval_factors[0] != 1:
+            raise ValueError(f"eval_factors must start at 1 (L itself), got {self.eval_factors}")
+        if not self.kv_test_pairs or self.kv_test_pairs[0] != self.kv_pairs:
+            raise ValueError(
+                f"kv_test_pairs must start with the trained kv_pairs ({self.kv_pairs}), "
+                f"got {self.kv_test_pairs}"
+            )
+        for name in ("task_train_lengths", "task_test_lengths"):
+            low, high = getattr(self, name)
+            if not 1 <= low <= high:
+                raise ValueError(f"{name} must be (low, high) with 1 <= low <= high")
 
     def to_dict(self) -> dict[str, Any]:
         """The preset as plain JSON values (written into ``run.json`` and ``results.json``)."""
