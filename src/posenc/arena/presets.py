@@ -2,7 +2,8 @@
 
 ``quick`` runs every experiment in at most 5 minutes on 2 CPU cores with its conclusions
 already visible; ``full`` is the real run (3 seeds, longer training; hours, resumable);
-``tiny`` is for the tests (seconds). Sizes and steps were chosen by measuring (README).
+``tiny`` is for the tests (seconds). The quick sizes and steps were chosen by measuring
+step times and what each experiment learns in them (README, "The arena").
 ``quick`` trains the synthetic tasks of ``length-generalization`` on strings of 1-5 symbols
 and tests 6-10 (``full``: the issue's 1-20 / 21-40), on five encodings only.
 """

@@ -6,8 +6,10 @@ performs exactly the steps ``k..`` of an uninterrupted run: the same results, bi
 CPU. Checkpoints hold the weights (safetensors), the optimizer, the RNG state and the losses.
 
 Recipe (AdamW, linear warm-up then cosine decay, gradient clipping, weight decay on matrices
-only) as in Loshchilov & Hutter 2019 and nanoGPT; the defaults were tuned on the arena's
-presets (see ``presets.py``).
+only) as in Loshchilov & Hutter 2019 and nanoGPT; each preset sets the steps, batch and
+learning rates (``presets.py``; how the quick one was chosen is in the README). Bitwise
+resumption holds for the same torch thread count and corpus, which a run's configuration
+records and a resume checks.
 """
 
 from __future__ import annotations
