@@ -94,3 +94,7 @@ def test_batch_bad_arguments():
     with pytest.raises(ValueError, match="mask_prob"):
         masked_batch(tokens, 2, 10, _gen(), mask_prob=0.0)
     assert masked_batch(tokens, 2, 100, _gen()).inputs.shape == (2, 100)
+    with pytest.raises(TypeError, match="length must be an int"):
+        lm_batch(tokens, 2, 10.0, _gen())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="batch_size must be an int"):
+        masked_batch(tokens, True, 10, _gen())

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import re
 import shutil
+import types
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from posenc.arena.tasks import kv_length
 ENCODINGS = list(TINY.encodings or ())
 
 
-def _check_grid(records: list[dict[str, Any]], encodings: list[str]) -> None:
+def _check_grid(records: list[dict[str, Any]], encodings: list[str], train_length: int) -> None:
     """Every gold position once per (encoding, n, mode), with the keys the results expect."""
     grid = [(e, n, m, g) for e in encodings for n in TINY.kv_test_pairs for m in litm.MODES
             for g in range(n)]  # fmt: skip
@@ -33,16 +34,17 @@ def _check_grid(records: list[dict[str, Any]], encodings: list[str]) -> None:
         assert r["experiment"] == "lost-in-the-middle" and r["metric"] == "accuracy"
         assert r["task"] == "kv" and r["seed"] == 0
         assert r["eval_length"] == kv_length(r["n_pairs"], qf)
-        assert r["train_length"] == kv_length(TINY.kv_pairs, qf)
+        assert r["train_length"] == train_length
 
 
 def test_tiny_run(tmp_path: Path) -> None:
     ctx = RunContext(TINY, tmp_path)
     litm.run(ctx)
     records = ctx.measurements
-    _check_grid(records, ENCODINGS)
     # learned's table: the longest training row (query first, every training query)
     table = kv_length(TINY.kv_pairs, True, litm.train_queries(TINY.kv_pairs))
+    assert litm.kv_train_length(TINY.kv_pairs) == table
+    _check_grid(records, ENCODINGS, train_length=table)  # the rows it trained on
     for r in records:
         if r["encoding"] == "learned" and r["eval_length"] > table:
             assert r["value"] is None and f"max_positions={table}" in r["note"]
@@ -109,8 +111,27 @@ def _gold(prompt: str) -> tuple[str, dict[str, str]]:
 
 def test_probe_records_of_a_random_model(tmp_path: Path, llama: Path) -> None:
     records = _probe(tmp_path, llama)
-    _check_grid(records, [f"hf:{llama.name}"])
+    _check_grid(records, [f"hf:{llama.name}"], train_length=512)  # max_position_embeddings
     assert all(0.0 <= r["value"] <= 1.0 for r in records)
+
+
+def test_probe_without_max_position_embeddings_records_the_eval_length(
+    tmp_path: Path, llama: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model whose config has no limit (decoding stubbed out: never called)."""
+    load = hf_probe.load_causal_lm
+
+    class Unbounded(torch.nn.Module):
+        config = types.SimpleNamespace()
+
+    def unbounded(path: str | Path) -> tuple[Any, Any]:
+        return Unbounded(), load(path)[1]
+
+    monkeypatch.setattr(hf_probe, "load_causal_lm", unbounded)
+    monkeypatch.setattr(hf_probe, "greedy_continuation", lambda *args: "")
+    records = _probe(tmp_path, llama)
+    assert records and all(r["train_length"] == r["eval_length"] for r in records)
+    assert all(isinstance(r["train_length"], int) and r["value"] == 0.0 for r in records)
 
 
 def test_probe_scores_the_gold_value_right_and_another_value_wrong(

@@ -109,12 +109,26 @@ def test_sequence_batch_deterministic(task):
         (("copy", 0, 1, 3), "batch_size"),
         (("copy", 2, 0, 3), "min_length"),
         (("copy", 2, 4, 3), "max_length"),
-        (("copy", 2, 1.0, 3), "min_length"),
     ],
 )
 def test_sequence_batch_bad_arguments(args, name):
     with pytest.raises(ValueError, match=name):
         sequence_batch(*args, _gen())
+
+
+@pytest.mark.parametrize("value", [1.0, True, "2"])
+def test_a_count_that_is_not_an_int_is_a_type_error(value):
+    with pytest.raises(TypeError, match="min_length must be an int"):
+        sequence_batch("copy", 2, value, 3, _gen())
+    with pytest.raises(TypeError, match="n_pairs must be an int"):
+        kv_batch(2, value, _gen())
+
+
+def test_public_names():
+    import posenc.arena.tasks as tasks
+
+    assert {"KV_MODES", "kv_eval_generator"} <= set(tasks.__all__)
+    assert all(hasattr(tasks, name) for name in tasks.__all__)
 
 
 def test_bad_generator():

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from posenc.arena.tasks import IGNORE, TaskBatch
+from ..config import check_int
+from .tasks import IGNORE, TaskBatch
 
 __all__ = [
     "MASKED_VOCAB",
@@ -33,12 +34,6 @@ def _check_tokens(tokens: torch.Tensor, length: int, extra: int) -> None:
         )
 
 
-def _check_positive(name: str, value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
-
-
 def _windows(
     tokens: torch.Tensor, batch_size: int, width: int, generator: torch.Generator
 ) -> torch.Tensor:
@@ -60,8 +55,8 @@ def lm_batch(
     Shapes:
         tokens: ``[n]``; inputs, targets: ``[batch_size, length]`` int64.
     """
-    batch_size = _check_positive("batch_size", batch_size)
-    length = _check_positive("length", length)
+    check_int("batch_size", batch_size)
+    check_int("length", length)
     _check_tokens(tokens, length, 1)
     window = _windows(tokens, batch_size, length + 1, generator)
     return TaskBatch(window[:, :-1].contiguous(), window[:, 1:].contiguous())
@@ -82,8 +77,8 @@ def masked_batch(
     Shapes:
         tokens: ``[n]``; inputs, targets: ``[batch_size, length]`` int64.
     """
-    batch_size = _check_positive("batch_size", batch_size)
-    length = _check_positive("length", length)
+    check_int("batch_size", batch_size)
+    check_int("length", length)
     if not isinstance(mask_prob, (int, float)) or not 0.0 < mask_prob <= 1.0:
         raise ValueError(f"mask_prob must be in (0, 1], got {mask_prob!r}")
     _check_tokens(tokens, length, 0)

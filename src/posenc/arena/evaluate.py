@@ -101,7 +101,7 @@ def lm_loss(
     for i in range(0, len(spans), batch_size):
         group = spans[i : i + batch_size]
         # full windows only in a batch; a short last chunk is scored alone
-        for same in _same_size(group, length, mode):
+        for same in _same_size(group):
             rows = torch.stack([tokens[f : f + _span(length, mode, s) + 1] for f, s in same])
             rows = rows.to(device=device, dtype=torch.long)  # [b, span + 1]
             logits = model(rows[:, :-1])  # [b, span, vocab]
@@ -121,7 +121,8 @@ def _span(length: int, mode: str, scored: int) -> int:
     return scored if mode == "chunks" else length
 
 
-def _same_size(group: list[tuple[int, int]], length: int, mode: str) -> list[list[tuple[int, int]]]:
+def _same_size(group: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+    """``group``'s windows by how many tokens they score (the rows of one batch)."""
     sizes: dict[int, list[tuple[int, int]]] = {}
     for first, scored in group:
         sizes.setdefault(scored, []).append((first, scored))

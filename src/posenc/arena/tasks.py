@@ -15,11 +15,14 @@ from dataclasses import dataclass
 
 import torch
 
+from ..config import check_int
+
 __all__ = [
     "BOS",
     "EOS",
     "IGNORE",
     "KV_BOS",
+    "KV_MODES",
     "KV_VOCAB",
     "N_KEYS",
     "N_SYMBOLS",
@@ -31,6 +34,7 @@ __all__ = [
     "SEQUENCE_VOCAB",
     "TaskBatch",
     "kv_batch",
+    "kv_eval_generator",
     "kv_length",
     "sequence_batch",
     "sequence_length",
@@ -90,16 +94,6 @@ def _describe(t: object) -> str:
     return type(t).__name__
 
 
-def _check_int(name: str, value: object, low: int, high: int | None = None) -> int:
-    """``value`` as an int in ``[low, high]`` (no upper bound when ``high`` is None)."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ValueError(f"{name} must be an int, got {type(value).__name__}")
-    if value < low or (high is not None and value > high):
-        bound = f">= {low}" if high is None else f"in [{low}, {high}]"
-        raise ValueError(f"{name} must be {bound}, got {value}")
-    return value
-
-
 def _check_generator(generator: object) -> torch.Generator:
     if not isinstance(generator, torch.Generator) or generator.device.type != "cpu":
         raise ValueError(f"generator must be a CPU torch.Generator, got {generator!r}")
@@ -109,7 +103,8 @@ def _check_generator(generator: object) -> torch.Generator:
 def sequence_length(length: int) -> int:
     """Length of the inputs of one copy / reverse row of ``length`` symbols:
     ``BOS x1..xn SEP y1..yn EOS`` less its last token, ``2 * length + 2``."""
-    return 2 * _check_int("length", length, 1) + 2
+    check_int("length", length)
+    return 2 * length + 2
 
 
 def sequence_batch(
@@ -128,9 +123,9 @@ def sequence_batch(
     """
     if task not in SEQUENCE_TASKS:
         raise ValueError(f"task must be one of {SEQUENCE_TASKS}, got {task!r}")
-    batch_size = _check_int("batch_size", batch_size, 1)
-    min_length = _check_int("min_length", min_length, 1)
-    max_length = _check_int("max_length", max_length, min_length)
+    check_int("batch_size", batch_size)
+    check_int("min_length", min_length)
+    check_int("max_length", max_length, minimum=min_length)
     generator = _check_generator(generator)
 
     lengths = torch.randint(min_length, max_length + 1, (batch_size, 1), generator=generator)
@@ -161,8 +156,8 @@ def sequence_batch(
 def kv_length(n_pairs: int, query_first: bool = False, n_queries: int = 1) -> int:
     """Length of one key-value row:
     ``BOS [QUERY kq1] k1 v1 ... kn vn QUERY kq1 vq1 ... QUERY kqm`` (``m = n_queries``)."""
-    n_pairs = _check_int("n_pairs", n_pairs, 1, N_KEYS)
-    n_queries = _check_int("n_queries", n_queries, 1, n_pairs)
+    check_int("n_pairs", n_pairs, maximum=N_KEYS)
+    check_int("n_queries", n_queries, maximum=n_pairs)
     return 2 * n_pairs + 3 * n_queries + (2 if query_first else 0)
 
 
@@ -194,11 +189,11 @@ def kv_batch(
     Shapes:
         inputs, targets: ``[batch_size, kv_length(n_pairs, query_first, n_queries)]``.
     """
-    batch_size = _check_int("batch_size", batch_size, 1)
-    n_pairs = _check_int("n_pairs", n_pairs, 1, N_KEYS)
-    n_queries = _check_int("n_queries", n_queries, 1, n_pairs)
+    check_int("batch_size", batch_size)
+    check_int("n_pairs", n_pairs, maximum=N_KEYS)
+    check_int("n_queries", n_queries, maximum=n_pairs)
     if gold is not None:
-        gold = _check_int("gold", gold, 0, n_pairs - 1)
+        check_int("gold", gold, minimum=0, maximum=n_pairs - 1)
     if not isinstance(query_first, bool):
         raise ValueError(f"query_first must be a bool, got {type(query_first).__name__}")
     generator = _check_generator(generator)

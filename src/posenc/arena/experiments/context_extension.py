@@ -21,11 +21,11 @@ import torch
 
 from ...models import TransformerLM
 from ..batches import VOCAB_SIZE, lm_batch
-from ..evaluate import bits_per_byte, lm_loss, perplexity
+from ..progress import Task
 from ..runner import RunContext, unit_name
 from ..tasks import TaskBatch
 from ..train import TrainConfig
-from .language_model import language_model
+from .language_model import language_model, lm_records, validation_loss, validation_windows
 
 __all__ = ["NAME", "SCALINGS", "finetune_config", "run", "scaling_spec"]
 
@@ -94,10 +94,9 @@ def _measure(ctx: RunContext, seed: int) -> list[dict[str, Any]]:
     trained = language_model(ctx, "rope", seed)
     weights = trained.state_dict()  # the encodings' tables are not in it: weights only
     records: list[dict[str, Any]] = []
-    bar = ctx.progress.task(
-        "evaluate context extension",
-        2 * len(preset.extension_factors) * len(preset.extension_scalings),
-    )
+    windows = {f: validation_windows(ctx, f * length, "chunks") for f in preset.extension_factors}
+    total = 2 * len(preset.extension_scalings) * sum(windows.values())
+    bar = ctx.progress.task("evaluate context extension", total)
     for factor in preset.extension_factors:
         for scaling in preset.extension_scalings:
             spec = scaling_spec(scaling, factor, length)
@@ -114,11 +113,9 @@ def _measure(ctx: RunContext, seed: int) -> list[dict[str, Any]]:
                 "factor": factor,
                 "mode": "chunks",
             }
-            records += _records(ctx, model, {**base, "stage": "zero-shot"})
-            bar.advance(1)
+            records += _records(ctx, model, {**base, "stage": "zero-shot"}, bar)
             model = _finetune(ctx, model, scaling, factor, seed)
-            records += _records(ctx, model, {**base, "stage": "fine-tuned"})
-            bar.advance(1)
+            records += _records(ctx, model, {**base, "stage": "fine-tuned"}, bar)
     bar.close()
     return records
 
@@ -138,21 +135,9 @@ def _finetune(
     return ctx.trained(name, model, make_batch, config, seed)
 
 
-def _records(ctx: RunContext, model: TransformerLM, base: dict[str, Any]) -> list[dict[str, Any]]:
+def _records(
+    ctx: RunContext, model: TransformerLM, base: dict[str, Any], bar: Task
+) -> list[dict[str, Any]]:
     """Perplexity and bits per byte of ``model`` at ``base["eval_length"]``, on the bytes
-    ``extrapolation`` scores (the same start, count and windows)."""
-    preset = ctx.preset
-    length = preset.train_length
-    loss = lm_loss(
-        model,
-        ctx.corpus.valid,
-        base["eval_length"],
-        "chunks",
-        n_tokens=preset.eval_tokens,
-        stride=length,
-        start=length * max(preset.eval_factors),
-    )
-    return [
-        {**base, "metric": "perplexity", "value": perplexity(loss)},
-        {**base, "metric": "bits_per_byte", "value": bits_per_byte(loss)},
-    ]
+    ``extrapolation`` scores (:func:`.language_model.validation_loss`, as it does)."""
+    return lm_records(base, validation_loss(ctx, model, base["eval_length"], "chunks", bar))

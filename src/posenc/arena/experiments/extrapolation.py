@@ -13,9 +13,15 @@ import functools
 from typing import Any
 
 from ...positions import PositionOutOfRangeError
-from ..evaluate import MODES, bits_per_byte, lm_loss, perplexity
+from ..evaluate import MODES
 from ..runner import RunContext, unit_name
-from .language_model import language_model
+from .language_model import (
+    cannot_run_note,
+    language_model,
+    lm_records,
+    validation_loss,
+    validation_windows,
+)
 
 __all__ = ["NAME", "run"]
 
@@ -36,41 +42,28 @@ def _measure(ctx: RunContext, encoding: str, seed: int) -> list[dict[str, Any]]:
     preset = ctx.preset
     model = language_model(ctx, encoding, seed)
     length = preset.train_length
-    lengths = [length * f for f in preset.eval_factors]
-    valid = ctx.corpus.valid
+    cases = [(length * f, mode) for f in preset.eval_factors for mode in MODES]
     records: list[dict[str, Any]] = []
-    bar = ctx.progress.task(f"evaluate {encoding}", len(lengths) * len(MODES))
-    for eval_length in lengths:
-        for mode in MODES:
-            base = {
-                "experiment": NAME,
-                "encoding": encoding,
-                "seed": seed,
-                "train_length": length,
-                "eval_length": eval_length,
-                "mode": mode,
-            }
-            try:
-                loss = lm_loss(
-                    model,
-                    valid,
-                    eval_length,
-                    mode,
-                    n_tokens=preset.eval_tokens,
-                    stride=length,
-                    start=max(lengths),  # every sliding window has its full context
-                )
-            except PositionOutOfRangeError as e:
-                note = f"cannot run past {e.limit_name}={e.limit} positions"
-                records += [
-                    {**base, "metric": m, "value": None, "note": note}
-                    for m in ("perplexity", "bits_per_byte")
-                ]
-            else:
-                records += [
-                    {**base, "metric": "perplexity", "value": perplexity(loss)},
-                    {**base, "metric": "bits_per_byte", "value": bits_per_byte(loss)},
-                ]
-            bar.advance(1)
+    total = sum(validation_windows(ctx, n, mode) for n, mode in cases)
+    bar = ctx.progress.task(f"evaluate {encoding}", total)
+    for eval_length, mode in cases:
+        base = {
+            "experiment": NAME,
+            "encoding": encoding,
+            "seed": seed,
+            "train_length": length,
+            "eval_length": eval_length,
+            "mode": mode,
+        }
+        try:
+            loss = validation_loss(ctx, model, eval_length, mode, bar)
+        except PositionOutOfRangeError as e:
+            note = cannot_run_note(e)
+            records += [
+                {**base, "metric": m, "value": None, "note": note}
+                for m in ("perplexity", "bits_per_byte")
+            ]
+        else:
+            records += lm_records(base, loss)
     bar.close()
     return records

@@ -119,8 +119,15 @@ def run_probe(ctx: RunContext, experiment: str) -> None:
 def _measure(
     ctx: RunContext, model: Any, tokenizer: Any, experiment: str, encoding: str, seed: int
 ) -> list[dict[str, Any]]:
+    """The probe's records. Its training length is not known, and a record's
+    ``train_length`` must be an int: it is the model's ``max_position_embeddings`` (the
+    context it was built for) when its config has one, else the record's ``eval_length``
+    (the probe then claims no extrapolation). ``eval_length`` is the toy task's row length at
+    the same number of pairs, as for the trained models, not the prompt's tokens."""
     preset = ctx.preset
     limit = getattr(model.config, "max_position_embeddings", None)
+    if not isinstance(limit, int) or isinstance(limit, bool):
+        limit = None
     records: list[dict[str, Any]] = []
     bar = ctx.progress.task(f"probe {encoding}", len(KV_MODES) * sum(preset.kv_test_pairs))
     for n in preset.kv_test_pairs:
@@ -132,7 +139,7 @@ def _measure(
                     "experiment": experiment,
                     "encoding": encoding,
                     "seed": seed,
-                    "train_length": kv_length(preset.kv_pairs, query_first),
+                    "train_length": kv_length(n, query_first) if limit is None else limit,
                     "eval_length": kv_length(n, query_first),
                     "metric": "accuracy",
                     "mode": mode,

@@ -30,7 +30,7 @@ from ..tasks import (
     sequence_batch,
     sequence_length,
 )
-from .language_model import encoding_spec
+from .language_model import cannot_run_note, encoding_spec
 
 __all__ = ["NAME", "eval_lengths", "run", "task_model"]
 
@@ -96,7 +96,7 @@ def _measure(ctx: RunContext, task: str, encoding: str, seed: int) -> list[dict[
             records.append({**base, "metric": "accuracy", "value": exact})
             records.append({**base, "metric": "token_accuracy", "value": token})
         except PositionOutOfRangeError as e:
-            note = f"cannot run past {e.limit_name}={e.limit} positions"
+            note = cannot_run_note(e)
             records += [{**base, "metric": m, "value": None, "note": note} for m in metrics]
         bar.advance(1, tokens=batch.inputs.numel())
     bar.close()

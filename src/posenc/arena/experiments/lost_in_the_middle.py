@@ -23,9 +23,9 @@ from ..evaluate import task_accuracy
 from ..runner import RunContext, unit_name
 from ..tasks import KV_MODES, KV_VOCAB, TaskBatch, kv_batch, kv_eval_generator, kv_length
 from .hf_probe import run_probe
-from .language_model import encoding_spec
+from .language_model import cannot_run_note, encoding_spec
 
-__all__ = ["MODES", "NAME", "kv_model", "run", "train_queries"]
+__all__ = ["MODES", "NAME", "kv_model", "kv_train_length", "run", "train_queries"]
 
 NAME = "lost-in-the-middle"
 
@@ -52,12 +52,18 @@ def train_queries(n_pairs: int) -> int:
     return max(1, n_pairs // 2)
 
 
+def kv_train_length(n_pairs: int) -> int:
+    """The longest training row with ``n_pairs`` pairs (query-first, :func:`train_queries`
+    queries): the ``train_length`` of the records and the length of ``learned``'s table."""
+    return kv_length(n_pairs, query_first=True, n_queries=train_queries(n_pairs))
+
+
 def kv_model(ctx: RunContext, encoding: str, seed: int) -> TransformerLM:
     """The causal model with ``encoding`` trained with ``seed`` on key-value retrieval with
     the preset's number of pairs (unit ``train--kv--<encoding>--seed<seed>``)."""
     preset = ctx.preset
     n, m = preset.kv_pairs, train_queries(preset.kv_pairs)
-    spec = encoding_spec(encoding, kv_length(n, query_first=True, n_queries=m))
+    spec = encoding_spec(encoding, kv_train_length(n))
     model = ctx.new_model(preset.task_model, spec, seed, KV_VOCAB)
     config = preset.kv
 
@@ -73,6 +79,7 @@ def kv_model(ctx: RunContext, encoding: str, seed: int) -> TransformerLM:
 def _measure(ctx: RunContext, encoding: str, seed: int) -> list[dict[str, Any]]:
     preset = ctx.preset
     model = kv_model(ctx, encoding, seed)
+    train_length = kv_train_length(preset.kv_pairs)
     records: list[dict[str, Any]] = []
     bar = ctx.progress.task(f"evaluate kv {encoding}", len(MODES) * sum(preset.kv_test_pairs))
     for n in preset.kv_test_pairs:
@@ -84,7 +91,7 @@ def _measure(ctx: RunContext, encoding: str, seed: int) -> list[dict[str, Any]]:
                     "experiment": NAME,
                     "encoding": encoding,
                     "seed": seed,
-                    "train_length": kv_length(preset.kv_pairs, query_first),
+                    "train_length": train_length,
                     "eval_length": kv_length(n, query_first),
                     "metric": "accuracy",
                     "mode": mode,
@@ -98,8 +105,7 @@ def _measure(ctx: RunContext, encoding: str, seed: int) -> list[dict[str, Any]]:
                 try:
                     records.append({**base, "value": task_accuracy(model, batch)})
                 except PositionOutOfRangeError as e:
-                    note = f"cannot run past {e.limit_name}={e.limit} positions"
-                    records.append({**base, "value": None, "note": note})
+                    records.append({**base, "value": None, "note": cannot_run_note(e)})
                 bar.advance(1, tokens=batch.inputs.numel())
     bar.close()
     return records

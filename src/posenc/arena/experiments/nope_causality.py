@@ -21,11 +21,10 @@ import torch.nn.functional as F
 
 from ...models import TransformerLM
 from ..batches import MASKED_VOCAB, masked_batch
-from ..evaluate import lm_loss, perplexity
 from ..progress import Task
 from ..runner import RunContext, unit_name
 from ..tasks import IGNORE, TaskBatch
-from .language_model import language_model
+from .language_model import language_model, lm_records, validation_loss, validation_windows
 
 __all__ = ["ENCODINGS", "NAME", "masked_eval_batches", "masked_loss", "masked_model", "run"]
 
@@ -34,6 +33,7 @@ NAME = "nope-needs-causality"
 #: NoPE against an absolute and a relative encoding
 ENCODINGS = ("nope", "sinusoidal", "rope")
 _ROWS = 16  # rows per evaluation batch
+_METRICS = ("perplexity", "loss")  # of each loss (nats per token)
 
 
 def run(ctx: RunContext) -> None:
@@ -122,8 +122,7 @@ def masked_loss(model: TransformerLM, batches: list[TaskBatch], bar: Task | None
 
 
 def _measure(ctx: RunContext, encoding: str, seed: int) -> list[dict[str, Any]]:
-    preset = ctx.preset
-    length = preset.train_length
+    length = ctx.preset.train_length
     base = {
         "experiment": NAME,
         "encoding": encoding,
@@ -132,27 +131,13 @@ def _measure(ctx: RunContext, encoding: str, seed: int) -> list[dict[str, Any]]:
         "eval_length": length,
     }
     causal = language_model(ctx, encoding, seed)
-    loss = lm_loss(
-        causal,
-        ctx.corpus.valid,
-        length,
-        "chunks",
-        n_tokens=preset.eval_tokens,
-        stride=length,
-        start=length * max(preset.eval_factors),  # the bytes extrapolation scores
-    )
-    records = _pair({**base, "mode": "causal"}, loss)
     bidirectional = masked_model(ctx, encoding, seed)
     batches = masked_eval_batches(ctx, seed)
-    bar = ctx.progress.task(f"evaluate masked {encoding}", len(batches))
+    total = validation_windows(ctx, length, "chunks") + len(batches)
+    bar = ctx.progress.task(f"evaluate {encoding}", total)
+    # (a) the bytes, windows and code of extrapolation's number at L
+    loss = validation_loss(ctx, causal, length, "chunks", bar)
+    records = lm_records({**base, "mode": "causal"}, loss, _METRICS)
     loss = masked_loss(bidirectional, batches, bar)
     bar.close()
-    return records + _pair({**base, "mode": "bidirectional"}, loss)
-
-
-def _pair(base: dict[str, Any], loss: float) -> list[dict[str, Any]]:
-    """The perplexity and loss (nats per token) records of ``loss``."""
-    return [
-        {**base, "metric": "perplexity", "value": perplexity(loss)},
-        {**base, "metric": "loss", "value": loss},
-    ]
+    return records + lm_records({**base, "mode": "bidirectional"}, loss, _METRICS)
