@@ -159,12 +159,31 @@ def _fake_measurements() -> list[dict[str, Any]]:
     return out
 
 
+def _timing_key(r: dict[str, Any]) -> str | None:
+    """The timing key of the model behind measurement ``r``: its training unit's name without
+    ``train--`` (``lm--rope--seed0``, ``extend--yarn--x2--seed0``); ``None`` for a pretrained
+    model (nothing trained)."""
+    encoding, seed = r["encoding"], f"seed{r['seed']}"
+    if encoding.startswith("hf:"):
+        return None
+    parts = {
+        "extrapolation": ("lm", encoding),
+        "context-extension": ("extend", r.get("scaling"), f"x{r.get('factor')}"),
+        "length-generalization": (r.get("task"), encoding),
+        "nope-needs-causality": ("mlm", encoding),
+        "lost-in-the-middle": ("kv", encoding),
+    }[r["experiment"]]
+    return "--".join(str(p) for p in (*parts, seed))
+
+
 def _fake_results() -> dict[str, Any]:
     measurements = _fake_measurements()
     timings = {}
     for r in measurements:
-        key = f"{r['experiment']}/{r['encoding']}/seed{r['seed']}"
-        timings[key] = {"seconds": 12.5, "tokens_per_s": 1000.0 + 100 * len(r["encoding"])}
+        key = _timing_key(r)
+        if key is not None:
+            speed = 1000.0 + 100 * len(r.get("scaling", r["encoding"]))
+            timings[key] = {"seconds": 12.5, "tokens_per_s": speed}
     return {
         "format": 1,
         "config": {"preset": "tiny", "seeds": list(SEEDS), "corpus": "stdlib", "train_length": L},

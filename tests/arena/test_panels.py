@@ -1,11 +1,12 @@
-"""posenc.arena.panels: the terminal tables of a run's numbers and the comparison of two runs."""
+"""posenc.arena.panels: the terminal tables of a run's numbers and the rows they read."""
 
 from __future__ import annotations
 
-import copy
+import inspect
 
 import pytest
 
+from posenc.arena import figures, summary
 from posenc.arena import panels as P
 from posenc.arena.results import EXPERIMENTS, aggregate
 
@@ -43,24 +44,32 @@ def test_table_missing_and_unknown(fake_results):
         P.table(fake_results, "extrapolate")
 
 
-def test_compare(fake_results):
-    b = copy.deepcopy(fake_results)
-    for m in b["measurements"]:
-        if m["encoding"] == "alibi" and m["value"] is not None:
-            m["value"] *= 2
-    b["measurements"] = [m for m in b["measurements"] if m["encoding"] != "sinusoidal"]
-    b["measurements"].append(
-        {"experiment": "extrapolation", "encoding": "fire", "seed": 0, "train_length": 64,
-         "eval_length": 64, "metric": "perplexity", "value": 4.0, "mode": "sliding"}
-    )  # fmt: skip
-    text = P.compare(fake_results, b)
-    alibi = [line for line in text.splitlines() if "encoding=alibi" in line and "│" in line]
-    assert alibi and all("2.000" in line for line in alibi)
-    rope = [line for line in text.splitlines() if "encoding=rope" in line and "│" in line]
-    assert rope and all("1.000" in line for line in rope)
-    only_a, only_b = text.split("only in A:")[1].split("only in B:")
-    assert "encoding=sinusoidal" in only_a and "encoding=fire" not in only_a
-    assert "encoding=fire" in only_b and "encoding=sinusoidal" not in only_b
-    # sorted by the canonical experiment order
-    firsts = [text.find(name) for name in EXPERIMENTS]
-    assert firsts == sorted(firsts)
+def test_table_docstring_says_the_width_it_renders():
+    width = inspect.signature(P.render).parameters["width"].default
+    assert f"{width} columns" in (P.table.__doc__ or "")
+
+
+def test_metric_rows(fake_results):
+    measurements = fake_results["measurements"]
+    rows, metric = P.metric_rows(measurements, "extrapolation")
+    assert metric == "perplexity"
+    expected = [r for r in aggregate(measurements) if r["experiment"] == "extrapolation"]
+    assert rows == expected
+    measurements += [
+        {**m, "metric": "token_accuracy", "value": 0.5}
+        for m in measurements
+        if m["experiment"] == "length-generalization" and m["encoding"] == "rope"
+    ]
+    tokens, metric = P.metric_rows(measurements, "length-generalization", "token_accuracy")
+    assert metric == "token_accuracy" and {r["encoding"] for r in tokens} == {"rope"}
+    assert {r["metric"] for r in P.metric_rows(measurements, "length-generalization")[0]} == {
+        "accuracy"
+    }
+    assert P.metric_rows(measurements, "lost-in-the-middle", "perplexity") == ([], "perplexity")
+
+
+def test_summary_and_figures_read_rows_with_metric_rows():
+    """One helper, not a copy in each module."""
+    for module in (summary, figures):
+        assert module.metric_rows is P.metric_rows
+        assert not hasattr(module, "_rows")

@@ -41,6 +41,29 @@ def test_summary_and_report_of_one_experiment(fake_results):
     assert 'id="extrapolation"' not in page
 
 
+def test_timings_group_unit_names_over_seeds(fake_results):
+    """Timing keys are training units' names (``what--encoding[--extra]--seed<k>``): one row
+    per model and encoding, the speed a mean over seeds."""
+    fake_results["timings"]["lm--rope--seed1"]["tokens_per_s"] = 1600.0
+    table = report._timings(fake_results)
+    rows = [
+        re.findall(r"<td[^>]*>([^<]*)</td>", row)
+        for row in re.findall(r"<tr>(.*?)</tr>", table)
+        if "<td" in row
+    ]
+    assert re.findall(r"<th>([^<]*)</th>", table) == [
+        "model", "encoding", "tokens/s", "seconds (all seeds)", "seeds",
+    ]  # fmt: skip
+    assert ["lm", "rope", "1,500", "25.0", "2"] in rows  # (1400 + 1600) / 2
+    assert ["extend", "yarn x2", "1,400", "25.0", "2"] in rows
+    assert ["copy", "alibi", "1,500", "25.0", "2"] in rows
+    assert ["mlm", "nope", "1,400", "25.0", "2"] in rows
+    assert ["kv", "rope", "1,400", "25.0", "2"] in rows
+    models = list(dict.fromkeys(row[0] for row in rows))
+    assert models == ["lm", "extend", "copy", "reverse", "mlm", "kv"]
+    assert len(rows) == 4 + 10 + 6 + 3 + 1
+
+
 def test_report_of_nothing(fake_results):
     fake_results["measurements"] = []
     fake_results["timings"] = {}
@@ -125,6 +148,14 @@ def test_lost_in_the_middle_figure(fake_results):
     )  # fmt: skip
     assert list(hf.get_xdata()) == list(range(8))
     assert list(hf.get_ydata()) == pytest.approx([r["mean"] for r in rows])
+
+
+def test_figures_module_has_no_assert():
+    """The module's own check raises an error (an ``assert`` vanishes under ``python -O``)."""
+    import ast
+
+    tree = ast.parse(Path(figures.__file__).read_text(encoding="utf-8"))
+    assert not any(isinstance(node, ast.Assert) for node in ast.walk(tree))
 
 
 def test_figure_unknown():

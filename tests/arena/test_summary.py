@@ -10,7 +10,7 @@ def test_summary_extrapolation(fake_results):
     good = next(s for s in sentences if s.startswith("Extrapolated"))
     bad = next(s for s in sentences if s.startswith("Did not extrapolate"))
     cannot = next(s for s in sentences if s.startswith("Could not run"))
-    assert "sliding" in good and "alibi" in good and "sinusoidal" not in good
+    assert "chunks mode" in good and "alibi" in good and "sinusoidal" not in good
     assert "sinusoidal" in bad and "×512" in bad  # by how much
     assert "rope" in bad and "alibi" not in bad
     assert "learned cannot run past 64" in cannot and "training length" in cannot
@@ -46,3 +46,16 @@ def test_summary_flat_nope_is_said(fake_results):
             m["value"] = 4.0
     text = "\n".join(summary(fake_results))
     assert "NoPE does not fail bidirectionally" in text
+
+
+def test_summary_judges_extrapolation_in_chunks_mode(fake_results):
+    """Press et al.'s non-overlapping evaluation: a flat sliding-window curve (the extra
+    context of long windows) does not make an encoding that degrades in chunks extrapolate."""
+    for m in fake_results["measurements"]:
+        if (m["experiment"], m["encoding"], m.get("mode")) == ("extrapolation", "rope", "sliding"):
+            m["value"] = 5.0
+    sentences = summary(fake_results)
+    good = next(s for s in sentences if s.startswith("Extrapolated"))
+    bad = next(s for s in sentences if s.startswith("Did not extrapolate"))
+    assert "(perplexity, chunks mode:" in good and "rope" not in good
+    assert "(perplexity, chunks mode)" in bad and "rope (6 at L=64, 27 at 512, ×4.5)" in bad

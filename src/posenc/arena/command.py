@@ -65,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the ``posenc arena`` subcommand in ``args``; return the exit code."""
-    from .panels import compare
+    from .compare import compare
     from .report import write_figures, write_report
     from .results import load_results
 

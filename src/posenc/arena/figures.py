@@ -12,8 +12,8 @@ import io
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from .panels import primary_metric, sort_key
-from .results import EXPERIMENTS, aggregate
+from .panels import metric_rows, sort_key
+from .results import EXPERIMENTS
 
 __all__ = [
     "FIGURES",
@@ -65,13 +65,6 @@ def _figure(n_panels: int, title: str) -> tuple[Any, list[Any]]:
     return fig, axes
 
 
-def _rows(measurements: Records, experiment: str) -> tuple[list[dict[str, Any]], str | None]:
-    """The experiment's aggregated rows of its primary metric, and that metric."""
-    rows = [r for r in aggregate(measurements) if r["experiment"] == experiment]
-    metric = primary_metric(rows, experiment)
-    return [r for r in rows if r["metric"] == metric], metric
-
-
 def _colors(rows: Sequence[Mapping[str, Any]], field: str) -> dict[Any, Any]:
     """One colour per value of ``field`` (tab10, then tab20), in the order first seen."""
     from matplotlib import colormaps
@@ -110,7 +103,7 @@ def extrapolation(measurements: Records) -> Any:
     in the legend as ``(cannot run past L)``."""
     from matplotlib.ticker import NullLocator
 
-    rows, metric = _rows(measurements, "extrapolation")
+    rows, metric = metric_rows(measurements, "extrapolation")
     modes = _values(rows, "mode")
     fig, axes = _figure(len(modes), "Extrapolation: trained at L, evaluated at longer lengths")
     colors = _colors(rows, "encoding")
@@ -145,7 +138,7 @@ def extrapolation(measurements: Records) -> Any:
 def context_extension(measurements: Records) -> Any:
     """Perplexity at ``s·L`` against the factor ``s`` per RoPE scaling, panels zero-shot and
     fine-tuned, log y."""
-    rows, metric = _rows(measurements, "context-extension")
+    rows, metric = metric_rows(measurements, "context-extension")
     stages = _values(rows, "stage")
     fig, axes = _figure(len(stages), "Context extension: RoPE scalings at s·L")
     colors = _colors(rows, "scaling")
@@ -176,12 +169,8 @@ def context_extension(measurements: Records) -> Any:
 def length_generalization(measurements: Records) -> Any:
     """Exact-match accuracy (solid) and per-token accuracy (dotted) against test length per
     encoding, one panel per task, the training lengths shaded."""
-    rows, _ = _rows(measurements, "length-generalization")
-    per_token = [
-        r
-        for r in aggregate(measurements)
-        if r["experiment"] == "length-generalization" and r["metric"] == "token_accuracy"
-    ]
+    rows, _ = metric_rows(measurements, "length-generalization")
+    per_token, _ = metric_rows(measurements, "length-generalization", "token_accuracy")
     tasks = _values(rows, "task")
     fig, axes = _figure(
         len(tasks), "Length generalisation: synthetic tasks past the training lengths"
@@ -212,7 +201,7 @@ def length_generalization(measurements: Records) -> Any:
 def nope_needs_causality(measurements: Records) -> Any:
     """Grouped bars: the metric per encoding, causal beside bidirectional (log y when the
     bars span more than a factor 20)."""
-    rows, metric = _rows(measurements, "nope-needs-causality")
+    rows, metric = metric_rows(measurements, "nope-needs-causality")
     fig, axes = _figure(1, "NoPE needs causality: causal vs bidirectional attention")
     ax = axes[0]
     encodings = list(dict.fromkeys(r["encoding"] for r in rows))
@@ -245,7 +234,7 @@ def nope_needs_causality(measurements: Records) -> Any:
 def lost_in_the_middle(measurements: Records) -> Any:
     """Key-value retrieval accuracy against the gold pair's position per encoding, panels
     query-last and query-first; solid lines for the fewest pairs, dashed for more."""
-    rows, metric = _rows(measurements, "lost-in-the-middle")
+    rows, metric = metric_rows(measurements, "lost-in-the-middle")
     modes = _values(rows, "mode")
     fig, axes = _figure(len(modes), "Lost in the middle: retrieval by position of the gold pair")
     colors = _colors(rows, "encoding")
@@ -279,7 +268,8 @@ FIGURES: dict[str, Callable[[Records], Any]] = {
     "nope-needs-causality": nope_needs_causality,
     "lost-in-the-middle": lost_in_the_middle,
 }
-assert tuple(FIGURES) == EXPERIMENTS
+if tuple(FIGURES) != EXPERIMENTS:  # a new experiment needs its figure here
+    raise RuntimeError(f"FIGURES names {tuple(FIGURES)}, not the experiments {EXPERIMENTS}")
 
 
 def figure(experiment: str, measurements: Records) -> Any:

@@ -1,34 +1,28 @@
 """Arena panels: the pivot tables of a run's numbers (aggregated over seeds), shared by the
-terminal table, the report and the figures, and the comparison of two runs.
+terminal table, the report, the summary and the figures (the comparison of two runs is in
+:mod:`~posenc.arena.compare`).
 
-``rich`` (the terminal table) is imported only by :func:`table` and :func:`compare`.
+``rich`` (the terminal table) is imported only when a table is rendered (:func:`load_rich`).
 """
 
 from __future__ import annotations
 
 import io
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .results import (
-    AGGREGATE_FIELDS,
-    EXPERIMENTS,
-    KEY_FIELDS,
-    NON_KEY_FIELDS,
-    Key,
-    aggregate,
-    measurement_key,
-)
+from .results import AGGREGATE_FIELDS, EXPERIMENTS, aggregate
 
 __all__ = [
     "Panel",
-    "compare",
-    "describe",
     "format_cell",
+    "load_rich",
+    "metric_rows",
     "panels",
     "primary_metric",
+    "render",
     "sort_key",
     "table",
 ]
@@ -105,6 +99,16 @@ def primary_metric(rows: Sequence[Mapping[str, Any]], experiment: str) -> str | 
         if metric in present:
             return metric
     return present[0] if present else None
+
+
+def metric_rows(
+    measurements: Iterable[Mapping[str, Any]], experiment: str, metric: str | None = None
+) -> tuple[list[dict[str, Any]], str | None]:
+    """The experiment's rows aggregated over seeds, of ``metric`` (default: its primary,
+    :func:`primary_metric`), and that metric."""
+    rows = [r for r in aggregate(measurements) if r["experiment"] == experiment]
+    metric = primary_metric(rows, experiment) if metric is None else metric
+    return [r for r in rows if r["metric"] == metric], metric
 
 
 #: metrics in [0, 1]: two decimals (as every number below 10,000; larger ones 4 digits)
@@ -205,7 +209,8 @@ def _metric_panels(
 # --- terminal output -----------------------------------------------------------------------
 
 
-def _rich() -> Any:
+def load_rich() -> Any:
+    """The ``rich`` package (for the terminal tables), or an ImportError saying how to get it."""
     try:
         import rich.box
         import rich.console
@@ -217,8 +222,9 @@ def _rich() -> Any:
     return rich
 
 
-def _render(tables: Sequence[Any], width: int = 140) -> str:
-    rich = _rich()
+def render(tables: Sequence[Any], width: int = 140) -> str:
+    """rich ``tables`` as plain text ``width`` columns wide (no colour codes)."""
+    rich = load_rich()
     out = io.StringIO()
     console = rich.console.Console(
         file=out, width=width, color_system=None, force_terminal=False, highlight=False
@@ -229,7 +235,7 @@ def _render(tables: Sequence[Any], width: int = 140) -> str:
 
 
 def _rich_table(panel: Panel) -> Any:
-    rich = _rich()
+    rich = load_rich()
     t = rich.table.Table(
         title=panel.title,
         title_justify="left",
@@ -244,7 +250,7 @@ def _rich_table(panel: Panel) -> Any:
 
 
 def table(results: Mapping[str, Any], experiment: str | None = None) -> str:
-    """The run's numbers as text tables (rich, 120 columns, no colour codes): every
+    """The run's numbers as text tables (rich, 140 columns, no colour codes): every
     experiment present (or only ``experiment``), one table per panel (e.g. per mode).
     Extrapolation: rows encodings, columns eval lengths (L, 2L, ...), cells mean perplexity
     ± std over seeds, ``cannot run`` where it could not."""
@@ -255,55 +261,4 @@ def table(results: Mapping[str, Any], experiment: str | None = None) -> str:
     if not tables:
         which = experiment or "any experiment"
         return f"no measurements for {which}\n"
-    return _render(tables)
-
-
-def describe(row: Mapping[str, Any]) -> str:
-    """A measurement's identity (but its experiment) as ``key=value`` words."""
-    keys = [k for k in KEY_FIELDS if k in row and k != "experiment"]
-    keys += sorted(
-        k for k in row if k not in KEY_FIELDS and k not in NON_KEY_FIELDS + AGGREGATE_FIELDS
-    )
-    return " ".join(f"{k}={row[k]}" for k in keys)
-
-
-def compare(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
-    """Two runs side by side: for each measurement in both, mean A, mean B and B/A; then the
-    measurements only one run has. Ordered by experiment (canonical order), then as run A
-    produced them."""
-    rows_a = {measurement_key(r): r for r in aggregate(a["measurements"])}
-    rows_b = {measurement_key(r): r for r in aggregate(b["measurements"])}
-
-    def order(item: tuple[int, Key]) -> tuple[int, int]:
-        i, key = item
-        return (EXPERIMENTS.index(dict(key)["experiment"]), i)
-
-    both = sorted(((i, k) for i, k in enumerate(rows_a) if k in rows_b), key=order)
-    rich = _rich()
-    t = rich.table.Table(title="B/A per measurement (mean over seeds)")
-    for name, justify in [
-        ("experiment", "left"),
-        ("measurement", "left"),
-        ("A", "right"),
-        ("B", "right"),
-        ("B/A", "right"),
-    ]:
-        t.add_column(name, justify=justify)
-    for _, key in both:
-        ra, rb = rows_a[key], rows_b[key]
-        ma, mb = ra["mean"], rb["mean"]
-        ratio = "" if ma is None or mb is None or ma == 0 else f"{mb / ma:.3f}"
-        t.add_row(ra["experiment"], describe(ra), format_cell(ra), format_cell(rb), ratio)
-    text = _render([t], width=160)
-    for label, mine, other in [("A", rows_a, rows_b), ("B", rows_b, rows_a)]:
-        only = sorted(
-            ((i, k) for i, k in enumerate(mine) if k not in other),
-            key=order,
-        )
-        if only:
-            text += f"only in {label}:\n"
-            text += "".join(
-                f"  {mine[k]['experiment']} {describe(mine[k])}: {format_cell(mine[k])}\n"
-                for _, k in only
-            )
-    return text
+    return render(tables)

@@ -11,6 +11,7 @@ import base64
 import datetime
 import html
 import json
+import re
 import shlex
 import statistics
 from collections.abc import Mapping, Sequence
@@ -125,26 +126,38 @@ def _header(results: Mapping[str, Any]) -> str:
     return f"<dl>\n{listing}</dl>\n{details}"
 
 
+#: the models a run trains, in the order the timings show them (a unit's first name part)
+_MODELS = ("lm", "extend", "copy", "reverse", "mlm", "kv")
+
+
 def _timings(results: Mapping[str, Any]) -> str:
+    """Training speed and time per model and encoding, over seeds. Timing keys are training
+    units' names without ``train--``: ``what--encoding[--extra]--seed<k>`` (``lm--rope--seed0``,
+    ``extend--yarn--x2--seed0``)."""
     per: dict[tuple[str, str], list[Mapping[str, float]]] = {}
     for key, t in results.get("timings", {}).items():
-        experiment, _, rest = key.partition("/")
-        encoding = rest.rpartition("/")[0] or rest
-        per.setdefault((experiment, encoding), []).append(t)
+        what, *middle = key.split("--")
+        if middle and re.fullmatch(r"seed\d+", middle[-1]):
+            middle.pop()
+        per.setdefault((what, " ".join(middle)), []).append(t)
     if not per:
         return '<p class="muted">No timings recorded.</p>\n'
-    order = sorted(per, key=lambda k: EXPERIMENTS.index(k[0]) if k[0] in EXPERIMENTS else 99)
+    first = {k: i for i, k in enumerate(per)}
+    order = sorted(
+        per,
+        key=lambda k: (_MODELS.index(k[0]) if k[0] in _MODELS else len(_MODELS), first[k]),
+    )
     rows = []
-    for experiment, encoding in order:
-        ts = per[experiment, encoding]
+    for what, encoding in order:
+        ts = per[what, encoding]
         speeds = [t["tokens_per_s"] for t in ts if t.get("tokens_per_s") is not None]
         seconds = sum(t.get("seconds", 0.0) for t in ts)
         speed = f"{statistics.fmean(speeds):,.0f}" if speeds else ""
-        rows.append((experiment, encoding, speed, f"{seconds:,.1f}", str(len(ts))))
+        rows.append((what, encoding, speed, f"{seconds:,.1f}", str(len(ts))))
     panel = Panel(
         "Training speed (mean tokens/s over seeds) and time",
         2,
-        ("experiment", "encoding", "tokens/s", "seconds (all seeds)", "seeds"),
+        ("model", "encoding", "tokens/s", "seconds (all seeds)", "seeds"),
         tuple(rows),
     )
     return _html_table(panel)

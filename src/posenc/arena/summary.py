@@ -7,8 +7,7 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
-from .panels import primary_metric
-from .results import aggregate
+from .panels import metric_rows
 
 __all__ = ["EXTRAPOLATES", "summary"]
 
@@ -24,21 +23,14 @@ def _g(value: float) -> str:
     return f"{value:,.0f}" if 1e3 <= abs(value) < 1e6 else f"{value:.3g}"
 
 
-def _rows(
-    results: Mapping[str, Any], experiment: str, metric: str | None = None
-) -> tuple[list[dict[str, Any]], str | None]:
-    """The experiment's rows aggregated over seeds, of ``metric`` (default: its primary)."""
-    rows = [r for r in aggregate(results["measurements"]) if r["experiment"] == experiment]
-    metric = primary_metric(rows, experiment) if metric is None else metric
-    return [r for r in rows if r["metric"] == metric], metric
-
-
 def _extrapolation(results: Mapping[str, Any]) -> list[str]:
-    rows, metric = _rows(results, "extrapolation")
+    rows, metric = metric_rows(results["measurements"], "extrapolation")
     if not rows:
         return []
+    # Chunks mode (Press et al.'s non-overlapping evaluation) judges extrapolation: at L the
+    # sliding mode equals chunks, so a sliding ratio mixes in the extra context of long windows.
     modes = {r.get("mode") for r in rows}
-    mode = "sliding" if "sliding" in modes else "chunks" if "chunks" in modes else None
+    mode = "chunks" if "chunks" in modes else "sliding" if "sliding" in modes else None
     rows = [r for r in rows if r.get("mode") == mode]
     longest = max(r["eval_length"] for r in rows)
     good: list[str] = []
@@ -90,7 +82,7 @@ def _best_at(rows: list[dict[str, Any]], metric: str | None, longest: int) -> li
 
 
 def _context_extension(results: Mapping[str, Any]) -> list[str]:
-    rows, metric = _rows(results, "context-extension")
+    rows, metric = metric_rows(results["measurements"], "context-extension")
     out = []
     for factor in sorted({r["factor"] for r in rows if "factor" in r}):
         parts = []
@@ -114,7 +106,7 @@ def _context_extension(results: Mapping[str, Any]) -> list[str]:
 
 
 def _length_generalization(results: Mapping[str, Any]) -> list[str]:
-    rows, metric = _rows(results, "length-generalization")
+    rows, metric = metric_rows(results["measurements"], "length-generalization")
     out = []
     for task in sorted({r.get("task") for r in rows}, key=str):
         here = [r for r in rows if r.get("task") == task]
@@ -135,7 +127,9 @@ def _length_generalization(results: Mapping[str, Any]) -> list[str]:
             text += f"no encoding gets a whole string right at {longest}"
         tokens = [
             r
-            for r in _rows(results, "length-generalization", "token_accuracy")[0]
+            for r in metric_rows(
+                results["measurements"], "length-generalization", "token_accuracy"
+            )[0]
             if r.get("task") == task and r["eval_length"] == longest and r["mean"] is not None
         ]
         if tokens:
@@ -146,7 +140,7 @@ def _length_generalization(results: Mapping[str, Any]) -> list[str]:
 
 
 def _nope(results: Mapping[str, Any]) -> list[str]:
-    rows, metric = _rows(results, "nope-needs-causality")
+    rows, metric = metric_rows(results["measurements"], "nope-needs-causality")
     nope = {r.get("mode"): r["mean"] for r in rows if r["encoding"] == "nope"}
     others: dict[Any, list[float]] = {}
     for r in rows:
@@ -176,7 +170,7 @@ def _lost_in_the_middle(results: Mapping[str, Any]) -> list[str]:
     """Per query placement, at the trained number of pairs: the accuracy at the first, middle
     and last gold position per encoding (U-shaped or not), or that retrieval was not learned
     (mean accuracy under 1.5x that of answering a random value of the context)."""
-    rows, metric = _rows(results, "lost-in-the-middle")
+    rows, metric = metric_rows(results["measurements"], "lost-in-the-middle")
     out = []
     for mode in sorted({r.get("mode") for r in rows}, key=str, reverse=True):
         here = [r for r in rows if r.get("mode") == mode]

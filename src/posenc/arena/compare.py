@@ -1,0 +1,74 @@
+"""Arena comparison of two runs: for each measurement both have, mean A, mean B and B/A, then
+the measurements only one run has (``posenc arena compare``).
+
+``rich`` (the terminal table) is imported only when :func:`compare` runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .panels import format_cell, load_rich, render
+from .results import (
+    AGGREGATE_FIELDS,
+    EXPERIMENTS,
+    KEY_FIELDS,
+    NON_KEY_FIELDS,
+    Key,
+    aggregate,
+    measurement_key,
+)
+
+__all__ = ["compare", "describe"]
+
+
+def describe(row: Mapping[str, Any]) -> str:
+    """A measurement's identity (but its experiment) as ``key=value`` words."""
+    keys = [k for k in KEY_FIELDS if k in row and k != "experiment"]
+    keys += sorted(
+        k for k in row if k not in KEY_FIELDS and k not in NON_KEY_FIELDS + AGGREGATE_FIELDS
+    )
+    return " ".join(f"{k}={row[k]}" for k in keys)
+
+
+def compare(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
+    """Two runs side by side: for each measurement in both, mean A, mean B and B/A; then the
+    measurements only one run has. Ordered by experiment (canonical order), then as run A
+    produced them."""
+    rows_a = {measurement_key(r): r for r in aggregate(a["measurements"])}
+    rows_b = {measurement_key(r): r for r in aggregate(b["measurements"])}
+
+    def order(item: tuple[int, Key]) -> tuple[int, int]:
+        i, key = item
+        return (EXPERIMENTS.index(dict(key)["experiment"]), i)
+
+    both = sorted(((i, k) for i, k in enumerate(rows_a) if k in rows_b), key=order)
+    rich = load_rich()
+    t = rich.table.Table(title="B/A per measurement (mean over seeds)")
+    for name, justify in [
+        ("experiment", "left"),
+        ("measurement", "left"),
+        ("A", "right"),
+        ("B", "right"),
+        ("B/A", "right"),
+    ]:
+        t.add_column(name, justify=justify)
+    for _, key in both:
+        ra, rb = rows_a[key], rows_b[key]
+        ma, mb = ra["mean"], rb["mean"]
+        ratio = "" if ma is None or mb is None or ma == 0 else f"{mb / ma:.3f}"
+        t.add_row(ra["experiment"], describe(ra), format_cell(ra), format_cell(rb), ratio)
+    text = render([t], width=160)
+    for label, mine, other in [("A", rows_a, rows_b), ("B", rows_b, rows_a)]:
+        only = sorted(
+            ((i, k) for i, k in enumerate(mine) if k not in other),
+            key=order,
+        )
+        if only:
+            text += f"only in {label}:\n"
+            text += "".join(
+                f"  {mine[k]['experiment']} {describe(mine[k])}: {format_cell(mine[k])}\n"
+                for _, k in only
+            )
+    return text
