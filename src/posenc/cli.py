@@ -53,39 +53,42 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    """the first thing to run: the article's example, then the arena's quick preset"""
+def _arena_command(run: Callable[[], int]) -> int:
+    """Run a command of the arena: a missing extra or a bad input (a corpus, an encoding the
+    arena cannot train, a run directory in use...) is one line on stderr and exit code 2."""
     try:
-        from . import demo
+        return run()
     except ImportError as e:  # an extra is missing
-        print(f"error: {e}; install the arena extra: pip install 'posenc[arena]'", file=sys.stderr)
+        extras = "pip install 'posenc[arena]' (and for --hf-model 'posenc[hf]')"
+        print(f"error: {e}; the arena needs its extras: {extras}", file=sys.stderr)
         return 2
-    try:
-        demo.run_demo(
-            args.preset,
-            out=args.out,
-            seeds=args.seeds,
-            encodings=args.encodings,
-            bars=not args.no_progress,
-        )
-    except ValueError as e:  # an encoding the arena cannot train, a run directory in use...
+    except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """the first thing to run: the article's example, then the arena's quick preset"""
+
+    def run() -> int:
+        from . import demo
+
+        options = {"out": args.out, "seeds": args.seeds, "encodings": args.encodings}
+        demo.run_demo(args.preset, bars=not args.no_progress, **options)
+        return 0
+
+    return _arena_command(run)
 
 
 def cmd_arena(args: argparse.Namespace) -> int:
     """train small models with every encoding and measure them (run, report, compare)"""
-    try:
+
+    def run() -> int:
         from .arena import command
-    except ImportError as e:  # an extra is missing
-        print(f"error: {e}; install the arena extra: pip install 'posenc[arena]'", file=sys.stderr)
-        return 2
-    try:
+
         return command.main(args)
-    except ValueError as e:  # bad corpus, run directory, experiment name...
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+
+    return _arena_command(run)
 
 
 #: every subcommand, in the order ``posenc --help`` lists them

@@ -257,3 +257,27 @@ def test_kv_one_query_is_the_default():
     a = kv_batch(8, 5, _gen(2), query_first=True)
     b = kv_batch(8, 5, _gen(2), query_first=True, n_queries=1)
     assert torch.equal(a.inputs, b.inputs) and torch.equal(a.targets, b.targets)
+
+
+def test_kv_probes_cover_every_case_once_with_the_same_rows_per_seed() -> None:
+    from posenc.arena.tasks import KV_MODES, kv_probes
+
+    cases = list(kv_probes((3, 5), seed=2))
+    keys = [(p.n_pairs, p.mode, p.gold) for p in cases]
+    assert keys == [(n, m, g) for n in (3, 5) for m in KV_MODES for g in range(n)]
+    first = cases[0]
+    record = first.record(encoding="rope")
+    assert record == {
+        "encoding": "rope",
+        "eval_length": kv_length(3, False),
+        "metric": "accuracy",
+        "mode": "query-last",
+        "task": "kv",
+        "gold_position": 0,
+        "n_pairs": 3,
+    }
+    again = next(iter(kv_probes((3, 5), seed=2)))
+    assert torch.equal(
+        kv_batch(4, 3, first.generator, gold=0).inputs,
+        kv_batch(4, 3, again.generator, gold=0).inputs,
+    )

@@ -11,7 +11,9 @@ Every batch is a pure function of the ``torch.Generator`` passed in (drawn on th
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -32,10 +34,12 @@ __all__ = [
     "SEP",
     "SEQUENCE_TASKS",
     "SEQUENCE_VOCAB",
+    "KVProbe",
     "TaskBatch",
     "kv_batch",
     "kv_eval_generator",
     "kv_length",
+    "kv_probes",
     "sequence_batch",
     "sequence_length",
 ]
@@ -236,3 +240,47 @@ def kv_eval_generator(seed: int, n_pairs: int, mode: str) -> torch.Generator:
     :data:`KV_MODES`): fixed per seed, so every encoding (and a Hugging Face probe) sees the
     same rows, and disjoint from training's step generators."""
     return torch.Generator().manual_seed(20_000 + seed * 1000 + 2 * n_pairs + KV_MODES.index(mode))
+
+
+@dataclass(frozen=True)
+class KVProbe:
+    """One measured case of the key-value probe: ``n_pairs`` pairs, the query placed by
+    ``mode``, the gold pair at index ``gold``; rows are drawn from ``generator`` (shared by
+    the cases of one ``(n_pairs, mode)``, in order)."""
+
+    n_pairs: int
+    mode: str
+    gold: int
+    generator: torch.Generator
+
+    @property
+    def query_first(self) -> bool:
+        """Whether the query also comes before the pairs (query-aware contextualisation)."""
+        return self.mode == "query-first"
+
+    @property
+    def length(self) -> int:
+        """Tokens in one row of this case."""
+        return kv_length(self.n_pairs, self.query_first)
+
+    def record(self, **fields: Any) -> dict[str, Any]:
+        """The keys of this case's measurement record, plus ``fields``."""
+        return {
+            **fields,
+            "eval_length": self.length,
+            "metric": "accuracy",
+            "mode": self.mode,
+            "task": "kv",
+            "gold_position": self.gold,
+            "n_pairs": self.n_pairs,
+        }
+
+
+def kv_probes(test_pairs: Sequence[int], seed: int) -> Iterator[KVProbe]:
+    """Every case of the probe for ``seed``: each number of pairs, each query placement
+    (:data:`KV_MODES`), each gold position, with the same rows for every model."""
+    for n_pairs in test_pairs:
+        for mode in KV_MODES:
+            generator = kv_eval_generator(seed, n_pairs, mode)
+            for gold in range(n_pairs):
+                yield KVProbe(n_pairs, mode, gold, generator)

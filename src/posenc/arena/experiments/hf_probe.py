@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from ..runner import RunContext, unit_name
-from ..tasks import KV_MODES, kv_eval_generator, kv_length
+from ..tasks import KV_MODES, kv_probes
 
 __all__ = ["HEX_DIGITS", "greedy_continuation", "kv_prompt", "load_causal_lm", "run_probe"]
 
@@ -130,41 +130,30 @@ def _measure(
         limit = None
     records: list[dict[str, Any]] = []
     bar = ctx.progress.task(f"probe {encoding}", len(KV_MODES) * sum(preset.kv_test_pairs))
-    for n in preset.kv_test_pairs:
-        for mode in KV_MODES:
-            query_first = mode == "query-first"
-            generator = kv_eval_generator(seed, n, mode)
-            for gold in range(n):
-                base = {
-                    "experiment": experiment,
-                    "encoding": encoding,
-                    "seed": seed,
-                    "train_length": kv_length(n, query_first) if limit is None else limit,
-                    "eval_length": kv_length(n, query_first),
-                    "metric": "accuracy",
-                    "mode": mode,
-                    "task": "kv",
-                    "gold_position": gold,
-                    "n_pairs": n,
-                }
-                right, too_long = 0, 0
-                for _ in range(preset.kv_eval_rows):
-                    pairs = random_pairs(n, generator)
-                    prompt = kv_prompt(pairs, gold, query_first)
-                    value = pairs[gold][1]
-                    answer = len(tokenizer(f' "{value}"', add_special_tokens=False).input_ids)
-                    length = len(tokenizer(prompt).input_ids) + answer + 1
-                    if limit is not None and length > limit:
-                        too_long = length
-                        break
-                    right += is_right(
-                        greedy_continuation(model, tokenizer, prompt, answer + 1), value
-                    )
-                if too_long:
-                    note = f"a prompt of {too_long} tokens exceeds max_position_embeddings={limit}"
-                    records.append({**base, "value": None, "note": note})
-                else:
-                    records.append({**base, "value": right / preset.kv_eval_rows})
-                bar.advance(1)
+    for probe in kv_probes(preset.kv_test_pairs, seed):
+        n, gold = probe.n_pairs, probe.gold
+        base = probe.record(
+            experiment=experiment,
+            encoding=encoding,
+            seed=seed,
+            train_length=probe.length if limit is None else limit,
+        )
+        right, too_long = 0, 0
+        for _ in range(preset.kv_eval_rows):
+            pairs = random_pairs(n, probe.generator)
+            prompt = kv_prompt(pairs, gold, probe.query_first)
+            value = pairs[gold][1]
+            answer = len(tokenizer(f' "{value}"', add_special_tokens=False).input_ids)
+            length = len(tokenizer(prompt).input_ids) + answer + 1
+            if limit is not None and length > limit:
+                too_long = length
+                break
+            right += is_right(greedy_continuation(model, tokenizer, prompt, answer + 1), value)
+        if too_long:
+            note = f"a prompt of {too_long} tokens exceeds max_position_embeddings={limit}"
+            records.append({**base, "value": None, "note": note})
+        else:
+            records.append({**base, "value": right / preset.kv_eval_rows})
+        bar.advance(1)
     bar.close()
     return records

@@ -21,7 +21,7 @@ from ...models import TransformerLM
 from ...positions import PositionOutOfRangeError
 from ..evaluate import task_accuracy
 from ..runner import RunContext, unit_name
-from ..tasks import KV_MODES, KV_VOCAB, TaskBatch, kv_batch, kv_eval_generator, kv_length
+from ..tasks import KV_MODES, KV_VOCAB, TaskBatch, kv_batch, kv_length, kv_probes
 from .hf_probe import run_probe
 from .language_model import cannot_run_note, encoding_spec
 
@@ -82,30 +82,21 @@ def _measure(ctx: RunContext, encoding: str, seed: int) -> list[dict[str, Any]]:
     train_length = kv_train_length(preset.kv_pairs)
     records: list[dict[str, Any]] = []
     bar = ctx.progress.task(f"evaluate kv {encoding}", len(MODES) * sum(preset.kv_test_pairs))
-    for n in preset.kv_test_pairs:
-        for mode in MODES:
-            query_first = mode == "query-first"
-            generator = kv_eval_generator(seed, n, mode)
-            for gold in range(n):
-                base = {
-                    "experiment": NAME,
-                    "encoding": encoding,
-                    "seed": seed,
-                    "train_length": train_length,
-                    "eval_length": kv_length(n, query_first),
-                    "metric": "accuracy",
-                    "mode": mode,
-                    "task": "kv",
-                    "gold_position": gold,
-                    "n_pairs": n,
-                }
-                batch = kv_batch(
-                    preset.kv_eval_rows, n, generator, gold=gold, query_first=query_first
-                )
-                try:
-                    records.append({**base, "value": task_accuracy(model, batch)})
-                except PositionOutOfRangeError as e:
-                    records.append({**base, "value": None, "note": cannot_run_note(e)})
-                bar.advance(1, tokens=batch.inputs.numel())
+    for probe in kv_probes(preset.kv_test_pairs, seed):
+        base = probe.record(
+            experiment=NAME, encoding=encoding, seed=seed, train_length=train_length
+        )
+        batch = kv_batch(
+            preset.kv_eval_rows,
+            probe.n_pairs,
+            probe.generator,
+            gold=probe.gold,
+            query_first=probe.query_first,
+        )
+        try:
+            records.append({**base, "value": task_accuracy(model, batch)})
+        except PositionOutOfRangeError as e:
+            records.append({**base, "value": None, "note": cannot_run_note(e)})
+        bar.advance(1, tokens=batch.inputs.numel())
     bar.close()
     return records
