@@ -1,0 +1,102 @@
+"""posenc.plot.similarity: the matrix drawn is each kind's similarity of positions i, j."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import posenc
+from posenc.plot.similarity import similarity
+
+pytest.importorskip("matplotlib")
+
+
+def _title(fig):
+    """The figure's title, as a suptitle or on its axes."""
+    titles = [fig._suptitle.get_text()] if fig._suptitle else []
+    return " ".join(titles + [ax.get_title() for ax in fig.get_axes()])
+
+
+def _image(fig):
+    (ax,) = [ax for ax in fig.get_axes() if ax.get_images()]
+    return ax, torch.as_tensor(ax.get_images()[0].get_array().data)
+
+
+def test_additive_is_the_cosine_of_the_encodings():
+    _, data = _image(similarity("sinusoidal", positions=20, dim=32))
+    e = posenc.create("sinusoidal", dim=32).encode(torch.arange(20)).double()
+    e = e / e.norm(dim=-1, keepdim=True)
+    torch.testing.assert_close(data.double(), e @ e.T, atol=1e-5, rtol=0)
+
+
+def test_rotary_is_the_relative_score_of_ones():
+    """q = k = ones/sqrt(d): each pair contributes (2/d) cos((j - i) θ_k), θ_k = base^(-2k/d)."""
+    d, n = 16, 24
+    _, data = _image(similarity("rope", positions=n, dim=d))
+    theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    rel = torch.arange(n)[None, :] - torch.arange(n)[:, None]  # [i, j] = j - i
+    expected = (2 / d) * torch.cos(rel[..., None] * theta).sum(-1)
+    torch.testing.assert_close(data.double(), expected, atol=1e-5, rtol=0)
+
+
+def test_bias_is_head_zero():
+    _, data = _image(similarity("alibi", positions=12, dim=16))
+    enc = posenc.create("alibi", n_heads=8)
+    pos = torch.arange(12)
+    torch.testing.assert_close(data.float(), enc.bias(pos, pos)[0])
+
+
+def test_nope_is_constant():
+    _, data = _image(similarity("nope", positions=8))
+    assert torch.equal(data.float(), torch.ones(8, 8))
+
+
+@pytest.mark.parametrize("name", posenc.available())
+def test_every_encoding_renders(name):
+    fig = similarity(name, positions=8, dim=16)
+    ax, data = _image(fig)
+    assert data.shape == (8, 8) and bool(torch.isfinite(data).all())
+    assert ax.get_xlabel() and ax.get_ylabel()
+    assert name in _title(fig)
+    assert len(fig.get_axes()) == 2  # the image and its colour bar
+
+
+def test_learned_bias_says_initialisation():
+    fig = similarity("t5", positions=8, dim=16)
+    assert "initialisation" in _title(fig)
+
+
+def test_is_deterministic():
+    a, b = (_image(similarity("learned", positions=8, dim=16))[1] for _ in range(2))
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("suffix", [".png", ".svg"])
+def test_saves(tmp_path, suffix):
+    from posenc.plot.common import save
+
+    path = save(similarity(positions=8, dim=16), tmp_path / f"sim{suffix}")
+    assert path.stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "word"),
+    [
+        ({"encoding": "nonesuch"}, "encoding"),
+        ({"encoding": 3}, "encoding"),
+        ({"positions": 0}, "positions"),
+        ({"dim": 0}, "dim"),
+        ({"dim": 6, "encoding": "rope_2d"}, "dim"),
+    ],
+)
+def test_bad_input(kwargs, word):
+    with pytest.raises(ValueError, match=word):
+        similarity(**kwargs)
+
+
+def test_import_needs_no_matplotlib():
+    modules = "posenc.plot.similarity, posenc.plot.grid"
+    code = f"import sys, {modules}; print('matplotlib' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
