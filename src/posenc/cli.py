@@ -1,4 +1,5 @@
-"""The ``posenc`` command: ``list``, ``info NAME``, ``demo`` and ``arena run|report|compare``.
+"""The ``posenc`` command: ``list``, ``info NAME``, ``demo``, ``arena run|report|compare`` and
+``plot KIND --out FILE``.
 
 Each subcommand is a function ``cmd_NAME(args) -> exit code`` listed in :data:`COMMANDS` (a
 plain dict; the first line of its docstring is its help) whose arguments are declared in
@@ -91,12 +92,53 @@ def cmd_arena(args: argparse.Namespace) -> int:
     return _arena_command(run)
 
 
+#: the options of ``posenc plot`` -> the keyword argument of the figure's function
+PLOT_OPTIONS = {
+    "encoding": "--encoding",
+    "dim": "--dim",
+    "positions": "--positions",
+    "n_heads": "--n-heads",
+    "head_dim": "--head-dim",
+    "length": "--length",
+    "base": "--base",
+}
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    """draw a figure of the article (posenc plot heatmap --out heatmap.png)"""
+    import inspect
+
+    from . import plot
+
+    try:
+        draw = plot.get(args.kind)
+        taken = inspect.signature(draw).parameters
+        options = {
+            key: getattr(args, key) for key in PLOT_OPTIONS if getattr(args, key) is not None
+        }
+        for key in options:
+            if key not in taken:
+                print(f"error: plot {args.kind} does not take {PLOT_OPTIONS[key]}", file=sys.stderr)
+                return 2
+        fig = draw(**options)
+        path = plot.save(fig, args.out)
+    except ImportError as e:  # matplotlib, the plot extra, is missing
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {path}")
+    return 0
+
+
 #: every subcommand, in the order ``posenc --help`` lists them
 COMMANDS: dict[str, Handler] = {
     "list": cmd_list,
     "info": cmd_info,
     "demo": cmd_demo,
     "arena": cmd_arena,
+    "plot": cmd_plot,
 }
 
 
@@ -123,7 +165,27 @@ def build_parser() -> argparse.ArgumentParser:
         "--encodings", nargs="+", metavar="NAME", help="replace the preset's encodings"
     )
     sub["demo"].add_argument("--no-progress", action="store_true", help="no progress bars")
+    _plot_arguments(sub["plot"])
     return parser
+
+
+def _plot_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``posenc plot``: the figure, its options (each passed to the
+    figure's function only when given) and the file to write."""
+    from .plot import PLOTS
+
+    parser.add_argument("kind", choices=list(PLOTS), metavar="KIND", help=f"one of {list(PLOTS)}")
+    parser.add_argument("--encoding", metavar="NAME", help="the encoding to draw")
+    for option, kind in [
+        ("--dim", "the embedding size"),
+        ("--positions", "how many positions"),
+        ("--n-heads", "how many heads"),
+        ("--head-dim", "the head size"),
+        ("--length", "the sequence length"),
+    ]:
+        parser.add_argument(option, type=int, metavar="N", help=kind)
+    parser.add_argument("--base", type=float, metavar="X", help="the wavelength base")
+    parser.add_argument("--out", required=True, metavar="FILE", help="the .png or .svg to write")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
