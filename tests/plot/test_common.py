@@ -14,7 +14,7 @@ def test_importing_posenc_plot_does_not_import_matplotlib():
 
 def test_registry_names_every_figure():
     assert list(PLOTS) == [
-        *("permutation", "heatmap", "rotation", "bias", "decay", "frequencies"),
+        *("permutation", "heatmap", "rotation"),
         *("similarity", "grid", "mrope-ids"),
     ]
     assert PLOTS["mrope-ids"] == "grid"
@@ -72,3 +72,13 @@ def test_check_encoding_kinds():
         check_encoding("sincos_2d", ["additive"], "x")
     with pytest.raises(ValueError, match="encoding must be one of"):
         check_encoding("unknown", ["additive"], "x")
+
+
+@pytest.mark.parametrize("name", list(PLOTS))
+def test_every_registered_figure_draws_with_its_defaults(name):
+    from matplotlib.figure import Figure
+
+    from posenc.plot import get
+
+    fig = get(name)()
+    assert isinstance(fig, Figure) and fig.get_axes()
