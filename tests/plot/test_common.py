@@ -14,7 +14,7 @@ def test_importing_posenc_plot_does_not_import_matplotlib():
 
 def test_registry_names_every_figure():
     assert list(PLOTS) == [
-        *("permutation", "heatmap", "rotation"),
+        *("permutation", "heatmap", "rotation", "bias", "decay", "frequencies"),
         *("similarity", "grid", "mrope-ids"),
     ]
     assert PLOTS["mrope-ids"] == "grid"

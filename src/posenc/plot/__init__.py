@@ -6,6 +6,9 @@ name           what it shows
 permutation    attention outputs of a sentence and of its shuffle, without and with positions
 heatmap        the encoding matrix of an additive encoding (dimension x position)
 rotation       one 2-D pair of a vector under sinusoidal addition and under RoPE rotation
+bias           the score bias of a bias encoding, one ``[Lq, Lk]`` image per head
+decay          RoPE's long-term decay bound against relative distance, per base and scaling
+frequencies    the wavelength of each rotary pair under each context-extension scaling
 similarity     the similarity of the encodings of every pair of positions
 grid           the similarity of one patch to every other on the grid of a 2-D encoding
 mrope-ids      the (t, h, w) ids of a text + image + video sequence (M-RoPE)
@@ -36,6 +39,9 @@ PLOTS: dict[str, str] = {
     "permutation": "permutation",
     "heatmap": "heatmap",
     "rotation": "rotation",
+    "bias": "bias",
+    "decay": "decay",
+    "frequencies": "frequencies",
     "similarity": "similarity",
     "grid": "grid",
     "mrope-ids": "grid",
