@@ -40,7 +40,18 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "encodings": ("additive", "rotary", "bias", "nope", "compose"),
     "attention": ("attention",),
     "models": ("models",),
-    "tools": ("hf", "cli", "demo", "bench", "tables", "__main__", "arena", "plot"),
+    "tools": (
+        "hf",
+        "cli",
+        "demo",
+        "bench",
+        "tables",
+        "__main__",
+        "arena",
+        "plot",
+        "describe",
+        "guide",
+    ),
 }
 
 
