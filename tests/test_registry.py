@@ -65,6 +65,7 @@ def test_register_refuses_duplicates_and_classes_without_config():
             extrapolates=True,
             reference="",
             summary="",
+            formula="x' = x",
         )(type(posenc.create("sinusoidal", dim=2)))
 
     class NoConfig(AdditiveEncoding):
@@ -78,6 +79,7 @@ def test_register_refuses_duplicates_and_classes_without_config():
             extrapolates=True,
             reference="",
             summary="",
+            formula="x' = x",
         )(NoConfig)
     assert "no-config" not in posenc.available()
 
@@ -89,3 +91,27 @@ def test_every_config_is_a_frozen_dataclass_with_the_kind_size_key():
         assert cls.Config.__dataclass_params__.frozen
         if cls.size_key is not None:
             assert cls.size_key in cls.Config.accepted_keys()
+
+
+def test_register_requires_a_formula_of_one_to_four_lines():
+    with pytest.raises(ValueError, match="formula must be a non-empty str"):
+        register(
+            "no-formula",
+            trainable=False,
+            relative=False,
+            extrapolates=True,
+            reference="",
+            summary="",
+            formula="  ",
+        )
+    with pytest.raises(ValueError, match="one to four lines, got 5"):
+        register(
+            "long-formula",
+            trainable=False,
+            relative=False,
+            extrapolates=True,
+            reference="",
+            summary="",
+            formula="a\nb\nc\nd\ne",
+        )
+    assert posenc.info("sinusoidal").formula.startswith("PE[p, 2i] = sin(p·ω_i)")

@@ -23,6 +23,9 @@ class EncodingInfo:
         extrapolates: whether it is defined past the training length without a hard limit.
         reference: the paper (authors, year, arXiv id).
         summary: one line on what it does.
+        formula: the math in plain Unicode text, one to four lines (``\n`` between them),
+            its symbols explained briefly. Empty only for an encoding assembled at run time
+            (:class:`~posenc.compose.Compose`); :func:`posenc.registry.register` requires it.
     """
 
     name: str
@@ -32,3 +35,4 @@ class EncodingInfo:
     extrapolates: bool
     reference: str
     summary: str
+    formula: str = ""

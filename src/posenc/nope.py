@@ -26,6 +26,10 @@ class NoPEConfig(EncodingConfig):
     extrapolates=True,
     reference="Kazemnejad et al. 2023, arXiv:2305.19466; Haviv et al. 2022, arXiv:2203.16634",
     summary="no positional signal: order comes from the causal mask alone",
+    formula=(
+        "s_ij = q_i·k_j/√d for j ≤ i (causal mask), no positional term anywhere:\n"
+        "order reaches the model only through the mask"
+    ),
 )
 class NoPE(NoEncoding):
     """No positional encoding. Requires a causal mask to carry any order at all."""

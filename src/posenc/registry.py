@@ -25,12 +25,26 @@ _REGISTRY: dict[str, type[Encoding]] = {}
 
 
 def register(
-    name: str, *, trainable: bool, relative: bool, extrapolates: bool, reference: str, summary: str
+    name: str,
+    *,
+    trainable: bool,
+    relative: bool,
+    extrapolates: bool,
+    reference: str,
+    summary: str,
+    formula: str,
 ) -> Callable[[E], E]:
     """Class decorator that registers an :class:`~posenc.base.Encoding` subclass under ``name``.
 
     The class must define its own ``Config`` dataclass; its ``kind`` comes from its base class.
+    ``formula`` is its math in plain Unicode text (no LaTeX), one to four lines, with the
+    symbols explained (:attr:`EncodingInfo.formula`).
     """
+    if not isinstance(formula, str) or not formula.strip():
+        raise ValueError(f"formula must be a non-empty str (the math of {name!r}), got {formula!r}")
+    lines = formula.strip().split("\n")
+    if len(lines) > 4:
+        raise ValueError(f"formula must be one to four lines, got {len(lines)} for {name!r}")
 
     def decorate(cls: E) -> E:
         if name in _REGISTRY:
@@ -46,6 +60,7 @@ def register(
             extrapolates=extrapolates,
             reference=reference,
             summary=summary,
+            formula=formula.strip(),
         )
         _REGISTRY[name] = cls
         return cls

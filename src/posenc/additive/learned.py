@@ -45,6 +45,10 @@ class LearnedConfig(AdditiveConfig):
     extrapolates=False,
     reference="Radford et al. 2019 (GPT-2); Devlin et al. 2019 (BERT), arXiv:1810.04805",
     summary="a trainable vector per position, up to a hard maximum length",
+    formula=(
+        "x'_p = x_p + W[p]:  W a learned table of max_positions × d,  0 ≤ p < max_positions\n"
+        "(a position at or past max_positions is an error)"
+    ),
 )
 class Learned(AdditiveEncoding):
     """A trainable table ``weight`` of ``[max_positions, dim]``.

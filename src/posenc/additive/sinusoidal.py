@@ -40,6 +40,11 @@ class SinusoidalConfig(AdditiveConfig):
     extrapolates=True,
     reference="Vaswani et al. 2017, Attention Is All You Need, arXiv:1706.03762",
     summary="fixed sin/cos waves of geometric wavelengths added to the embeddings",
+    formula=(
+        "PE[p, 2i] = sin(p·ω_i),  PE[p, 2i+1] = cos(p·ω_i),  ω_i = base^(−2i/d),  i < d/2\n"
+        '(layout "concat": all d/2 sines, then all cosines);  base = 10000 in the paper\n'
+        "x'_p = x_p + PE[p]:  x_p the embedding of the token at position p, d = dim"
+    ),
 )
 class Sinusoidal(AdditiveEncoding):
     """Fixed sinusoidal encoding: no parameters, any integer or fractional position, no
@@ -83,6 +88,10 @@ class ScaledSinusoidalConfig(SinusoidalConfig):
     extrapolates=True,
     reference="Hua et al. 2022, Transformer Quality in Linear Time, arXiv:2202.10447",
     summary="sinusoidal encoding times one learned scalar gain",
+    formula=(
+        "x'_p = x_p + g·PE[p]:  PE the sinusoidal encoding (PE[p, 2i] = sin(p·base^(−2i/d)),\n"
+        "PE[p, 2i+1] = cos(p·base^(−2i/d))),  g one learned scalar, initially d^(−1/2) (init_scale)"
+    ),
 )
 class ScaledSinusoidal(Sinusoidal):
     """Sinusoidal encoding multiplied by one learned scalar ``scale``, so the model can set

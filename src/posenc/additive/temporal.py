@@ -64,6 +64,11 @@ class TimestampConfig(AdditiveConfig):
     extrapolates=True,
     reference="Vaswani et al. 2017, Attention Is All You Need, arXiv:1706.03762 (on real times)",
     summary="sin/cos of real-valued times, wavelengths geometric from min_period to max_period",
+    formula=(
+        "PE[t, 2i] = sin(2π·t/λ_i),  PE[t, 2i+1] = cos(2π·t/λ_i),  t a real time ≥ 0\n"
+        "λ_i = min_period·(max_period/min_period)^(i/(d/2 − 1)),  i < d/2, in the unit of t\n"
+        "x'_t = x_t + PE[t]"
+    ),
 )
 class Timestamp(AdditiveEncoding):
     """Sinusoidal encoding of real-valued times, for irregularly sampled series::
@@ -121,6 +126,10 @@ class Time2VecConfig(AdditiveConfig):
     "arXiv:1907.05321",
     summary="a linear and k sine features of the time with learned frequencies and phases, "
     "projected to dim",
+    formula=(
+        "t2v(τ)[0] = ω_0·τ + φ_0,  t2v(τ)[i] = sin(ω_i·τ + φ_i) for i = 1..k:  ω, φ learned\n"
+        "x'_τ = x_τ + W·t2v(τ):  W a learned d × (k + 1) projection, τ the time"
+    ),
 )
 class Time2Vec(AdditiveEncoding):
     """Time2Vec then a learned linear projection (no bias) to ``dim``::
@@ -190,6 +199,11 @@ class CalendarConfig(AdditiveConfig):
     reference="Zhou et al. 2021, Informer, arXiv:2012.07436 (temporal embedding)",
     summary="summed month/day/weekday/hour/quarter-hour embeddings of unix timestamps "
     "(fixed sinusoidal; mode='learned' trains them)",
+    formula=(
+        "x'_t = x_t + E_mo[month] + E_d[day] + E_wd[weekday] + E_h[hour] + E_m[⌊minute/15⌋]\n"
+        'of the UTC date of t (unix seconds);  mode "fixed": E_f[v] = PE[v], the sinusoidal\n'
+        'encoding of the value v;  mode "learned": one trained table per field'
+    ),
 )
 class Calendar(AdditiveEncoding):
     """Informer's temporal embedding of UTC unix seconds: the sum of one embedding per

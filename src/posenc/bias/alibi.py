@@ -72,6 +72,11 @@ class AlibiConfig(BiasConfig):
     extrapolates=True,
     reference="Press et al. 2022, Train Short, Test Long (ALiBi), arXiv:2108.12409",
     summary="a fixed per-head linear penalty on query-key distance, added to the scores",
+    formula=(
+        "s_ij = q_i·k_j/√d − m_h·(i − j)  (symmetric: −m_h·|i − j|),  head h = 1..H\n"
+        "m_h = 2^(−8h/c) for h ≤ c, then 2^(−4(2(h − c) − 1)/c) for h > c,  c the largest\n"
+        "power of 2 ≤ H (H a power of 2: m_h = 2^(−8h/H));  alibi_heads < H: the rest get m = 0"
+    ),
 )
 class ALiBi(BiasEncoding):
     """ALiBi: head ``h`` adds ``-m_h (i - j)`` (or ``-m_h |i - j|``) to the scaled scores.

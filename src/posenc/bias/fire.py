@@ -44,6 +44,11 @@ class FireConfig(BiasConfig):
     extrapolates=True,
     reference="Li et al. 2023, FIRE, arXiv:2310.04418",
     summary="a learned MLP of log(c|i-j|+1) / log(c·max(L, i)+1): progressive interpolation",
+    formula=(
+        "s_ij = q_i·k_j/√d + f_θ(ψ(|i − j|) / ψ(max(L, i)))_h,  ψ(x) = log(|c·x| + 1)\n"
+        "f_θ: Linear(1, hidden) → ReLU → Linear(hidden, H), learned;  c learned (init_c),\n"
+        "L = |threshold_scale|·init_threshold, threshold_scale learned (initially 1)"
+    ),
 )
 class Fire(BiasEncoding):
     """FIRE: ``b(i, j) = f_θ(ψ(|i - j|) / ψ(max(L, i)))``, ``ψ(x) = log(|c·x| + 1)``.

@@ -69,6 +69,10 @@ class KerpleConfig(BiasConfig):
     extrapolates=True,
     reference="Chi et al. 2022, KERPLE, arXiv:2205.09921",
     summary="a learned log (or power) kernel of the distance per head: -r1·log(1 + r2·|m-n|)",
+    formula=(
+        "s_mn = q_m·k_n/√d + b_h(m, n),  r1_h, r2_h > 0 learned per head\n"
+        "log: b_h = −r1_h·log(1 + r2_h·|m − n|);  power: b_h = −r1_h·|m − n|^r2_h, 0 < r2_h ≤ 2"
+    ),
 )
 class Kerple(BiasEncoding):
     """KERPLE: ``b(m, n) = -r1·log(1 + r2·|m - n|)`` (``log``) or ``-r1·|m - n|^r2``

@@ -55,6 +55,11 @@ class ShawConfig(BiasConfig):
     extrapolates=True,
     reference="Shaw, Uszkoreit, Vaswani 2018, arXiv:1803.02155",
     summary="learned vectors for clipped distances j - i, added to the keys (and values)",
+    formula=(
+        "s_ij = q_i·(k_j + a^K[clip(j − i, −k, k)])/√d_h,  k = max_distance\n"
+        "values=True: o_i = Σ_j α_ij·(v_j + a^V[clip(j − i, −k, k)])\n"
+        "a^K, a^V learned tables of (2k + 1) × head_dim, shared by the heads"
+    ),
 )
 class Shaw(BiasEncoding):
     """Relation-aware attention with relative position representations.

@@ -62,6 +62,12 @@ class T5Config(BiasConfig):
     extrapolates=True,
     reference="Raffel et al. 2020, T5, arXiv:1910.10683",
     summary="a learned scalar per head and log-spaced distance bucket, added to the scores",
+    formula=(
+        "s_ij = q_i·k_j·scale + w[bucket(j − i), h]:  w a learned table of num_buckets × H\n"
+        "bucket: n = max(i − j, 0) (bidirectional: |i − j|, keys after i in the upper N buckets),\n"
+        "N = num_buckets (bidirectional: num_buckets/2), E = N/2:  n < E → n,  else\n"
+        "min(N − 1, E + ⌊ln(n/E) / ln(max_distance/E)·(N − E)⌋)"
+    ),
 )
 class T5Bias(BiasEncoding):
     """T5's relative attention bias: ``bias[h, i, j] = weight[bucket(j - i), h]``.

@@ -101,6 +101,11 @@ class RoPE2DConfig(RotaryConfig):
     extrapolates=True,
     reference=REFERENCE,
     summary="axial RoPE for image grids: half the pairs rotate with the column, half with the row",
+    formula=(
+        'pair i < d/4 turns by x·θ_i, pair d/4 + i by y·θ_i (axis_order "yx" swaps the halves),\n'
+        "θ_i = base^(−4i/d) (base 100),  (y, x) = coord_scale·(row, column),  d = head_dim\n"
+        "q'·k' depends on the offset (Δy, Δx) only"
+    ),
 )
 class RoPE2D(_GridRotary):
     """Axial 2-D rotary position embedding.
@@ -193,6 +198,11 @@ class RoPEMixedConfig(RotaryConfig):
     extrapolates=True,
     reference=REFERENCE,
     summary="RoPE for image grids with learned per-head frequencies along any direction",
+    formula=(
+        "pair i of head h turns by x·f_x[h, i] + y·f_y[h, i]:  (y, x) the patch's (row, column),\n"
+        "f_x, f_y learned per key head;  initially f_x[h] = [m·cos φ_h | m·cos(φ_h + π/2)],\n"
+        "f_y[h] = [m·sin φ_h | m·sin(φ_h + π/2)],  m_i = base^(−4i/d), i < d/4,  φ_h ~ U(0, 2π)"
+    ),
 )
 class RoPEMixed(_GridRotary):
     """RoPE-Mixed: pair i of head h rotates by x·f_x[h, i] + y·f_y[h, i], learned.

@@ -82,6 +82,11 @@ class MRopeConfig(RopeConfig):
     extrapolates=True,
     reference="Wang et al. 2024, Qwen2-VL, arXiv:2409.12191",
     summary="RoPE whose pairs follow a token's temporal, height or width id; text is plain RoPE",
+    formula=(
+        "pair i of a token with ids (t, h, w) turns by p_a(i)·θ_i (RoPE, θ_i = base^(−2i/r))\n"
+        "a(i) by mrope_section (s_t, s_h, s_w): the first s_t pairs follow t, the next s_h h,\n"
+        "the last s_w w (mrope_interleaved: pairs cycle t, h, w);  text has t = h = w: plain RoPE"
+    ),
 )
 class MRoPE(RoPE):
     """Multimodal rotary position embedding (Qwen2-VL, Qwen2.5-VL; Qwen3-VL interleaved).

@@ -103,6 +103,12 @@ class RopeConfig(RotaryConfig):
     extrapolates=True,
     reference="Su et al. 2021, RoFormer, arXiv:2104.09864",
     summary="rotates query/key pairs by position-proportional angles; scores see n - m only",
+    formula=(
+        "pair i of q and k at position m turns by m·θ_i:  (a, b) ↦ (a·cos m·θ_i − b·sin m·θ_i,\n"
+        "a·sin m·θ_i + b·cos m·θ_i),  θ_i = base^(−2i/r), i < r/2, r = rotary_dim (head_dim)\n"
+        'pair i = dims (i, i + r/2) in layout "half", (2i, 2i + 1) in "interleaved"; scaling\n'
+        "rescales θ_i (and cos, sin by an attention factor);  q'_m·k'_n depends on n − m only"
+    ),
 )
 class RoPE(RotaryEncoding):
     """Rotary position embedding, with optional context-extension scaling.

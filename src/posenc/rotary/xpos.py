@@ -73,6 +73,12 @@ class XPosConfig(RopeConfig):
     extrapolates=True,
     reference="Sun et al. 2022, A Length-Extrapolatable Transformer, arXiv:2212.10554",
     summary="RoPE whose pairs decay as ζ_i^((n - m)/512): attention fades with distance",
+    formula=(
+        "RoPE, then pair i of a query at n is multiplied by ζ_i^((n − c)/scale_base)\n"
+        "and pair i of a key at m by ζ_i^(−(m − c)/scale_base),  ζ_i = (2i + 0.4·r)/(1.4·r)\n"
+        "so pair i of q'·k' gains ζ_i^((n − m)/scale_base) < 1: it fades with distance\n"
+        "(r = rotary_dim, c = center, scale_base = 512 in the paper)"
+    ),
 )
 class XPos(RoPE):
     """xPos: RoPE with a per-pair decay of the scores with distance.
