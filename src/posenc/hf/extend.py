@@ -44,6 +44,86 @@ def _check_factor(factor: Any) -> float:
     return float(factor)
 
 
+def extension_updates(
+    config: Any,
+    method: str,
+    factor: float,
+    original_max_position_embeddings: int | None = None,
+    **params: Any,
+) -> dict[str, Any]:
+    """The config keys :func:`extend_context` sets, computed from the config alone.
+
+    The pure part of :func:`extend_context` (which calls it, so the two cannot disagree):
+    what ``extend_context(model, method, factor, ...)`` would write into ``model.config``,
+    from the config object or its ``config.json`` dict, without a model. Arguments and
+    errors as :func:`extend_context`'s.
+
+    Returns:
+        ``{"rope_parameters": {...}, "max_position_embeddings": int}``, plus
+        ``original_max_position_embeddings`` when the config has that key at the top level
+        (Phi-3), in the order they are set.
+
+    Example:
+        >>> extension_updates({"max_position_embeddings": 4096, "rope_theta": 1e4}, "yarn", 4)
+        {'rope_parameters': {'rope_theta': 10000.0, 'rope_type': 'yarn', 'factor': 4.0, \
+'original_max_position_embeddings': 4096}, 'max_position_embeddings': 16384}
+    """
+    if method not in EXTEND_METHODS:
+        raise ValueError(f"unknown method {method!r}; accepted: {list(EXTEND_METHODS)}")
+    factor = _check_factor(factor)
+    get = config_getter(config)
+    current = config_rope_dict(get)
+    if current.get("rope_type", current.get("type", "default")) != "default":
+        raise ValueError(
+            f"the model already uses {current.get('rope_type', current.get('type'))!r} "
+            "scaling; extend_context starts from an unscaled model (rope_type 'default')"
+        )
+    reserved = sorted(set(params) & set(_SET_BY_EXTEND))
+    if reserved:
+        raise ValueError(f"{reserved} are set by extend_context itself, not through **params")
+
+    original = original_max_position_embeddings
+    if original is None:
+        original = get("max_position_embeddings")
+    if isinstance(original, bool) or not isinstance(original, int) or not 1 <= original <= MAX_INT:
+        raise ValueError(
+            f"original_max_position_embeddings must be an int in [1, {MAX_INT}], got {original!r}"
+        )
+    keep: dict[str, Any] = {}
+    for key in ("rope_theta", "partial_rotary_factor"):  # the dict's, else the top level's
+        value = current.get(key, get(key))
+        if value is not None:
+            keep[key] = value
+    base = keep.setdefault("rope_theta", DEFAULT_BASE)
+    new_max = int(original * factor)
+
+    new: dict[str, Any]
+    if method == "ntk":
+        parse_scaling({"rope_type": "ntk", "factor": factor, **params})  # rejects any params
+        head_dim = config_head_dim(get)
+        rotary_dim = int(head_dim * keep.get("partial_rotary_factor", 1.0))
+        new = {**keep, "rope_type": "default", "rope_theta": ntk_base(base, factor, rotary_dim)}
+    else:
+        new = {**keep, "rope_type": method, "factor": factor}
+        if method == "dynamic":
+            new_max = original  # transformers' dynamic scaling starts past this length
+        elif method in ("yarn", "llama3"):
+            new["original_max_position_embeddings"] = original
+        if method == "llama3":
+            new.update(low_freq_factor=1.0, high_freq_factor=4.0)
+        new.update(params)
+        checked = dict(new)
+        if method == "dynamic":
+            checked["original_max_position_embeddings"] = original
+        parse_scaling(checked)  # strict: unknown keys and bad values raise, naming them
+
+    updates: dict[str, Any] = {"rope_parameters": new, "max_position_embeddings": new_max}
+    if get("original_max_position_embeddings") is not None:
+        # transformers prefers this top-level key (Phi-3) over the one in rope_parameters
+        updates["original_max_position_embeddings"] = original
+    return updates
+
+
 def extend_context(
     model: Any,
     method: str,
@@ -87,9 +167,6 @@ def extend_context(
         ValueError: an unknown method or key, a factor that is not a number > 1, a model
             without ``model.model.rotary_emb`` or already scaled.
     """
-    if method not in EXTEND_METHODS:
-        raise ValueError(f"unknown method {method!r}; accepted: {list(EXTEND_METHODS)}")
-    factor = _check_factor(factor)
     config = getattr(model, "config", None)
     inner = getattr(model, "model", None)
     rotary = getattr(inner, "rotary_emb", None)
@@ -100,54 +177,9 @@ def extend_context(
         )
     if not hasattr(config, "rope_parameters"):
         raise ValueError("extend_context needs transformers >= 5 (config.rope_parameters)")
-    current = config_rope_dict(config_getter(config))
-    if current.get("rope_type", current.get("type", "default")) != "default":
-        raise ValueError(
-            f"the model already uses {current.get('rope_type', current.get('type'))!r} "
-            "scaling; extend_context starts from an unscaled model (rope_type 'default')"
-        )
-    reserved = sorted(set(params) & set(_SET_BY_EXTEND))
-    if reserved:
-        raise ValueError(f"{reserved} are set by extend_context itself, not through **params")
-
-    original = original_max_position_embeddings
-    if original is None:
-        original = config.max_position_embeddings
-    if isinstance(original, bool) or not isinstance(original, int) or not 1 <= original <= MAX_INT:
-        raise ValueError(
-            f"original_max_position_embeddings must be an int in [1, {MAX_INT}], got {original!r}"
-        )
-    keep: dict[str, Any] = {
-        k: current[k] for k in ("rope_theta", "partial_rotary_factor") if k in current
-    }
-    base = keep.setdefault("rope_theta", getattr(config, "rope_theta", None) or DEFAULT_BASE)
-    new_max = int(original * factor)
-
-    new: dict[str, Any]
-    if method == "ntk":
-        parse_scaling({"rope_type": "ntk", "factor": factor, **params})  # rejects any params
-        head_dim = config_head_dim(config_getter(config))
-        rotary_dim = int(head_dim * keep.get("partial_rotary_factor", 1.0))
-        new = {**keep, "rope_type": "default", "rope_theta": ntk_base(base, factor, rotary_dim)}
-    else:
-        new = {**keep, "rope_type": method, "factor": factor}
-        if method == "dynamic":
-            new_max = original  # transformers' dynamic scaling starts past this length
-        elif method in ("yarn", "llama3"):
-            new["original_max_position_embeddings"] = original
-        if method == "llama3":
-            new.update(low_freq_factor=1.0, high_freq_factor=4.0)
-        new.update(params)
-        checked = dict(new)
-        if method == "dynamic":
-            checked["original_max_position_embeddings"] = original
-        parse_scaling(checked)  # strict: unknown keys and bad values raise, naming them
-
-    config.rope_parameters = new
-    config.max_position_embeddings = new_max
-    if getattr(config, "original_max_position_embeddings", None) is not None:
-        # transformers prefers this top-level key (Phi-3) over the one in rope_parameters
-        config.original_max_position_embeddings = original
+    updates = extension_updates(config, method, factor, original_max_position_embeddings, **params)
+    for key, value in updates.items():
+        setattr(config, key, value)
     device = next((b.device for b in rotary.buffers()), None)
     rebuilt = type(rotary)(config=config)
     inner.rotary_emb = rebuilt if device is None else rebuilt.to(device)
