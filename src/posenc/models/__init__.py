@@ -9,19 +9,23 @@ One module per concept:
 - :mod:`~posenc.models.inputs`: the checks on token ids and on the padding and document
   masks;
 - :mod:`~posenc.models.generation`: the generate loop, :func:`sample` and
-  :func:`next_positions`.
+  :func:`next_positions`;
+- :mod:`~posenc.models.inspection`: :func:`attention_maps`, the attention probabilities
+  of every layer and head, read out by a reference path.
 
 Import the public names from ``posenc.models``.
 """
 
 from .blocks import Block, SelfAttention
 from .generation import check_temperature, next_positions, sample
+from .inspection import attention_maps
 from .lm import TransformerLM
 
 __all__ = [
     "Block",
     "SelfAttention",
     "TransformerLM",
+    "attention_maps",
     "check_temperature",
     "next_positions",
     "sample",

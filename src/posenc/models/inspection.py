@@ -1,0 +1,135 @@
+"""What each attention layer of a :class:`~posenc.models.TransformerLM` computed: its
+attention probabilities, read out by a reference path.
+
+:func:`posenc.attention` never returns the probabilities (the fused kernels never build
+them). :func:`attention_maps` runs the model once with a forward pre-hook on every
+:class:`~posenc.models.SelfAttention` that records the layer's input, then recomputes
+``softmax(q kᵀ / sqrt(head_dim) + bias)`` from it in float32 as the layer does: the same
+projections and rotation, the bias encoding's :meth:`~posenc.base.BiasEncoding.bias`, the
+causal mask by positions, grouped-query heads (Vaswani et al. 2017; Ainslie et al. 2023,
+arXiv:2305.13245). The model itself is untouched: the hooks are removed afterwards.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, cast
+
+import torch
+from torch import nn
+
+from ..attention import Masks
+from ..base import BiasEncoding, Encoding, RotaryEncoding
+from ..positions import arange, causal_mask
+from .blocks import Block, SelfAttention
+from .lm import TransformerLM
+
+__all__ = ["attention_maps", "layer_probabilities"]
+
+_SIGNATURE = inspect.signature(SelfAttention.forward)
+
+
+def attention_maps(
+    model: TransformerLM, input_ids: torch.Tensor, positions: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The attention probabilities of every layer and head of ``model`` on ``input_ids``.
+
+    Args:
+        model: the model (its mode and weights are left as they are).
+        input_ids: ``[batch, seq]`` token ids in ``[0, vocab_size)``.
+        positions: as :meth:`TransformerLM.forward` (default ``arange(seq)``).
+
+    Returns:
+        ``[n_layers, batch, n_heads, seq, seq]`` float32 on the model's device: entry
+        ``[l, b, h, i, j]`` is how much query ``i`` attends to key ``j`` in head ``h`` of
+        layer ``l``. Each row sums to 1; masked keys (future ones in a causal model) get 0.
+
+    Raises:
+        TypeError: when ``model`` is not a :class:`TransformerLM`.
+        ValueError: for bad ``input_ids`` or ``positions`` (from the model's own checks).
+
+    Example:
+        >>> model = TransformerLM(vocab_size=256, dim=32, n_layers=2, n_heads=4,
+        ...                       encoding="rope")
+        >>> maps = attention_maps(model, torch.randint(0, 256, (1, 5)))
+        >>> maps.shape
+        torch.Size([2, 1, 4, 5, 5])
+        >>> bool(torch.allclose(maps.sum(-1), torch.ones(2, 1, 4, 5)))
+        True
+        >>> float(maps[0, 0, 0, 0, 1])  # the first token sees no later one
+        0.0
+    """
+    if not isinstance(model, TransformerLM):
+        raise TypeError(f"model must be a posenc.models.TransformerLM, got {type(model).__name__}")
+    maps: list[torch.Tensor] = []
+
+    def record(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        bound = _SIGNATURE.bind(module, *args, **kwargs)
+        bound.apply_defaults()
+        inputs = dict(bound.arguments)
+        inputs.pop("self")
+        if inputs.pop("cache") is not None:  # never: attention_maps passes none
+            raise ValueError("attention_maps reads attention without a KV cache")
+        inputs.pop("layer")
+        maps.append(layer_probabilities(cast(SelfAttention, module), **inputs))
+
+    layers = [cast(Block, block).attn for block in model.blocks]
+    handles = [attn.register_forward_pre_hook(record, with_kwargs=True) for attn in layers]
+    try:
+        with torch.no_grad():
+            model(input_ids, positions)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return torch.stack(maps)
+
+
+def layer_probabilities(
+    attn: SelfAttention,
+    x: torch.Tensor,
+    encoding: Encoding,
+    rotation: tuple[torch.Tensor, ...] | None,
+    attn_positions: tuple[torch.Tensor, torch.Tensor] | None,
+    causal: bool,
+    key_padding_mask: torch.Tensor | None = None,
+    segment_ids: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """The attention probabilities of one :class:`SelfAttention` on its input ``x``.
+
+    Args:
+        attn: the layer.
+        x, encoding, rotation, attn_positions, causal, key_padding_mask, segment_ids: what
+            the layer was called with (see :meth:`SelfAttention.forward`), without a cache.
+
+    Returns:
+        ``[batch, n_heads, seq, seq]`` float32: ``softmax(q kᵀ / sqrt(head_dim) + bias)``
+        over the keys a query may see (0 elsewhere; a query that sees no key gets zeros).
+    """
+    b, s, _ = x.shape
+    hd, heads, kv_heads = attn.head_dim, attn.n_heads, attn.n_kv_heads
+    q, k, _ = attn.qkv(x).split([heads * hd, kv_heads * hd, kv_heads * hd], dim=-1)
+    q = q.view(b, s, heads, hd).transpose(1, 2)  # [b, h, s, hd]
+    k = k.view(b, s, kv_heads, hd).transpose(1, 2)  # [b, kv_h, s, hd]
+    if rotation is not None:
+        rotary = cast(RotaryEncoding, encoding)
+        q, k = rotary.rotate(q, rotation), rotary.rotate(k, rotation, key=True)
+    k = k.repeat_interleave(heads // kv_heads, dim=1)  # grouped-query: [b, h, s, hd]
+    if attn_positions is None:  # the layer's default: the token index
+        q_pos = k_pos = arange(s, device=x.device)
+    else:
+        q_pos, k_pos = attn_positions
+    scale = hd**-0.5
+    q32, k32 = q.float(), k.float()
+    scores = (q32 @ k32.transpose(-1, -2)) * scale  # [b, h, s, s]
+    if encoding.kind == "bias":
+        bias = cast(BiasEncoding, encoding).bias(q_pos, k_pos, q=q, scale=scale)
+        scores = scores + bias.float()  # [(b,) h, s, s] broadcasts
+    masks = Masks.build(key_padding_mask, segment_ids, b, s, s, x.device)
+    allowed = None
+    if masks is not None:
+        allowed = masks.dense(q_pos, k_pos, causal)
+    elif causal:
+        allowed = causal_mask(q_pos, k_pos)
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    return scores.softmax(dim=-1).nan_to_num(0.0)
