@@ -1,0 +1,209 @@
+"""mkdocs hooks (``hooks:`` in mkdocs.yml): the pages and figures made from posenc at build time.
+
+- One page per registered encoding (``encodings/NAME.md``, from :func:`posenc.available`)
+  and their index: summary, formula, configuration keys, when to use it, figures, code and
+  paper, read from the installed package (``posenc.info``, ``posenc.describe``,
+  ``posenc.guide``), so the site cannot drift from the code.
+- Every figure: those of the encoding pages, drawn by ``posenc plot`` with the command the
+  page prints, and every ``posenc plot ... --out FILE`` line of a hand-written page's shell
+  blocks, run as written with ``FILE`` relative to the page. Figures go into the built site
+  only; ``POSENC_DOCS_FIGURES=0`` writes a blank placeholder instead (a fast build whose
+  links are still checked).
+- ``<!-- posenc:guide -->`` in a page becomes the when-to-use guide of :mod:`posenc.guide`.
+
+Nothing is fetched: the pages and figures come from the working tree's posenc.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import io
+import logging
+import os
+import posixpath
+import re
+import shlex
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import posenc
+from posenc import cli
+
+log = logging.getLogger("mkdocs.plugins.posenc_docs")
+
+#: a 1 x 1 white PNG, the placeholder of every figure when POSENC_DOCS_FIGURES=0
+BLANK_PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4//8/AAX+Av4N70a4AAAAAElFTkSuQmCC"
+)
+#: a shell-block line that draws a figure into the site: posenc plot KIND ... --out FILE
+PLOT_LINE = re.compile(r"^\s*(posenc plot .*--out\s+\S+.*)$", re.M)
+SHELL_BLOCK = re.compile(r"```(?:sh|bash|console)\n(.*?)```", re.S)
+GUIDE_MARKER = "<!-- posenc:guide -->"
+ARXIV = re.compile(r"arXiv:(\d{4}\.\d{4,5})")
+
+
+def figures_enabled() -> bool:
+    """Whether figures are drawn (POSENC_DOCS_FIGURES unset or not "0")."""
+    return os.environ.get("POSENC_DOCS_FIGURES", "1") != "0"
+
+
+def figures_for(name: str) -> list[tuple[str, list[str], str]]:
+    """The figures of encoding ``name``'s page: ``(file name, posenc plot arguments, caption)``.
+
+    Chosen by what each figure takes: additive 1-D encodings their matrix (``heatmap``), 2-D
+    ones the ``grid``, bias ones their ``bias`` per head, M-RoPE its ``mrope-ids``, RoPE its
+    ``frequencies`` and ``decay``, NoPE the ``permutation`` that shows what it lacks; every
+    encoding its ``similarity``.
+    """
+    cls = posenc.registry.get(name)
+    kind, two_d = cls.kind, cls.position_axes == 2
+    figs: list[tuple[str, list[str], str]] = []
+    if kind == "additive" and not two_d:
+        figs.append(("heatmap", ["--encoding", name], "the encoding matrix, position × dimension"))
+    if two_d:
+        figs.append(("grid", ["--encoding", name], "one patch's similarity to every patch"))
+    if kind == "bias":
+        figs.append(("bias", ["--encoding", name], "the score bias of each head"))
+    if name == "mrope":
+        figs.append(("mrope-ids", [], "the (t, h, w) ids of text + image + video + text"))
+    if name == "rope":
+        figs.append(("frequencies", [], "each pair's wavelength under each scaling"))
+        figs.append(("decay", [], "the long-term decay bound per base and scaling"))
+    figs.append(("similarity", ["--encoding", name], "how each position sees every other"))
+    if kind == "none":
+        figs.append(("permutation", [], "attention without positions cannot tell order"))
+    return [(f"{name}-{fig}.png", ["plot", fig, *args], caption) for fig, args, caption in figs]
+
+
+def draw(argv: list[str], out: Path) -> bytes:
+    """Run ``posenc`` with ``argv`` plus ``--out out``; the bytes it wrote (or the blank
+    placeholder when figures are off). Raises ``RuntimeError`` when the command fails."""
+    if not figures_enabled():
+        return BLANK_PNG
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        try:
+            code = cli.main([*argv, "--out", str(out)])
+        except SystemExit as e:  # a usage error may exit instead of returning
+            code = e.code if isinstance(e.code, int) else 1
+    if code != 0 or not out.is_file():
+        raise RuntimeError(f"posenc {shlex.join(argv)} failed ({code}): {stderr.getvalue()}")
+    return out.read_bytes()
+
+
+def _cell(text: Any) -> str:
+    """``text`` fit for a Markdown table cell."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def encoding_page(name: str) -> str:
+    """The Markdown of encoding ``name``'s page."""
+    from posenc import describe, guide
+
+    info = posenc.info(name)
+    cls = posenc.registry.get(name)
+    lines = [f"# {name}", "", f"{info.summary[:1].upper()}{info.summary[1:]}.", ""]
+    lines += ["| kind | trainable | relative | extrapolates | size key |", "|---|---|---|---|---|"]
+    lines.append(
+        f"| `{info.kind}` | {_yes(info.trainable)} | {_yes(info.relative)} "
+        f"| {_yes(info.extrapolates)} | `{cls.size_key}` |"
+    )
+    lines += ["", "## Formula", "", "```text", info.formula.strip(), "```", ""]
+    lines += ["## Configuration", "", "| key | type | default | meaning |", "|---|---|---|---|"]
+    for key in describe.config_keys(name):
+        lines.append(
+            f"| `{key.name}` | `{_cell(key.type)}` | `{_cell(key.default)}` "
+            f"| {_cell(key.meaning)} |"
+        )
+    lines += ["", "## When to use it", ""]
+    situations = guide.when_to_use(name)
+    none = "No situation of the [guide](../guide.md) names it."
+    lines += [f"- {s}" for s in situations] or [none]
+    lines += ["", "## Figures", ""]
+    for file, argv, caption in figures_for(name):
+        lines += [f"![{name}: {caption}](img/{file})", "", f"*{caption.capitalize()}:*"]
+        lines += ["", "```sh", f"posenc {shlex.join(argv)} --out {file}", "```", ""]
+    lines += ["## Code", "", "```python", describe.example(name).strip(), "```", ""]
+    paper = ARXIV.sub(r"[arXiv:\1](https://arxiv.org/abs/\1)", info.reference)
+    lines += ["## Paper", "", paper, ""]
+    return "\n".join(lines)
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def index_page() -> str:
+    """The Markdown of ``encodings/index.md``: every encoding in one table."""
+    lines = [
+        "# Encodings",
+        "",
+        "Every registered encoding (`posenc.available()`), one page each, made from the",
+        "installed package when the site is built (`posenc list` prints the same table).",
+        "",
+        "| name | kind | trainable | relative | extrapolates | summary |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name in posenc.available():
+        info = posenc.info(name)
+        lines.append(
+            f"| [{name}]({name}.md) | `{info.kind}` | {_yes(info.trainable)} "
+            f"| {_yes(info.relative)} | {_yes(info.extrapolates)} | {_cell(info.summary)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def on_config(config: Any) -> Any:
+    """Replace the nav's ``encodings/index.md`` entry by the index and one page per encoding."""
+    pages = [{"Overview": "encodings/index.md"}]
+    pages += [{name: f"encodings/{name}.md"} for name in posenc.available()]
+    for i, entry in enumerate(config.nav or []):
+        if isinstance(entry, dict) and list(entry.values()) == ["encodings/index.md"]:
+            config.nav[i] = {next(iter(entry)): pages}
+    return config
+
+
+def on_files(files: Any, config: Any) -> Any:
+    """Add the generated pages and draw every figure into the site."""
+    from mkdocs.structure.files import File
+
+    with tempfile.TemporaryDirectory() as tmp:
+        files.append(File.generated(config, "encodings/index.md", content=index_page()))
+        for name in posenc.available():
+            page = encoding_page(name)
+            files.append(File.generated(config, f"encodings/{name}.md", content=page))
+            for file, argv, _ in figures_for(name):
+                data = draw(argv, Path(tmp, file))
+                files.append(File.generated(config, f"encodings/img/{file}", content=data))
+        for page in sorted(Path(config.docs_dir).glob("*.md")):
+            for argv, out in plot_commands(page.read_text()):
+                data = draw(argv, Path(tmp, "pages", out))
+                files.append(File.generated(config, out, content=data))
+    return files
+
+
+def plot_commands(markdown: str) -> list[tuple[list[str], str]]:
+    """The ``posenc plot`` lines of ``markdown``'s shell blocks that write into the page's
+    folder: ``(argv without --out, the file)``. Lines writing elsewhere (``docs/images/``,
+    the README's) are left out: the site does not make those."""
+    commands = []
+    for block in SHELL_BLOCK.findall(markdown):
+        for line in PLOT_LINE.findall(block):
+            argv = shlex.split(line.split("#")[0])[1:]
+            out = argv[argv.index("--out") + 1]
+            if out.startswith(("/", "..", "docs/")):
+                continue
+            del argv[argv.index("--out") : argv.index("--out") + 2]
+            commands.append((argv, posixpath.normpath(out)))
+    return commands
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    """Fill ``<!-- posenc:guide -->`` with the when-to-use guide."""
+    if GUIDE_MARKER in markdown:
+        from posenc import guide
+
+        markdown = markdown.replace(GUIDE_MARKER, guide.markdown())
+    return markdown
