@@ -8,6 +8,7 @@ PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 
 .PHONY: demo test test-slow lint typecheck wheel-check format clean
+.PHONY: docs
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +41,12 @@ test: lint typecheck wheel-check
 test-slow: $(VENV)/.installed
 	$(PY) -m pytest -q -n 2 -m slow
 	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -q -n 2
+
+# The documentation site (mkdocs.yml, docs/) into site/, offline: open site/index.html.
+# The encoding pages and every figure are made from posenc at build time
+# (docs/_hooks/posenc_docs.py); POSENC_DOCS_FIGURES=0 skips drawing them.
+docs: $(VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 format: $(VENV)/.installed
 	$(VENV)/bin/ruff check --fix src tests scripts

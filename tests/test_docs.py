@@ -1,16 +1,82 @@
-"""Documented examples are executed: the README's Python blocks and every docstring example."""
+"""Documented examples are executed: every ```python block of the README and of the docs
+site's pages, every ``posenc ...`` line of their shell blocks, and every docstring example.
 
+A page's blocks run in order in a scratch folder (its cwd), each python block in a fresh
+namespace, so a block may use a file an earlier one wrote (a config.json for
+``posenc inspect``). ``posenc`` lines run through :func:`posenc.cli.main` and must exit 0;
+``make``, ``pip``, ``pytest`` and ``torchrun`` lines are not run. The commands that take
+minutes or hours, or need what only such a run makes, are in :data:`NOT_RUN` with the
+reason. The generated encoding pages' examples are ``posenc.describe.example``, run by its
+own tests.
+"""
+
+import contextlib
 import doctest
 import importlib
+import io
 import pkgutil
 import re
+import shlex
 from pathlib import Path
 
 import pytest
 
 import posenc
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+PAGES = sorted((ROOT / "docs").glob("*.md"))
+BLOCK = re.compile(r"```(python|sh|bash|console)\n(.*?)```", re.S)
+
+#: documented commands that are not run here, each with the reason
+NOT_RUN = {
+    "posenc arena run all --preset quick": "the quick preset takes about 4 minutes",
+    "posenc arena run extrapolation --encodings rope alibi --corpus my_texts/": (
+        "the quick preset on a reader's own text folder: minutes, and no such folder here"
+    ),
+    "posenc arena run all --preset full --out runs/full": "the full preset takes hours",
+    "posenc arena run all --preset full --out runs/full --resume": "resumes the full run",
+    "posenc arena report runs/full --figures docs/images": "needs the full run's directory",
+    "posenc arena compare runs/a runs/b": "needs two finished runs (arena.md runs compare)",
+}
+
+
+def blocks(path: Path) -> list[tuple[str, str]]:
+    """``(language, code)`` of every python and shell block of ``path``, in order."""
+    return [
+        ("python" if lang == "python" else "sh", code)
+        for lang, code in BLOCK.findall(path.read_text())
+    ]
+
+
+def commands(code: str) -> list[str]:
+    """The ``posenc`` lines of a shell block, comments removed."""
+    lines = (shlex.join(shlex.split(line, comments=True)) for line in code.splitlines())
+    return [line for line in lines if line.startswith("posenc ")]
+
+
+def run_command(line: str) -> None:
+    """Run one ``posenc ...`` line in-process; fail with its output unless it exits 0."""
+    from posenc import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli.main(shlex.split(line)[1:])
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+    assert code == 0, f"{line!r} exited {code}:\n{out.getvalue()}\n{err.getvalue()}"
+
+
+def run_page(path: Path) -> None:
+    """Every block of ``path`` in order, in the current folder."""
+    for index, (lang, code) in enumerate(blocks(path)):
+        if lang == "python":
+            exec(compile(code, f"{path.name}[{index}]", "exec"), {"__name__": "__docs__"})
+            continue
+        for line in commands(code):
+            if line not in NOT_RUN:
+                run_command(line)
 
 
 def readme_blocks():
@@ -24,6 +90,43 @@ def test_readme_has_examples():
 @pytest.mark.parametrize("index", range(len(readme_blocks())))
 def test_readme_example_runs(index):
     exec(compile(readme_blocks()[index], f"README.md[{index}]", "exec"), {})
+
+
+def test_readme_commands_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    lines = [line for lang, code in blocks(README) if lang == "sh" for line in commands(code)]
+    assert lines
+    for line in lines:
+        if line not in NOT_RUN:
+            run_command(line)
+
+
+def test_not_run_lists_only_documented_commands():
+    documented = {
+        line
+        for path in (README, *PAGES)
+        for lang, code in blocks(path)
+        if lang == "sh"
+        for line in commands(code)
+    }
+    assert set(NOT_RUN) <= documented, set(NOT_RUN) - documented
+
+
+def test_docs_pages_exist():
+    names = {p.name for p in PAGES}
+    assert {"index.md", "guide.md", "figures.md", "huggingface.md", "arena.md"} <= names
+    assert "adding-an-encoding.md" in names
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_docs_page_runs(page, tmp_path, monkeypatch):
+    if page.name == "huggingface.md":
+        pytest.importorskip("transformers")
+    monkeypatch.chdir(tmp_path)
+    # a page may register an example encoding (adding-an-encoding.md): keep it out of the
+    # registry the other tests of this process see
+    monkeypatch.setattr(posenc.registry, "_REGISTRY", dict(posenc.registry._REGISTRY))
+    run_page(page)
 
 
 MODULES = sorted(m.name for m in pkgutil.walk_packages(posenc.__path__, "posenc."))

@@ -5,10 +5,11 @@
   paper, read from the installed package (``posenc.info``, ``posenc.describe``,
   ``posenc.guide``), so the site cannot drift from the code.
 - Every figure: those of the encoding pages, drawn by ``posenc plot`` with the command the
-  page prints, and every ``posenc plot ... --out FILE`` line of a hand-written page's shell
-  blocks, run as written with ``FILE`` relative to the page. Figures go into the built site
-  only; ``POSENC_DOCS_FIGURES=0`` writes a blank placeholder instead (a fast build whose
-  links are still checked).
+  page prints, and those a hand-written page shows (``![...](FILE)``) whose shell block
+  writes them (``posenc plot ... --out FILE``): every ``posenc`` line of that block runs
+  as written, in order, in a scratch folder (a block may train a tiny arena run first).
+  Figures go into the built site only; ``POSENC_DOCS_FIGURES=0`` writes a blank
+  placeholder instead (a fast build whose links are still checked).
 - ``<!-- posenc:guide -->`` in a page becomes the when-to-use guide of :mod:`posenc.guide`.
 
 Nothing is fetched: the pages and figures come from the working tree's posenc.
@@ -37,8 +38,6 @@ log = logging.getLogger("mkdocs.plugins.posenc_docs")
 BLANK_PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4//8/AAX+Av4N70a4AAAAAElFTkSuQmCC"
 )
-#: a shell-block line that draws a figure into the site: posenc plot KIND ... --out FILE
-PLOT_LINE = re.compile(r"^\s*(posenc plot .*--out\s+\S+.*)$", re.M)
 SHELL_BLOCK = re.compile(r"```(?:sh|bash|console)\n(.*?)```", re.S)
 GUIDE_MARKER = "<!-- posenc:guide -->"
 ARXIV = re.compile(r"arXiv:(\d{4}\.\d{4,5})")
@@ -77,20 +76,36 @@ def figures_for(name: str) -> list[tuple[str, list[str], str]]:
     return [(f"{name}-{fig}.png", ["plot", fig, *args], caption) for fig, args, caption in figs]
 
 
-def draw(argv: list[str], out: Path) -> bytes:
-    """Run ``posenc`` with ``argv`` plus ``--out out``; the bytes it wrote (or the blank
-    placeholder when figures are off). Raises ``RuntimeError`` when the command fails."""
-    if not figures_enabled():
-        return BLANK_PNG
-    stdout, stderr = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+def run_commands(commands: list[list[str]], cwd: Path) -> None:
+    """Run each ``posenc`` command (argv without ``posenc``) in folder ``cwd``, in order, as
+    ``posenc.cli.main`` does. Raises ``RuntimeError`` naming the first one that fails."""
+    cwd.mkdir(parents=True, exist_ok=True)
+    here = os.getcwd()
+    for argv in commands:
+        stdout, stderr = io.StringIO(), io.StringIO()
+        os.chdir(cwd)
         try:
-            code = cli.main([*argv, "--out", str(out)])
+            with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+                code = cli.main(argv)
         except SystemExit as e:  # a usage error may exit instead of returning
             code = e.code if isinstance(e.code, int) else 1
-    if code != 0 or not out.is_file():
-        raise RuntimeError(f"posenc {shlex.join(argv)} failed ({code}): {stderr.getvalue()}")
-    return out.read_bytes()
+        finally:
+            os.chdir(here)
+        if code != 0:
+            raise RuntimeError(f"posenc {shlex.join(argv)} failed ({code}): {stderr.getvalue()}")
+
+
+def figure(commands: list[list[str]], cwd: Path, out: str) -> bytes:
+    """The bytes of file ``out`` (relative to ``cwd``) once ``commands`` have run there, or
+    the blank placeholder when figures are off (nothing runs)."""
+    if not figures_enabled():
+        return BLANK_PNG
+    path = cwd / out
+    if not path.is_file():
+        run_commands(commands, cwd)
+    if not path.is_file():
+        raise RuntimeError(f"{[shlex.join(argv) for argv in commands]} did not write {out}")
+    return path.read_bytes()
 
 
 def _cell(text: Any) -> str:
@@ -175,29 +190,39 @@ def on_files(files: Any, config: Any) -> Any:
             page = encoding_page(name)
             files.append(File.generated(config, f"encodings/{name}.md", content=page))
             for file, argv, _ in figures_for(name):
-                data = draw(argv, Path(tmp, file))
+                data = figure([[*argv, "--out", file]], Path(tmp, "encodings"), file)
                 files.append(File.generated(config, f"encodings/img/{file}", content=data))
-        for page in sorted(Path(config.docs_dir).glob("*.md")):
-            for argv, out in plot_commands(page.read_text()):
-                data = draw(argv, Path(tmp, "pages", out))
-                files.append(File.generated(config, out, content=data))
+        for path in sorted(Path(config.docs_dir).glob("*.md")):
+            cwd = Path(tmp, "pages", path.stem)
+            for commands, shown in shown_blocks(path.read_text()):
+                for out in shown:
+                    data = figure(commands, cwd, out)
+                    files.append(File.generated(config, out, content=data))
     return files
 
 
-def plot_commands(markdown: str) -> list[tuple[list[str], str]]:
-    """The ``posenc plot`` lines of ``markdown``'s shell blocks that write into the page's
-    folder: ``(argv without --out, the file)``. Lines writing elsewhere (``docs/images/``,
-    the README's) are left out: the site does not make those."""
-    commands = []
+def shown_blocks(markdown: str) -> list[tuple[list[list[str]], list[str]]]:
+    """The shell blocks of ``markdown`` that make a file the page shows: ``(every posenc
+    command of the block as argv without "posenc", the files shown)``. A file is shown
+    when it is a ``--out`` of the block's ``posenc plot`` lines and the page links to it
+    (``](FILE)``); the other blocks (example commands, the README's ``docs/images/``) are
+    not run: the site does not make their files."""
+    blocks = []
     for block in SHELL_BLOCK.findall(markdown):
-        for line in PLOT_LINE.findall(block):
-            argv = shlex.split(line.split("#")[0])[1:]
-            out = argv[argv.index("--out") + 1]
-            if out.startswith(("/", "..", "docs/")):
-                continue
-            del argv[argv.index("--out") : argv.index("--out") + 2]
-            commands.append((argv, posixpath.normpath(out)))
-    return commands
+        commands = [
+            shlex.split(line, comments=True)[1:]
+            for line in block.splitlines()
+            if line.strip().startswith("posenc ")
+        ]
+        outs = [argv[argv.index("--out") + 1] for argv in commands if "--out" in argv[:-1]]
+        shown = [
+            posixpath.normpath(out)
+            for out in outs
+            if not out.startswith(("/", "..")) and f"]({out})" in markdown
+        ]
+        if shown:
+            blocks.append((commands, shown))
+    return blocks
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
