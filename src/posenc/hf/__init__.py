@@ -7,7 +7,10 @@ One module per concept:
   model's rotary embedding;
 - :mod:`~posenc.hf.extend`: :func:`extend_context`, a loaded causal LM (Llama family)
   rewritten for a longer context with one of the published scalings;
-- :mod:`~posenc.hf.keys`: reading a config's keys, object or dict.
+- :mod:`~posenc.hf.keys`: reading a config's keys, object or dict;
+- :mod:`~posenc.hf.inspect`: :func:`inspect_checkpoint`, what a checkpoint's ``config.json``
+  says about its positions (and what ``extend_context`` would do to reach a length), shown by
+  :func:`render_report` and :func:`frequencies_figure` (:mod:`~posenc.hf.inspect_view`).
 
 :func:`permute_for_layout` (the q/k weight permutation between Meta's interleaved pairs and
 Hugging Face's halves) lives in :mod:`posenc.rotary.layouts` and is re-exported here.
@@ -17,7 +20,19 @@ Both functions duck-type the config and the model. Import the names from ``posen
 """
 
 from ..rotary.layouts import permute_for_layout
-from .extend import EXTEND_METHODS, extend_context
+from .extend import EXTEND_METHODS, extend_context, extension_updates
+from .inspect import CheckpointReport, inspect_checkpoint
+from .inspect_view import frequencies_figure, render_report
 from .rope import rope_from_hf_config
 
-__all__ = ["EXTEND_METHODS", "extend_context", "permute_for_layout", "rope_from_hf_config"]
+__all__ = [
+    "EXTEND_METHODS",
+    "CheckpointReport",
+    "extend_context",
+    "extension_updates",
+    "frequencies_figure",
+    "inspect_checkpoint",
+    "permute_for_layout",
+    "render_report",
+    "rope_from_hf_config",
+]

@@ -35,21 +35,27 @@ def frequencies(
     base: float = 10000.0,
     original: int = 4096,
     target: int = 32768,
-    scalings: Sequence[str | Mapping[str, Any]] = DEFAULT_SCALINGS,
+    scalings: Sequence[str | Mapping[str, Any] | tuple[str, Mapping[str, Any]]] = DEFAULT_SCALINGS,
+    rotary_dim: int | None = None,
 ) -> Figure:
     """The wavelength ``2π/θ_i`` of each rotary pair under each scaling, log y.
 
     A scaling given by name gets ``factor = target / original`` and the documented
     defaults of :func:`named_scaling`; a ``rope_parameters`` dict (``{"rope_type": "yarn",
-    ...}``, e.g. a checkpoint's) is drawn as given. The length-dependent scalings
-    (``dynamic``, ``longrope``) are drawn at ``seq_len = target``.
+    ...}``, e.g. a checkpoint's) is drawn as given, at its own ``rope_theta`` if it has one
+    (an NTK extension written as a new base), labelled by its rope type, or by ``label`` when
+    given as a ``(label, dict)`` pair. The length-dependent scalings (``dynamic``,
+    ``longrope``) are drawn at ``seq_len = target``.
 
     Args:
         head_dim: the size of each head (even): ``head_dim / 2`` pairs.
         base: the wavelength base (``rope_theta``).
         original: the training context length (``original_max_position_embeddings``).
         target: the extended context length (> ``original``).
-        scalings: names from :data:`NAMED_SCALINGS` or ``rope_parameters`` dicts.
+        scalings: names from :data:`NAMED_SCALINGS`, ``rope_parameters`` dicts or
+            ``(label, rope_parameters)`` pairs.
+        rotary_dim: how many dimensions of each head rotate (partial rotary, GPT-NeoX):
+            ``rotary_dim / 2`` pairs; default ``head_dim``.
 
     Returns:
         The figure: one line per scaling (x = pair index ``i``, y = ``2π/θ_i`` in tokens,
@@ -60,22 +66,29 @@ def frequencies(
     """
     check_size("head_dim", head_dim, minimum=2, even=True)
     check_number("base", base)
+    if rotary_dim is None:
+        rotary_dim = head_dim
+    check_size("rotary_dim", rotary_dim, minimum=2, even=True)
+    if rotary_dim > head_dim:
+        raise ValueError(f"rotary_dim ({rotary_dim}) exceeds head_dim ({head_dim})")
     check_size("original", original)
     check_size("target", target)
     if target <= original:
         raise ValueError(f"target ({target}) must exceed original ({original})")
-    if isinstance(scalings, (str, bytes, Mapping)) or not isinstance(scalings, Sequence):
+    single = isinstance(scalings, (str, bytes, Mapping)) or _is_pair(scalings)
+    if single or not isinstance(scalings, Sequence):
         raise ValueError(f"scalings must be a sequence of names or dicts, got {scalings!r}")
     if not scalings:
         raise ValueError("scalings must name at least one scaling")
-    records = [_record(s, head_dim, original, target) for s in scalings]
+    records = [_record(s, rotary_dim, original, target) for s in scalings]
 
     factor = target / original
     title = f"RoPE wavelengths per pair: base {base:g}, {original} -> {target} (×{factor:g})"
     fig, (ax,) = new_figure(1, title, width=6.4, height=4.6)
-    pairs = range(head_dim // 2)
-    for label, record in records:
-        inv_freq, _ = record.inv_freq(head_dim, head_dim, float(base), seq_len=target)
+    pairs = range(rotary_dim // 2)
+    for label, record, own_base in records:
+        line_base = float(base if own_base is None else own_base)
+        inv_freq, _ = record.inv_freq(head_dim, rotary_dim, line_base, seq_len=target)
         wavelength = 2 * math.pi / inv_freq  # [head_dim // 2], tokens
         ax.plot(list(pairs), wavelength.numpy(), marker=".", markersize=3, label=label)
     for length, name, colour in ((original, "original", "0.35"), (target, "target", "0.6")):
@@ -137,10 +150,24 @@ def named_scaling(name: str, head_dim: int, original: int, target: int) -> dict[
     return {"rope_type": rope_type, **keys[name]}
 
 
-def _record(scaling: Any, head_dim: int, original: int, target: int) -> tuple[str, ScalingConfig]:
-    """``(legend label, validated record)`` of one entry of ``scalings``."""
+def _is_pair(entry: Any) -> bool:
+    """Whether ``entry`` is a ``(label, rope_parameters)`` pair."""
+    return (
+        isinstance(entry, tuple)
+        and len(entry) == 2
+        and isinstance(entry[0], str)
+        and isinstance(entry[1], Mapping)
+    )
+
+
+def _record(
+    scaling: Any, rotary_dim: int, original: int, target: int
+) -> tuple[str, ScalingConfig, float | None]:
+    """``(legend label, validated record, its own base or None)`` of one entry of ``scalings``."""
     if isinstance(scaling, str):
-        label, scaling = scaling, named_scaling(scaling, head_dim, original, target)
+        label, scaling = scaling, named_scaling(scaling, rotary_dim, original, target)
+    elif _is_pair(scaling):
+        label, scaling = scaling
     elif isinstance(scaling, Mapping):
         label = str(scaling.get("rope_type", scaling.get("type", "default")))
     else:
@@ -149,6 +176,11 @@ def _record(scaling: Any, head_dim: int, original: int, target: int) -> tuple[st
         record, encoding_keys = parse_scaling(scaling)
     except (TypeError, ValueError) as error:
         raise ValueError(f"scalings: {error}") from None
+    own_base = encoding_keys.pop("rope_theta", None)
+    if own_base is not None:
+        check_number("rope_theta", own_base)
     if encoding_keys:
-        raise ValueError(f"scalings: give the base as base, not {sorted(encoding_keys)}")
-    return label, record
+        raise ValueError(
+            f"scalings: give the rotary dimension as rotary_dim, not {sorted(encoding_keys)}"
+        )
+    return label, record, own_base

@@ -1,0 +1,294 @@
+"""What a Hugging Face checkpoint's positions are, read from its ``config.json``:
+:func:`inspect_checkpoint`.
+
+Rotary models are read by :func:`~posenc.hf.rope_from_hf_config` (the same function, so
+the report and the encoding cannot disagree); ALiBi (BLOOM, Press et al. 2022), T5's
+relative buckets (Raffel et al. 2020) and learned absolute positions (GPT-2, OPT) map to
+posenc's ``alibi``, ``t5`` and ``learned``. With a target length, the extension plan of an
+unscaled rotary model is what :func:`~posenc.hf.extend_context` would write into its config
+(:func:`~posenc.hf.extend.extension_updates`, the function ``extend_context`` calls).
+The file is read with :mod:`json`: nothing is downloaded and transformers is not imported.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from ..rotary.mrope import MRoPE
+from ..rotary.rope import RoPE
+from .extend import EXTEND_METHODS, extension_updates
+from .inspect_models import NonRotary, non_rotary, rotary_config
+from .rope import rope_from_hf_config
+
+__all__ = ["CheckpointReport", "ExtensionPlan", "RotaryFacts", "inspect_checkpoint"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RotaryFacts:
+    """A rotary checkpoint's RoPE, as :func:`~posenc.hf.rope_from_hf_config` builds it.
+
+    Attributes:
+        rope: the built :class:`~posenc.rotary.RoPE` (an :class:`~posenc.rotary.MRoPE`
+            for Qwen2-VL-style models).
+        head_dim, rotary_dim: the head size and how many of its dimensions rotate.
+        base: ``rope_theta``.
+        layout: ``"half"`` or ``"interleaved"``; ``layout_reason`` says why.
+        rope_type: the scaling's type (``"default"``: none); ``scaling`` its parameters.
+        original_context: the trained length (None where the config does not record it:
+            ``linear`` and ``ntk`` scalings).
+        extended_context: the length the scaling reaches (``max_position_embeddings``);
+            None when unscaled, or ``dynamic`` (it grows with the sequence).
+        attention_factor: the factor on cos and sin at ``extended_context`` (else at the
+            original length).
+        longest_wavelength: ``2π / min θ_i`` in tokens, at the same length.
+        mrope_section: M-RoPE's pairs per (t, h, w) axis, or None.
+    """
+
+    rope: RoPE
+    head_dim: int
+    rotary_dim: int
+    base: float
+    layout: str
+    layout_reason: str
+    rope_type: str
+    scaling: dict[str, Any]
+    original_context: int | None
+    extended_context: int | None
+    attention_factor: float
+    longest_wavelength: float
+    mrope_section: tuple[int, ...] | None
+
+
+@dataclasses.dataclass(frozen=True)
+class ExtensionPlan:
+    """What ``extend_context(model, method, factor)`` would set, and the RoPE it gives.
+
+    Attributes:
+        method: one of :data:`~posenc.hf.EXTEND_METHODS`.
+        factor: target / original length.
+        updates: the config keys and values it sets (``rope_parameters``,
+            ``max_position_embeddings``, ...), as :func:`~posenc.hf.extend.extension_updates`.
+        rope: the :class:`~posenc.rotary.RoPE` of the updated config, None when posenc cannot
+            build it (``note`` says why: M-RoPE takes no length-dependent scaling).
+        note: empty, or why ``rope`` is None.
+    """
+
+    method: str
+    factor: float
+    updates: dict[str, Any]
+    rope: RoPE | None
+    note: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointReport:
+    """What :func:`inspect_checkpoint` found.
+
+    Attributes:
+        path: the ``config.json`` read.
+        model_type: the config's ``model_type``.
+        encoding: the posenc encoding (``rope``, ``mrope``, ``alibi``, ``t5``, ``learned``).
+        config: its keyword arguments for ``posenc.create`` (for rotary ones, the built
+            encoding's configuration).
+        build: Python code that builds it from the file.
+        notes: further facts (the T5 decoder, legacy keys read, ...).
+        rotary: the RoPE's facts, None for other encodings.
+        target: the target length asked for, or None.
+        extensions: one plan per method of :data:`~posenc.hf.EXTEND_METHODS` (empty unless
+            a target is given for an unscaled rotary model).
+        extension_note: why there are no plans, or what to know about them; empty if none.
+    """
+
+    path: Path
+    model_type: str
+    encoding: str
+    config: dict[str, Any]
+    build: str
+    notes: tuple[str, ...] = ()
+    rotary: RotaryFacts | None = None
+    target: int | None = None
+    extensions: tuple[ExtensionPlan, ...] = ()
+    extension_note: str = ""
+
+
+def read_config(path: str | Path) -> tuple[Path, dict[str, Any]]:
+    """``(file, contents)`` of a ``config.json``, or of the one in directory ``path``.
+
+    Raises:
+        ValueError: a missing or unreadable file, or one that is not a JSON object, naming
+            the path.
+    """
+    if not isinstance(path, (str, Path)):
+        raise ValueError(f"path must be a str or Path, got {type(path).__name__} ({path!r})")
+    file = Path(path)
+    if file.is_dir():
+        file = file / "config.json"
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"cannot read {str(file)!r}: {error}") from None
+    try:
+        contents = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{str(file)!r} is not JSON: {error}") from None
+    if not isinstance(contents, dict):
+        raise ValueError(f"{str(file)!r} is not a config: it holds {type(contents).__name__}")
+    return file, contents
+
+
+def inspect_checkpoint(path: str | Path, target: int | None = None) -> CheckpointReport:
+    """Which position encoding a Hugging Face checkpoint uses, read from its ``config.json``.
+
+    Args:
+        path: a ``config.json``, or a model directory holding one. Read locally.
+        target: a context length to reach (tokens): adds the extension plans of an unscaled
+            rotary model.
+
+    Returns:
+        a :class:`CheckpointReport`.
+
+    Raises:
+        ValueError: a bad path or file (naming it), a model type posenc does not know
+            (naming it and the known ones), a config ``rope_from_hf_config`` rejects, a
+            target that is not an int >= 1.
+
+    Example:
+        >>> import json, tempfile, pathlib
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (folder / "config.json").write_text(json.dumps({"model_type": "llama",
+        ...     "hidden_size": 4096, "num_attention_heads": 32,
+        ...     "max_position_embeddings": 8192, "rope_theta": 500000.0}))
+        >>> report = inspect_checkpoint(folder, target=32768)
+        >>> report.encoding, report.rotary.layout, [p.method for p in report.extensions][:2]
+        ('rope', 'half', ['linear', 'ntk'])
+    """
+    if target is not None and (
+        isinstance(target, bool) or not isinstance(target, int) or target < 1
+    ):
+        raise ValueError(f"target must be an int >= 1 (tokens), got {target!r}")
+    file, raw = read_config(path)
+    model_type: str = raw.get("model_type") or ""  # "": none, named by non_rotary
+    other = non_rotary(raw, model_type)  # raises for unknown model types
+    if other is not None:
+        return _non_rotary_report(file, model_type, other, target)
+    config, notes = rotary_config(raw, model_type)
+    rope = rope_from_hf_config(config)
+    text = config.get("text_config") if isinstance(rope, MRoPE) else None
+    language = text if isinstance(text, dict) else config
+    facts = _rotary_facts(rope, language, model_type)
+    build = f"config = json.load(open({str(file)!r}))\n"
+    build += "".join(f"{line}\n" for line in notes if line.startswith("config["))
+    build += "rope = posenc.hf.rope_from_hf_config(config)"
+    report = CheckpointReport(
+        path=file,
+        model_type=model_type,
+        encoding="mrope" if isinstance(rope, MRoPE) else "rope",
+        config=rope.config.to_dict(),
+        build=build,
+        notes=tuple(n for n in notes if not n.startswith("config[")),
+        rotary=facts,
+        target=target,
+    )
+    if target is None:
+        return report
+    plans, note = _plans(config, language, facts, target, model_type)
+    return dataclasses.replace(report, extensions=plans, extension_note=note)
+
+
+def _non_rotary_report(
+    file: Path, model_type: str, found: NonRotary, target: int | None
+) -> CheckpointReport:
+    args = ", ".join(f"{k}={v!r}" for k, v in found.config.items())
+    return CheckpointReport(
+        path=file,
+        model_type=model_type,
+        encoding=found.encoding,
+        config=found.config,
+        build=f"encoding = posenc.create({found.encoding!r}, {args})",
+        notes=found.notes,
+        target=target,
+        extension_note=(
+            "" if target is None else f"extend_context scales RoPE only; {found.extension}"
+        ),
+    )
+
+
+def _rotary_facts(rope: RoPE, language: dict[str, Any], model_type: str) -> RotaryFacts:
+    c = rope.config
+    scaling = c.scaling.to_dict()
+    rope_type = scaling["rope_type"]
+    max_positions = language.get("max_position_embeddings")
+    original = scaling.get("original_max_position_embeddings")
+    if rope_type == "default":
+        original = max_positions
+    extended = None if rope_type in ("default", "dynamic") else max_positions
+    seq_len = extended if extended is not None else original
+    inv_freq = rope.inv_freq(seq_len)
+    if c.layout == "interleaved":
+        reason = f"model_type {model_type!r} keeps DeepSeek's interleaved q/k pairs"
+    elif model_type in ("deepseek_v2", "deepseek_v3"):
+        reason = "rope_interleave is false"
+    else:
+        reason = "Hugging Face's Llama-family pairs (i, i + d/2)"
+    mrope = rope.config.mrope_section if isinstance(rope, MRoPE) else None
+    return RotaryFacts(
+        rope=rope,
+        head_dim=c.head_dim,
+        rotary_dim=int(c.rotary_dim or c.head_dim),
+        base=float(c.base or 0.0),
+        layout=c.layout,
+        layout_reason=reason,
+        rope_type=rope_type,
+        scaling={k: v for k, v in scaling.items() if k != "rope_type"},
+        original_context=original,
+        extended_context=extended,
+        attention_factor=rope.attention_factor(seq_len),
+        longest_wavelength=float(2 * math.pi / inv_freq.min()),
+        mrope_section=None if mrope is None else tuple(mrope),
+    )
+
+
+def _plans(
+    config: dict[str, Any],
+    language: dict[str, Any],
+    facts: RotaryFacts,
+    target: int,
+    model_type: str,
+) -> tuple[tuple[ExtensionPlan, ...], str]:
+    """The extension plans to ``target`` tokens, or none and why."""
+    if facts.rope_type != "default":
+        reach = facts.extended_context
+        to = f"to {reach} tokens" if reach else "dynamically, past its original length"
+        return (), (
+            f"already scaled ({facts.rope_type!r}, {to}): extend_context refuses it "
+            "(it starts from rope_type 'default')"
+        )
+    original = facts.original_context
+    if original is None or target <= original:
+        return (), f"target {target} is within the original context {original}: nothing to extend"
+    factor = target / original
+    plans = []
+    for method in EXTEND_METHODS:
+        updates = extension_updates(language, method, factor)
+        updated = copy.deepcopy(config)
+        into = updated["text_config"] if language is not config else updated
+        into.update(copy.deepcopy(updates))
+        into.pop("rope_scaling", None)  # rope_parameters replaces it, as in transformers 5
+        try:
+            rope, note = rope_from_hf_config(updated), ""
+        except ValueError as error:
+            rope, note = None, f"posenc cannot build it: {error}"
+        plans.append(ExtensionPlan(method, factor, updates, rope, note))
+    note = ""
+    if model_type == "gpt_neox" or isinstance(facts.rope, MRoPE):
+        note = (
+            "extend_context rewrites model.model.rotary_emb (Llama family); this model keeps "
+            "its rotary embedding elsewhere, so it refuses the model: load it with the "
+            "updated config instead"
+        )
+    return tuple(plans), note

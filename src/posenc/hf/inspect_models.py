@@ -1,0 +1,149 @@
+"""The model types :func:`posenc.hf.inspect.inspect_checkpoint` knows, and how each maps to
+posenc: rotary ones read by :func:`~posenc.hf.rope_from_hf_config`, ALiBi (BLOOM; Press et
+al. 2022, arXiv:2108.12409), T5's relative buckets (Raffel et al. 2020, arXiv:1910.10683)
+and learned absolute positions (GPT-2, OPT).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..config import check_int
+from .rope import _MROPE_MODEL_TYPES
+
+__all__ = ["KNOWN_MODEL_TYPES", "NonRotary", "non_rotary", "rotary_config"]
+
+#: model types whose rotary embedding rope_from_hf_config reproduces (transformers' Llama
+#: family with half pairs, GPT-NeoX's partial rotary, DeepSeek's interleaved MLA, M-RoPE)
+ROTARY_MODEL_TYPES = (
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen2_moe",
+    "qwen3",
+    "qwen3_moe",
+    "phi3",
+    "gemma",
+    "gpt_neox",
+    "deepseek_v2",
+    "deepseek_v3",
+    *sorted(_MROPE_MODEL_TYPES),
+)
+
+#: model type -> (encoding, what it reads); the non-rotary ones
+OTHER_MODEL_TYPES = {
+    "bloom": "alibi",
+    "t5": "t5",
+    "mt5": "t5",
+    "gpt2": "learned",
+    "gpt_bigcode": "learned",
+    "opt": "learned",
+}
+
+KNOWN_MODEL_TYPES = (*ROTARY_MODEL_TYPES, *OTHER_MODEL_TYPES)
+
+#: GPT-NeoX's legacy config.json names -> the names transformers 5 (and posenc) read
+_NEOX_LEGACY = {"rotary_pct": "partial_rotary_factor", "rotary_emb_base": "rope_theta"}
+
+
+@dataclasses.dataclass(frozen=True)
+class NonRotary:
+    """A non-rotary checkpoint as a posenc encoding: its name, ``posenc.create`` keywords,
+    notes, and what extending its context means."""
+
+    encoding: str
+    config: dict[str, Any]
+    notes: tuple[str, ...]
+    extension: str
+
+
+def _int(config: dict[str, Any], *keys: str) -> int:
+    """The first of ``keys`` the config has, checked to be an int >= 1."""
+    for key in keys:
+        if config.get(key) is not None:
+            value = config[key]
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"config key {key} must be an int, got {value!r}")
+            check_int(key, value)
+            return value
+    raise ValueError(f"the config has none of {list(keys)}")
+
+
+def non_rotary(config: dict[str, Any], model_type: Any) -> NonRotary | None:
+    """The posenc encoding of a non-rotary model type, None for a rotary one.
+
+    Raises:
+        ValueError: an unknown (or missing) model type, naming it and the known ones.
+    """
+    if model_type in ROTARY_MODEL_TYPES:
+        return None
+    if model_type not in OTHER_MODEL_TYPES:
+        which = f"model_type {model_type!r}" if model_type else "a config without model_type"
+        raise ValueError(
+            f"posenc does not know {which}; it knows the rotary "
+            f"{list(ROTARY_MODEL_TYPES)} and {sorted(OTHER_MODEL_TYPES)}"
+        )
+    encoding = OTHER_MODEL_TYPES[model_type]
+    if encoding == "alibi":
+        n_heads = _int(config, "n_head", "num_attention_heads")
+        return NonRotary(
+            "alibi",
+            {"n_heads": n_heads},
+            ("ALiBi's geometric slopes, one per head; no position embeddings at all",),
+            "ALiBi has no position limit (its bias is linear in distance)",
+        )
+    if encoding == "t5":
+        keys = {
+            "n_heads": _int(config, "num_heads"),
+            "num_buckets": _int(config, "relative_attention_num_buckets"),
+            "max_distance": _int(config, "relative_attention_max_distance"),
+        }
+        return NonRotary(
+            "t5",
+            {**keys, "bidirectional": True},
+            (
+                "the encoder's buckets are bidirectional; the decoder's self-attention uses "
+                "the same with bidirectional=False",
+                "one learned bias table in the first layer of each stack, shared by its layers",
+            ),
+            f"T5's buckets have no position limit: distances past {keys['max_distance']} "
+            "share the last bucket",
+        )
+    dim = _int(config, "n_embd", "hidden_size")
+    max_positions = _int(config, "n_positions", "max_position_embeddings")
+    notes: tuple[str, ...] = ("a learned table of absolute positions, one row per position",)
+    if model_type == "opt":
+        notes += ("OPT's table has 2 extra rows (its positions start at offset 2)",)
+    return NonRotary(
+        "learned",
+        {"dim": dim, "max_positions": max_positions},
+        notes,
+        f"a learned table stops at {max_positions} positions: there is no row to scale",
+    )
+
+
+def rotary_config(config: dict[str, Any], model_type: Any) -> tuple[dict[str, Any], list[str]]:
+    """The config as :func:`~posenc.hf.rope_from_hf_config` should read it, and notes.
+
+    GPT-NeoX's legacy ``config.json`` keys (``rotary_pct``, ``rotary_emb_base``) are renamed
+    to the names transformers 5 reads, with a note in the form of the Python line that does
+    it (``config[...] = ...``).
+    """
+    notes: list[str] = []
+    if model_type in ("deepseek_v2", "deepseek_v3"):
+        notes.append(
+            "DeepSeek's attention also multiplies its softmax scale by "
+            "yarn_mscale(factor, mscale_all_dim)^2 under yarn: part of the attention, not the RoPE"
+        )
+    if model_type != "gpt_neox":
+        return config, notes
+    config = dict(config)
+    for old, new in _NEOX_LEGACY.items():
+        if old in config and config[old] is not None:
+            if config.get(new) is not None and config[new] != config[old]:
+                raise ValueError(f"the config has {old}={config[old]} and {new}={config[new]}")
+            config[new] = config.pop(old)
+            notes.append(f"config[{new!r}] = config.pop({old!r})  # transformers 5's name")
+    return config, notes

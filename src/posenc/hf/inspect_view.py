@@ -1,0 +1,149 @@
+"""A :class:`~posenc.hf.inspect.CheckpointReport` shown: as text lines
+(:func:`render_report`) and as the ``frequencies`` figure of its RoPE
+(:func:`frequencies_figure`; matplotlib is imported only there).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..rotary.rope import RoPE
+from .inspect import CheckpointReport
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["frequencies_figure", "render_report"]
+
+
+def _value(value: Any) -> str:
+    """A config value, a long list shortened to its length and ends."""
+    if isinstance(value, (list, tuple)) and len(value) > 6:
+        return f"[{len(value)} values: {value[0]:g} ... {value[-1]:g}]"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return repr(value)
+
+
+def _params(params: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={_value(v)}" for k, v in params.items()) or "no parameters"
+
+
+def render_report(report: CheckpointReport) -> list[str]:
+    """The report as lines of text: ``key: value``, the build code, the extension plans.
+
+    Example:
+        >>> import json, tempfile, pathlib
+        >>> from posenc.hf.inspect import inspect_checkpoint
+        >>> file = pathlib.Path(tempfile.mkdtemp()) / "config.json"
+        >>> _ = file.write_text(json.dumps({"model_type": "bloom", "n_head": 16}))
+        >>> render_report(inspect_checkpoint(file))[1]
+        'encoding: alibi (n_heads=16)'
+    """
+    r, f = report, report.rotary
+    lines = [
+        f"checkpoint: {r.path} (model_type {r.model_type})",
+        f"encoding: {r.encoding} ({_params(r.config) if f is None else type(f.rope).__name__})",
+    ]
+    if f is not None:
+        factor = f.rotary_dim / f.head_dim
+        partial = "" if factor == 1 else f" (partial rotary, factor {factor:g})"
+        lines += [
+            f"head_dim: {f.head_dim}, rotary dims {f.rotary_dim}{partial}",
+            f"base (rope_theta): {f.base:g}",
+            f"pair layout: {f.layout} ({f.layout_reason})",
+            f"scaling: {f.rope_type} ({_params(f.scaling)})",
+            f"original context: {f.original_context or 'not recorded in the config'}",
+            f"extended context: {_extended(f.rope_type, f.extended_context)}",
+            f"attention factor: {f.attention_factor:.6g}",
+            f"longest wavelength: {f.longest_wavelength:,.0f} tokens{_versus(f)}",
+        ]
+        if f.mrope_section is not None:
+            lines.append(f"mrope section (t, h, w pairs): {list(f.mrope_section)}")
+    lines += [f"note: {note}" for note in r.notes]
+    lines += ["build:", *(f"    {line}" for line in r.build.splitlines())]
+    if r.target is not None:
+        lines.append(f"extension to {r.target} tokens:")
+        for plan in r.extensions:
+            u = plan.updates
+            lines.append(
+                f"    {plan.method} (factor {plan.factor:g}): "
+                f"rope_parameters={{{_params(u['rope_parameters'])}}}; "
+                f"max_position_embeddings={u['max_position_embeddings']}"
+            )
+            if plan.note:
+                lines.append(f"        {plan.note}")
+        if r.extensions:
+            lines.append(
+                f"    apply: posenc.hf.extend_context(model, METHOD, {r.extensions[0].factor:g})"
+            )
+        if r.extension_note:
+            lines.append(f"    {r.extension_note}")
+    return lines
+
+
+def _extended(rope_type: str, extended: int | None) -> str:
+    if rope_type == "default":
+        return "none (unscaled)"
+    if extended is None:
+        return "grows with the sequence (dynamic)"
+    return str(extended)
+
+
+def _versus(f: Any) -> str:
+    context = f.extended_context or f.original_context
+    if not context:
+        return ""
+    return f" ({f.longest_wavelength / context:.3g}x the context {context})"
+
+
+def _line(rope: RoPE) -> dict[str, Any]:
+    """A built RoPE's scaling as the ``rope_parameters`` dict the figure draws."""
+    return {**rope.config.scaling.to_dict(), "rope_theta": rope.config.base}
+
+
+def frequencies_figure(report: CheckpointReport) -> Figure:
+    """The ``frequencies`` figure (:func:`posenc.plot.frequencies.frequencies`) of a checkpoint.
+
+    Each rotary pair's wavelength ``2π/θ_i`` under the checkpoint's own scaling and plain
+    RoPE, with the original and extended (or target) contexts marked; with a target, the
+    RoPE of each extension plan too. Every line is drawn from the built encoding's scaling
+    and base, at ``seq_len`` = the target (or extended) length.
+
+    Raises:
+        ValueError: a non-rotary checkpoint, or lengths the figure cannot mark (an unscaled
+            checkpoint without a target longer than its context; a scaling whose original
+            length the config does not record).
+        ImportError: matplotlib is missing.
+    """
+    from ..plot.frequencies import frequencies
+
+    f = report.rotary
+    if f is None:
+        raise ValueError(
+            f"the frequencies figure is for rotary checkpoints; {report.model_type!r} uses "
+            f"{report.encoding}"
+        )
+    if f.original_context is None:
+        raise ValueError(
+            f"the config does not record the original context of its {f.rope_type!r} scaling"
+        )
+    target = report.target if report.target is not None else f.extended_context
+    if target is None or target <= f.original_context:
+        raise ValueError(
+            f"the figure needs a target longer than the original context {f.original_context}: "
+            "give target (--target N)"
+        )
+    own = f"checkpoint ({f.rope_type})" if f.rope_type != "default" else "checkpoint (none)"
+    lines: list[tuple[str, dict[str, Any]]] = [(own, _line(f.rope))]
+    if f.rope_type != "default":
+        lines.append(("none", {"rope_type": "default"}))
+    lines += [(f"{p.method} (plan)", _line(p.rope)) for p in report.extensions if p.rope]
+    return frequencies(
+        head_dim=f.head_dim,
+        base=f.base,
+        original=f.original_context,
+        target=target,
+        scalings=lines,
+        rotary_dim=f.rotary_dim,
+    )
