@@ -63,8 +63,9 @@ def _parse(path: Path) -> _Page:
 
 
 def broken_links(site: Path) -> list[str]:
-    """Every local ``href``/``src`` of every HTML page under ``site`` that names a missing
-    file, or a ``#fragment`` missing from the HTML page it points to: ``"page: link"``."""
+    """Every local ``href``/``src`` of every HTML page under ``site`` (``/x`` from the site's
+    root, as a server would serve it) that names a missing file, or a ``#fragment`` missing
+    from the HTML page it points to: ``"page: link"``."""
     pages = {p: _parse(p) for p in sorted(site.rglob("*.html"))}
     broken = []
     for path, page in pages.items():
@@ -72,7 +73,12 @@ def broken_links(site: Path) -> list[str]:
             parts = urlsplit(link)
             if parts.scheme or link.startswith("//"):
                 continue  # external (http, https, mailto, data): not checked offline
-            target = path if not parts.path else (path.parent / unquote(parts.path)).resolve()
+            if not parts.path:
+                target = path
+            elif parts.path.startswith("/"):  # from the site's root (mkdocs' 404.html)
+                target = (site / unquote(parts.path).lstrip("/")).resolve()
+            else:
+                target = (path.parent / unquote(parts.path)).resolve()
             if parts.path.endswith("/") or target.is_dir():
                 target = target / "index.html"
             if not target.is_file() or site.resolve() not in target.resolve().parents:
@@ -102,12 +108,14 @@ def test_broken_links_finds_missing_files_and_anchors(tmp_path):
     (tmp_path / "sub" / "page.html").write_text('<h2 id="here">x</h2><a href="#here">self</a>')
     (tmp_path / "index.html").write_text(
         '<a href="sub/page.html#here">ok</a> <img src="img.png"> <a href="sub/">dir</a>'
+        '<a href="/sub/page.html">root</a> <a href="/nope.html">bad root</a>'
         '<a href="https://example.org/missing">external</a> <a href="mailto:a@b.c">mail</a>'
         '<a href="sub/page.html#nowhere">bad anchor</a> <img src="missing.png">'
         '<a href="#top">bad self anchor</a> <a href="../outside.html">outside</a>'
     )
     (tmp_path / "sub" / "index.html").write_text("<p>the folder's page</p>")
     assert broken_links(tmp_path) == [
+        "index.html: /nope.html",
         "index.html: sub/page.html#nowhere (no such anchor)",
         "index.html: missing.png",
         "index.html: #top (no such anchor)",

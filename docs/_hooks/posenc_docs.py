@@ -129,8 +129,7 @@ def encoding_page(name: str) -> str:
     lines += ["## Configuration", "", "| key | type | default | meaning |", "|---|---|---|---|"]
     for key in describe.config_keys(name):
         lines.append(
-            f"| `{key.name}` | `{_cell(key.type)}` | `{_cell(key.default)}` "
-            f"| {_cell(key.meaning)} |"
+            f"| `{key.name}` | {_cell(key.type)} | {_cell(key.default)} | {_cell(key.meaning)} |"
         )
     lines += ["", "## When to use it", ""]
     situations = guide.when_to_use(name)
@@ -225,10 +224,26 @@ def shown_blocks(markdown: str) -> list[tuple[list[list[str]], list[str]]]:
     return blocks
 
 
+def guide_markdown() -> str:
+    """The when-to-use guide (:func:`posenc.guide.guide`, every situation) as Markdown, each
+    recommended encoding linked to its page (from ``guide.md``: ``encodings/NAME.md``)."""
+    from posenc import guide
+
+    lines = []
+    for advice in guide.guide():
+        s = advice.situation
+        flags = " ".join(f"`{guide.FLAGS[need]}`" for need in s.needs)
+        lines += [f"## {s.question}", "", f"Flags: {flags}", ""]
+        use = ", ".join(f"[{name}](encodings/{name}.md)" for name in s.recommend)
+        lines += [f"**Use:** {use}", "", f"**Why:** {s.why}", ""]
+        if s.measured:
+            measured = ", ".join(f"`{e}`" for e in s.measured)
+            lines += [f"**Measured by the arena:** {measured}", ""]
+    return "\n".join(lines)
+
+
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     """Fill ``<!-- posenc:guide -->`` with the when-to-use guide."""
     if GUIDE_MARKER in markdown:
-        from posenc import guide
-
-        markdown = markdown.replace(GUIDE_MARKER, guide.markdown())
+        markdown = markdown.replace(GUIDE_MARKER, guide_markdown())
     return markdown
