@@ -12,6 +12,7 @@ frequencies    the wavelength of each rotary pair under each context-extension s
 similarity     the similarity of the encodings of every pair of positions
 grid           the similarity of one patch to every other on the grid of a 2-D encoding
 mrope-ids      the (t, h, w) ids of a text + image + video sequence (M-RoPE)
+attention      a trained arena model's attention on a text, one image per layer and head
 =============  ==============================================================================
 
 Each function takes keyword arguments with defaults (``posenc.plot.get("heatmap")()`` runs)
@@ -45,6 +46,7 @@ PLOTS: dict[str, str] = {
     "similarity": "similarity",
     "grid": "grid",
     "mrope-ids": "grid",
+    "attention": "attention",
 }
 
 
