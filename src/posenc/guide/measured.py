@@ -1,0 +1,164 @@
+"""What an arena run measured that bears on a situation of the guide: one line per
+experiment, read through the arena's own helpers (:func:`posenc.arena.panels.metric_rows`,
+:func:`posenc.arena.summary.extrapolations` and :func:`~posenc.arena.summary.kv_curves`),
+so the guide and the run's report judge the numbers the same way.
+
+Perplexities and ratios are written with three significant digits, accuracies with two
+decimals.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ..arena.panels import metric_rows
+from ..arena.summary import EXTRAPOLATES, extrapolations, kv_curves
+from .situations import Situation
+
+__all__ = ["evidence"]
+
+Results = Mapping[str, Any]
+
+
+def _g(value: float) -> str:
+    """Three significant digits; thousands whole, with commas, up to a million."""
+    return f"{value:,.0f}" if 1e3 <= abs(value) < 1e6 else f"{value:.3g}"
+
+
+def _extrapolation(results: Results, names: Sequence[str]) -> list[str]:
+    """Each named encoding at L and at the longest length, then the best at L and the
+    flattest of the run."""
+    found = extrapolations(results)
+    if not found:
+        return []
+    first = found[0]
+    parts = []
+    for e in found:
+        if e.encoding not in names:
+            continue
+        if e.ratio is None or e.at_train is None or e.at_longest is None:
+            past = f"past {e.ran_up_to}" if e.ran_up_to is not None else "at all"
+            parts.append(f"{e.encoding} cannot run {past}")
+            continue
+        verdict = "flat" if e.ratio <= EXTRAPOLATES else "does not extrapolate"
+        parts.append(
+            f"{e.encoding} {_g(e.at_train)} → {_g(e.at_longest)} (×{_g(e.ratio)}, {verdict})"
+        )
+    missing = [n for n in names if n not in {e.encoding for e in found}]
+    if missing:
+        parts.append(f"not in this run: {', '.join(missing)}")
+    at_l = [(e.at_train, e.encoding) for e in found if e.at_train is not None]
+    flat = [(e.ratio, e.encoding) for e in found if e.ratio is not None]
+    tail = []
+    if at_l:
+        value, name = min(at_l)
+        tail.append(f"Best at L: {name} ({_g(value)})")
+    if flat:
+        value, name = min(flat)
+        tail.append(f"flattest: {name} (×{_g(value)})")
+    train = min(e.train_length for e in found)
+    head = f"extrapolation ({first.metric}, {first.mode} mode, L={train} → {first.longest}): "
+    text = head + "; ".join(parts)
+    if tail:
+        text += (". " if parts else "") + "; ".join(tail)
+    return [text + "."]
+
+
+def _context_extension(results: Results, names: Sequence[str]) -> list[str]:
+    """The best RoPE scaling at the largest factor, zero-shot and after the fine-tune."""
+    rows, metric = metric_rows(results["measurements"], "context-extension")
+    rows = [r for r in rows if r["mean"] is not None and r.get("factor") is not None]
+    if not rows:
+        return []
+    factor = max(r["factor"] for r in rows)
+    parts = []
+    for stage, what in (("zero-shot", "zero-shot"), ("fine-tuned", "after a short fine-tune")):
+        here = [r for r in rows if r["factor"] == factor and r.get("stage") == stage]
+        if not here:
+            continue
+        best = min(here, key=lambda r: r["mean"])
+        none = next((r for r in here if r.get("scaling") == "none"), None)
+        text = f"{what} the best is {best.get('scaling')} ({_g(best['mean'])}"
+        text += f"; none {_g(none['mean'])})" if none is not None and none is not best else ")"
+        parts.append(text)
+    length = max(r["eval_length"] for r in rows if r["factor"] == factor)
+    return [
+        f"context extension of RoPE to ×{factor} ({length} tokens, {metric}): "
+        + "; ".join(parts)
+        + "."
+    ]
+
+
+def _length_generalization(results: Results, names: Sequence[str]) -> list[str]:
+    """Per task, at the longest length: the named encodings' accuracy and the best."""
+    rows, metric = metric_rows(results["measurements"], "length-generalization")
+    rows = [r for r in rows if r["mean"] is not None]
+    parts = []
+    for task in sorted({r.get("task") for r in rows}, key=str):
+        here = [r for r in rows if r.get("task") == task]
+        longest = max(r["eval_length"] for r in here)
+        train = max(r["train_length"] for r in here)
+        there = [r for r in here if r["eval_length"] == longest]
+        mine = [f"{r['encoding']} {r['mean']:.2f}" for r in there if r["encoding"] in names]
+        best = max(there, key=lambda r: r["mean"])
+        if best["mean"] > 0 and best["encoding"] not in names:
+            mine.append(f"best {best['encoding']} {best['mean']:.2f}")
+        elif best["mean"] <= 0:
+            mine.append("no encoding gets a whole string right")
+        parts.append(f"{task} trained up to {train}, at {longest}: " + ", ".join(mine))
+    if not parts:
+        return []
+    return [f"length generalisation ({metric}): " + "; ".join(parts) + "."]
+
+
+def _nope(results: Results, names: Sequence[str]) -> list[str]:
+    """NoPE against the median of the other encodings, with and without a causal mask."""
+    rows, metric = metric_rows(results["measurements"], "nope-needs-causality")
+    rows = [r for r in rows if r["mean"] is not None]
+    parts = []
+    for mode in ("causal", "bidirectional"):
+        nope = [r["mean"] for r in rows if r.get("mode") == mode and r["encoding"] == "nope"]
+        others = [r["mean"] for r in rows if r.get("mode") == mode and r["encoding"] != "nope"]
+        if nope and others:
+            ref = statistics.median(others)
+            parts.append(f"{mode} {_g(nope[0])} vs {_g(ref)} (×{_g(nope[0] / ref)})")
+    if not parts:
+        return []
+    return [f"NoPE vs the median of the other encodings ({metric}): " + "; ".join(parts) + "."]
+
+
+def _lost_in_the_middle(results: Results, names: Sequence[str]) -> list[str]:
+    """First, middle and last accuracy of the named encodings, where retrieval was learned
+    (:attr:`posenc.arena.summary.Curve.learned`); nothing where it was not."""
+    curves, metric = kv_curves(results)
+    parts = []
+    for c in curves:
+        if c.encoding in names and c.learned:
+            a, m, z = c.ends()
+            parts.append(
+                f"{c.encoding} {c.mode} {c.n_pairs} pairs: first {a:.2f}, middle {m:.2f}, "
+                f"last {z:.2f}"
+            )
+    if not parts:
+        return []
+    return [f"lost in the middle ({metric} by gold position): " + "; ".join(parts) + "."]
+
+
+_READERS: dict[str, Callable[[Results, Sequence[str]], list[str]]] = {
+    "extrapolation": _extrapolation,
+    "context-extension": _context_extension,
+    "length-generalization": _length_generalization,
+    "nope-needs-causality": _nope,
+    "lost-in-the-middle": _lost_in_the_middle,
+}
+
+
+def evidence(results: Results, situation: Situation) -> tuple[str, ...]:
+    """The lines of ``results`` (an arena ``results.json`` document) that bear on
+    ``situation``: one per experiment of ``situation.measured`` that the run measured."""
+    lines: list[str] = []
+    for experiment in situation.measured:
+        lines += _READERS[experiment](results, situation.recommend)
+    return tuple(lines)
