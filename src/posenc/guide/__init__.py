@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from .advice import Advice, find_run, guide, when_to_use
 from .measured import evidence
-from .text import NO_RUN_HINT, render
 from .situations import FLAGS, NEEDS, SITUATIONS, Situation
+from .text import NO_RUN_HINT, render
 
 __all__ = [
     "FLAGS",
