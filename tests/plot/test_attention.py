@@ -128,3 +128,18 @@ def test_text_past_a_learned_models_positions(tmp_path):
         attention(run=str(out), encoding="learned", text=long)
     fig = attention(run=str(out), encoding="learned", text="x" * TINY.train_length)
     assert panels(fig)
+
+
+def test_bidirectional_masked_model(tmp_path):
+    """nope-needs-causality's masked model sees every key: no zero triangle."""
+    out = tmp_path / "run"
+    run_arena(["nope-needs-causality"], TINY, out=out, encodings=["rope"], bars=False)
+    assert trained_encodings(out, "mlm") == {"nope": [0], "rope": [0], "sinusoidal": [0]}
+    model = load_model(out, "rope", model="mlm")
+    assert not model.causal and model.vocab_size == 257
+    fig = attention(run=str(out), encoding="rope", model="mlm", text=TEXT, layer=0, head=0)
+    (ax,) = panels(fig)
+    drawn = np.asarray(ax.get_images()[0].get_array())
+    np.testing.assert_array_equal(drawn, attention_maps(model, text_ids(TEXT))[0, 0, 0].numpy())
+    assert (drawn > 0).all()
+    assert "mlm" in fig.get_suptitle()
