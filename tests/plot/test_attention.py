@@ -65,7 +65,7 @@ def test_layer_and_head_choose_one_panel(run):
 
 
 def test_registry_and_files(run, tmp_path):
-    fig = get("attention")(run=run, encoding="alibi")  # the default text
+    fig = get("attention")(run=Path(run), encoding="alibi")  # the default text
     assert save(fig, tmp_path / "a.png").stat().st_size > 0
     assert save(fig, tmp_path / "a.svg").stat().st_size > 0
 
@@ -107,10 +107,11 @@ def test_token_labels_escape_whitespace_and_bytes():
         ({"layer": -1}, "layer"),
         ({"head": 2}, r"head must be in \[0, 1\]"),
         ({"head": 0.5}, "head must be an int"),
+        ({"run": 3}, "run must be a path"),
     ],
 )
 def test_bad_input(run, kwargs, match):
-    kwargs = {"run": run, **kwargs} if kwargs != {} else {}
+    kwargs = {"run": run, **kwargs} if kwargs else {}
     with pytest.raises(ValueError, match=match):
         attention(**kwargs)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 from typing import TYPE_CHECKING
 
 import torch
@@ -83,8 +84,9 @@ def attention(
             "run: pass run=... (an arena run directory): `posenc arena run extrapolation "
             "--preset quick --out DIR` makes one"
         )
-    if not isinstance(run, str):
+    if not isinstance(run, (str, os.PathLike)):
         raise ValueError(f"run must be a path to an arena run directory, got {run!r}")
+    run = os.fspath(run)  # a pathlib.Path too, from a notebook
     ids = text_ids(text)  # raises for an empty text
     net = load_model(run, encoding, model=model, seed=seed)
     layers = _pick("layer", layer, net.n_layers)
