@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import html
 import io
 import logging
 import os
@@ -30,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import posenc
-from posenc import cli
 
 log = logging.getLogger("mkdocs.plugins.posenc_docs")
 
@@ -79,6 +79,8 @@ def figures_for(name: str) -> list[tuple[str, list[str], str]]:
 def run_commands(commands: list[list[str]], cwd: Path) -> None:
     """Run each ``posenc`` command (argv without ``posenc``) in folder ``cwd``, in order, as
     ``posenc.cli.main`` does. Raises ``RuntimeError`` naming the first one that fails."""
+    from posenc import cli
+
     cwd.mkdir(parents=True, exist_ok=True)
     here = os.getcwd()
     for argv in commands:
@@ -109,8 +111,14 @@ def figure(commands: list[list[str]], cwd: Path, out: str) -> bytes:
 
 
 def _cell(text: Any) -> str:
-    """``text`` fit for a Markdown table cell."""
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    """``text`` fit for a Markdown table cell: ``|`` escaped, also in a code span (as
+    ``<code>`` with ``&#124;``, since a code span would show the escape)."""
+    text = re.sub(
+        r"`([^`]*\|[^`]*)`",
+        lambda m: f"<code>{html.escape(m[1]).replace('|', '&#124;')}</code>",
+        str(text),
+    )
+    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def encoding_page(name: str) -> str:
