@@ -1,0 +1,358 @@
+"""posenc inspect: a checkpoint's config.json read into posenc's encoding, the extension
+plans, the frequencies figure and the command.
+
+The configs are built with transformers' config classes and the values of the real
+checkpoints, then written by ``save_pretrained`` (no downloads). Phi-3-mini-128k's
+LongRoPE factors are plausible stand-ins of the right length (48 each), not Microsoft's.
+"""
+
+import copy
+import json
+import math
+
+import pytest
+import torch
+
+import posenc
+from posenc.hf import (
+    EXTEND_METHODS,
+    extend_context,
+    frequencies_figure,
+    inspect_checkpoint,
+    render_report,
+    rope_from_hf_config,
+)
+from posenc.rotary.mrope import MRoPE
+
+transformers = pytest.importorskip("transformers")
+T = transformers
+
+PHI3_SHORT = [round(1.0 + 0.002 * i * i / 48, 5) for i in range(48)]
+PHI3_LONG = [round(1.0 + 46.0 * (i / 47) ** 2, 4) for i in range(48)]
+
+
+def real_configs():
+    """name -> a transformers config with the real checkpoint's position-related values."""
+    return {
+        "llama-3.1-8b": T.LlamaConfig(
+            hidden_size=4096,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            max_position_embeddings=131072,
+            rope_parameters={
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192,
+                "rope_theta": 500000.0,
+            },
+        ),
+        "qwen2-7b": T.Qwen2Config(
+            hidden_size=3584,
+            num_attention_heads=28,
+            num_key_value_heads=4,
+            max_position_embeddings=131072,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        ),
+        "qwen2-vl-7b": T.Qwen2VLConfig(
+            text_config={
+                "hidden_size": 3584,
+                "num_attention_heads": 28,
+                "num_key_value_heads": 4,
+                "max_position_embeddings": 32768,
+                "rope_parameters": {
+                    "rope_type": "default",
+                    "mrope_section": [16, 24, 24],
+                    "rope_theta": 1000000.0,
+                },
+            }
+        ),
+        "mistral-7b": T.MistralConfig(
+            hidden_size=4096,
+            num_attention_heads=32,
+            max_position_embeddings=32768,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        ),
+        "phi-3-mini-128k": T.Phi3Config(
+            hidden_size=3072,
+            num_attention_heads=32,
+            max_position_embeddings=131072,
+            original_max_position_embeddings=4096,
+            rope_parameters={
+                "rope_type": "longrope",
+                "short_factor": PHI3_SHORT,
+                "long_factor": PHI3_LONG,
+                "rope_theta": 10000.0,
+            },
+        ),
+        "deepseek-v3": T.DeepseekV3Config(
+            max_position_embeddings=163840,
+            qk_rope_head_dim=64,
+            rope_parameters={
+                "rope_type": "yarn",
+                "factor": 40.0,
+                "mscale": 1.0,
+                "mscale_all_dim": 1.0,
+                "beta_fast": 32.0,
+                "beta_slow": 1.0,
+                "original_max_position_embeddings": 4096,
+                "rope_theta": 10000.0,
+            },
+        ),
+        "gpt-neox-20b": T.GPTNeoXConfig(
+            hidden_size=6144, num_attention_heads=64, rotary_pct=0.25, max_position_embeddings=2048
+        ),
+        "bloom-176b": T.BloomConfig(hidden_size=14336, n_head=112),
+        "t5-small": T.T5Config(
+            d_model=512,
+            num_heads=8,
+            relative_attention_num_buckets=32,
+            relative_attention_max_distance=128,
+        ),
+        "gpt2": T.GPT2Config(n_positions=1024, n_embd=768, n_head=12),
+    }
+
+
+#: read by hand from the configs above: encoding, head_dim, rotary dims, base, layout,
+#: rope_type, original context, extended context
+ROTARY = {
+    "llama-3.1-8b": ("rope", 128, 128, 500000.0, "half", "llama3", 8192, 131072),
+    "qwen2-7b": ("rope", 128, 128, 1e6, "half", "default", 131072, None),
+    "qwen2-vl-7b": ("mrope", 128, 128, 1e6, "half", "default", 32768, None),
+    "mistral-7b": ("rope", 128, 128, 10000.0, "half", "default", 32768, None),
+    "phi-3-mini-128k": ("rope", 96, 96, 10000.0, "half", "longrope", 4096, 131072),
+    "deepseek-v3": ("rope", 64, 64, 10000.0, "interleaved", "yarn", 4096, 163840),
+    "gpt-neox-20b": ("rope", 96, 24, 10000.0, "half", "default", 2048, None),
+}
+OTHER = {
+    "bloom-176b": ("alibi", {"n_heads": 112}),
+    "t5-small": (
+        "t5",
+        {"n_heads": 8, "num_buckets": 32, "max_distance": 128, "bidirectional": True},
+    ),
+    "gpt2": ("learned", {"dim": 768, "max_positions": 1024}),
+}
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """name -> the directory its config.json was saved to."""
+    out = {}
+    for name, config in real_configs().items():
+        folder = tmp_path_factory.mktemp(name)
+        config.save_pretrained(folder)
+        out[name] = folder
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(ROTARY))
+def test_rotary_checkpoints(name, saved):
+    report = inspect_checkpoint(saved[name])
+    encoding, head_dim, rotary_dim, base, layout, rope_type, original, extended = ROTARY[name]
+    f = report.rotary
+    assert (report.encoding, f.head_dim, f.rotary_dim, f.base, f.layout) == (
+        encoding,
+        head_dim,
+        rotary_dim,
+        base,
+        layout,
+    )
+    assert (f.rope_type, f.original_context, f.extended_context) == (rope_type, original, extended)
+    # the encoding is rope_from_hf_config's of the same file: the same function, exactly
+    raw = json.loads((saved[name] / "config.json").read_text())
+    expected = rope_from_hf_config(raw)
+    assert f.rope.config == expected.config
+    length = extended or original
+    assert torch.equal(f.rope.inv_freq(length), expected.inv_freq(length))
+    assert f.attention_factor == expected.attention_factor(length)
+    assert f.longest_wavelength == pytest.approx(2 * math.pi / expected.inv_freq(length).min())
+    assert report.path == saved[name] / "config.json"
+    # the build code in the report runs and builds the same encoding
+    scope = {"json": json, "posenc": posenc}
+    exec(report.build, scope)
+    assert scope["rope"].config == f.rope.config
+
+
+def test_checkpoint_specifics(saved):
+    qwen = inspect_checkpoint(saved["qwen2-vl-7b"]).rotary
+    assert isinstance(qwen.rope, MRoPE) and qwen.mrope_section == (16, 24, 24)
+    phi = inspect_checkpoint(saved["phi-3-mini-128k"]).rotary
+    assert phi.scaling["long_factor"] == tuple(PHI3_LONG)
+    assert phi.scaling["short_factor"] == tuple(PHI3_SHORT)
+    assert phi.scaling["factor"] == 32.0  # 131072 / 4096
+    assert phi.attention_factor == pytest.approx(math.sqrt(1 + math.log(32) / math.log(4096)))
+    deepseek = inspect_checkpoint(saved["deepseek-v3"])
+    assert (
+        deepseek.rotary.layout == "interleaved" and "deepseek_v3" in deepseek.rotary.layout_reason
+    )
+    assert deepseek.rotary.scaling["factor"] == 40.0 and deepseek.rotary.head_dim == 64
+    assert any("mscale_all_dim" in note for note in deepseek.notes)
+    llama = inspect_checkpoint(saved["llama-3.1-8b"]).rotary
+    assert llama.scaling["low_freq_factor"] == 1.0 and llama.scaling["high_freq_factor"] == 4.0
+
+
+def test_legacy_gpt_neox_keys_are_read(tmp_path):
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "gpt_neox",
+                "hidden_size": 6144,
+                "num_attention_heads": 64,
+                "rotary_pct": 0.25,
+                "rotary_emb_base": 10000,
+                "max_position_embeddings": 2048,
+            }
+        )
+    )
+    report = inspect_checkpoint(tmp_path)
+    assert report.rotary.rotary_dim == 24
+    scope = {"json": json, "posenc": posenc}
+    exec(report.build, scope)  # the build code renames the keys as the report did
+    assert scope["rope"].config == report.rotary.rope.config
+
+
+@pytest.mark.parametrize("name", sorted(OTHER))
+def test_non_rotary_checkpoints(name, saved):
+    report = inspect_checkpoint(saved[name], target=4096)
+    encoding, config = OTHER[name]
+    assert (report.encoding, report.config, report.rotary) == (encoding, config, None)
+    assert report.extensions == () and "RoPE only" in report.extension_note
+    scope = {"posenc": posenc}
+    exec(report.build, scope)
+    built = scope["encoding"]
+    assert type(built) is posenc.registry.get(encoding)
+    for key, value in config.items():
+        assert getattr(built.config, key) == value
+
+
+def tiny_llama(original=16, rope_parameters=None):
+    return T.LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=100,
+        max_position_embeddings=original,
+        rope_parameters=rope_parameters or {"rope_type": "default", "rope_theta": 10000.0},
+    )
+
+
+def test_plans_equal_extend_context(tmp_path):
+    config = tiny_llama()
+    config.save_pretrained(tmp_path)
+    report = inspect_checkpoint(tmp_path, target=64)
+    assert [p.method for p in report.extensions] == list(EXTEND_METHODS)
+    for plan in report.extensions:
+        assert plan.factor == 4.0 and plan.note == ""
+        model = T.LlamaForCausalLM(copy.deepcopy(config))
+        extend_context(model, plan.method, plan.factor)
+        for key, value in plan.updates.items():
+            assert getattr(model.config, key) == value, (plan.method, key)
+        # the plan's encoding is the extended model's
+        assert plan.rope.config == rope_from_hf_config(model.config).config
+    ntk = report.extensions[EXTEND_METHODS.index("ntk")]
+    assert ntk.rope.config.base == pytest.approx(10000.0 * 4.0 ** (16 / 14))
+
+
+def test_scaled_and_short_targets_have_no_plans(tmp_path, saved):
+    llama = inspect_checkpoint(saved["llama-3.1-8b"], target=262144)
+    assert llama.extensions == ()
+    assert "already scaled ('llama3', to 131072 tokens)" in llama.extension_note
+    scaled = tiny_llama(16, {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0})
+    with pytest.raises(ValueError, match="already uses 'linear'"):  # as the note says
+        extend_context(T.LlamaForCausalLM(scaled), "yarn", 2.0)
+    short = inspect_checkpoint(saved["mistral-7b"], target=32768)
+    assert short.extensions == () and "within the original context 32768" in short.extension_note
+
+
+def lines_of(fig):
+    (ax,) = fig.axes
+    return {
+        line.get_label(): line.get_ydata() for line in ax.get_lines() if line.get_label()[0] != "_"
+    }
+
+
+def test_figure_draws_the_checkpoint_and_its_plans(saved, tmp_path):
+    pytest.importorskip("matplotlib")
+    report = inspect_checkpoint(saved["gpt-neox-20b"], target=8192)
+    drawn = lines_of(frequencies_figure(report))
+    ropes = {"checkpoint (none)": report.rotary.rope}
+    ropes.update({f"{p.method} (plan)": p.rope for p in report.extensions})
+    assert set(drawn) == set(ropes)
+    for label, rope in ropes.items():
+        expected = (2 * math.pi / rope.inv_freq(8192)).numpy()
+        assert len(drawn[label]) == 12  # 24 rotary dims: 12 pairs
+        assert torch.allclose(torch.as_tensor(drawn[label]), torch.as_tensor(expected), rtol=0)
+    # a scaled checkpoint without a target: its own scaling at its extended length
+    phi = inspect_checkpoint(saved["phi-3-mini-128k"])
+    drawn = lines_of(frequencies_figure(phi))
+    expected = 2 * math.pi / phi.rotary.rope.inv_freq(131072)
+    assert torch.equal(torch.as_tensor(drawn["checkpoint (longrope)"]), expected)
+    path = posenc.plot.save(frequencies_figure(phi), tmp_path / "phi.png")
+    assert path.stat().st_size > 0
+
+
+def test_figure_refuses_what_it_cannot_draw(saved):
+    pytest.importorskip("matplotlib")
+    with pytest.raises(ValueError, match="rotary checkpoints; 'gpt2' uses learned"):
+        frequencies_figure(inspect_checkpoint(saved["gpt2"]))
+    with pytest.raises(ValueError, match="--target"):
+        frequencies_figure(inspect_checkpoint(saved["mistral-7b"]))
+
+
+def test_bad_paths_and_unknown_models(tmp_path):
+    with pytest.raises(ValueError, match=r"missing\.json"):
+        inspect_checkpoint(tmp_path / "missing.json")
+    with pytest.raises(ValueError, match=r"config\.json"):  # a directory without one
+        inspect_checkpoint(tmp_path)
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"bad\.json.*not JSON"):
+        inspect_checkpoint(tmp_path / "bad.json")
+    (tmp_path / "list.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match=r"list\.json.*list"):
+        inspect_checkpoint(tmp_path / "list.json")
+    (tmp_path / "bert.json").write_text(json.dumps({"model_type": "bert"}))
+    with pytest.raises(ValueError, match=r"model_type 'bert'.*llama"):
+        inspect_checkpoint(tmp_path / "bert.json")
+    (tmp_path / "none.json").write_text(json.dumps({"hidden_size": 8}))
+    with pytest.raises(ValueError, match="without model_type"):
+        inspect_checkpoint(tmp_path / "none.json")
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_embd": 8}))
+    for target in (0, 2.5, True):
+        with pytest.raises(ValueError, match="target"):
+            inspect_checkpoint(tmp_path, target=target)
+
+
+def test_render_names_the_key_facts(saved):
+    text = "\n".join(render_report(inspect_checkpoint(saved["phi-3-mini-128k"])))
+    for fact in ("phi3", "longrope", "[48 values", "original context: 4096", "131072", "half"):
+        assert fact in text
+
+
+def run_inspect(*argv):
+    from posenc.cli.app import new_app, run
+    from posenc.cli.inspect import register
+
+    app = new_app()
+    register(app)
+    return run(app, ["inspect", *argv])
+
+
+def test_command_prints_the_facts_and_writes_the_figure(saved, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    figure = tmp_path / "mistral.png"
+    assert run_inspect(str(saved["mistral-7b"]), "--target", "131072", "--figure", str(figure)) == 0
+    out = capsys.readouterr().out
+    for fact in ("mistral", "pair layout: half", "original context: 32768", "yarn (factor 4)"):
+        assert fact in out
+    assert figure.stat().st_size > 0 and f"figure: {figure}" in out
+    assert run_inspect("--help") == 0
+    assert "Example:" in capsys.readouterr().out
+
+
+def test_command_errors_are_one_line(tmp_path, capsys):
+    assert run_inspect(str(tmp_path / "missing")) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: cannot read") and "missing" in err[0]
