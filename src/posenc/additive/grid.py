@@ -104,9 +104,8 @@ class SinCos2DConfig(AdditiveConfig):
     reference="He et al. 2021, Masked Autoencoders Are Scalable Vision Learners, arXiv:2111.06377",
     summary="fixed sin/cos of the patch column on half the channels, of the row on the other",
     formula=(
-        'PE[(r, c)] = [E(c) | E(r)] at row r, column c (order "row_col": [E(r) | E(c)])\n'
-        "E(a) = [sin(a·ω_i) | cos(a·ω_i)],  ω_i = base^(−i/(d/4)),  i < d/4\n"
-        "x'_t = x_t + PE[(r_t, c_t)];  prefix tokens (class, registers) get PE = 0"
+        "x'_t = x_t + PE(r, c) at row r, column c:  PE(r, c) = [E(c) | E(r)];  prefix tokens: 0\n"
+        'E(a) = [sin(a·ω_i) | cos(a·ω_i)],  ω_i = base^(−i/(d/4)), i < d/4 ("row_col": r first)'
     ),
 )
 class SinCos2D(_GridEncoding):
@@ -178,10 +177,7 @@ class LearnedGridConfig(AdditiveConfig):
     extrapolates=False,
     reference="Dosovitskiy et al. 2020, An Image is Worth 16x16 Words, arXiv:2010.11929",
     summary="a trainable vector per prefix token and per patch of one grid (ViT)",
-    formula=(
-        "x'_t = x_t + W[prefix + r·w + c] for the patch at row r, column c of the h × w grid\n"
-        "x'_t = x_t + W[t] for prefix token t < prefix;  W a learned table of (prefix + h·w) × d"
-    ),
+    formula="x'_t = x_t + W[prefix + r·w + c] at (row r, col c) of h × w; prefix t: W[t]; learned",
 )
 class LearnedGrid(_GridEncoding):
     """ViT's learned position embedding: a table ``weight`` of ``[prefix + h * w, dim]``,

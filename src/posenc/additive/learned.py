@@ -22,11 +22,16 @@ RESIZE_MODES = ("interpolate", "extend")
 
 @dataclasses.dataclass(frozen=True)
 class LearnedConfig(AdditiveConfig):
-    """``dim``: embedding size; ``max_positions``: rows in the table (a hard length limit);
-    ``init_std``: standard deviation of the normal initialisation. The default 1.0 is
-    ``nn.Embedding``'s, and matches :class:`~posenc.models.TransformerLM`, whose token
-    embeddings enter at unit scale (Vaswani et al.); GPT-2 uses 0.02 for both tables, so
-    pass ``init_std=0.02`` beside token embeddings of that scale."""
+    """Configuration of :class:`Learned`.
+
+    Attributes:
+        dim: embedding size.
+        max_positions: rows in the table (a hard length limit).
+        init_std: standard deviation of the normal initialisation. The default 1.0 is
+            ``nn.Embedding``'s, and matches :class:`~posenc.models.TransformerLM`, whose
+            token embeddings enter at unit scale (Vaswani et al.); GPT-2 uses 0.02 for both
+            tables, so pass ``init_std=0.02`` beside token embeddings of that scale.
+    """
 
     dim: int
     max_positions: int = 2048

@@ -20,8 +20,15 @@ __all__ = ["ScaledSinusoidal", "Sinusoidal"]
 
 @dataclasses.dataclass(frozen=True)
 class SinusoidalConfig(AdditiveConfig):
-    """``dim``: encoding size (even); ``base``: wavelength base; ``layout``: ``interleaved``
-    (sin on even columns, cos on odd) or ``concat`` (all sines, then all cosines)."""
+    """Configuration of :class:`Sinusoidal`.
+
+    Attributes:
+        dim: encoding size (even).
+        base: the wavelength base (10000 in the paper): wavelengths grow geometrically
+            from 2π to 2π·base^((dim-2)/dim).
+        layout: ``"interleaved"`` (sin on even columns, cos on odd, as the paper) or
+            ``"concat"`` (all sines, then all cosines, as tensor2tensor and fairseq).
+    """
 
     dim: int
     base: float = 10000.0
@@ -71,7 +78,11 @@ class Sinusoidal(AdditiveEncoding):
 
 @dataclasses.dataclass(frozen=True)
 class ScaledSinusoidalConfig(SinusoidalConfig):
-    """Adds ``init_scale``, the initial gain (default ``dim ** -0.5``)."""
+    """Configuration of :class:`ScaledSinusoidal`: every key of :class:`SinusoidalConfig`, and
+
+    Attributes:
+        init_scale: the initial value of the learned gain (None: ``dim ** -0.5``).
+    """
 
     init_scale: float | None = None
 

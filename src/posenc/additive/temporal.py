@@ -37,9 +37,17 @@ __all__ = ["Calendar", "Time2Vec", "Timestamp"]
 
 @dataclasses.dataclass(frozen=True)
 class TimestampConfig(AdditiveConfig):
-    """``dim``: encoding size (even); ``min_period`` / ``max_period``: the shortest and
-    longest wavelength, in the unit of the times (default 2π and 2π·10⁴, the range of the
-    sinusoidal encoding); ``layout``: ``interleaved`` or ``concat``."""
+    """Configuration of :class:`Timestamp`.
+
+    Attributes:
+        dim: encoding size (even).
+        min_period: the shortest wavelength, in the unit of the times (default 2π, as the
+            sinusoidal encoding); keep it at least twice the smallest time step.
+        max_period: the longest wavelength, in the unit of the times (default 2π·10⁴, as
+            the sinusoidal encoding).
+        layout: ``"interleaved"`` (sin on even columns, cos on odd) or ``"concat"`` (all
+            sines, then all cosines).
+    """
 
     dim: int
     min_period: float = 2 * math.pi
@@ -97,9 +105,14 @@ class Timestamp(AdditiveEncoding):
 
 @dataclasses.dataclass(frozen=True)
 class Time2VecConfig(AdditiveConfig):
-    """``dim``: encoding size; ``k``: periodic features (default ``dim - 1``, so Time2Vec
-    has ``dim`` features before the projection); ``init_std``: standard deviation of the
-    normal initialisation of ω and φ."""
+    """Configuration of :class:`Time2Vec`.
+
+    Attributes:
+        dim: encoding size (the output of the projection).
+        k: periodic features (None: ``dim - 1``, so Time2Vec has ``dim`` features before
+            the projection).
+        init_std: standard deviation of the normal initialisation of ω and φ.
+    """
 
     dim: int
     k: int | None = None
@@ -175,9 +188,15 @@ CALENDAR_MODES = ("fixed", "learned")
 
 @dataclasses.dataclass(frozen=True)
 class CalendarConfig(AdditiveConfig):
-    """``dim``: encoding size (even for ``fixed``); ``mode``: ``fixed`` (sinusoidal rows,
-    not trained) or ``learned`` (one trainable table per field); ``init_std``: standard
-    deviation of the learned tables' normal initialisation."""
+    """Configuration of :class:`Calendar`.
+
+    Attributes:
+        dim: encoding size (even for ``"fixed"``).
+        mode: ``"fixed"`` (sinusoidal rows, not trained) or ``"learned"`` (one trainable
+            table per field).
+        init_std: standard deviation of the learned tables' normal initialisation (unused
+            by ``"fixed"``).
+    """
 
     dim: int
     mode: str = "fixed"

@@ -21,9 +21,14 @@ __all__ = ["Fire"]
 
 @dataclasses.dataclass(frozen=True)
 class FireConfig(BiasConfig):
-    """``n_heads``: outputs of the MLP, one per head; ``hidden``: its hidden width (32 in the
-    paper); ``init_c``: the initial log-transform scale ``c`` (0.1 in the paper's code);
-    ``init_threshold``: the initial threshold ``L`` (512 in the paper's code)."""
+    """Configuration of :class:`Fire`.
+
+    Attributes:
+        n_heads: attention heads, one output of the MLP each.
+        hidden: the MLP's hidden width (32 in the paper).
+        init_c: the initial log-transform scale ``c`` (0.1 in the paper's code).
+        init_threshold: the initial threshold ``L`` (512 in the paper's code).
+    """
 
     n_heads: int
     hidden: int = 32

@@ -26,11 +26,18 @@ MAX_POWER = 2.0
 
 @dataclasses.dataclass(frozen=True)
 class KerpleConfig(BiasConfig):
-    """``n_heads``: one (r1, r2) pair per head; ``variant``: ``"log"`` (``-r1·log(1 +
-    r2·|m - n|)``) or ``"power"`` (``-r1·|m - n|^r2``); ``init_r1_max``, ``init_r2_max``:
-    r1 and r2 start uniform in ``(0, max]`` (None: the reference's bounds, 2 and 1 for
-    ``log``, 1 and 2 for ``power``); ``eps``: the smallest value r1 and r2 take (1e-2 as
-    in the reference)."""
+    """Configuration of :class:`Kerple`.
+
+    Attributes:
+        n_heads: attention heads, one learned (r1, r2) pair each.
+        variant: ``"log"`` (``-r1·log(1 + r2·|m - n|)``) or ``"power"``
+            (``-r1·|m - n|^r2``).
+        init_r1_max: r1 starts uniform in ``(0, init_r1_max]`` (None: the reference's
+            bound, 2 for ``log``, 1 for ``power``).
+        init_r2_max: r2 starts uniform in ``(0, init_r2_max]`` (None: the reference's
+            bound, 1 for ``log``, 2 for ``power``; at most 2 for ``power``).
+        eps: the smallest value r1 and r2 take (1e-2 as in the reference).
+    """
 
     n_heads: int
     variant: str = "log"

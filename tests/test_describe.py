@@ -1,0 +1,164 @@
+"""posenc.describe: every encoding's configuration keys with their meaning, and an example
+that runs; and every encoding's formula (posenc.info)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+
+import pytest
+
+import posenc
+from posenc.describe import (
+    SIZE_KEY_DEFAULT,
+    ConfigKey,
+    attribute_docs,
+    config_keys,
+    example,
+    plain,
+)
+
+by_name = pytest.mark.parametrize("name", posenc.available())
+
+
+@by_name
+def test_every_encoding_has_a_formula_of_one_to_four_lines(name):
+    formula = posenc.info(name).formula
+    lines = formula.split("\n")
+    assert 1 <= len(lines) <= 4
+    assert all(line.strip() for line in lines)
+    assert "\\" not in formula  # plain Unicode, no LaTeX
+
+
+def test_formulas_state_the_math_of_their_code():
+    """Spot checks of facts a wrong formula would get wrong."""
+    assert "base^(−2i/d)" in posenc.info("sinusoidal").formula
+    assert "2^(−8h/H)" in posenc.info("alibi").formula
+    assert "(i, i + r/2)" in posenc.info("rope").formula  # the "half" layout's pairs
+    assert "ζ_i = (2i + 0.4·r)/(1.4·r)" in posenc.info("xpos").formula
+    assert "ψ(max(L, i))" in posenc.info("fire").formula  # max, not min
+    assert "base^(−4i/d)" in posenc.info("rope_2d").formula
+
+
+@by_name
+def test_config_keys_are_the_config_fields_each_with_a_meaning(name):
+    keys = config_keys(name)
+    config = posenc.registry.get(name).Config
+    assert [k.name for k in keys] == [f.name for f in dataclasses.fields(config)]
+    for key in keys:
+        assert isinstance(key, ConfigKey)
+        assert key.meaning.strip(), f"{name}.{key.name} has no meaning"
+        assert key.type.strip() and key.default.strip()
+        assert "``" not in key.meaning and ":class:" not in key.meaning  # plain text
+
+
+@by_name
+def test_config_docstrings_describe_only_real_keys(name):
+    """A documented attribute that is no field is a typo or a stale entry."""
+    config = posenc.registry.get(name).Config
+    fields = {f.name for f in dataclasses.fields(config)}
+    for cls in config.__mro__:
+        assert set(attribute_docs(cls.__dict__.get("__doc__"))) <= fields, cls
+
+
+def test_config_key_defaults_are_what_the_config_says():
+    learned = {k.name: k for k in config_keys("learned")}
+    assert learned["max_positions"].default == "2048"
+    assert learned["init_std"].default == "1.0"
+    assert learned["dim"].default == SIZE_KEY_DEFAULT
+    assert learned["max_positions"].type == "int"
+    rope = {k.name: k for k in config_keys("rope")}
+    assert rope["layout"].default == "'half'"
+    assert rope["base"].default == "None"
+    mixed = {k.name: k for k in config_keys("rope_mixed")}
+    assert mixed["head_dim"].default == SIZE_KEY_DEFAULT
+    assert mixed["n_heads"].default == "required"  # required, but not the size key
+    assert config_keys("nope") == []
+
+
+def test_inherited_keys_take_their_meaning_from_the_base_config():
+    xpos = {k.name: k.meaning for k in config_keys("xpos")}
+    rope = {k.name: k.meaning for k in config_keys("rope")}
+    assert xpos["head_dim"] == rope["head_dim"] == "size of each attention head (even)."
+    assert xpos["scale_base"].startswith("the decay length")
+    scaled = {k.name: k.meaning for k in config_keys("scaled_sinusoidal")}
+    assert scaled["layout"] == {k.name: k.meaning for k in config_keys("sinusoidal")}["layout"]
+
+
+def test_an_attribute_spanning_lines_is_joined():
+    doc = """Config.
+
+    Attributes:
+        dim: embedding
+            size, even.
+        layout (str): ``half`` or
+            ``interleaved``:
+            never guessed.
+
+    A paragraph after the section is not an attribute: it says nothing.
+    """
+    assert attribute_docs(doc) == {
+        "dim": "embedding size, even.",
+        "layout": "`half` or `interleaved`: never guessed.",
+    }
+    # and in a real config: RopeConfig's scaling spans three lines
+    scaling = {k.name: k.meaning for k in config_keys("rope")}["scaling"]
+    assert scaling.startswith("a Hugging Face `rope_parameters` dict, e.g. `{")
+    assert scaling.endswith("a parameter record (`ScalingConfig`).")
+
+
+def test_attribute_docs_without_a_section_or_with_a_bad_entry():
+    assert attribute_docs(None) == {}
+    assert attribute_docs("No attributes here.") == {}
+    with pytest.raises(ValueError, match="must read 'name: meaning'"):
+        attribute_docs("X.\n\n    Attributes:\n        not an entry\n")
+
+
+def test_plain_turns_rest_markup_into_code_spans():
+    assert plain(":func:`posenc.functional.rope_cos_sin`") == "`rope_cos_sin`"
+    assert plain(":class:`Learned` and ``x``") == "`Learned` and `x`"
+
+
+def test_a_key_without_meaning_is_an_error(monkeypatch):
+    cls = posenc.registry.get("learned")
+
+    @dataclasses.dataclass(frozen=True)
+    class Undocumented(cls.Config):
+        """Documents none of its own keys."""
+
+        extra: int = 1
+
+    monkeypatch.setattr(cls, "Config", Undocumented)
+    with pytest.raises(ValueError, match="does not describe its key 'extra'"):
+        config_keys("learned")
+
+
+@by_name
+def test_example_runs_and_prints_the_shape_it_announces(name):
+    source = example(name)
+    assert f'enc = posenc.create("{name}"' in source
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(source, f"<example {name}>", "exec"), {})
+    announced = source.rstrip().splitlines()[-1].split("  # ")[-1]
+    assert out.getvalue().strip() == announced
+    assert announced.startswith("torch.Size([")
+
+
+def test_examples_use_each_kind_as_it_is_used():
+    assert "y = enc(x)" in example("sinusoidal")
+    assert "q, k = enc(q, k)" in example("rope")
+    assert "posenc.attention(q, k, v, encoding=enc, causal=True)" in example("alibi")
+    assert "posenc.attention(q, k, v, encoding=enc, causal=True)" in example("nope")
+    assert "posenc.positions.grid(4, 4)" in example("rope_2d")
+    assert "grid=(4, 4)" in example("learned_2d")
+    assert "posenc.positions.multimodal(" in example("mrope")
+    assert 'posenc.create("shaw", n_heads=4, head_dim=16)' in example("shaw")
+
+
+def test_unknown_names_are_refused():
+    with pytest.raises(ValueError, match="unknown encoding 'rotary'"):
+        config_keys("rotary")
+    with pytest.raises(ValueError, match="unknown encoding 'rotary'"):
+        example("rotary")
