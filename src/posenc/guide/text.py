@@ -57,8 +57,10 @@ def render(advice: Sequence[Advice], run: str | Path | None = None, width: int =
     """
     if width < 40:
         raise ValueError(f"width: expected at least 40 columns, got {width}")
-    where = f"the arena run {run}" if run is not None else NO_RUN_HINT
-    lines = _wrap(f"Evidence: {where}", width, rest="  ")
+    if run is not None:  # a path is not wrapped
+        lines = [f"Evidence: the arena run {run}"]
+    else:
+        lines = _wrap(f"Evidence: {NO_RUN_HINT}", width, rest="  ")
     for a in advice:
         s = a.situation
         flags = " ".join(FLAGS[n] for n in s.needs)
