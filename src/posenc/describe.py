@@ -28,7 +28,7 @@ from . import registry
 __all__ = ["ConfigKey", "attribute_docs", "config_keys", "example", "plain"]
 
 #: the default shown for the key a model fills in with its own size (``dim``, ``head_dim``,
-#: ``n_heads``), as :func:`posenc.tables.config_table` shows it
+#: ``n_heads``: the class's ``size_key``)
 SIZE_KEY_DEFAULT = "required (a model fills it in)"
 REQUIRED = "required"
 
@@ -38,8 +38,9 @@ _ROLE = re.compile(r":[a-z]+:`~?(?:[\w.]*\.)?(?P<target>[^`.]+)`")
 
 
 def plain(text: str) -> str:
-    """reST inline markup as plain text: ````code```` and ``:role:`~a.b.name``` become
-    Markdown code spans (```code```, ```name```), readable in a terminal and in the docs.
+    """reST inline markup as plain text: double-backquoted literals and Sphinx roles
+    (``:class:`~a.b.Name```) become Markdown code spans in single backquotes, readable in a
+    terminal and rendered by the docs.
 
     Example:
         >>> plain("a ``rope_parameters`` dict (:class:`~posenc.rotary.scaling.ScalingConfig`)")
@@ -170,11 +171,13 @@ GRID = (4, 4)
 #: the value an example gives each required key, by its name
 EXAMPLE_VALUES: dict[str, Any] = {"dim": DIM, "head_dim": HEAD_DIM, "n_heads": HEADS, "grid": GRID}
 #: the positions of encodings whose positions are not token indices (times, M-RoPE's ids)
-TIMES = "positions = torch.rand(16).cumsum(0)  # irregularly spaced times, any unit"
+TIMES = f"positions = torch.rand({SEQ}).cumsum(0)  # irregularly spaced times, any unit"
 SPECIAL_POSITIONS: dict[str, tuple[str, ...]] = {
     "timestamp": (TIMES,),
     "time2vec": (TIMES,),
-    "calendar": ("positions = 1_700_000_000 + 3600 * torch.arange(16)  # hourly, unix seconds",),
+    "calendar": (
+        f"positions = 1_700_000_000 + 3600 * torch.arange({SEQ})  # hourly, unix seconds",
+    ),
     "mrope": (
         "# text, an image of 4 x 8 patches (8 tokens after merging 2 x 2), text",
         "ids = torch.tensor([[1, 2, 3, 4] + [7] * 8 + [5, 6, 8, 9]])",
