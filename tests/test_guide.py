@@ -324,9 +324,17 @@ def test_the_default_run_is_the_newest_with_results(
 
 
 def _posenc(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    app = new_app()
-    register(app)
-    code = run(app, argv)
+    """``posenc ARGV`` through posenc.cli.main once it registers the guide, until then
+    through an application with only the guide (the same ``run`` and error handling)."""
+    from posenc import cli
+    from posenc.cli import guide as guide_cli
+
+    if guide_cli in getattr(cli, "COMMANDS", ()):
+        code = cli.main(argv)
+    else:
+        app = new_app()
+        register(app)
+        code = run(app, argv)
     out, err = capsys.readouterr()
     return code, out, err
 
