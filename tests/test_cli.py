@@ -1,59 +1,184 @@
+"""posenc.cli: the ``posenc`` command on typer (list, info, demo, --version, help, errors)."""
+
 import json
+import re
+import subprocess
+import sys
+from importlib.metadata import version
 
 import pytest
 import torch
+from typer.main import get_command
 
 import posenc
 from posenc import demo
-from posenc.cli import main
+from posenc.cli import build_app, main
+from posenc.cli.encodings import EXAMPLE_HEADING
+from posenc.tables import memory_cost
 
 
 def _rows(text: str) -> dict[str, list[str]]:
-    """The table rows of ``text`` keyed by their first column (two-space separated cells)."""
+    """The table rows of ``text`` keyed by their first cell (cells: 2+ spaces apart)."""
     rows = {}
     for line in text.splitlines():
-        cells = [c.strip() for c in line.split("  ") if c.strip()]
+        cells = [c for c in re.split(r"\s{2,}", line.strip()) if c]
         if cells:
             rows.setdefault(cells[0], cells)
     return rows
 
 
+def _one_error_line(err: str) -> str:
+    """The error line of ``err``: one ``error:`` line, after at most click's usage line."""
+    lines = err.splitlines()
+    assert "Traceback" not in err
+    assert len(lines) in (1, 2), err
+    if len(lines) == 2:
+        assert lines[0].startswith("Usage: posenc"), err
+    assert lines[-1].startswith("error: "), err
+    return lines[-1]
+
+
 def test_list_shows_every_encoding(capsys):
     assert main(["list"]) == 0
     rows = _rows(capsys.readouterr().out)
+    assert rows["name"] == [
+        "name", "kind", "trainable", "relative", "extrapolates", "memory cost", "paper"
+    ]  # fmt: skip
     for name in posenc.available():
         info = posenc.info(name)
         assert rows[name][:2] == [name, info.kind]
-        assert rows[name][-1] == info.summary
+        assert rows[name][5:] == [memory_cost(name), info.reference]  # whole, not cut
     assert rows["learned"][2:5] == ["yes", "no", "no"]  # trainable, relative, extrapolates
+    assert rows["alibi"][2:5] == ["no", "yes", "yes"]
 
 
-def test_info_shows_fields_and_config_defaults(capsys):
+def test_info_shows_fields_formula_config_and_paper(capsys):
     assert main(["info", "learned"]) == 0
-    rows = _rows(capsys.readouterr().out)
+    out = capsys.readouterr().out
     info = posenc.info("learned")
+    assert out.startswith(f"learned: {info.summary}\n")
+    rows = _rows(out)
     assert rows["kind"] == ["kind", "additive"]
-    assert rows["reference"] == ["reference", info.reference]
+    assert rows["paper"] == ["paper", info.reference]
     assert rows["extrapolates"] == ["extrapolates", "no"]
-    assert rows["max_positions"] == ["max_positions", "int", "2048"]
-    assert rows["init_std"] == ["init_std", "float", "1.0"]
-    assert rows["dim"][:2] == ["dim", "int"]
+    assert rows["memory cost"] == ["memory cost", "[L, d] learned table"]
+    for line in info.formula.splitlines():
+        assert f"  {line}\n" in out
+    assert rows["max_positions"][:3] == ["max_positions", "int", "2048"]
+    assert rows["max_positions"][3].startswith("rows in the table")
+    assert rows["init_std"][:3] == ["init_std", "float", "1.0"]
     assert rows["dim"][2].startswith("required")
+    assert "\x1b[" not in out  # no colour codes when stdout is not a terminal
 
 
-def test_info_unknown_name_exits_2(capsys):
+@pytest.mark.parametrize("name", posenc.available())
+def test_info_example_runs_as_printed(name, capsys):
+    assert main(["info", name]) == 0
+    out = capsys.readouterr().out
+    code = out.split(f"\n{EXAMPLE_HEADING}\n", 1)[1]
+    assert "posenc.create" in code
+    torch.manual_seed(0)
+    exec(compile(code, f"<posenc info {name}>", "exec"), {})
+    assert capsys.readouterr().out  # it printed what it computed
+
+
+def test_info_unknown_name_is_one_line(capsys):
     assert main(["info", "no-such-encoding"]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
     with pytest.raises(ValueError) as excinfo:
         posenc.info("no-such-encoding")
-    assert str(excinfo.value) in captured.err
-    assert "'no-such-encoding'" in captured.err
+    assert _one_error_line(captured.err) == f"error: {excinfo.value}"
 
 
-def test_no_command_is_a_usage_error(capsys):
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["no-such-command"], "No such command 'no-such-command'"),
+        (["list", "--wide"], "No such option: --wide"),
+        (["info"], "Missing argument 'NAME'"),
+        (["demo", "--seeds", "one"], "'--seeds'"),
+    ],
+)
+def test_usage_errors_are_usage_and_one_line(argv, words, capsys):
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert words in _one_error_line(captured.err)
+    assert captured.out == ""
+
+
+def test_no_command_shows_help_on_stderr(capsys):
     assert main([]) == 2
-    assert "usage: posenc" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("Usage: posenc")
+    assert "list" in err and "plot" in err
+
+
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"posenc {version('posenc')}\n"
+
+
+def _paths(command, path=()):
+    """Every command path of the app: (), ("list",), ("plot", "heatmap"), ..."""
+    yield path
+    if hasattr(command, "list_commands"):
+        ctx = command.make_context("posenc", [], resilient_parsing=True)
+        for name in command.list_commands(ctx):
+            yield from _paths(command.get_command(ctx, name), (*path, name))
+
+
+def test_every_command_has_help_with_an_example(capsys):
+    paths = list(_paths(get_command(build_app())))
+    expected = {("plot", kind) for kind in posenc.plot.PLOTS}
+    expected |= {("list",), ("info",), ("demo",), ("bench", "bias-attention")}
+    expected |= {("arena", c) for c in ("run", "report", "compare")}
+    assert expected <= set(paths)
+    for path in paths:
+        assert main([*path, "--help"]) == 0, path
+        out = capsys.readouterr().out
+        assert "Example" in out and "posenc " in out, path
+        assert out.startswith(f"Usage: {' '.join(('posenc', *path))}"), path
+
+
+def test_python_dash_m_posenc_runs_the_command():
+    done = subprocess.run(
+        [sys.executable, "-m", "posenc", "list"], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert set(_rows(done.stdout)) >= set(posenc.available())
+    done = subprocess.run(
+        [sys.executable, "-m", "posenc", "info", "nothing"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert _one_error_line(done.stderr).startswith("error: unknown encoding 'nothing'")
+
+
+def test_help_and_list_import_no_optional_extra():
+    probe = (
+        "import contextlib, io, sys\n"
+        "from posenc.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    codes = [main(['--help']), main(['list']), main(['info', 'rope'])]\n"
+        "extras = sorted(m for m in sys.modules if m.split('.')[0] in sys.argv[1:])\n"
+        "print(codes, extras)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, "matplotlib", "transformers"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[0, 0, 0] []"
+
+
+def test_bench_passes_its_options_through(capsys):
+    assert main(["bench", "bias-attention", "--no-such-option"]) == 2
+    assert "unrecognized arguments: --no-such-option" in capsys.readouterr().err
 
 
 def test_worked_example_is_exact(tol):
@@ -75,6 +200,7 @@ def test_demo_prints_the_example_then_runs_the_arena(capsys, tmp_path):
     assert main(["demo", "--preset", "tiny", "--out", str(out), "--no-progress"]) == 0
     text = capsys.readouterr().out
     assert "[ 0.51,  0.78,  0.88,  1.14]" in text
+    assert set(_rows(text)) >= set(posenc.available())  # the encodings table
     assert "extrapolation: perplexity" in text
     assert f"report: {out / 'report.html'}" in text
     assert (out / "report.html").exists()
@@ -90,7 +216,8 @@ def test_demo_and_arena_train_any_registered_1d_encoding(capsys, tmp_path):
         if posenc.registry.get(n).position_axes == 1 and n not in NOT_FOR_TEXT
     ]
     args = ["arena", "run", "extrapolation", "--preset", "tiny", "--no-progress"]
-    assert main([*args, "--out", str(tmp_path / "run"), "--encodings", *names]) == 0
+    # --encodings takes one or more names, as before (argparse's nargs="+")
+    assert main([*args, "--encodings", *names, "--out", str(tmp_path / "run")]) == 0
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert {r["encoding"] for r in results["measurements"]} == set(names)
 
@@ -106,6 +233,5 @@ def test_demo_and_arena_train_any_registered_1d_encoding(capsys, tmp_path):
 def test_demo_refuses_encodings_it_cannot_train(capsys, tmp_path, names, message):
     args = ["demo", "--preset", "tiny", "--out", str(tmp_path / "run"), "--encodings", *names]
     assert main(args) == 2
-    captured = capsys.readouterr()
-    assert message in captured.err
+    assert message in _one_error_line(capsys.readouterr().err)
     assert not (tmp_path / "run").exists()

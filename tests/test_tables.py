@@ -1,25 +1,56 @@
-"""posenc.tables: the plain-text tables that the command and the demo print."""
+"""posenc.tables: the rich tables that the command and the demo print."""
+
+import io
+
+import pytest
+from rich.table import Table
 
 import posenc
-from posenc.tables import config_table, encodings_table, format_table
+from posenc.tables import encodings_table, memory_cost, render, show
 
 
-def test_format_table_aligns_columns_under_a_rule():
-    text = format_table(("a", "long header"), [(1, "x"), ("wide cell", 2.5)])
-    assert text.splitlines() == [
-        "a          long header",
-        "---------  -----------",
-        "1          x",
-        "wide cell  2.5",
-    ]
+@pytest.mark.parametrize(
+    ("name", "cost"),
+    [
+        ("nope", "none"),
+        ("sinusoidal", "none (computed)"),
+        ("scaled_sinusoidal", "none (computed; a few weights)"),  # one learned scale
+        ("learned", "[L, d] learned table"),
+        ("learned_2d", "[L, d] learned table"),  # bounded by its grid
+        ("rope", "[L, d/2] cos/sin"),
+        ("rope_mixed", "[L, d/2] cos/sin + learned frequencies"),
+        ("alibi", "[H, L, L] bias, or none (fused ALiBi path)"),  # linear_slopes
+        ("t5", "[H, L, L] bias, or none (flex)"),
+        ("shaw", "[H, L, L] scores (math path)"),  # adds_to_values
+    ],
+)
+def test_memory_cost_follows_the_kind_and_class(name, cost):
+    assert memory_cost(name) == cost
+
+
+def test_every_encoding_has_a_memory_cost():
+    for name in posenc.available():
+        assert memory_cost(name)
 
 
 def test_encodings_table_has_one_row_per_encoding():
-    lines = encodings_table().splitlines()
-    assert lines[0].split() == ["name", "kind", "trainable", "relative", "extrapolates", "summary"]
+    lines = render(encodings_table()).splitlines()
+    assert lines[0].split()[:5] == ["name", "kind", "trainable", "relative", "extrapolates"]
+    assert set(lines[1].strip()) == {"─"}  # the rule under the header
     assert [line.split()[0] for line in lines[2:]] == posenc.available()
 
 
-def test_config_table_of_an_encoding_without_keys():
-    assert config_table("nope") == "(none)"
-    assert config_table("learned").splitlines()[0].split() == ["key", "type", "default"]
+def test_render_never_wraps_or_pads():
+    table = Table("a", "b")
+    table.add_row("x" * 300, "y")
+    text = render(table)
+    assert any(line.endswith("y │") for line in text.splitlines())  # one line, cell whole
+    assert all(line == line.rstrip() for line in text.splitlines())
+    assert text == text.strip("\n")
+
+
+def test_show_is_plain_text_off_a_terminal():
+    file = io.StringIO()
+    show(encodings_table(), file)
+    assert file.getvalue() == render(encodings_table()) + "\n"
+    assert "\x1b[" not in file.getvalue()

@@ -17,7 +17,7 @@ import torch
 
 from . import registry
 from .base import AdditiveEncoding
-from .tables import encodings_table
+from .tables import encodings_table, render
 
 __all__ = ["run_demo", "worked_example"]
 
@@ -81,7 +81,7 @@ def run_demo(
     from .arena import run_arena
 
     echo_line("posenc: positional encodings for transformers\n")
-    echo_line(encodings_table())
+    echo_line(render(encodings_table()))
     echo_line("")
     _print_worked_example(echo_line)
     echo_line("")

@@ -1,0 +1,115 @@
+"""``posenc plot KIND [OPTIONS] --out FILE``: draw a figure of :mod:`posenc.plot`.
+
+One subcommand per entry of :data:`posenc.plot.PLOTS`, built on demand from the figure
+function's signature and docstring (:mod:`.figure_options`), so ``posenc plot KIND --help``
+shows that figure's options and a new figure needs no edit here. An option is passed to
+the function only when given: the function's own defaults apply otherwise. matplotlib
+(the ``plot`` extra) is imported only when a figure is drawn.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import typer
+from typer.core import TyperGroup
+from typer.main import get_command
+
+from .app import example
+from .figure_options import METAVARS, FigureOption, convert_item, figure_options
+from .greedy import GreedyCommand
+
+__all__ = ["PlotGroup", "figure_command", "register"]
+
+_OUT_HELP = "The file to write: .png or .svg."
+
+
+def _example(kind: str, doc: str) -> str:
+    """The docstring's ``Example: posenc plot ...`` line, else the plainest command."""
+    for line in doc.splitlines():
+        words = line.strip()
+        if words.startswith("Example:") and "posenc plot" in words:
+            return words.removeprefix("Example:").strip().strip("`")
+    return f"posenc plot {kind} --out {kind}.png"
+
+
+def _parameter(option: FigureOption) -> inspect.Parameter:
+    default = ... if option.required else None
+    annotation = option.annotation if option.required else option.annotation | None
+    metavar = "VALUE..." if option.members else METAVARS.get(option.annotation)
+    return inspect.Parameter(
+        option.name,
+        inspect.Parameter.KEYWORD_ONLY,
+        default=typer.Option(
+            default, option.flag, help=option.help, show_default=False, metavar=metavar
+        ),
+        annotation=annotation,
+    )
+
+
+def figure_command(kind: str) -> Any:
+    """The click command of ``posenc plot KIND``: the figure's options and ``--out``."""
+    from .. import plot
+
+    draw = plot.get(kind)  # ValueError for an unknown kind
+    options = figure_options(draw)
+    doc = inspect.getdoc(draw) or kind
+
+    def draw_figure(**given: Any) -> None:
+        out = given.pop("out")
+        kwargs = {}
+        for option in options:
+            value = given[option.name]
+            if value is None or (option.members and not value):
+                continue  # not given: the function's default
+            if option.members:
+                value = [convert_item(v, option.members, option.flag) for v in value]
+            kwargs[option.name] = value
+        fig = draw(**kwargs)
+        print(f"wrote {plot.save(fig, out)}")
+
+    out = inspect.Parameter(
+        "out",
+        inspect.Parameter.KEYWORD_ONLY,
+        default=typer.Option(..., "--out", metavar="FILE", help=_OUT_HELP),
+        annotation=str,
+    )
+    draw_figure.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [*map(_parameter, options), out]
+    )
+    draw_figure.__doc__ = doc.split("\n\n")[0].replace("``", "")
+    app = typer.Typer(rich_markup_mode=None, add_completion=False)
+    app.command(kind, cls=GreedyCommand, epilog=example(_example(kind, doc)))(draw_figure)
+    return get_command(app)
+
+
+class PlotGroup(TyperGroup):
+    """``posenc plot``: its subcommands are the keys of :data:`posenc.plot.PLOTS`, each
+    built only when asked for."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        from ..plot import PLOTS
+
+        return list(PLOTS)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        from ..plot import PLOTS
+
+        return figure_command(cmd_name) if cmd_name in PLOTS else None
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``plot KIND`` to ``app``."""
+    plots = typer.Typer(
+        cls=PlotGroup,
+        help="Draw a figure of the article (PNG or SVG).",
+        epilog=example(
+            "posenc plot heatmap --encoding sinusoidal --dim 128 --positions 50 --out h.png",
+            "posenc plot rotation --out rotation.svg",
+            "posenc plot KIND --help   (that figure's options)",
+        ),
+        no_args_is_help=True,
+        rich_markup_mode=None,
+    )
+    app.add_typer(plots, name="plot")
