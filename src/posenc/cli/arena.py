@@ -31,16 +31,18 @@ def run_command(
     experiments: Annotated[
         list[str], typer.Argument(metavar="EXPERIMENT...", help="One or more experiments, or all.")
     ],
-    preset: Annotated[str, typer.Option(help=_PRESET)] = "quick",
+    preset: Annotated[str, typer.Option(metavar="NAME", help=_PRESET)] = "quick",
     corpus: Annotated[
-        str | None, typer.Option(help="A text file or folder (default: the Python stdlib).")
+        str | None,
+        typer.Option(metavar="PATH", help="A text file or folder (default: the Python stdlib)."),
     ] = None,
-    out: Annotated[str | None, typer.Option(help=_OUT)] = None,
+    out: Annotated[str | None, typer.Option(metavar="DIR", help=_OUT)] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out.")] = False,
     seeds: Annotated[list[int] | None, typer.Option(metavar="N...", help=_SEEDS)] = None,
     encodings: Annotated[list[str] | None, typer.Option(metavar="NAME...", help=_ENCODINGS)] = None,
     hf_model: Annotated[
-        str | None, typer.Option(help="A local Hugging Face causal LM directory to probe.")
+        str | None,
+        typer.Option(metavar="DIR", help="A local Hugging Face causal LM directory to probe."),
     ] = None,
     no_progress: Annotated[bool, typer.Option("--no-progress", help=_NO_PROGRESS)] = False,
 ) -> None:
@@ -91,8 +93,10 @@ def compare_command(
 
 
 def demo_command(
-    preset: Annotated[str, typer.Option(help="The arena preset: " + _PRESET)] = "quick",
-    out: Annotated[str | None, typer.Option(help=_OUT)] = None,
+    preset: Annotated[
+        str, typer.Option(metavar="NAME", help="The arena preset: " + _PRESET)
+    ] = "quick",
+    out: Annotated[str | None, typer.Option(metavar="DIR", help=_OUT)] = None,
     seeds: Annotated[list[int] | None, typer.Option(metavar="N...", help=_SEEDS)] = None,
     encodings: Annotated[list[str] | None, typer.Option(metavar="NAME...", help=_ENCODINGS)] = None,
     no_progress: Annotated[bool, typer.Option("--no-progress", help=_NO_PROGRESS)] = False,

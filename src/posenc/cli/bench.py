@@ -16,7 +16,11 @@ _PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
 def bias_attention_command(ctx: typer.Context) -> int:
-    """Time bias encodings through posenc.attention against the floor and the peers."""
+    """Time bias encodings through posenc.attention against the floor and the peers.
+
+    The options go to python -m posenc.bench.bias_attention: --lengths N..., --encodings
+    NAME..., --heads N, --head-dim N, --dtype NAME, --repeat N, --no-materialised.
+    """
     from ..bench import bias_attention
 
     try:
@@ -36,12 +40,6 @@ def register(app: typer.Typer) -> None:
     bench.command(
         "bias-attention",
         context_settings=_PASS_THROUGH,
-        epilog=example(
-            "posenc bench bias-attention --lengths 1024 2048 4096 --encodings alibi t5",
-            "",
-            "Its options (passed to python -m posenc.bench.bias_attention): --lengths N...,",
-            "--encodings NAME..., --heads N, --head-dim N, --dtype NAME, --repeat N,",
-            "--no-materialised.",
-        ),
+        epilog=example("posenc bench bias-attention --lengths 1024 2048 4096 --encodings alibi t5"),
     )(bias_attention_command)
     app.add_typer(bench, name="bench")
