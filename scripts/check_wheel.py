@@ -1,9 +1,10 @@
 """The clean-wheel check: what a user gets from ``pip install posenc``, tested as they get it.
 
 Builds the sdist and, from it, the wheel; installs the wheel into a virtual environment that
-holds only torch and numpy (``build/wheel-venv``, created once and reused while it still holds
-exactly what it was made with; the wheel itself is rebuilt and reinstalled on every run); then,
-from a directory outside the source tree, checks that
+holds only torch, numpy and the wheel's own dependencies as pip resolves them (typer, rich...;
+``build/wheel-venv``, created once and reused while it still holds exactly what it was made
+with; the wheel itself is rebuilt and reinstalled on every run); then, from a directory
+outside the source tree, checks that
 
 - the wheel ships ``py.typed`` and the ``posenc`` command, and pip finds its dependencies met;
 - ``import posenc`` works and imports neither transformers nor matplotlib (optional extras);
@@ -34,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: modules of the optional extras that ``import posenc`` must leave alone
 OPTIONAL = ("transformers", "matplotlib")
 #: what the installed package must contain besides its modules
-WHEEL_FILES = ("posenc/__init__.py", "posenc/py.typed", "posenc/cli.py")
+WHEEL_FILES = ("posenc/__init__.py", "posenc/py.typed", "posenc/cli/__init__.py")
 SDIST_FILES = ("pyproject.toml", "README.md", "src/posenc/__init__.py", "src/posenc/py.typed")
 #: names of the distributions that mark a GPU build of torch; never pulled into the check
 GPU_PREFIXES = ("nvidia-", "triton")
@@ -108,23 +109,25 @@ def installed(python: Path) -> list[str]:
     return sorted(f"{d['name'].lower()}=={d['version']}" for d in json.loads(out))
 
 
-def clean_venv(venv: Path, torch_spec: str) -> Path:
-    """A virtual environment with only ``torch_spec`` and numpy (and what they need).
+def clean_venv(venv: Path, torch_spec: str, wheel: Path) -> Path:
+    """A virtual environment with only ``torch_spec``, numpy and ``wheel``'s dependencies
+    (and what they need), resolved by pip from the wheel's metadata.
 
     Reused when it holds exactly the distributions it was created with (recorded in
-    ``baseline.json``) besides posenc; made anew otherwise.
+    ``baseline.json``) besides posenc and the wheel's dependencies still resolve to nothing
+    new; made anew otherwise.
     """
     python, baseline = venv / "bin" / "python", venv / "baseline.json"
     if python.exists() and baseline.exists():
         recorded = json.loads(baseline.read_text())
         if recorded["torch"] == torch_spec:
             current = [d for d in installed(python) if not d.startswith("posenc==")]
-            if current == recorded["installed"]:
+            if current == recorded["installed"] and not _missing(python, wheel):
                 return python
             print(f"wheel check: {venv} changed since it was made; making it anew")
     shutil.rmtree(venv, ignore_errors=True)
     run([sys.executable, "-m", "venv", venv])
-    requirements = [torch_spec, "numpy"]
+    requirements = [torch_spec, "numpy", str(wheel)]
     # resolve first: a GPU build of torch (gigabytes of nvidia-* wheels) is never installed
     dry_run = [python, "-m", "pip", "install", "--dry-run", "--quiet", "--report", "-"]
     report = json.loads(run([*dry_run, *requirements]))
@@ -133,8 +136,18 @@ def clean_venv(venv: Path, torch_spec: str) -> Path:
     if gpu:
         fail(f"{torch_spec} resolves to a GPU build here (it would pull {gpu}); aborting")
     run([python, "-m", "pip", "install", "--quiet", *requirements])
-    baseline.write_text(json.dumps({"torch": torch_spec, "installed": installed(python)}))
+    current = [d for d in installed(python) if not d.startswith("posenc==")]
+    baseline.write_text(json.dumps({"torch": torch_spec, "installed": current}))
     return python
+
+
+def _missing(python: Path, wheel: Path) -> list[str]:
+    """The distributions pip would add to the environment of ``python`` to install
+    ``wheel`` (posenc itself aside): non-empty when the wheel gained a dependency."""
+    dry_run = [python, "-m", "pip", "install", "--dry-run", "--quiet", "--report", "-", wheel]
+    report = json.loads(run(dry_run))
+    names = [item["metadata"]["name"].lower() for item in report["install"]]
+    return [n for n in names if n != "posenc"]
 
 
 def quick_start() -> str:
@@ -155,7 +168,7 @@ def main() -> None:
 
     wheel, sdist = build(args.outdir.resolve())
     check_archives(wheel, sdist)
-    python = clean_venv(args.venv.resolve(), args.torch)
+    python = clean_venv(args.venv.resolve(), args.torch, wheel)
     pip = [python, "-m", "pip", "--disable-pip-version-check"]
     # the wheel alone, from the file (no index): its dependencies must already be met
     run([*pip, "install", "--quiet", "--no-deps", "--no-index", "--force-reinstall", wheel])
