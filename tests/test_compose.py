@@ -28,6 +28,7 @@ def test_compose_by_name_and_dict():
     assert [e.info.name for e in enc.encodings] == ["sinusoidal", "timestamp"]
     assert enc.encodings[1].config.min_period == 1.0
     assert enc.info.name == "compose(sinusoidal, timestamp)"
+    assert enc.info.formula == "x'_p = x_p + PE_sinusoidal[p] + PE_timestamp[p]"
     with pytest.raises(ValueError, match="pass dim="):
         compose("sinusoidal")
 

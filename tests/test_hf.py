@@ -733,3 +733,21 @@ def test_extend_context_keeps_float32_frequencies_on_a_bfloat16_model():
     extend_context(model, "linear", 2.0)
     assert model.model.rotary_emb.inv_freq.dtype == torch.float32
     assert model.model.rotary_emb.inv_freq.device == model.lm_head.weight.device
+
+
+def test_legacy_gpt_neox_keys_read_as_transformers_reads_them():
+    # GPT-NeoX's config.json names the rotary fraction and base rotary_pct and
+    # rotary_emb_base; transformers 5 reads them into rope_parameters, and so must the dict
+    transformers = pytest.importorskip("transformers")
+    legacy = {
+        "model_type": "gpt_neox",
+        "hidden_size": 256,
+        "num_attention_heads": 4,
+        "rotary_pct": 0.25,
+        "rotary_emb_base": 20000,
+        "max_position_embeddings": 2048,
+    }
+    from_dict = rope_from_hf_config(legacy)
+    from_object = rope_from_hf_config(transformers.GPTNeoXConfig.from_dict(legacy))
+    assert from_dict.config == from_object.config
+    assert (from_dict.config.base, from_dict.config.rotary_dim) == (20000.0, 16)

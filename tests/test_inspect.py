@@ -208,7 +208,7 @@ def test_legacy_gpt_neox_keys_are_read(tmp_path):
     report = inspect_checkpoint(tmp_path)
     assert report.rotary.rotary_dim == 24
     scope = {"json": json, "posenc": posenc}
-    exec(report.build, scope)  # the build code renames the keys as the report did
+    exec(report.build, scope)  # rope_from_hf_config reads the legacy names itself
     assert scope["rope"].config == report.rotary.rope.config
 
 

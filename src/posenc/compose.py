@@ -92,6 +92,7 @@ class Compose(AdditiveEncoding):
             extrapolates=all(enc.info.extrapolates for enc in members),
             reference="; ".join(enc.info.reference for enc in members),
             summary="the sum of " + ", ".join(enc.info.name for enc in members),
+            formula="x'_p = x_p + " + " + ".join(f"PE_{enc.info.name}[p]" for enc in members),
         )
 
     def _members(self) -> list[AdditiveEncoding]:

@@ -24,8 +24,7 @@ class EncodingInfo:
         reference: the paper (authors, year, arXiv id).
         summary: one line on what it does.
         formula: the math in plain Unicode text, one to four lines (``\n`` between them),
-            its symbols explained briefly. Empty only for an encoding assembled at run time
-            (:class:`~posenc.compose.Compose`); :func:`posenc.registry.register` requires it.
+            its symbols explained briefly.
     """
 
     name: str
@@ -35,4 +34,4 @@ class EncodingInfo:
     extrapolates: bool
     reference: str
     summary: str
-    formula: str = ""
+    formula: str

@@ -182,7 +182,6 @@ def inspect_checkpoint(path: str | Path, target: int | None = None) -> Checkpoin
     language = text if isinstance(text, dict) else config
     facts = _rotary_facts(rope, language, model_type)
     build = f"config = json.load(open({str(file)!r}))\n"
-    build += "".join(f"{line}\n" for line in notes if line.startswith("config["))
     build += "rope = posenc.hf.rope_from_hf_config(config)"
     report = CheckpointReport(
         path=file,

@@ -44,9 +44,6 @@ OTHER_MODEL_TYPES = {
 
 KNOWN_MODEL_TYPES = (*ROTARY_MODEL_TYPES, *OTHER_MODEL_TYPES)
 
-#: GPT-NeoX's legacy config.json names -> the names transformers 5 (and posenc) read
-_NEOX_LEGACY = {"rotary_pct": "partial_rotary_factor", "rotary_emb_base": "rope_theta"}
-
 
 @dataclasses.dataclass(frozen=True)
 class NonRotary:
@@ -125,25 +122,12 @@ def non_rotary(config: dict[str, Any], model_type: Any) -> NonRotary | None:
 
 
 def rotary_config(config: dict[str, Any], model_type: Any) -> tuple[dict[str, Any], list[str]]:
-    """The config as :func:`~posenc.hf.rope_from_hf_config` should read it, and notes.
-
-    GPT-NeoX's legacy ``config.json`` keys (``rotary_pct``, ``rotary_emb_base``) are renamed
-    to the names transformers 5 reads, with a note in the form of the Python line that does
-    it (``config[...] = ...``).
-    """
+    """The config as :func:`~posenc.hf.rope_from_hf_config` reads it, and notes on what
+    the RoPE alone does not show."""
     notes: list[str] = []
     if model_type in ("deepseek_v2", "deepseek_v3"):
         notes.append(
             "DeepSeek's attention also multiplies its softmax scale by "
             "yarn_mscale(factor, mscale_all_dim)^2 under yarn: part of the attention, not the RoPE"
         )
-    if model_type != "gpt_neox":
-        return config, notes
-    config = dict(config)
-    for old, new in _NEOX_LEGACY.items():
-        if old in config and config[old] is not None:
-            if config.get(new) is not None and config[new] != config[old]:
-                raise ValueError(f"the config has {old}={config[old]} and {new}={config[new]}")
-            config[new] = config.pop(old)
-            notes.append(f"config[{new!r}] = config.pop({old!r})  # transformers 5's name")
     return config, notes
