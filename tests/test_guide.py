@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -103,7 +104,9 @@ def test_the_answers_follow_the_article_and_the_arena() -> None:
     # past L both views are given: bias encodings zero-shot, RoPE with a scaling
     longer = by_key["longer-than-trained"]
     assert longer.recommend[:3] == ("alibi", "kerple", "fire") and "rope" in longer.recommend
-    assert "scaling" in longer.why and "×1.82" in longer.why and "×0.99" in longer.why
+    assert "scaling" in longer.why and "article" in longer.why
+    # the numbers come from a run's evidence, never from text that a run could contradict
+    assert not re.search(r"×\d", longer.why)
 
 
 def test_every_need_has_a_flag_and_a_situation() -> None:

@@ -43,8 +43,8 @@ class TimestampConfig(AdditiveConfig):
         dim: encoding size (even).
         min_period: the shortest wavelength, in the unit of the times (default 2π, as the
             sinusoidal encoding); keep it at least twice the smallest time step.
-        max_period: the longest wavelength, in the unit of the times (default 2π·10⁴, as
-            the sinusoidal encoding).
+        max_period: the longest wavelength, in the unit of the times (default 2π·10⁴: the
+            sinusoidal encoding's ``10000`` base, its longest wavelength as ``dim`` grows).
         layout: ``"interleaved"`` (sin on even columns, cos on odd) or ``"concat"`` (all
             sines, then all cosines).
     """

@@ -77,8 +77,8 @@ class KerpleConfig(BiasConfig):
     reference="Chi et al. 2022, KERPLE, arXiv:2205.09921",
     summary="a learned log (or power) kernel of the distance per head: -r1·log(1 + r2·|m-n|)",
     formula=(
-        "s_mn = q_m·k_n/√d + b_h(m, n),  r1_h, r2_h > 0 learned per head\n"
-        "log: b_h = −r1_h·log(1 + r2_h·|m − n|);  power: b_h = −r1_h·|m − n|^r2_h, 0 < r2_h ≤ 2"
+        "s_mn = q_m·k_n/√d + b_h(m, n),  r1_h, r2_h ≥ eps learned per head (eps = 0.01)\n"
+        "log: b_h = −r1_h·log(1 + r2_h·|m − n|);  power: b_h = −r1_h·|m − n|^r2_h, r2_h ≤ 2"
     ),
 )
 class Kerple(BiasEncoding):

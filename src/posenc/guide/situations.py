@@ -77,10 +77,10 @@ SITUATIONS: tuple[Situation, ...] = (
         "You need to handle sequences longer than those trained on",
         ("extrapolation",),
         ("alibi", "kerple", "fire", "rope"),
-        "The article calls RoPE the best choice here; posenc's arena measured otherwise for "
-        "reading longer inputs as they are: in the README's quick run plain RoPE's perplexity "
-        "at 16× the training length is ×1.82 its value at L, while ALiBi and KERPLE stay flat "
-        "(×0.99) (Press et al. 2022; Chi et al. 2022; FIRE: Li et al. 2023). So: a bias "
+        "The article calls RoPE the best choice here; measured, it is not for reading longer "
+        "inputs as they are: plain RoPE's perplexity grows past the training length while "
+        "ALiBi's and KERPLE's stay flat (Press et al. 2022; Chi et al. 2022; FIRE: Li et al. "
+        "2023; posenc's arena measures it: see the evidence of a run). So: a bias "
         "encoding for zero-shot extrapolation; RoPE when you can extend it with a scaling "
         "(posenc.create('rope', scaling=...): YaRN, NTK) and a short fine-tune at the new "
         "length (Chen et al. 2023; Peng et al. 2023).",
