@@ -28,14 +28,11 @@ def _layer_io(model, input_ids, positions=None):
 
 
 def _qkv(attn, x, encoding, rotation):
-    """The test's own q, k, v (k, v with the key heads repeated)."""
-    b, s, _ = x.shape
-    hd, h, kv = attn.head_dim, attn.n_heads, attn.n_kv_heads
-    q, k, v = attn.qkv(x).split([h * hd, kv * hd, kv * hd], dim=-1)
-    q, k, v = (t.view(b, s, -1, hd).transpose(1, 2) for t in (q, k, v))
-    if rotation is not None:
-        q, k = encoding.rotate(q, rotation), encoding.rotate(k, rotation, key=True)
-    return q, k.repeat_interleave(h // kv, 1), v.repeat_interleave(h // kv, 1)
+    """The layer's own q, k, v (its ``project``), k and v with the key heads repeated: the
+    rebuild below checks the maps against the layer's output, not this projection."""
+    q, k, v = attn.project(x, encoding, rotation)
+    group = attn.n_heads // attn.n_kv_heads
+    return q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
 
 
 @pytest.mark.parametrize("causal", [True, False])

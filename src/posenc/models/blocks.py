@@ -71,16 +71,7 @@ class SelfAttention(nn.Module):
             ``[batch, seq, dim]``.
         """
         b, s, _ = x.shape
-        hd = self.head_dim
-        q, k, v = self.qkv(x).split(
-            [self.n_heads * hd, self.n_kv_heads * hd, self.n_kv_heads * hd], dim=-1
-        )
-        q = q.view(b, s, self.n_heads, hd).transpose(1, 2)  # [b, h, s, hd]
-        k = k.view(b, s, self.n_kv_heads, hd).transpose(1, 2)  # [b, kv_h, s, hd]
-        v = v.view(b, s, self.n_kv_heads, hd).transpose(1, 2)  # [b, kv_h, s, hd]
-        if rotation is not None:  # rotate before caching: cached keys keep their angle
-            rotary = cast(RotaryEncoding, encoding)  # only rotary encodings give a rotation
-            q, k = rotary.rotate(q, rotation), rotary.rotate(k, rotation, key=True)
+        q, k, v = self.project(x, encoding, rotation)  # rotated before caching
         if cache is not None:
             k, v = cache.update(layer, k, v)
         q_pos, k_pos = attn_positions if attn_positions is not None else (None, None)
@@ -96,7 +87,35 @@ class SelfAttention(nn.Module):
             segment_ids=segment_ids,
         )
         # [b, h, s, hd] -> [b, s, h * hd]
-        return self.out(out.transpose(1, 2).reshape(b, s, self.n_heads * hd))
+        return self.out(out.transpose(1, 2).reshape(b, s, self.n_heads * self.head_dim))
+
+    def project(
+        self, x: torch.Tensor, encoding: Encoding, rotation: tuple[torch.Tensor, ...] | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The heads' queries, keys and values of ``x``, q and k rotated when ``rotation`` is
+        given (keys with ``key=True``, so a cached key keeps its angle).
+
+        Args:
+            x: ``[batch, seq, dim]``, the normalised residual stream.
+            encoding: the model's encoding; it must be rotary when ``rotation`` is given.
+            rotation: the rotary tables of this forward, or None.
+
+        Returns:
+            ``(q, k, v)``: q ``[batch, n_heads, seq, head_dim]``, k and v
+            ``[batch, n_kv_heads, seq, head_dim]`` (key heads not repeated).
+        """
+        b, s, _ = x.shape
+        hd = self.head_dim
+        q, k, v = self.qkv(x).split(
+            [self.n_heads * hd, self.n_kv_heads * hd, self.n_kv_heads * hd], dim=-1
+        )
+        q = q.view(b, s, self.n_heads, hd).transpose(1, 2)  # [b, h, s, hd]
+        k = k.view(b, s, self.n_kv_heads, hd).transpose(1, 2)  # [b, kv_h, s, hd]
+        v = v.view(b, s, self.n_kv_heads, hd).transpose(1, 2)  # [b, kv_h, s, hd]
+        if rotation is not None:
+            rotary = cast(RotaryEncoding, encoding)  # only rotary encodings give a rotation
+            q, k = rotary.rotate(q, rotation), rotary.rotate(k, rotation, key=True)
+        return q, k, v
 
 
 class Block(nn.Module):

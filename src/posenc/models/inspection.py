@@ -5,9 +5,10 @@ attention probabilities, read out by a reference path.
 them). :func:`attention_maps` runs the model once with a forward pre-hook on every
 :class:`~posenc.models.SelfAttention` that records the layer's input, then recomputes
 ``softmax(q kᵀ / sqrt(head_dim) + bias)`` from it in float32 as the layer does: the same
-projections and rotation, the bias encoding's :meth:`~posenc.base.BiasEncoding.bias`, the
-causal mask by positions, grouped-query heads (Vaswani et al. 2017; Ainslie et al. 2023,
-arXiv:2305.13245). The model itself is untouched: the hooks are removed afterwards.
+projections and rotation (the layer's own :meth:`~posenc.models.SelfAttention.project`),
+the bias encoding's :meth:`~posenc.base.BiasEncoding.bias`, the causal mask by positions,
+grouped-query heads (Vaswani et al. 2017; Ainslie et al. 2023, arXiv:2305.13245). The
+model itself is untouched: the hooks are removed afterwards.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 from torch import nn
 
 from ..attention import Masks
-from ..base import BiasEncoding, Encoding, RotaryEncoding
+from ..base import BiasEncoding, Encoding
 from ..positions import arange, causal_mask
 from .blocks import Block, SelfAttention
 from .lm import TransformerLM
@@ -107,12 +108,7 @@ def layer_probabilities(
     """
     b, s, _ = x.shape
     hd, heads, kv_heads = attn.head_dim, attn.n_heads, attn.n_kv_heads
-    q, k, _ = attn.qkv(x).split([heads * hd, kv_heads * hd, kv_heads * hd], dim=-1)
-    q = q.view(b, s, heads, hd).transpose(1, 2)  # [b, h, s, hd]
-    k = k.view(b, s, kv_heads, hd).transpose(1, 2)  # [b, kv_h, s, hd]
-    if rotation is not None:
-        rotary = cast(RotaryEncoding, encoding)
-        q, k = rotary.rotate(q, rotation), rotary.rotate(k, rotation, key=True)
+    q, k, _ = attn.project(x, encoding, rotation)  # as the layer: [b, h | kv_h, s, hd]
     k = k.repeat_interleave(heads // kv_heads, dim=1)  # grouped-query: [b, h, s, hd]
     if attn_positions is None:  # the layer's default: the token index
         q_pos = k_pos = arange(s, device=x.device)
