@@ -6,8 +6,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import math
+from fractions import Fraction
 
 import pytest
+import torch
 
 import posenc
 from posenc.describe import (
@@ -39,6 +42,93 @@ def test_formulas_state_the_math_of_their_code():
     assert "ζ_i = (2i + 0.4·r)/(1.4·r)" in posenc.info("xpos").formula
     assert "ψ(max(L, i))" in posenc.info("fire").formula  # max, not min
     assert "base^(−4i/d)" in posenc.info("rope_2d").formula
+
+
+def test_alibi_formula_gives_the_encodings_slopes_and_bias():
+    """m_h = 2^(−8h/c) for h ≤ c, then 2^(−4(2(h − c) − 1)/c), h = 1..H: for H = 6 (c = 4)
+    the second branch runs; and the bias is −m_h·(i − j)."""
+    formula = posenc.info("alibi").formula
+    assert "m_h = 2^(−8h/c) for h ≤ c, then 2^(−4(2(h − c) − 1)/c) for h > c" in formula
+    assert "s_ij = q_i·k_j/√d − m_h·(i − j)" in formula
+    H, c = 6, 4  # c: the largest power of 2 ≤ H
+    expected = [
+        2.0 ** (-8 * h / c) if h <= c else 2.0 ** (-4 * (2 * (h - c) - 1) / c)
+        for h in range(1, H + 1)
+    ]
+    assert expected == [2**-2, 2**-4, 2**-6, 2**-8, 2**-1, 2**-3]  # the formula read right
+    enc = posenc.create("alibi", n_heads=H)
+    assert enc.slopes(dtype=torch.float64).tolist() == expected  # powers of 2: exact
+    pos = torch.arange(5)
+    i, j = pos[:, None].double(), pos[None, :].double()
+    bias = torch.stack([-m * (i - j) for m in expected])  # [H, 5, 5]
+    torch.testing.assert_close(enc.bias(pos, pos).double(), bias, rtol=0, atol=0)
+
+
+def _t5_bucket(r: int, num_buckets: int, max_distance: int, bidirectional: bool) -> int:
+    """bucket(r), r = j − i, as posenc.info("t5").formula states it, in exact arithmetic:
+    ⌊ln(n/E) / ln(max_distance/E)·(N − E)⌋ is the largest k with
+    (n/E)^(N − E) ≥ (max_distance/E)^k."""
+    N = num_buckets // 2 if bidirectional else num_buckets
+    E = N // 2
+    assert 2 * E == N  # the configs below keep E an integer
+    upper = N if bidirectional and r > 0 else 0  # keys after i: the upper N buckets
+    n = abs(r) if bidirectional else max(-r, 0)  # n = max(i − j, 0) or |i − j|
+    if n < E:
+        return upper + n
+    ratio, step = Fraction(n, E) ** (N - E), Fraction(max_distance, E)
+    k = 0
+    while step ** (k + 1) <= ratio:
+        k += 1
+    return upper + min(N - 1, E + k)
+
+
+@pytest.mark.parametrize(("num_buckets", "max_distance"), [(32, 128), (16, 64), (8, 20)], ids=str)
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_t5_formula_gives_the_encodings_buckets(num_buckets, max_distance, bidirectional):
+    """Every relative distance j − i in −300..300 (both directions, past max_distance): the
+    encoding adds w[bucket(j − i), h], so with w[b, h] = b its bias is the bucket."""
+    formula = posenc.info("t5").formula
+    assert "w[bucket(j − i), h]" in formula
+    assert "min(N − 1, E + ⌊ln(n/E) / ln(max_distance/E)·(N − E)⌋)" in formula
+    enc = posenc.create(
+        "t5",
+        n_heads=2,
+        num_buckets=num_buckets,
+        max_distance=max_distance,
+        bidirectional=bidirectional,
+    )
+    with torch.no_grad():
+        enc.weight.copy_(torch.arange(num_buckets, dtype=torch.float32)[:, None].expand(-1, 2))
+    got = enc.bias(torch.tensor([300]), torch.arange(601))  # j − i = −300..300
+    r = range(-300, 301)
+    expected = [_t5_bucket(d, num_buckets, max_distance, bidirectional) for d in r]
+    assert got[0, 0].tolist() == got[1, 0].tolist() == [float(b) for b in expected]
+    # every bucket is reached, but bucket N (bidirectional: a key after i at distance 0)
+    assert len(set(expected)) == num_buckets - bidirectional
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "concat"])
+def test_sinusoidal_formula_gives_the_encodings_table(layout, tol):
+    """PE[p, 2i] = sin(p·ω_i), PE[p, 2i+1] = cos(p·ω_i), ω_i = base^(−2i/d), computed here
+    in float64 (concat: all sines, then all cosines)."""
+    formula = posenc.info("sinusoidal").formula
+    assert "PE[p, 2i] = sin(p·ω_i),  PE[p, 2i+1] = cos(p·ω_i),  ω_i = base^(−2i/d)" in formula
+    d, base, length = 64, 10000.0, 512
+    expected = torch.empty(length, d, dtype=torch.float64)
+    for p in range(length):
+        for i in range(d // 2):
+            angle = p * base ** (-2 * i / d)
+            sin_col, cos_col = (2 * i, 2 * i + 1) if layout == "interleaved" else (i, d // 2 + i)
+            expected[p, sin_col], expected[p, cos_col] = math.sin(angle), math.cos(angle)
+    enc = posenc.create("sinusoidal", dim=d, base=base, layout=layout)
+    got = enc.encode(torch.arange(length))
+    assert got.dtype == torch.float32
+    # float32: the angle, reduced mod 2π, rounded once (error ≤ eps·π), then sin/cos
+    torch.testing.assert_close(got.double(), expected, **tol(n=2, scale=2 * math.pi))
+    # float64 positions: the angle p·ω_i carries a few float64 roundings of size ≤ length
+    got64 = enc.encode(torch.arange(length, dtype=torch.float64))
+    assert got64.dtype == torch.float64
+    torch.testing.assert_close(got64, expected, **tol(torch.float64, n=4, scale=length))
 
 
 @by_name
