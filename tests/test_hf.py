@@ -751,3 +751,49 @@ def test_legacy_gpt_neox_keys_read_as_transformers_reads_them():
     from_object = rope_from_hf_config(transformers.GPTNeoXConfig.from_dict(legacy))
     assert from_dict.config == from_object.config
     assert (from_dict.config.base, from_dict.config.rotary_dim) == (20000.0, 16)
+
+
+def test_extension_updates_reads_legacy_gpt_neox_keys():
+    from posenc.hf.extend import extension_updates
+
+    raw = {
+        "model_type": "gpt_neox",
+        "hidden_size": 6144,
+        "num_attention_heads": 64,
+        "max_position_embeddings": 2048,
+        "rotary_emb_base": 10000,
+        "rotary_pct": 0.25,
+    }
+    ntk = extension_updates(raw, "ntk", 4.0)["rope_parameters"]
+    # NTK-aware base over the 24 rotary dims (96 * 0.25), not the whole 96-dim head
+    assert ntk["rope_theta"] == pytest.approx(10000 * 4.0 ** (24 / 22))
+    assert ntk["partial_rotary_factor"] == 0.25
+    # the same plan as from the config transformers 5 builds from that file
+    config = AutoConfig.for_model(**raw)
+    assert config.rope_parameters["partial_rotary_factor"] == 0.25
+    for method in EXTEND_METHODS:
+        ours = extension_updates(raw, method, 4.0)["rope_parameters"]
+        theirs = extension_updates(config, method, 4.0)["rope_parameters"]
+        assert ours == pytest.approx(theirs), method
+
+
+def test_extension_updates_treats_legacy_mrope_as_unscaled():
+    from posenc.hf.extend import extension_updates
+
+    raw = {
+        "model_type": "qwen2_vl",
+        "hidden_size": 3584,
+        "num_attention_heads": 28,
+        "max_position_embeddings": 32768,
+        "rope_theta": 1000000.0,
+        "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+    }
+    updates = extension_updates(raw, "yarn", 2.0)
+    assert updates["rope_parameters"] == {
+        "rope_theta": 1000000.0,
+        "mrope_section": [16, 24, 24],
+        "rope_type": "yarn",
+        "factor": 2.0,
+        "original_max_position_embeddings": 32768,
+    }
+    assert updates["max_position_embeddings"] == 65536

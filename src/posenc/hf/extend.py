@@ -16,11 +16,19 @@ from ..functional.rope_scaling import ntk_base
 from ..rotary.rope import DEFAULT_BASE
 from ..rotary.scaling import parse_scaling
 from .keys import config_getter, config_head_dim, config_rope_dict
+from .rope import LEGACY_KEYS
 
 __all__ = ["EXTEND_METHODS", "extend_context"]
 
 #: the scalings :func:`extend_context` can apply
 EXTEND_METHODS = ("linear", "ntk", "dynamic", "yarn", "llama3")
+
+#: rope types that are unscaled RoPE: Qwen2-VL's legacy ``"mrope"`` is default frequencies
+#: in sections, as :func:`~posenc.hf.rope_from_hf_config` reads it
+_UNSCALED = ("default", "mrope")
+
+#: rope_parameters keys carried over unchanged (M-RoPE's sections)
+_CARRIED = ("mrope_section", "mrope_interleaved")
 
 #: rope_parameters keys that extend_context sets from its own arguments and the model
 _SET_BY_EXTEND = (
@@ -56,7 +64,9 @@ def extension_updates(
     The pure part of :func:`extend_context` (which calls it, so the two cannot disagree):
     what ``extend_context(model, method, factor, ...)`` would write into ``model.config``,
     from the config object or its ``config.json`` dict, without a model. Arguments and
-    errors as :func:`extend_context`'s.
+    errors as :func:`extend_context`'s. The base and rotary fraction are read as
+    :func:`~posenc.hf.rope_from_hf_config` reads them (GPT-NeoX's legacy names included);
+    Qwen2-VL's legacy ``"mrope"`` type counts as unscaled, its ``mrope_section`` kept.
 
     Returns:
         ``{"rope_parameters": {...}, "max_position_embeddings": int}``, plus
@@ -73,7 +83,7 @@ def extension_updates(
     factor = _check_factor(factor)
     get = config_getter(config)
     current = config_rope_dict(get)
-    if current.get("rope_type", current.get("type", "default")) != "default":
+    if current.get("rope_type", current.get("type", "default")) not in _UNSCALED:
         raise ValueError(
             f"the model already uses {current.get('rope_type', current.get('type'))!r} "
             "scaling; extend_context starts from an unscaled model (rope_type 'default')"
@@ -90,10 +100,15 @@ def extension_updates(
             f"original_max_position_embeddings must be an int in [1, {MAX_INT}], got {original!r}"
         )
     keep: dict[str, Any] = {}
-    for key in ("rope_theta", "partial_rotary_factor"):  # the dict's, else the top level's
-        value = current.get(key, get(key))
+    # base and rotary fraction as rope_from_hf_config reads them: the dict's, else the top
+    # level's, else GPT-NeoX's legacy name (rotary_emb_base, rotary_pct)
+    for key, legacy_key in LEGACY_KEYS.items():
+        value = current.get(key)
+        for name in (key, legacy_key):
+            value = get(name) if value is None else value
         if value is not None:
             keep[key] = value
+    keep.update({key: current[key] for key in _CARRIED if key in current})
     base = keep.setdefault("rope_theta", DEFAULT_BASE)
     new_max = int(original * factor)
 
@@ -112,7 +127,7 @@ def extension_updates(
         if method == "llama3":
             new.update(low_freq_factor=1.0, high_freq_factor=4.0)
         new.update(params)
-        checked = dict(new)
+        checked = {k: v for k, v in new.items() if k not in _CARRIED}  # not scaling keys
         if method == "dynamic":
             checked["original_max_position_embeddings"] = original
         parse_scaling(checked)  # strict: unknown keys and bad values raise, naming them

@@ -271,9 +271,13 @@ def _plans(
     if original is None or target <= original:
         return (), f"target {target} is within the original context {original}: nothing to extend"
     factor = target / original
-    plans = []
+    plans, refused = [], []
     for method in EXTEND_METHODS:
-        updates = extension_updates(language, method, factor)
+        try:
+            updates = extension_updates(language, method, factor)
+        except ValueError as error:  # the report still shows, with the reason
+            refused.append(f"{method}: {error}")
+            continue
         updated = copy.deepcopy(config)
         into = updated["text_config"] if language is not config else updated
         into.update(copy.deepcopy(updates))
@@ -283,11 +287,11 @@ def _plans(
         except ValueError as error:
             rope, note = None, f"posenc cannot build it: {error}"
         plans.append(ExtensionPlan(method, factor, updates, rope, note))
-    note = ""
-    if model_type == "gpt_neox" or isinstance(facts.rope, MRoPE):
-        note = (
+    notes = [f"no plan for {why}" for why in refused]
+    if plans and (model_type == "gpt_neox" or isinstance(facts.rope, MRoPE)):
+        notes.append(
             "extend_context rewrites model.model.rotary_emb (Llama family); this model keeps "
             "its rotary embedding elsewhere, so it refuses the model: load it with the "
             "updated config instead"
         )
-    return tuple(plans), note
+    return tuple(plans), "; ".join(notes)

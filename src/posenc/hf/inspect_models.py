@@ -44,6 +44,9 @@ OTHER_MODEL_TYPES = {
 
 KNOWN_MODEL_TYPES = (*ROTARY_MODEL_TYPES, *OTHER_MODEL_TYPES)
 
+#: what transformers' ``T5Config`` uses when ``config.json`` lacks the key
+T5_DEFAULTS = {"relative_attention_num_buckets": 32, "relative_attention_max_distance": 128}
+
 
 @dataclasses.dataclass(frozen=True)
 class NonRotary:
@@ -92,11 +95,18 @@ def non_rotary(config: dict[str, Any], model_type: Any) -> NonRotary | None:
             "ALiBi has no position limit (its bias is linear in distance)",
         )
     if encoding == "t5":
-        keys = {
-            "n_heads": _int(config, "num_heads"),
-            "num_buckets": _int(config, "relative_attention_num_buckets"),
-            "max_distance": _int(config, "relative_attention_max_distance"),
-        }
+        keys = {"n_heads": _int(config, "num_heads")}
+        defaulted: tuple[str, ...] = ()
+        for name in ("num_buckets", "max_distance"):
+            hf_key = f"relative_attention_{name}"
+            if config.get(hf_key) is None:  # older config.json files (t5-small) lack it
+                keys[name] = T5_DEFAULTS[hf_key]
+                defaulted += (
+                    f"{hf_key} is not in the config: transformers' default "
+                    f"{T5_DEFAULTS[hf_key]} used",
+                )
+            else:
+                keys[name] = _int(config, hf_key)
         return NonRotary(
             "t5",
             {**keys, "bidirectional": True},
@@ -104,6 +114,7 @@ def non_rotary(config: dict[str, Any], model_type: Any) -> NonRotary | None:
                 "the encoder's buckets are bidirectional; the decoder's self-attention uses "
                 "the same with bidirectional=False",
                 "one learned bias table in the first layer of each stack, shared by its layers",
+                *defaulted,
             ),
             f"T5's buckets have no position limit: distances past {keys['max_distance']} "
             "share the last bucket",

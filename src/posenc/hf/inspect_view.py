@@ -26,7 +26,9 @@ def _value(value: Any) -> str:
 
 
 def _params(params: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={_value(v)}" for k, v in params.items()) or "no parameters"
+    """``key=value, ...`` of the keys that are set (None: unset, not shown)."""
+    shown = [f"{k}={_value(v)}" for k, v in params.items() if v is not None]
+    return ", ".join(shown) or "no parameters"
 
 
 def render_report(report: CheckpointReport) -> list[str]:
@@ -106,9 +108,10 @@ def frequencies_figure(report: CheckpointReport) -> Figure:
     """The ``frequencies`` figure (:func:`posenc.plot.frequencies.frequencies`) of a checkpoint.
 
     Each rotary pair's wavelength ``2π/θ_i`` under the checkpoint's own scaling and plain
-    RoPE, with the original and extended (or target) contexts marked; with a target, the
-    RoPE of each extension plan too. Every line is drawn from the built encoding's scaling
-    and base, at ``seq_len`` = the target (or extended) length.
+    RoPE, with the original context marked and, with extension plans, the target and the
+    RoPE of each plan; without plans, a scaled checkpoint's own extended context (the
+    target of a plan that extend_context refuses is not drawn). Every line is drawn from
+    the built encoding's scaling and base, at ``seq_len`` = the length marked.
 
     Raises:
         ValueError: a non-rotary checkpoint, or lengths the figure cannot mark (an unscaled
@@ -128,7 +131,9 @@ def frequencies_figure(report: CheckpointReport) -> Figure:
         raise ValueError(
             f"the config does not record the original context of its {f.rope_type!r} scaling"
         )
-    target = report.target if report.target is not None else f.extended_context
+    target, name = report.target, "target"
+    if not report.extensions and f.extended_context is not None:
+        target, name = f.extended_context, "extended"  # the checkpoint's own reach
     if target is None or target <= f.original_context:
         raise ValueError(
             f"the figure needs a target longer than the original context {f.original_context}: "
@@ -146,4 +151,5 @@ def frequencies_figure(report: CheckpointReport) -> Figure:
         target=target,
         scalings=lines,
         rotary_dim=f.rotary_dim,
+        target_name=name,
     )

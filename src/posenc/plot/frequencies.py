@@ -37,6 +37,7 @@ def frequencies(
     target: int = 32768,
     scalings: Sequence[str | Mapping[str, Any] | tuple[str, Mapping[str, Any]]] = DEFAULT_SCALINGS,
     rotary_dim: int | None = None,
+    target_name: str = "target",
 ) -> Figure:
     """The wavelength ``2π/θ_i`` of each rotary pair under each scaling, log y.
 
@@ -56,6 +57,8 @@ def frequencies(
             ``(label, rope_parameters)`` pairs.
         rotary_dim: how many dimensions of each head rotate (partial rotary, GPT-NeoX):
             ``rotary_dim / 2`` pairs; default ``head_dim``.
+        target_name: what ``target`` is called on its line (``"extended"``: a checkpoint's
+            own extended context).
 
     Returns:
         The figure: one line per scaling (x = pair index ``i``, y = ``2π/θ_i`` in tokens,
@@ -75,6 +78,8 @@ def frequencies(
     check_size("target", target)
     if target <= original:
         raise ValueError(f"target ({target}) must exceed original ({original})")
+    if not isinstance(target_name, str) or not target_name:
+        raise ValueError(f"target_name must be a non-empty str, got {target_name!r}")
     single = isinstance(scalings, (str, bytes, Mapping)) or _is_pair(scalings)
     if single or not isinstance(scalings, Sequence):
         raise ValueError(f"scalings must be a sequence of names or dicts, got {scalings!r}")
@@ -91,7 +96,7 @@ def frequencies(
         inv_freq, _ = record.inv_freq(head_dim, rotary_dim, line_base, seq_len=target)
         wavelength = 2 * math.pi / inv_freq  # [head_dim // 2], tokens
         ax.plot(list(pairs), wavelength.numpy(), marker=".", markersize=3, label=label)
-    for length, name, colour in ((original, "original", "0.35"), (target, "target", "0.6")):
+    for length, name, colour in ((original, "original", "0.35"), (target, target_name, "0.6")):
         ax.axhline(length, color=colour, linestyle="--", linewidth=1.0)
         ax.annotate(
             f"{name} context {length}",
