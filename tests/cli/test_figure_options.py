@@ -38,7 +38,7 @@ def test_figure_options_map_each_type():
     assert options["count"].required and options["count"].annotation is int
     assert options["count"].help == "how many things, on two lines."
     assert options["ratio"].annotation is float and not options["ratio"].required
-    assert options["ratio"].help == "a ratio. [default: none]"
+    assert options["ratio"].help == "a ratio."  # a default of None is not shown
     assert options["both"].annotation is float  # the widest of int | float
     assert options["where"].annotation is str
     assert options["shape"].annotation == tuple[int, int, int]

@@ -9,7 +9,8 @@ does and turns every failure into one line on stderr and an exit code:
 - a bad input to posenc (``ValueError``, ``TypeError``, the arena's ``CorpusError``, a
   file that cannot be read or written: ``OSError``) or a missing optional extra
   (``ImportError``, with the ``pip install`` that fixes it): ``error: <message>``, exit
-  code 2, no traceback.
+  code 2, no traceback;
+- Ctrl-C (``KeyboardInterrupt``): ``interrupted`` on stderr, exit code 130, no traceback.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ __all__ = ["PROG", "example", "needs_extra", "new_app", "run"]
 PROG = "posenc"
 #: the exit code of every error that :func:`run` reports in one line
 USAGE_ERROR = 2
+#: the exit code after Ctrl-C (128 + SIGINT, as a shell reports it)
+INTERRUPTED = 130
 
 
 def example(*lines: str) -> str:
@@ -94,11 +97,19 @@ def _fail(message: str, usage: str | None = None) -> int:
 
 def run(app: typer.Typer, argv: Sequence[str] | None = None) -> int:
     """Run ``app`` on ``argv`` (default ``sys.argv[1:]``) as ``posenc``; return the exit
-    code: the command's (0 when it returns None), 2 for any error, reported in one line."""
+    code: the command's (0 when it returns None), 2 for any error, reported in one line,
+    130 after Ctrl-C."""
     args = list(sys.argv[1:] if argv is None else argv)
     command = get_command(app)
     try:
-        result = command.main(args=args, prog_name=PROG, standalone_mode=False)
+        # click's own steps, not command.main: typer's main turns Ctrl-C into a silent 130
+        with command.make_context(PROG, args) as ctx:
+            result = command.invoke(ctx)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return INTERRUPTED
+    except typer.Exit as e:  # --help, --version, ctx.exit()
+        return int(e.exit_code)
     except click_errors.NoArgsIsHelpError as e:  # bare `posenc`: its help, on stderr
         print(e.ctx.get_help() if e.ctx else e.format_message(), file=sys.stderr)
         return USAGE_ERROR
@@ -106,7 +117,7 @@ def run(app: typer.Typer, argv: Sequence[str] | None = None) -> int:
         return _fail(e.format_message(), e.ctx.get_usage() if e.ctx else None)
     except click_errors.ClickException as e:
         return _fail(e.format_message())
-    except typer.Abort:  # click's Abort (Ctrl-D at a prompt)
+    except (typer.Abort, EOFError):  # click's Abort, or Ctrl-D at a prompt
         print("aborted", file=sys.stderr)
         return 1
     except (ValueError, TypeError, ImportError, OSError) as e:

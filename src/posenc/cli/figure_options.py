@@ -28,11 +28,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["METAVARS", "FigureOption", "arg_docs", "convert_item", "figure_options"]
+__all__ = ["METAVARS", "FigureOption", "arg_docs", "convert_item", "figure_options", "help_text"]
 
 SCALARS = (bool, int, float, str)
 #: a Sphinx role in a docstring (``:func:`name```), shown as its name in the help
 _ROLE = re.compile(r":\w+:`~?([^`]+)`")
+#: inline code in a docstring (````name````)
+_CODE = re.compile(r"``([^`]+)``")
 #: how the help names the values of an option of each type
 METAVARS = {int: "N", float: "X", str: "TEXT", bool: None}
 
@@ -99,6 +101,20 @@ def arg_docs(doc: str | None) -> dict[str, str]:
     return docs
 
 
+def help_text(doc: str, flags: Mapping[str, str]) -> str:
+    """Docstring text as command-line help, on one line: a Sphinx role becomes its name,
+    ````name```` of a parameter its option (``flags``: name -> flag), other code loses
+    its backquotes.
+
+    Example:
+        >>> help_text("Pair ``pair`` of :func:`rope`, ``x + 1``.", {"pair": "--pair"})
+        'Pair --pair of rope, x + 1.'
+    """
+    text = _ROLE.sub(r"\1", doc)
+    text = _CODE.sub(lambda m: flags.get(m[1], m[1]), text)
+    return " ".join(text.split())
+
+
 def _members(hint: Any) -> tuple[Any, ...]:
     """The types of a union (``int | None`` -> ``(int, NoneType)``), or ``(hint,)``."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
@@ -161,25 +177,33 @@ def _hints(draw: Callable[..., Any]) -> dict[str, Any]:
 
 
 def figure_options(draw: Callable[..., Any]) -> list[FigureOption]:
-    """The options of figure function ``draw``, in the order of its parameters."""
+    """The options of figure function ``draw``, in the order of its parameters.
+
+    A default of None is not shown: the docstring says what leaving the option out means.
+    """
     docs = arg_docs(draw.__doc__)
     hints = _hints(draw)
+    shapes = {
+        name: shape
+        for name, p in inspect.signature(draw).parameters.items()
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        and (shape := _shape(hints[name])) is not None
+    }
+    flags = {name: "--" + name.replace("_", "-") for name in shapes}
     options = []
     for name, p in inspect.signature(draw).parameters.items():
-        if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+        if name not in shapes:
             continue
-        shape = _shape(hints[name])
-        if shape is None:
-            continue
-        annotation, members = shape
+        annotation, members = shapes[name]
         required = p.default is p.empty
-        words = _ROLE.sub(r"\1", docs.get(name, "")).replace("``", "")
+        words = help_text(docs.get(name, ""), flags)
         if members:
             words += " One or more values."
-        if not required:
+        if not required and p.default is not None:
             words += f" [default: {_show(p.default)}]"
-        flag = "--" + name.replace("_", "-")
-        options.append(FigureOption(name, flag, annotation, members, words.strip(), required))
+        options.append(
+            FigureOption(name, flags[name], annotation, members, words.strip(), required)
+        )
     return options
 
 

@@ -17,7 +17,7 @@ from typer.core import TyperGroup
 from typer.main import get_command
 
 from .app import example
-from .figure_options import METAVARS, FigureOption, convert_item, figure_options
+from .figure_options import METAVARS, FigureOption, convert_item, figure_options, help_text
 from .greedy import GreedyCommand
 
 __all__ = ["PlotGroup", "figure_command", "register"]
@@ -25,13 +25,24 @@ __all__ = ["PlotGroup", "figure_command", "register"]
 _OUT_HELP = "The file to write: .png or .svg."
 
 
-def _example(kind: str, doc: str) -> str:
-    """The docstring's ``Example: posenc plot ...`` line, else the plainest command."""
-    for line in doc.splitlines():
-        words = line.strip()
-        if words.startswith("Example:") and "posenc plot" in words:
-            return words.removeprefix("Example:").strip().strip("`")
-    return f"posenc plot {kind} --out {kind}.png"
+def _example(kind: str, doc: str, options: list[FigureOption]) -> str:
+    """The command of the docstring's ``Example:`` section if it is a ``posenc plot``
+    line (on the heading's line or the lines under it, up to a blank line), else
+    ``posenc plot KIND`` with each required option (its metavar as the value) and
+    ``--out KIND.png``."""
+    lines = inspect.cleandoc(doc).splitlines()
+    for i, line in enumerate(lines):
+        if line.strip().startswith("Example:"):
+            words = [line.strip().removeprefix("Example:")]
+            for more in lines[i + 1 :]:
+                if not more.strip():
+                    break
+                words.append(more)
+            command = " ".join(w.strip().strip("`").strip() for w in words).strip()
+            if command.startswith("posenc plot"):
+                return command
+    needed = [f"{o.flag} {METAVARS.get(o.annotation) or 'VALUE'}" for o in options if o.required]
+    return " ".join(["posenc plot", kind, *needed, "--out", f"{kind}.png"])
 
 
 def _parameter(option: FigureOption) -> inspect.Parameter:
@@ -78,9 +89,10 @@ def figure_command(kind: str) -> Any:
     draw_figure.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [*map(_parameter, options), out]
     )
-    draw_figure.__doc__ = doc.split("\n\n")[0].replace("``", "")
+    flags = {o.name: o.flag for o in options}
+    draw_figure.__doc__ = help_text(doc.split("\n\n")[0], flags)
     app = typer.Typer(rich_markup_mode=None, add_completion=False)
-    app.command(kind, cls=GreedyCommand, epilog=example(_example(kind, doc)))(draw_figure)
+    app.command(kind, cls=GreedyCommand, epilog=example(_example(kind, doc, options)))(draw_figure)
     return get_command(app)
 
 

@@ -56,11 +56,11 @@ def attention(
         encoding: the encoding of the model to load, one the run trained (e.g. ``rope``).
         text: the text the model reads (non-empty; one token per UTF-8 byte, at most as
             many as the model's positions reach).
-        layer: draw only this layer (0-based); all layers when None.
-        head: draw only this head (0-based); all heads when None.
+        layer: draw only this layer (0-based); all layers if omitted.
+        head: draw only this head (0-based); all heads if omitted.
         model: ``lm`` (the causal language model) or ``mlm`` (the bidirectional masked
             one of ``nope-needs-causality``).
-        seed: the training seed of the model; the run's first when None.
+        seed: the training seed of the model; the run's first seed if omitted.
 
     Shapes:
         each panel's image: ``[seq, seq]``, rows = query token, columns = key token.

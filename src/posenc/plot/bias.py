@@ -35,7 +35,7 @@ def bias(
     length: int = 32,
     heads: Sequence[int] | None = None,
 ) -> Figure:
-    """``enc.bias(arange(length), arange(length))`` of a bias encoding, one panel per head.
+    """The bias ``enc.bias(arange(length), arange(length))`` of a bias encoding, a panel per head.
 
     Learned encodings (``t5``, ``kerple``, ``fire``, ``shaw``) are drawn at their
     initialisation (seed 0; the title says so): T5's table starts at zero, so its panels are
@@ -48,7 +48,7 @@ def bias(
             ``shaw``).
         n_heads: the encoding's number of heads.
         length: the sequence length ``L`` (queries and keys at positions ``0 .. L-1``).
-        heads: which heads to draw (indices in ``0 .. n_heads-1``); all when None.
+        heads: which heads to draw (indices in ``0 .. n_heads-1``); all heads if omitted.
 
     Shapes:
         each panel's image: ``[length, length]``, rows = query position, columns = key position

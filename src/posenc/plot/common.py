@@ -115,7 +115,7 @@ def check_encoding(name: Any, kinds: Iterable[str], figure: str) -> EncodingInfo
     if info.kind not in kinds:
         raise ValueError(
             f"the {figure} figure takes {' or '.join(kinds)} encodings; "
-            f"{name!r} is a {info.kind} encoding"
+            f"{name!r} is {_article(info.kind)} {info.kind} encoding"
         )
     if "grid" in config_keys(name):
         raise ValueError(
@@ -123,6 +123,11 @@ def check_encoding(name: Any, kinds: Iterable[str], figure: str) -> EncodingInfo
             "see the grid figure"
         )
     return info
+
+
+def _article(word: str) -> str:
+    """``"an"`` before a word that starts with a vowel (``additive``), else ``"a"``."""
+    return "an" if word[:1].lower() in "aeiou" else "a"
 
 
 def config_keys(name: str) -> list[str]:

@@ -37,9 +37,9 @@ def decay(
     Args:
         head_dim: the size of each head (even): ``head_dim / 2`` rotary pairs.
         bases: the wavelength bases (``rope_theta``) to draw.
-        scalings: the scalings to draw, each None (plain RoPE) or a Hugging Face
-            ``rope_parameters`` dict (``{"rope_type": "linear", "factor": 4.0}``), validated
-            by :func:`posenc.rotary.scaling.parse_scaling`.
+        scalings: the scalings to draw, each None (plain RoPE; ``none`` on the command
+            line) or a Hugging Face ``rope_parameters`` dict (``{"rope_type": "linear",
+            "factor": 4.0}``), validated by :func:`posenc.rotary.scaling.parse_scaling`.
         max_distance: the largest relative distance drawn (from 1: the x axis is log).
 
     Returns:

@@ -53,10 +53,12 @@ def frequencies(
         base: the wavelength base (``rope_theta``).
         original: the training context length (``original_max_position_embeddings``).
         target: the extended context length (> ``original``).
-        scalings: names from :data:`NAMED_SCALINGS`, ``rope_parameters`` dicts or
-            ``(label, rope_parameters)`` pairs.
+        scalings: the scalings to draw, each a name (``none`` for plain RoPE,
+            ``linear``, ``ntk``, ``dynamic``, ``yarn``, ``llama3``, ``longrope``: the
+            :data:`NAMED_SCALINGS`), a ``rope_parameters`` dict or a
+            ``(label, rope_parameters)`` pair.
         rotary_dim: how many dimensions of each head rotate (partial rotary, GPT-NeoX):
-            ``rotary_dim / 2`` pairs; default ``head_dim``.
+            ``rotary_dim / 2`` pairs; the whole head if omitted.
         target_name: what ``target`` is called on its line (``"extended"``: a checkpoint's
             own extended context).
 

@@ -23,7 +23,7 @@ __all__ = ["heatmap"]
 
 
 def heatmap(encoding: str = "sinusoidal", dim: int = 128, positions: int = 50) -> Figure:
-    """``encode(arange(positions))`` of an additive encoding, X = dimension, Y = position.
+    """The matrix ``encode(arange(positions))`` of an additive encoding: X dimension, Y position.
 
     Learned encodings are drawn at their initialisation (the title says so).
 

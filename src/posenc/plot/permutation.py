@@ -74,7 +74,7 @@ def permutation(
     dim: int = 16,
     seed: int = 0,
 ) -> Figure:
-    """Attention outputs of ``sentence`` and of its shuffle, with ``nope`` and ``encoding``.
+    """Attention outputs of ``sentence`` and its shuffle, without positions and with ``encoding``.
 
     Args:
         encoding: a 1-D additive, rotary or bias encoding (``sinusoidal``, ``rope``,

@@ -32,7 +32,7 @@ def rotation(
     positions: Sequence[int] = (0, 1, 2, 4, 8),
     base: float = 10000.0,
 ) -> Figure:
-    """Pair ``pair`` of a fixed vector at each position, added to (left) and rotated (right).
+    """One 2-D pair (``pair``) of a vector at each position, added to (left) and rotated (right).
 
     Args:
         dim: the vector size (even).
