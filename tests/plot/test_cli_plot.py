@@ -1,7 +1,9 @@
 """posenc plot KIND: one subcommand per figure, its options from the figure's signature."""
 
 import inspect
+import itertools
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -10,6 +12,7 @@ import pytest
 
 import posenc.plot
 from posenc.cli import main
+from posenc.cli.plot import figure_command
 
 
 def _error(err: str) -> str:
@@ -142,3 +145,78 @@ def test_a_bad_sequence_value_is_one_line(drawn, capsys):
     assert main(["plot", "fake", "--sizes", "1", "two", "--out", "f.png"]) == 2
     assert _error(capsys.readouterr().err) == "error: --sizes takes values of type int, got 'two'"
     assert drawn == []
+
+
+def _example_args(command) -> list[str]:
+    """The arguments after ``posenc plot KIND`` of the example in ``command``'s help."""
+    line = command.epilog.split("Example:")[1].strip().splitlines()[0]
+    words = shlex.split(line)
+    assert words[:3] == ["posenc", "plot", command.name], line
+    return words[3:]
+
+
+@pytest.mark.parametrize("kind", list(posenc.plot.PLOTS))
+def test_each_figures_example_parses(kind):
+    command = figure_command(kind)
+    args = _example_args(command)
+    ctx = command.make_context(kind, args)  # a UsageError if a required option is missing
+    assert ctx.params["out"] == args[args.index("--out") + 1]
+
+
+def test_attention_example_names_a_run():
+    args = _example_args(figure_command("attention"))
+    assert args[args.index("--run") + 1]
+
+
+@pytest.mark.parametrize("kind", list(posenc.plot.PLOTS))
+def test_each_figures_first_help_line_reads_well(kind):
+    summary = figure_command(kind).help
+    assert summary[0].isupper() and summary.endswith("."), summary
+    assert "`" not in summary and ":func:" not in summary, summary
+    words = summary.lower().split()
+    assert all(a != b for a, b in itertools.pairwise(words)), summary  # not "Pair pair"
+
+
+def test_a_parameter_in_the_first_line_shows_as_its_option():
+    assert "One 2-D pair (--pair) of a vector" in figure_command("rotation").help
+    assert "on --text," in figure_command("attention").help
+
+
+@pytest.mark.parametrize("kind", list(posenc.plot.PLOTS))
+def test_options_say_what_omitting_them_means(kind):
+    for param in figure_command(kind).params:
+        assert "when None" not in (param.help or ""), param.help
+        assert "[default: none]" not in (param.help or ""), param.help
+
+
+def test_frequencies_help_lists_the_named_scalings():
+    from posenc.plot.frequencies import NAMED_SCALINGS
+
+    (scalings,) = [p for p in figure_command("frequencies").params if p.name == "scalings"]
+    assert "NAMED_SCALINGS" in scalings.help
+    for name in NAMED_SCALINGS:
+        assert re.search(rf"\b{name}\b", scalings.help.split("[default")[0]), name
+
+
+def test_kind_errors_use_an_before_a_vowel(tmp_path, capsys):
+    argv = ["plot", "bias", "--encoding", "sinusoidal", "--out", str(tmp_path / "b.png")]
+    assert main(argv) == 2
+    assert "'sinusoidal' is an additive encoding" in _error(capsys.readouterr().err)
+
+
+def test_the_fallback_example_gives_required_options(monkeypatch):
+    def needs(n: int, out_of: str, scale: float = 1.0) -> str:
+        """A figure with required parameters and no example.
+
+        Args:
+            n: a count.
+            out_of: a name.
+            scale: a factor.
+        """
+        return "figure"
+
+    monkeypatch.setitem(posenc.plot.PLOTS, "needs", "needs")
+    monkeypatch.setattr(posenc.plot, "get", lambda name: needs)
+    command = figure_command("needs")
+    assert _example_args(command) == ["--n", "N", "--out-of", "TEXT", "--out", "needs.png"]
+    assert "--scale" not in command.epilog
