@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import posenc
+from posenc.tables import yes_no
 
 log = logging.getLogger("mkdocs.plugins.posenc_docs")
 
@@ -130,8 +131,8 @@ def encoding_page(name: str) -> str:
     lines = [f"# {name}", "", f"{info.summary[:1].upper()}{info.summary[1:]}.", ""]
     lines += ["| kind | trainable | relative | extrapolates | size key |", "|---|---|---|---|---|"]
     lines.append(
-        f"| `{info.kind}` | {_yes(info.trainable)} | {_yes(info.relative)} "
-        f"| {_yes(info.extrapolates)} | `{cls.size_key}` |"
+        f"| `{info.kind}` | {yes_no(info.trainable)} | {yes_no(info.relative)} "
+        f"| {yes_no(info.extrapolates)} | `{cls.size_key}` |"
     )
     lines += ["", "## Formula", "", "```text", info.formula.strip(), "```", ""]
     lines += ["## Configuration", "", "| key | type | default | meaning |", "|---|---|---|---|"]
@@ -153,10 +154,6 @@ def encoding_page(name: str) -> str:
     return "\n".join(lines)
 
 
-def _yes(flag: bool) -> str:
-    return "yes" if flag else "no"
-
-
 def index_page() -> str:
     """The Markdown of ``encodings/index.md``: every encoding in one table."""
     lines = [
@@ -171,8 +168,8 @@ def index_page() -> str:
     for name in posenc.available():
         info = posenc.info(name)
         lines.append(
-            f"| [{name}]({name}.md) | `{info.kind}` | {_yes(info.trainable)} "
-            f"| {_yes(info.relative)} | {_yes(info.extrapolates)} | {_cell(info.summary)} |"
+            f"| [{name}]({name}.md) | `{info.kind}` | {yes_no(info.trainable)} "
+            f"| {yes_no(info.relative)} | {yes_no(info.extrapolates)} | {_cell(info.summary)} |"
         )
     return "\n".join(lines) + "\n"
 

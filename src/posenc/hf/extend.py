@@ -15,8 +15,7 @@ from ..config import MAX_INT, check_float
 from ..functional.rope_scaling import ntk_base
 from ..rotary.rope import DEFAULT_BASE
 from ..rotary.scaling import parse_scaling
-from .keys import config_getter, config_head_dim, config_rope_dict
-from .rope import LEGACY_KEYS
+from .keys import config_getter, config_head_dim, config_rope_dict, rope_base_keys
 
 __all__ = ["EXTEND_METHODS", "extend_context"]
 
@@ -99,15 +98,7 @@ def extension_updates(
         raise ValueError(
             f"original_max_position_embeddings must be an int in [1, {MAX_INT}], got {original!r}"
         )
-    keep: dict[str, Any] = {}
-    # base and rotary fraction as rope_from_hf_config reads them: the dict's, else the top
-    # level's, else GPT-NeoX's legacy name (rotary_emb_base, rotary_pct)
-    for key, legacy_key in LEGACY_KEYS.items():
-        value = current.get(key)
-        for name in (key, legacy_key):
-            value = get(name) if value is None else value
-        if value is not None:
-            keep[key] = value
+    keep = rope_base_keys(get, current)  # base and rotary fraction, as rope_from_hf_config
     keep.update({key: current[key] for key in _CARRIED if key in current})
     base = keep.setdefault("rope_theta", DEFAULT_BASE)
     new_max = int(original * factor)

@@ -12,10 +12,21 @@ from typing import Any
 
 from ..config import check_int
 
-__all__ = ["Getter", "config_getter", "config_head_dim", "config_rope_dict"]
+__all__ = [
+    "LEGACY_KEYS",
+    "Getter",
+    "config_getter",
+    "config_head_dim",
+    "config_rope_dict",
+    "rope_base_keys",
+]
 
 #: ``get(key, default=None)``: a config's value for ``key``
 Getter = Callable[..., Any]
+
+#: the keys a RoPE dict may take from the config's top level, with the legacy name GPT-NeoX's
+#: ``config.json`` uses for each (transformers 5 reads those into ``rope_parameters`` too)
+LEGACY_KEYS = {"rope_theta": "rotary_emb_base", "partial_rotary_factor": "rotary_pct"}
 
 
 def config_getter(config: Any) -> Getter:
@@ -61,3 +72,17 @@ def config_rope_dict(get: Getter) -> dict[str, Any]:
             "whose rope_parameters is one flat dict"
         )
     return {k: v for k, v in params.items() if v is not None}
+
+
+def rope_base_keys(get: Getter, params: Mapping[str, Any]) -> dict[str, Any]:
+    """``rope_theta`` and ``partial_rotary_factor`` as transformers reads them: the value in
+    ``params`` (the RoPE dict), else the config's top-level key, else its legacy name
+    (:data:`LEGACY_KEYS`); keys found nowhere are left out. Values are not checked."""
+    found = {}
+    for key, legacy_key in LEGACY_KEYS.items():
+        value = params.get(key)
+        for name in (key, legacy_key):
+            value = get(name) if value is None else value
+        if value is not None:
+            found[key] = value
+    return found

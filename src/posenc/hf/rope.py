@@ -14,13 +14,9 @@ from ..config import check_float, check_int
 from ..functional.rope_scaling import ROPE_SCALINGS
 from ..rotary.mrope import MRoPE
 from ..rotary.rope import RoPE
-from .keys import config_getter, config_head_dim, config_rope_dict
+from .keys import LEGACY_KEYS, config_getter, config_head_dim, config_rope_dict, rope_base_keys
 
 __all__ = ["rope_from_hf_config"]
-
-#: top-level keys read when ``rope_parameters`` lacks them, with the legacy name GPT-NeoX's
-#: ``config.json`` uses for each (transformers 5 reads those into ``rope_parameters`` too)
-LEGACY_KEYS = {"rope_theta": "rotary_emb_base", "partial_rotary_factor": "rotary_pct"}
 
 #: scalings whose original context length transformers reads from a top-level
 #: ``original_max_position_embeddings`` when the config has one (Phi-3), else from
@@ -127,12 +123,8 @@ def rope_from_hf_config(config: Any) -> RoPE:
     if rope_type not in ROPE_SCALINGS:
         raise ValueError(f"unknown rope_type {rope_type!r}; accepted: {sorted(ROPE_SCALINGS)}")
 
-    for key, legacy_key in LEGACY_KEYS.items():
-        if key not in params:
-            value = get(key)
-            params_value = value if value is not None else get(legacy_key)
-            if params_value is not None:
-                params[key] = params_value
+    params.update(rope_base_keys(get, params))
+    for key in LEGACY_KEYS:
         if key in params:  # named as the config names it (RoPE calls rope_theta base)
             check_float(key, params[key])
 
