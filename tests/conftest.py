@@ -1,6 +1,8 @@
 import itertools
+import json
 import math
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -256,3 +258,21 @@ def backends():
     AVX-512, e.g. under ``ATEN_CPU_CAPABILITY=default``)."""
     flex = ("flex",) if flex_available(torch.device("cpu")) else ()
     return ("math", "sdpa", *flex)
+
+
+#: config.json files as the Hub serves them, older formats included (rope_scaling with "type",
+#: GPT-NeoX's rotary_pct / rotary_emb_base, T5 without relative_attention_max_distance): the
+#: position-related keys copied from the real files, the rest trimmed
+HUB_CONFIGS = Path(__file__).parent / "data" / "hub"
+
+
+def _hub_config(name: str, **changes):
+    """The raw config.json of ``name`` (a file in ``tests/data/hub``) as a dict, with
+    ``changes`` applied (a value of None drops the key)."""
+    config = {**json.loads((HUB_CONFIGS / f"{name}.json").read_text()), **changes}
+    return {k: v for k, v in config.items() if v is not None}
+
+
+@pytest.fixture(scope="session")
+def hub_config():
+    return _hub_config

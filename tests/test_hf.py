@@ -735,35 +735,21 @@ def test_extend_context_keeps_float32_frequencies_on_a_bfloat16_model():
     assert model.model.rotary_emb.inv_freq.device == model.lm_head.weight.device
 
 
-def test_legacy_gpt_neox_keys_read_as_transformers_reads_them():
+def test_legacy_gpt_neox_keys_read_as_transformers_reads_them(hub_config):
     # GPT-NeoX's config.json names the rotary fraction and base rotary_pct and
     # rotary_emb_base; transformers 5 reads them into rope_parameters, and so must the dict
     transformers = pytest.importorskip("transformers")
-    legacy = {
-        "model_type": "gpt_neox",
-        "hidden_size": 256,
-        "num_attention_heads": 4,
-        "rotary_pct": 0.25,
-        "rotary_emb_base": 20000,
-        "max_position_embeddings": 2048,
-    }
+    legacy = hub_config("gpt-neox-20b", rotary_emb_base=20000, transformers_version=None)
     from_dict = rope_from_hf_config(legacy)
     from_object = rope_from_hf_config(transformers.GPTNeoXConfig.from_dict(legacy))
     assert from_dict.config == from_object.config
-    assert (from_dict.config.base, from_dict.config.rotary_dim) == (20000.0, 16)
+    assert (from_dict.config.base, from_dict.config.rotary_dim) == (20000.0, 24)
 
 
-def test_extension_updates_reads_legacy_gpt_neox_keys():
+def test_extension_updates_reads_legacy_gpt_neox_keys(hub_config):
     from posenc.hf.extend import extension_updates
 
-    raw = {
-        "model_type": "gpt_neox",
-        "hidden_size": 6144,
-        "num_attention_heads": 64,
-        "max_position_embeddings": 2048,
-        "rotary_emb_base": 10000,
-        "rotary_pct": 0.25,
-    }
+    raw = hub_config("gpt-neox-20b")
     ntk = extension_updates(raw, "ntk", 4.0)["rope_parameters"]
     # NTK-aware base over the 24 rotary dims (96 * 0.25), not the whole 96-dim head
     assert ntk["rope_theta"] == pytest.approx(10000 * 4.0 ** (24 / 22))

@@ -192,20 +192,8 @@ def test_checkpoint_specifics(saved):
     assert llama.scaling["low_freq_factor"] == 1.0 and llama.scaling["high_freq_factor"] == 4.0
 
 
-def test_legacy_gpt_neox_keys_are_read(tmp_path):
-    (tmp_path / "config.json").write_text(
-        json.dumps(
-            {
-                "model_type": "gpt_neox",
-                "hidden_size": 6144,
-                "num_attention_heads": 64,
-                "rotary_pct": 0.25,
-                "rotary_emb_base": 10000,
-                "max_position_embeddings": 2048,
-            }
-        )
-    )
-    report = inspect_checkpoint(tmp_path)
+def test_legacy_gpt_neox_keys_are_read(legacy):
+    report = inspect_checkpoint(legacy("gpt-neox-20b"))
     assert report.rotary.rotary_dim == 24
     scope = {"json": json, "posenc": posenc}
     exec(report.build, scope)  # rope_from_hf_config reads the legacy names itself
@@ -358,70 +346,22 @@ def test_command_errors_are_one_line(tmp_path, capsys):
     assert len(err) == 1 and err[0].startswith("error: cannot read") and "missing" in err[0]
 
 
-#: config.json files as the Hub serves them (the older format: rope_scaling, "type", GPT-NeoX's
-#: rotary_pct / rotary_emb_base, T5 without relative_attention_max_distance); the
-#: position-related keys copied from the real files, the rest trimmed
-LEGACY_JSON = {
-    "llama-3.1-8b": {
-        "model_type": "llama",
-        "hidden_size": 4096,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "max_position_embeddings": 131072,
-        "rope_scaling": {
-            "factor": 8.0,
-            "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 8192,
-            "rope_type": "llama3",
-        },
-        "rope_theta": 500000.0,
-        "transformers_version": "4.43.0.dev0",
-    },
-    "qwen2-vl-7b": {
-        "model_type": "qwen2_vl",
-        "hidden_size": 3584,
-        "num_attention_heads": 28,
-        "num_key_value_heads": 4,
-        "max_position_embeddings": 32768,
-        "rope_theta": 1000000.0,
-        "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
-        "vision_config": {"depth": 32, "embed_dim": 1280, "num_heads": 16},
-        "transformers_version": "4.41.2",
-    },
-    "gpt-neox-20b": {
-        "model_type": "gpt_neox",
-        "hidden_size": 6144,
-        "num_attention_heads": 64,
-        "max_position_embeddings": 2048,
-        "rotary_emb_base": 10000,
-        "rotary_pct": 0.25,
-        "transformers_version": "4.19.0.dev0",
-    },
-    "t5-small": {
-        "model_type": "t5",
-        "d_model": 512,
-        "d_kv": 64,
-        "num_heads": 8,
-        "n_positions": 512,
-        "relative_attention_num_buckets": 32,
-        "transformers_version": "4.0.0",
-    },
-}
+@pytest.fixture
+def legacy(tmp_path, hub_config):
+    """A directory holding a Hub config.json (``tests/data/hub``) with changes (None: drop);
+    by default ``tmp_path / name``."""
+
+    def write(name, folder=None, **changes):
+        folder = tmp_path / name if folder is None else folder
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text(json.dumps(hub_config(name, **changes)))
+        return folder
+
+    return write
 
 
-def legacy(tmp_path, name, **changes):
-    """The directory of ``name``'s older-format config.json, with ``changes`` (None: drop)."""
-    config = {**LEGACY_JSON[name], **changes}
-    config = {k: v for k, v in config.items() if v is not None}
-    folder = tmp_path / name
-    folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps(config))
-    return folder
-
-
-def test_legacy_llama_facts_and_scaling_line(tmp_path):
-    report = inspect_checkpoint(legacy(tmp_path, "llama-3.1-8b"))
+def test_legacy_llama_facts_and_scaling_line(tmp_path, legacy):
+    report = inspect_checkpoint(legacy("llama-3.1-8b"))
     f = report.rotary
     assert (f.head_dim, f.base, f.rope_type) == (128, 500000.0, "llama3")
     assert (f.original_context, f.extended_context) == (8192, 131072)
@@ -430,8 +370,8 @@ def test_legacy_llama_facts_and_scaling_line(tmp_path):
     assert "None" not in scaling and "factor=8" in scaling  # unset keys are not listed
 
 
-def test_legacy_gpt_neox_plans_use_its_base_and_rotary_fraction(tmp_path):
-    report = inspect_checkpoint(legacy(tmp_path, "gpt-neox-20b", rotary_emb_base=20000), 8192)
+def test_legacy_gpt_neox_plans_use_its_base_and_rotary_fraction(tmp_path, legacy):
+    report = inspect_checkpoint(legacy("gpt-neox-20b", rotary_emb_base=20000), 8192)
     f = report.rotary
     assert (f.head_dim, f.rotary_dim, f.base) == (96, 24, 20000.0)
     plans = {p.method: p for p in report.extensions}
@@ -445,8 +385,8 @@ def test_legacy_gpt_neox_plans_use_its_base_and_rotary_fraction(tmp_path):
     assert plans["yarn"].updates["rope_parameters"]["rope_theta"] == 20000
 
 
-def test_legacy_qwen2_vl_mrope_type_is_unscaled_and_keeps_its_sections(tmp_path):
-    report = inspect_checkpoint(legacy(tmp_path, "qwen2-vl-7b"), target=65536)
+def test_legacy_qwen2_vl_mrope_type_is_unscaled_and_keeps_its_sections(tmp_path, legacy):
+    report = inspect_checkpoint(legacy("qwen2-vl-7b"), target=65536)
     f = report.rotary
     assert report.encoding == "mrope" and f.rope_type == "default"
     assert f.mrope_section == (16, 24, 24) and f.base == 1e6 and f.original_context == 32768
@@ -459,7 +399,7 @@ def test_legacy_qwen2_vl_mrope_type_is_unscaled_and_keeps_its_sections(tmp_path)
     assert ntk.rope.config.base == pytest.approx(1e6 * 2.0 ** (128 / 126))
 
 
-def test_a_refused_plan_is_a_note_not_an_error(tmp_path, monkeypatch):
+def test_a_refused_plan_is_a_note_not_an_error(tmp_path, monkeypatch, legacy):
     import posenc.hf.inspect as inspect_module
 
     real = inspect_module.extension_updates
@@ -470,14 +410,14 @@ def test_a_refused_plan_is_a_note_not_an_error(tmp_path, monkeypatch):
         return real(config, method, factor)
 
     monkeypatch.setattr(inspect_module, "extension_updates", refuse_yarn)
-    report = inspect_checkpoint(legacy(tmp_path, "llama-3.1-8b", rope_scaling=None), 262144)
+    report = inspect_checkpoint(legacy("llama-3.1-8b", rope_scaling=None), 262144)
     assert [p.method for p in report.extensions] == [m for m in EXTEND_METHODS if m != "yarn"]
     assert "no plan for yarn: yarn refused for the test" in report.extension_note
     assert "yarn refused for the test" in "\n".join(render_report(report))
 
 
-def test_legacy_t5_defaults_are_transformers(tmp_path):
-    report = inspect_checkpoint(legacy(tmp_path, "t5-small"))
+def test_legacy_t5_defaults_are_transformers(tmp_path, legacy):
+    report = inspect_checkpoint(legacy("t5-small"))
     assert report.config == {
         "n_heads": 8,
         "num_buckets": 32,
@@ -489,7 +429,7 @@ def test_legacy_t5_defaults_are_transformers(tmp_path):
         "relative_attention_max_distance is not in the config: transformers' default 128 used"
     ]
     bare = inspect_checkpoint(
-        legacy(tmp_path / "bare", "t5-small", relative_attention_num_buckets=None)
+        legacy("t5-small", tmp_path / "bare", relative_attention_num_buckets=None)
     )
     assert bare.config["num_buckets"] == 32
     assert sum("default" in n for n in bare.notes) == 2
@@ -501,9 +441,9 @@ def test_legacy_t5_defaults_are_transformers(tmp_path):
     )
 
 
-def test_figure_of_a_scaled_checkpoint_marks_its_own_reach_not_the_target(tmp_path):
+def test_figure_of_a_scaled_checkpoint_marks_its_own_reach_not_the_target(tmp_path, legacy):
     pytest.importorskip("matplotlib")
-    report = inspect_checkpoint(legacy(tmp_path, "llama-3.1-8b"), target=262144)
+    report = inspect_checkpoint(legacy("llama-3.1-8b"), target=262144)
     assert report.extensions == ()  # extend_context refuses a scaled model
     fig = frequencies_figure(report)
     (ax,) = fig.axes
