@@ -8,6 +8,8 @@ picks the fastest exact backend from what the encoding declares (``linear_slopes
   ``-m_h (i - j)`` and it applies (CPU, not compiling, affordable width);
 - flex attention (:mod:`posenc.attention.flex`) from ``FLEX_MIN_SCORES`` scores per head,
   where it runs and no gradient is needed on the CPU;
+- training on the CPU, the fused CPU flash kernel with the materialised bias and a
+  blockwise backward (:mod:`posenc.attention.bias_grad`: no ``[batch, heads, L, L]``);
 - else SDPA with the materialised ``[heads, q_len, k_len]`` bias.
 
 ``math`` (explicit softmax in float32) serves encodings that add to the values (Shaw).
@@ -21,6 +23,7 @@ import torch.nn.functional as F
 from ..base import BiasEncoding
 from ..functional.dtypes import math_dtype
 from ..positions import causal_mask
+from .bias_grad import bias_flash_attention, bias_flash_available
 from .flex import flex_attention, flex_available
 from .linear_bias import fused_linear_bias
 from .masks import Masks, open_dead_rows, zero_dead_rows
@@ -44,15 +47,17 @@ def bias_attention(
     scale: float,
     backend: str,
     masks: Masks | None,
+    table: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Attention with a bias encoding, on the fastest exact backend.
 
     ``auto`` tries the fused linear-bias path, then flex attention for sequences of at
     least ``FLEX_MIN_SCORES`` scores per head (below that, compiling buys nothing), then
     SDPA with the materialised bias (decoding: one query against N keys costs O(N) per
-    head). Encodings that add to the values (Shaw) always take the math path. Padding and
-    segment masks (``masks``) reach flex as a ``mask_mod`` and the other paths as a dense
-    mask.
+    head); training on the CPU, SDPA's flash kernel with the bias and a blockwise backward
+    (:func:`~posenc.attention.bias_grad.bias_flash_attention`) instead. Encodings that
+    add to the values (Shaw) always take the math path. Padding and segment masks
+    (``masks``) reach flex as a ``mask_mod`` and the other paths as a dense mask.
 
     Args:
         q, k, v, scale, backend: as :func:`posenc.attention` (checked there).
@@ -62,6 +67,9 @@ def bias_attention(
             ``score_mod`` uses the indices and a cached block mask).
         causal: mask keys after their query.
         masks: padding and segment masks, or None.
+        table: the materialised bias for these positions (``encoding.bias(q_positions,
+            k_positions)``, checked by :func:`posenc.attention`), computed once by the
+            caller and shared by its layers; None: computed here where a path needs it.
 
     Shapes:
         q ``[batch, heads, q_len, d]``, k, v ``[batch, kv_heads, k_len, d]``.
@@ -84,7 +92,11 @@ def bias_attention(
     # that require grad (even under no_grad), and inductor fails on a score_mod whose
     # captured tables need gradients. Training on the CPU uses SDPA.
     needs_grad = any(t.requires_grad for t in (q, k, v)) or (
-        torch.is_grad_enabled() and any(p.requires_grad for p in encoding.parameters())
+        torch.is_grad_enabled()
+        and (
+            any(p.requires_grad for p in encoding.parameters())
+            or (table is not None and table.requires_grad)
+        )
     )
     cpu_training = q.device.type == "cpu" and needs_grad
     if backend == "flex" and cpu_training:
@@ -93,6 +105,7 @@ def bias_attention(
             "'auto'), or call under torch.no_grad() with inputs that do not require grad"
         )
     allowed = dead = None  # the dense mask, built only where a path needs it
+    chunked = False  # the flash kernel with a blockwise backward (training on the CPU)
     if backend == "auto":
         flex = not cpu_training and _flex_first(q, k)
         # with padding or segments, flex comes first: its block mask skips whole blocks,
@@ -106,17 +119,23 @@ def bias_attention(
             if fused is not None:
                 return zero_dead_rows(fused, dead)
         backend = "flex" if flex else "sdpa"
+        chunked = cpu_training and not torch.compiler.is_compiling() and bias_flash_available()
     if backend == "flex":
         q_offset = k.shape[2] - q.shape[2]
         qp, kp = (q_positions, k_positions) if explicit else (None, None)  # None: default
         mod = encoding.score_mod(qp, kp, q=q, q_offset=q_offset, scale=scale)
         mask_mod = None if masks is None else masks.mask_mod(qp, kp, q_offset, causal)
         return flex_attention(q, k, v, mod, qp, kp, causal, scale, mask_mod=mask_mod)
+    if table is None:
+        table = encoding.bias(q_positions, k_positions, q=q, scale=scale)  # [(b,) h, q, k]
+    if chunked:
+        opened = None if allowed is None else (allowed, dead)
+        return _chunked(q, k, v, table, q_positions, k_positions, causal, scale, masks, opened)
     if masks is not None and allowed is None:
         allowed, dead = open_dead_rows(masks.dense(q_positions, k_positions, causal))
     elif causal and allowed is None:
         allowed = causal_mask(q_positions, k_positions)
-    bias = encoding.bias(q_positions, k_positions, q=q, scale=scale)  # [(b,) h, q_len, k_len]
+    bias = table
     if allowed is not None:
         bias = bias.masked_fill(~allowed, float("-inf"))
     if backend == "sdpa":
@@ -130,6 +149,40 @@ def bias_attention(
         return zero_dead_rows(out, dead)
     out = _math_attention(q, k, v, bias, scale, encoding, q_positions, k_positions)
     return zero_dead_rows(out, dead)
+
+
+def _chunked(q, k, v, bias, q_positions, k_positions, causal, scale, masks, opened):
+    """:func:`~posenc.attention.bias_grad.bias_flash_attention` with the masks folded into
+    the bias as ``-inf``; the causal mask by index (no fold, the kernel skips the blocks
+    above the diagonal) where the positions order keys as their index does.
+
+    Shapes:
+        q ``[b, h, q_len, d]``, k, v ``[b, kv_h, k_len, d]``, bias ``[(b,) h, q_len, k_len]``;
+        opened: ``(allowed, dead)`` of :func:`open_dead_rows` for ``masks`` if built
+        already, else None -> ``[b, h, q_len, d]``.
+    """
+    by_index = causal and _index_order(q_positions, k_positions)
+    dead = None
+    if masks is not None or (causal and not by_index):
+        if opened is None:
+            dense = (
+                causal_mask(q_positions, k_positions)
+                if masks is None
+                else masks.dense(q_positions, k_positions, causal)
+            )
+            opened = open_dead_rows(dense)
+        allowed, dead = opened
+        bias = bias.masked_fill(~allowed, float("-inf"))
+    out = bias_flash_attention(q, k, v, bias, scale, by_index)
+    return zero_dead_rows(out, dead)
+
+
+def _index_order(q_positions: torch.Tensor, k_positions: torch.Tensor) -> bool:
+    """Whether ``k_position <= q_position`` is ``k_index <= q_index``: the same positions
+    for queries and keys, strictly increasing (reads them: not under compile)."""
+    if q_positions.shape != k_positions.shape or not torch.equal(q_positions, k_positions):
+        return False
+    return q_positions.shape[-1] < 2 or bool((q_positions.diff(dim=-1) > 0).all())
 
 
 def _flex_first(q: torch.Tensor, k: torch.Tensor) -> bool:

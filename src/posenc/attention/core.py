@@ -64,6 +64,33 @@ def _check_scale(scale: float | None, head_dim: int) -> float:
     return float(scale)
 
 
+def _check_table(
+    table: torch.Tensor, encoding: Encoding | None, q: torch.Tensor, k_len: int
+) -> None:
+    """Raise unless ``table`` can be the precomputed bias of ``encoding`` for ``q``."""
+    if not isinstance(encoding, BiasEncoding):
+        got = "None" if encoding is None else repr(encoding.info.name)
+        raise ValueError(f"bias is the table of a bias encoding, but the encoding is {got}")
+    if encoding.needs_q:
+        raise ValueError(
+            f"{encoding.info.name!r} computes its bias from q: it cannot be precomputed; "
+            "pass bias=None"
+        )
+    if not isinstance(table, torch.Tensor) or not table.is_floating_point():
+        kind = table.dtype if isinstance(table, torch.Tensor) else type(table).__name__
+        raise TypeError(f"bias must be a floating-point tensor, got {kind}")
+    b, h, q_len = q.shape[:3]
+    if table.shape[-3:] != (h, q_len, k_len) or (
+        table.dim() != 3 and (table.dim() != 4 or table.shape[0] not in (1, b))
+    ):
+        raise ValueError(
+            f"bias must be [heads, q_len, k_len] = [{h}, {q_len}, {k_len}] or [batch | 1, "
+            f"heads, q_len, k_len], got shape {tuple(table.shape)}"
+        )
+    if table.device != q.device:
+        raise ValueError(f"bias is on {table.device} but q is on {q.device}: move bias there")
+
+
 def attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -76,6 +103,7 @@ def attention(
     backend: str = "auto",
     key_padding_mask: torch.Tensor | None = None,
     segment_ids: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None,
+    bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Attention of ``q`` over ``k, v`` with a positional encoding.
 
@@ -103,6 +131,14 @@ def attention(
             ``(q_segment_ids, k_segment_ids)``, ``[batch, q_len]`` and ``[batch, k_len]``.
             Give each document positions of its own too
             (:func:`posenc.positions.from_segments`).
+        bias: with a bias encoding, its table for these positions,
+            ``encoding.bias(q_positions, k_positions)`` (``[heads, q_len, k_len]``, or
+            ``[batch, heads, q_len, k_len]`` for ``[batch, len]`` positions), computed once
+            and shared by the layers of a model, so that one backward through it reaches the
+            encoding's parameters. The paths that materialise the bias use it (SDPA, math,
+            the CPU training path); flex attention and the fused linear-bias path compute
+            the same bias per score instead. Not for encodings whose bias depends on ``q``
+            (``needs_q``: Shaw). None: computed here where needed.
 
     A query that may see no key at all (a pad query, say) gets zeros, never NaN, and no
     gradient.
@@ -163,6 +199,8 @@ def attention(
         raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
     if kind != "bias" and backend not in ("auto", "sdpa"):
         raise ValueError(f"backend={backend!r} applies to bias encodings only; this runs on SDPA")
+    if bias is not None:
+        _check_table(bias, encoding, q, k_len)
     if kind == "bias":
         return bias_attention(
             q,
@@ -176,6 +214,7 @@ def attention(
             scale,
             backend,
             masks,
+            bias,
         )
     if kind == "additive":
         name = cast(Encoding, encoding).info.name

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..base import BiasConfig, BiasEncoding
@@ -119,6 +120,35 @@ class Fire(BiasEncoding):
         x = fire_input(q_pos.to(dtype), k_pos.to(dtype), c, threshold)
         first, second = self._linears()
         return fire_mlp(x, head, first.weight[:, 0], first.bias, second.weight, second.bias)
+
+    def bias(
+        self,
+        q_positions: torch.Tensor,
+        k_positions: torch.Tensor,
+        q: torch.Tensor | None = None,
+        scale: float | None = None,
+    ) -> torch.Tensor:
+        """The materialised bias, as :meth:`bias_at` computes it per score, with the MLP
+        as two matrix products over its hidden units (3x faster than the unrolled sum flex
+        needs; the same function, rounded in another order).
+
+        Shapes:
+            ``[heads, q_len, k_len]``, or ``[batch, heads, q_len, k_len]`` for
+            ``[batch, len]`` positions.
+        """
+        q_positions, k_positions = self._check_pair(q_positions, k_positions)
+        dtype = math_dtype(q_positions.dtype, k_positions.dtype, self.c.dtype)
+        qp, kp = q_positions.to(dtype), k_positions.to(dtype)
+        if qp.dim() == 1 and kp.dim() == 1:
+            qp, kp = qp.view(-1, 1), kp.view(1, -1)  # -> [q_len, k_len]
+        else:
+            qp, kp = qp.view(-1, qp.shape[-1], 1), kp.view(-1, 1, kp.shape[-1])  # [b, q, k]
+        c, threshold = _scalar(self.c, dtype), self.threshold(dtype)
+        x = fire_input(qp, kp, c, threshold).unsqueeze(-1)  # [(b,) q_len, k_len, 1]
+        first, second = self._linears()
+        hidden = F.relu(F.linear(x, first.weight.to(dtype), first.bias.to(dtype)))
+        out = F.linear(hidden, second.weight.to(dtype), second.bias.to(dtype))  # [..., heads]
+        return out.movedim(-1, -3).contiguous()  # [(b,) heads, q_len, k_len]
 
 
 def _scalar(p: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -2,7 +2,8 @@
 pre-norm block around it.
 
 The encoding is handed to every layer: a rotary one rotates q and k with the ``rotation``
-computed once per forward, a bias one goes to :func:`posenc.attention` (Vaswani et al. 2017
+computed once per forward, a bias one goes to :func:`posenc.attention`, with the bias table
+the model computed once per forward where it did (Vaswani et al. 2017
 for the block; Ainslie et al. 2023, arXiv:2305.13245, for grouped-query heads).
 """
 
@@ -52,6 +53,7 @@ class SelfAttention(nn.Module):
         layer: int,
         key_padding_mask: torch.Tensor | None = None,
         segment_ids: tuple[torch.Tensor, torch.Tensor] | None = None,
+        bias_table: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Attend ``x`` to itself (and to the keys and values in ``cache``).
 
@@ -66,6 +68,9 @@ class SelfAttention(nn.Module):
             layer: this layer's index in ``cache``.
             key_padding_mask: ``[batch, k_len]``, True for real keys.
             segment_ids: ``(q_ids [batch, seq], k_ids [batch, k_len])`` of packed documents.
+            bias_table: a bias encoding's table for ``attn_positions``, computed once per
+                forward and shared by every layer (``bias=`` of :func:`posenc.attention`),
+                or None.
 
         Returns:
             ``[batch, seq, dim]``.
@@ -85,6 +90,7 @@ class SelfAttention(nn.Module):
             causal=causal,
             key_padding_mask=key_padding_mask,
             segment_ids=segment_ids,
+            bias=bias_table,
         )
         # [b, h, s, hd] -> [b, s, h * hd]
         return self.out(out.transpose(1, 2).reshape(b, s, self.n_heads * self.head_dim))

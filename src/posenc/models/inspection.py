@@ -72,6 +72,7 @@ def attention_maps(
         if inputs.pop("cache") is not None:  # never: attention_maps passes none
             raise ValueError("attention_maps reads attention without a KV cache")
         inputs.pop("layer")
+        inputs.pop("bias_table")  # the same bias, recomputed by the reference path
         maps.append(layer_probabilities(cast(SelfAttention, module), **inputs))
 
     layers = [cast(Block, block).attn for block in model.blocks]

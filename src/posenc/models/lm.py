@@ -24,6 +24,7 @@ from ..positions import arange, document_starts, from_padding, from_segments
 from .blocks import Block
 from .generation import generate
 from .inputs import check_input_ids, check_masks
+from .tables import shared_bias
 
 __all__ = ["TransformerLM"]
 
@@ -216,6 +217,10 @@ class TransformerLM(nn.Module):
         elif self.encoding.kind == "rotary":  # computed once, shared by every layer
             rotary = cast(RotaryEncoding, self.encoding)
             rotation = rotary.rotation(positions, None if explicit else offset + s)
+        trains = torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
+        table = shared_bias(  # a bias encoding's table, shared by every layer where it pays
+            self.encoding, attn_positions, s, self.causal, trains and cache is None, x.device
+        )
         for i, block in enumerate(self.blocks):
             x = block(
                 x,
@@ -227,6 +232,7 @@ class TransformerLM(nn.Module):
                 i,
                 key_padding_mask,
                 segments,
+                table,
             )
         if cache is not None:
             cache.advance(s)

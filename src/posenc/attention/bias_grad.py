@@ -1,0 +1,199 @@
+"""Attention with an additive bias that trains on the CPU without ``[batch, heads, L, L]``.
+
+SDPA with a bias that needs gradients falls back to its math path on the CPU: it keeps the
+``[batch, heads, q_len, k_len]`` probabilities of every layer and backpropagates through
+them. :func:`bias_flash_attention` runs the forward on the fused CPU flash kernel (which
+also returns the log-sum-exp of every row) and the backward of FlashAttention-2 (Dao 2023,
+arXiv:2307.08691, Algorithm 2) over blocks of ``block`` queries: each block recomputes its
+probabilities from the log-sum-exp, so the backward holds ``[batch, heads, block, k_len]``
+at a time, and the gradient of the bias is summed over the batch into a table of the
+bias's own shape (``[1, heads, q_len, k_len]`` for a bias shared by the batch), which
+autograd carries back to the encoding's parameters.
+
+This is the place a GPU kernel would plug in; the CPU path imports no Triton.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..functional.dtypes import math_dtype
+
+__all__ = ["BLOCK", "bias_flash_attention", "bias_flash_available"]
+
+#: queries per block of the backward: it holds ``[batch, heads, BLOCK, k_len]`` floats
+BLOCK = 64
+_OP = "_scaled_dot_product_flash_attention_for_cpu"
+
+
+def bias_flash_available() -> bool:
+    """Whether this torch has the CPU flash kernel with a mask and the log-sum-exp
+    (``aten._scaled_dot_product_flash_attention_for_cpu``; absent, the callers keep SDPA's
+    math path)."""
+    if not hasattr(torch.ops.aten, _OP):
+        return False
+    schema = getattr(torch.ops.aten, _OP).default._schema
+    return any(a.name == "attn_mask" for a in schema.arguments)
+
+
+def bias_flash_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bias: torch.Tensor,
+    scale: float,
+    causal: bool,
+    block: int = BLOCK,
+) -> torch.Tensor:
+    """``softmax(q kᵀ · scale + bias) v`` on the CPU, with a blockwise backward.
+
+    Args:
+        q: ``[batch, heads, q_len, d]``, float64, float32, bfloat16 or float16.
+        k, v: ``[batch, kv_heads, k_len, d]`` with ``heads`` a multiple of ``kv_heads``
+            (grouped-query heads are repeated here; autograd sums their gradients back).
+        bias: ``[heads, q_len, k_len]`` or ``[batch | 1, heads, q_len, k_len]``, ``-inf``
+            where a query may not see a key (every query must see one key at least). It is
+            used in float32 (float64 for float64 inputs), so it is not rounded to bf16.
+        scale: the score scale (the bias is added after it).
+        causal: also mask keys after their query, by index (``q_len == k_len``): the kernel
+            and the backward then skip the blocks above the diagonal.
+        block: queries per block of the backward.
+
+    Returns:
+        ``[batch, heads, q_len, d]`` in the dtype of ``q``. The backward is done in float32
+        (float64 for float64 inputs).
+
+    Example:
+        >>> q, k, v = (torch.randn(1, 2, 5, 4) for _ in range(3))
+        >>> bias = torch.zeros(2, 5, 5, requires_grad=True)
+        >>> out = bias_flash_attention(q, k, v, bias, scale=0.5, causal=True)
+        >>> out.sum().backward(); bias.grad.shape
+        torch.Size([2, 5, 5])
+    """
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(
+            f"q, k, v must be [batch, heads, len, d], got {tuple(q.shape)}, {tuple(k.shape)}, "
+            f"{tuple(v.shape)}"
+        )
+    b, h, q_len, _ = q.shape
+    k_len = k.shape[2]
+    if h % k.shape[1]:
+        raise ValueError(f"query heads ({h}) must be a multiple of key/value heads ({k.shape[1]})")
+    if bias.dim() == 3:
+        bias = bias.unsqueeze(0)
+    if bias.dim() != 4 or bias.shape[0] not in (1, b) or bias.shape[1:] != (h, q_len, k_len):
+        raise ValueError(
+            f"bias must be [heads, q_len, k_len] or [batch | 1, heads, q_len, k_len] = "
+            f"[{b} | 1, {h}, {q_len}, {k_len}], got {tuple(bias.shape)}"
+        )
+    if causal and q_len != k_len:
+        raise ValueError(
+            f"causal=True needs q_len == k_len (got {q_len}, {k_len}): fold the mask into bias"
+        )
+    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+        raise ValueError(f"block must be an int >= 1, got {block!r}")
+    group = h // k.shape[1]
+    if group > 1:
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    bias = bias.to(math_dtype(q.dtype))
+    return _BiasFlash.apply(q, k, v, bias, float(scale), bool(causal), block)
+
+
+class _BiasFlash(torch.autograd.Function):
+    """The flash forward and the blockwise FlashAttention-2 backward (see the module)."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        bias: torch.Tensor,
+        scale: float,
+        causal: bool,
+        block: int,
+    ) -> torch.Tensor:
+        op = getattr(torch.ops.aten, _OP)
+        out, lse = op(q, k, v, 0.0, causal, attn_mask=bias, scale=scale)  # lse [b, h, q_len]
+        ctx.save_for_backward(q, k, v, bias, out, lse)
+        ctx.scale, ctx.causal, ctx.block = scale, causal, block
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        q, k, v, bias, out, lse = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        gq, gk, gv, gbias = flash_backward(
+            grads[0], q, k, v, bias, out, lse, ctx.scale, ctx.causal, ctx.block, need[3]
+        )
+        return (
+            gq.to(q.dtype) if need[0] else None,
+            gk.to(k.dtype) if need[1] else None,
+            gv.to(v.dtype) if need[2] else None,
+            gbias,
+            None,
+            None,
+            None,
+        )
+
+
+def flash_backward(
+    grad: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bias: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    scale: float,
+    causal: bool,
+    block: int,
+    bias_grad: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The gradients of ``softmax(q kᵀ · scale + bias) v`` from the output's and the
+    log-sum-exp of every score row (FlashAttention-2's backward, Dao 2023, Algorithm 2):
+    per block of queries, ``P = exp(S - lse)``, ``dV += Pᵀ dO``, ``dS = P ⊙ (dO Vᵀ - D)``
+    with ``D = rowsum(dO ⊙ O)``, ``dbias = dS`` (summed over a broadcast batch),
+    ``dQ = dS K · scale``, ``dK += dSᵀ Q · scale``.
+
+    Shapes:
+        grad, q, out ``[b, h, q_len, d]``; k, v ``[b, h, k_len, d]``; bias
+        ``[b | 1, h, q_len, k_len]``; lse ``[b, h, q_len]`` -> ``(dq, dk, dv, dbias or
+        None)`` in float32 (float64 for float64 inputs), dbias of the shape of ``bias``.
+    """
+    dtype = math_dtype(q.dtype)
+    q_len, k_len = q.shape[2], k.shape[2]
+    kf, vf = k.to(dtype), v.to(dtype)
+    grad = grad.to(dtype)
+    # a row that sees no key has no log-sum-exp (-inf or 0 by kernel): its P is 0 anyway
+    lse = torch.where(torch.isinf(lse), 0.0, lse).to(dtype).unsqueeze(-1)  # [b, h, q_len, 1]
+    delta = (grad * out.to(dtype)).sum(-1, keepdim=True)  # [b, h, q_len, 1]
+    gq = torch.empty(q.shape, dtype=dtype, device=q.device)
+    gk = torch.zeros(k.shape, dtype=dtype, device=q.device)
+    gv = torch.zeros(v.shape, dtype=dtype, device=q.device)
+    gbias = torch.zeros(bias.shape, dtype=bias.dtype, device=q.device) if bias_grad else None
+    shared = bias.shape[0] == 1 and q.shape[0] > 1
+    keys = torch.arange(k_len, device=q.device)
+    for i0 in range(0, q_len, block):
+        i1 = min(i0 + block, q_len)
+        n = i1 if causal else k_len  # the keys this block may see
+        qb = q[:, :, i0:i1].to(dtype)  # [b, h, blk, d]
+        gb = grad[:, :, i0:i1]
+        s = torch.matmul(qb * scale, kf[:, :, :n].transpose(-1, -2))  # [b, h, blk, n]
+        s += bias[:, :, i0:i1, :n]
+        s -= lse[:, :, i0:i1]
+        if causal:
+            later = keys[:n].view(1, -1) > torch.arange(i0, i1, device=q.device).view(-1, 1)
+            s.masked_fill_(later, float("-inf"))
+        p = s.exp_()
+        gv[:, :, :n] += torch.matmul(p.transpose(-1, -2), gb)
+        dp = torch.matmul(gb, vf[:, :, :n].transpose(-1, -2))
+        ds = p.mul_(dp.sub_(delta[:, :, i0:i1]))  # dS, in P's memory
+        if gbias is not None:
+            gbias[:, :, i0:i1, :n] += ds.sum(0, keepdim=True) if shared else ds
+        ds.mul_(scale)
+        gq[:, :, i0:i1] = torch.matmul(ds, kf[:, :, :n])
+        gk[:, :, :n] += torch.matmul(ds.transpose(-1, -2), qb)
+    return gq, gk, gv, gbias
