@@ -12,6 +12,8 @@ import functools
 
 import torch
 
+from ..functional.cpu import cpu_vector_isa
+
 __all__ = ["flex_attention", "flex_available"]
 
 RECOMPILE_LIMIT = 64
@@ -39,17 +41,8 @@ def flex_available(device: torch.device) -> bool:
     except ImportError:  # pragma: no cover - torch < 2.5
         return False
     if device.type == "cpu":
-        return _cpu_vector_isa()
+        return cpu_vector_isa()
     return device.type == "cuda"
-
-
-@functools.cache
-def _cpu_vector_isa() -> bool:
-    try:
-        from torch._inductor.cpu_vec_isa import pick_vec_isa
-    except ImportError:  # pragma: no cover - other torch layouts: let compile decide
-        return True
-    return bool(pick_vec_isa())
 
 
 @functools.lru_cache(maxsize=32)

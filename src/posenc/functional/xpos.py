@@ -12,6 +12,7 @@ overflowing. Why a fixed centre, and how the window is derived: ``docs/design-no
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -131,6 +132,7 @@ def apply_xpos(
     scale: torch.Tensor,
     layout: str = "half",
     key: bool = False,
+    kernel: Callable[..., torch.Tensor] = apply_rope,
 ) -> torch.Tensor:
     """Rotate the pairs of ``x`` (RoPE) and multiply them by ``scale`` (queries) or
     ``1/scale`` (keys).
@@ -141,6 +143,8 @@ def apply_xpos(
     (float64 for float64 input) and rounded once to ``x.dtype``. Dimensions past the rotary
     ones pass through unchanged. When ``x.dtype`` holds a narrower range than the table
     (float16), a factor it cannot hold raises ``ValueError`` (skipped under compile).
+    ``kernel`` rotates: :func:`~posenc.functional.apply_rope` (the default) or an equal,
+    faster one (:func:`~posenc.functional.rope_kernel.apply_rope_fast`).
 
     Sun et al. 2022, arXiv:2212.10554.
 
@@ -158,4 +162,4 @@ def apply_xpos(
                 "use bfloat16 or float32, or a center nearer the positions in use"
             )
     factor = 1 / scale if key else scale
-    return apply_rope(x, cos * factor, sin * factor, layout)
+    return kernel(x, cos * factor, sin * factor, layout)

@@ -32,7 +32,8 @@ from ..functional.axial_rope import (
     rope_mixed_cos_sin,
     rope_mixed_freqs,
 )
-from ..functional.rope import ROPE_LAYOUTS, apply_rope
+from ..functional.rope import ROPE_LAYOUTS
+from ..functional.rope_kernel import apply_rope_fast
 from ..positions import GridMixin, check_grid_config
 from ..registry import register
 
@@ -151,7 +152,7 @@ class RoPE2D(_GridRotary):
         self, x: torch.Tensor, rotation: tuple[torch.Tensor, ...], key: bool = False
     ) -> torch.Tensor:
         cos, sin = rotation
-        return apply_rope(x, cos, sin, self.config.layout)
+        return apply_rope_fast(x, cos, sin, self.config.layout)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -287,4 +288,4 @@ class RoPEMixed(_GridRotary):
         if heads != n_kv_heads:  # query heads: the set of each one's key head
             group = c.n_heads // n_kv_heads
             cos, sin = cos.repeat_interleave(group, 1), sin.repeat_interleave(group, 1)
-        return apply_rope(x, cos, sin, c.layout)
+        return apply_rope_fast(x, cos, sin, c.layout)

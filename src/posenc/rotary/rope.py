@@ -14,7 +14,8 @@ import torch
 
 from ..base import RotaryConfig, RotaryEncoding
 from ..config import check_choice, check_float, check_int
-from ..functional.rope import ROPE_LAYOUTS, apply_rope, rope_cos_sin
+from ..functional.rope import ROPE_LAYOUTS, rope_cos_sin
+from ..functional.rope_kernel import apply_rope_fast
 from ..registry import register
 from .scaling import ScalingConfig, parse_scaling
 
@@ -175,4 +176,4 @@ class RoPE(RotaryEncoding):
         self, x: torch.Tensor, rotation: tuple[torch.Tensor, ...], key: bool = False
     ) -> torch.Tensor:
         cos, sin = rotation
-        return apply_rope(x, cos, sin, self.config.layout)
+        return apply_rope_fast(x, cos, sin, self.config.layout)

@@ -14,6 +14,7 @@ import dataclasses
 import torch
 
 from ..config import check_float
+from ..functional.rope_kernel import apply_rope_fast
 from ..functional.xpos import (
     DEFAULT_SCALE_BASE,
     apply_xpos,
@@ -132,4 +133,4 @@ class XPos(RoPE):
         self, x: torch.Tensor, rotation: tuple[torch.Tensor, ...], key: bool = False
     ) -> torch.Tensor:
         cos, sin, scale = rotation
-        return apply_xpos(x, cos, sin, scale, self.config.layout, key=key)
+        return apply_xpos(x, cos, sin, scale, self.config.layout, key=key, kernel=apply_rope_fast)

@@ -1,0 +1,208 @@
+"""The fast RoPE kernel (posenc.functional.rope_kernel) computes what the reference does.
+
+The compiled path is forced on tiny shapes (threshold 0). Compiles are slow, so the cases
+share graphs: one graph per (layout, cos/sin rank, dtype, autograd mode, partial rotary);
+sizes, strides and head counts are symbolic (``dynamic=True``).
+"""
+
+import sys
+import warnings
+
+import pytest
+import torch
+
+import posenc
+from posenc.functional import apply_rope, rope_cos_sin, rope_inv_freq
+from posenc.functional import rope_kernel as rk
+from posenc.functional.rope_kernel import apply_rope_fast
+
+pytestmark = pytest.mark.skipif(
+    not rk.cpu_vector_isa(), reason="inductor has no vector ISA on this CPU: eager only"
+)
+
+
+@pytest.fixture
+def compiled(monkeypatch):
+    """Force the compiled kernel on every size; the list counts the calls it answers."""
+    calls = []
+    real = rk._kernel
+
+    def counting(x):
+        kernel = real(x)
+        if kernel is not None:
+            calls.append(tuple(x.shape))
+        return kernel
+
+    monkeypatch.setattr(rk, "ENABLED", True)
+    monkeypatch.setattr(rk, "COMPILE_MIN_NUMEL", 0)
+    monkeypatch.setattr(rk, "_failed", [])
+    monkeypatch.setattr(rk, "_kernel", counting)
+    return calls
+
+
+def tables(seq, n, batch=None, heads=None, dtype=torch.float32):
+    """cos/sin of RoPE angles: ``[seq, n]``, ``[batch, seq, n]`` (positions per row) or
+    ``[batch, heads, seq, n]`` (another base per head)."""
+    if heads is not None:
+        bases = 100.0 * 10 ** torch.arange(heads)
+        cs = [rope_cos_sin(torch.arange(seq), rope_inv_freq(2 * n, float(b))[0]) for b in bases]
+        cos, sin = (
+            torch.stack(t).unsqueeze(0).expand(batch, -1, -1, -1) for t in zip(*cs, strict=True)
+        )
+        return cos.to(dtype), sin.to(dtype)
+    positions = torch.arange(seq) if batch is None else torch.randint(0, 5000, (batch, seq))
+    cos, sin = rope_cos_sin(positions, rope_inv_freq(2 * n)[0])
+    return cos.to(dtype), sin.to(dtype)
+
+
+def projected(batch, heads, seq, head_dim, dtype=torch.float32):
+    """q as a projection gives it: ``[batch, seq, heads·head_dim]`` viewed as heads and
+    transposed, so non-contiguous."""
+    x = torch.randn(batch, seq, heads * head_dim, dtype=dtype)
+    return x.view(batch, seq, heads, head_dim).transpose(1, 2)
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("rotary_dim", [16, 10])  # full and partial rotary
+def test_forward_equals_reference(compiled, layout, rotary_dim):
+    # float32: the same operations in the same order, fused (inductor does not contract
+    # a·b - c·d into an FMA by default): equal, bit for bit
+    cos, sin = tables(37, rotary_dim // 2)  # odd length
+    q = projected(2, 4, 37, 16)  # non-contiguous
+    k = projected(2, 2, 37, 16)  # grouped-query: fewer key heads
+    assert not q.is_contiguous()
+    for x in (q, k, q.contiguous()):
+        assert torch.equal(apply_rope_fast(x, cos, sin, layout), apply_rope(x, cos, sin, layout))
+    assert len(compiled) == 3
+    out = apply_rope_fast(q, cos, sin, layout)
+    assert out.shape == q.shape and out.dtype == q.dtype
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_backward_equals_reference(compiled, layout, tol):
+    cos, sin = tables(37, 8)
+    x = projected(2, 3, 37, 16).requires_grad_()
+    grad = torch.randn(2, 3, 37, 16)
+    (fast,) = torch.autograd.grad(apply_rope_fast(x, cos, sin, layout), x, grad)
+    (ref,) = torch.autograd.grad(apply_rope(x, cos, sin, layout), x, grad)
+    assert compiled
+    # each gradient is g1·cos ± g2·sin: two products and a sum, rounded the same three
+    # times by both (a two-term sum does not depend on the order), within 2 roundings of
+    # |g|·(|cos| + |sin|) <= 2·max|g| whatever the fusion
+    torch.testing.assert_close(fast, ref, **tol(n=2, scale=2 * grad.abs().max().item()))
+
+
+def test_bfloat16_within_one_ulp(compiled):
+    # both compute in float32 and round once to bfloat16; the float32 values are equal
+    # (see above), so the results are equal unless inductor keeps a value the reference
+    # rounds: then one bfloat16 ulp at most (round-to-nearest of values one float32 ulp
+    # apart lands on the same or a neighbouring bfloat16)
+    cos, sin = tables(37, 8)
+    x = projected(2, 4, 37, 16, dtype=torch.bfloat16)
+    fast, ref = apply_rope_fast(x, cos, sin), apply_rope(x, cos, sin)
+    assert fast.dtype == torch.bfloat16 and compiled
+    ulp = torch.finfo(torch.bfloat16).eps * ref.float().abs().clamp_min(1e-30)
+    assert ((fast.float() - ref.float()).abs() <= ulp).all()
+
+
+def test_batch_and_per_head_tables(compiled):
+    x = projected(2, 3, 21, 16)
+    for cos, sin in (tables(21, 8, batch=2), tables(21, 8, batch=2, heads=3)):
+        assert torch.equal(apply_rope_fast(x, cos, sin), apply_rope(x, cos, sin))
+    assert len(compiled) == 2
+
+
+def test_small_inputs_and_switch_off_stay_eager(compiled, monkeypatch):
+    cos, sin = tables(5, 8)
+    x = torch.randn(1, 2, 5, 16)
+    monkeypatch.setattr(rk, "COMPILE_MIN_NUMEL", x.numel() + 1)
+    apply_rope_fast(x, cos, sin)
+    monkeypatch.setattr(rk, "COMPILE_MIN_NUMEL", 0)
+    monkeypatch.setattr(rk, "ENABLED", False)
+    apply_rope_fast(x, cos, sin)
+    assert compiled == []
+
+
+def test_compile_failure_falls_back_once(compiled, monkeypatch):
+    tries = []
+
+    def broken(x, cos, sin, layout):
+        tries.append(1)
+        raise RuntimeError("no C compiler\nmore lines")
+
+    monkeypatch.setattr(rk, "_compiled", lambda: broken)
+    cos, sin = tables(5, 8)
+    x = torch.randn(1, 2, 5, 16)
+    with pytest.warns(RuntimeWarning, match="no C compiler"):
+        out = apply_rope_fast(x, cos, sin)
+    assert torch.equal(out, apply_rope(x, cos, sin))
+    assert rk.compiled_rope_failed() == "RuntimeError: no C compiler"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert torch.equal(apply_rope_fast(x, cos, sin), out)  # no retry, no warning
+    assert tries == [1]
+
+
+def test_bad_input_raises_without_disabling_the_kernel(compiled):
+    cos, sin = tables(5, 8)
+    with pytest.raises(ValueError, match="layout"):
+        apply_rope_fast(torch.randn(1, 2, 5, 16), cos, sin, "gptj")
+    with pytest.raises(RuntimeError):  # 6 positions against tables of 5
+        apply_rope_fast(torch.randn(1, 2, 6, 16), cos, sin)
+    assert rk.compiled_rope_failed() is None
+
+
+def test_encodings_rotate_with_the_fast_kernel(compiled):
+    q, k = torch.randn(1, 4, 9, 16), torch.randn(1, 2, 9, 16)
+    rope = posenc.create("rope", head_dim=16)
+    q2, k2 = rope(q, k)
+    cos, sin = rope.rotation(torch.arange(9))
+    assert torch.equal(q2, apply_rope(q, cos, sin)) and torch.equal(k2, apply_rope(k, cos, sin))
+    assert len(compiled) == 2
+    for name in ("xpos", "rope_2d"):
+        posenc.create(name, head_dim=16)(q, k, positions=_positions(name))
+    assert len(compiled) == 6
+
+
+def _positions(name):
+    return None if name == "xpos" else posenc.positions.grid(3, 3)
+
+
+def test_under_compile_the_reference_is_inlined(compiled):
+    cos, sin = tables(5, 8)
+    x = torch.randn(1, 2, 5, 16)
+    fn = torch.compile(apply_rope_fast, fullgraph=True, dynamic=True)
+    assert torch.equal(fn(x, cos, sin), apply_rope(x, cos, sin))
+    assert compiled == []  # the inner kernel never ran: the outer graph holds the formula
+
+
+def test_cpu_path_imports_no_triton(compiled):
+    cos, sin = tables(5, 8)
+    apply_rope_fast(torch.randn(1, 2, 5, 16), cos, sin)
+    assert compiled and "triton" not in sys.modules
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"name": "rope"},
+        {
+            "name": "rope",
+            "scaling": {
+                "rope_type": "dynamic",
+                "factor": 2.0,
+                "original_max_position_embeddings": 64,
+            },
+        },
+    ],
+)
+def test_decode_step_computes_one_position(kwargs):
+    kwargs = dict(kwargs)
+    # a decode step at position 100,000 builds its tables for that one position: the same
+    # work as at position 100 (nothing is tabulated up to the position)
+    encoding = posenc.create(kwargs.pop("name"), head_dim=16, **kwargs)
+    for position in (100, 100_000):
+        rotation = encoding.rotation(torch.tensor([position]), seq_len=position + 1)
+        assert [tuple(t.shape) for t in rotation] == [(1, 8)] * len(rotation)
+        q = torch.randn(1, 2, 1, 16)
+        assert encoding.rotate(q, rotation).shape == q.shape
