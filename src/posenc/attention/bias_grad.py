@@ -97,7 +97,12 @@ def bias_flash_attention(
     group = h // k.shape[1]
     if group > 1:
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    # the kernel reads the last dimension as if contiguous (torch 2.13 gives wrong results
+    # for a stride other than 1 there; SDPA copies such inputs too)
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     bias = bias.to(math_dtype(q.dtype))
+    if bias.stride(-1) != 1:
+        bias = bias.contiguous()
     return _BiasFlash.apply(q, k, v, bias, float(scale), bool(causal), block)
 
 
