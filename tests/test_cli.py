@@ -131,7 +131,7 @@ def _paths(command, path=()):
 def test_every_command_has_help_with_an_example(capsys):
     paths = list(_paths(get_command(build_app())))
     expected = {("plot", kind) for kind in posenc.plot.PLOTS}
-    expected |= {("list",), ("info",), ("demo",), ("bench", "bias-attention")}
+    expected |= {("list",), ("info",), ("demo",), ("bench",)}
     expected |= {("arena", c) for c in ("run", "report", "compare")}
     assert expected <= set(paths)
     for path in paths:
@@ -176,9 +176,12 @@ def test_help_and_list_import_no_optional_extra():
     assert done.stdout.strip() == "[0, 0, 0] []"
 
 
-def test_bench_passes_its_options_through(capsys):
-    assert main(["bench", "bias-attention", "--no-such-option"]) == 2
-    assert "unrecognized arguments: --no-such-option" in capsys.readouterr().err
+def test_bench_refuses_a_bad_size_or_case_in_one_line(capsys, tmp_path):
+    assert main(["bench", "--size", "huge", "--out", str(tmp_path)]) == 2
+    assert _one_error_line(capsys.readouterr().err).startswith("error: --size must be one of")
+    assert main(["bench", "--cases", "rope,nothing", "--out", str(tmp_path)]) == 2
+    assert _one_error_line(capsys.readouterr().err).startswith("error: --cases must name")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_worked_example_is_exact(tol):

@@ -1,144 +1,205 @@
-"""Benchmark: bias encodings through posenc.attention, against the floor and the peers.
+"""Case 3: causal attention with each bias encoding: time and peak memory against the floor.
 
-For each sequence length and bias encoding it measures the time and the extra peak memory
-of one causal attention call (batch 1, 8 heads, head_dim 64, float32 by default), and of
-two references: plain causal SDPA with no positional term (the floor) and SDPA with the
-bias materialised as an ``[heads, L, L]`` tensor (what most implementations do).
+For every bias encoding of :func:`posenc.available` and every length, one row with:
 
-Each case runs in a fresh subprocess. The first call (compilation, warm-up) is not timed;
-then the resident-memory high-water mark is reset (Linux ``/proc/self/clear_refs``) and the
-extra peak is the high-water mark of the timed calls above the resident memory before them.
+- ``floor``: plain causal SDPA, no positional term;
+- ``posenc``: :func:`posenc.attention` with the encoding, backend ``"auto"``;
+- ``sdpa+bias``: :func:`posenc.attention` with backend ``"sdpa"``, the bias materialised as
+  ``[heads, L, L]`` (what most implementations do);
+- the peers that have this encoding (:data:`posenc.bench.peers.BIAS_PEERS`).
 
-    python -m posenc.bench.bias_attention --lengths 1024 2048 4096 8192
+Batch 1, causal, float32 by default; forward (under ``no_grad``) or forward+backward (the
+output's gradient fixed, the input gradients cleared after each call). The peak memory of
+each implementation (:mod:`posenc.bench.memory`) is measured in one separate process for
+all rows (``python -m posenc.bench.bias_attention --memory`` reads their specs on stdin).
+A materialising implementation whose ``[heads, L, L]`` tensors would need more than half of
+the available memory is skipped, with the reason, rather than risk the run.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import platform
-import subprocess
 import sys
-import time
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from .. import registry
 from ..attention import attention
 from ..build import build
+from . import memory
+from . import peers as peers_mod
+from .timing import interleaved, row
+
+__all__ = ["bias_encodings", "impls", "run"]
 
 FLOOR = "floor"
-MATERIALISED = "materialised:"
+PASSES = ("fwd", "fwd+bwd")
 
 
-def _status_mib(field: str) -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024  # kB
-    raise RuntimeError(f"{field} not in /proc/self/status")
+def bias_encodings() -> list[str]:
+    """Every registered encoding of kind ``bias``."""
+    return [n for n in registry.available() if registry.info(n).kind == "bias"]
 
 
-def _reset_peak() -> None:
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # resets VmHWM to the current resident size
+def _available_bytes() -> int | None:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
 
 
-def run_case(case: str, seq_len: int, heads: int, head_dim: int, dtype: str, repeat: int) -> dict:
-    """Time (best of ``repeat``) and extra peak memory of one case, in this process.
+def _too_big(heads: int, L: int, dtype: torch.dtype, pass_: str) -> str | None:
+    """Why a materialised ``[heads, L, L]`` path should not run here, or None."""
+    tensors = 3 if pass_ == "fwd" else 6  # bias, scores, probabilities (and their grads)
+    need = tensors * heads * L * L * torch.finfo(dtype).bits // 8
+    free = _available_bytes()
+    if free is not None and need > free // 2:
+        return f"would need ~{need / 2**30:.1f} GiB of [heads, L, L] tensors"
+    return None
 
-    ``case`` is a registered bias encoding (``posenc.attention``, backend ``auto``),
-    ``"floor"`` (causal SDPA, no bias) or ``"materialised:<encoding>"`` (SDPA with the bias
-    as a ``[heads, L, L]`` tensor).
-    """
-    torch.manual_seed(0)
+
+def impls(
+    encoding: str,
+    L: int,
+    heads: int = 8,
+    head_dim: int = 64,
+    dtype: str = "float32",
+    pass_: str = "fwd",
+    peers: bool = True,
+) -> tuple[dict[str, Callable[[], Any]], dict[str, str]]:
+    """The callables of one row (name -> no-argument call) and the skipped ones (name ->
+    reason)."""
+    if pass_ not in PASSES:
+        raise ValueError(f"pass must be one of {PASSES}, got {pass_!r}")
+    gen = torch.Generator().manual_seed(0)
     dt = getattr(torch, dtype)
-    q, k, v = (torch.randn(1, heads, seq_len, head_dim, dtype=dt) for _ in range(3))
-    if case == FLOOR:
-        kwargs = {}
+    q, k, v = (torch.randn(1, heads, L, head_dim, generator=gen).to(dt) for _ in range(3))
+    grad = torch.randn(1, heads, L, head_dim, generator=gen).to(dt)
+    enc = build(encoding, n_heads=heads, head_dim=head_dim).to(dt)
 
-        def call():
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    def timed(fn: Callable[..., torch.Tensor]) -> Callable[[], Any]:
+        if pass_ == "fwd":
 
+            def forward():
+                with torch.no_grad():
+                    return fn(q, k, v)
+
+            return forward
+
+        def forward_backward():
+            leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
+            fn(*leaves).backward(grad)
+
+        return forward_backward
+
+    def sdpa_floor(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def posenc_auto(q, k, v):
+        return attention(q, k, v, encoding=enc)
+
+    def posenc_sdpa(q, k, v):
+        return attention(q, k, v, encoding=enc, backend="sdpa")
+
+    calls = {FLOOR: timed(sdpa_floor), "posenc": timed(posenc_auto)}
+    skipped: dict[str, str] = {}
+    too_big = _too_big(heads, L, dt, pass_)
+    if too_big:
+        skipped["sdpa+bias"] = f"unsupported: {too_big}"
     else:
-        name = case.removeprefix(MATERIALISED)
-        enc = build(name, n_heads=heads, head_dim=head_dim)
-        backend = "sdpa" if case.startswith(MATERIALISED) else "auto"
-        kwargs = {"encoding": enc, "backend": backend}
-
-        def call():
-            return attention(q, k, v, **kwargs)
-
-    with torch.no_grad():
-        call()  # compilation and warm-up
-        _reset_peak()
-        before = _status_mib("VmRSS")
-        times = []
-        for _ in range(repeat):
-            start = time.perf_counter()
-            call()
-            times.append(time.perf_counter() - start)
-        peak = _status_mib("VmHWM")
-    return {"seconds": min(times), "extra_peak_mib": max(0.0, peak - before)}
-
-
-def _subprocess(case: str, args) -> dict:
-    cmd = [sys.executable, "-m", "posenc.bench.bias_attention", "--one", case]
-    cmd += ["--lengths", str(args.length_one), "--heads", str(args.heads)]
-    cmd += ["--head-dim", str(args.head_dim), "--dtype", args.dtype, "--repeat", str(args.repeat)]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        return {"error": done.stderr.strip().splitlines()[-1] if done.stderr else "failed"}
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
-    parser.add_argument("--encodings", nargs="+", default=None, help="default: every bias")
-    parser.add_argument("--heads", type=int, default=8)
-    parser.add_argument("--head-dim", type=int, default=64)
-    parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--no-materialised", action="store_true", help="skip the peers' way")
-    parser.add_argument("--one", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.one:
-        result = run_case(
-            args.one, args.lengths[0], args.heads, args.head_dim, args.dtype, args.repeat
-        )
-        print(json.dumps(result))
-        return 0
-    names = args.encodings or [n for n in registry.available() if registry.info(n).kind == "bias"]
-    cases = [FLOOR, *names]
-    if not args.no_materialised:
-        cases += [MATERIALISED + n for n in names]
-    machine = platform.processor() or platform.machine()
-    print(
-        f"# bias attention, batch 1, heads {args.heads}, head_dim {args.head_dim}, {args.dtype}, "
-        f"best of {args.repeat}; torch {torch.__version__}, {machine}, "
-        f"{os.cpu_count()} cores, {torch.get_num_threads()} threads"
-    )
-    print("| case | L | seconds | x floor | extra peak MiB |")
-    print("|---|---|---|---|---|")
-    for length in args.lengths:
-        args.length_one = length
-        floor = None
-        for case in cases:
-            r = _subprocess(case, args)
-            if "error" in r:
-                print(f"| {case} | {length} | error: {r['error'][:60]} | | |", flush=True)
-                continue
-            floor = r["seconds"] if case == FLOOR else floor
-            ratio = r["seconds"] / floor if floor else float("nan")
-            print(
-                f"| {case} | {length} | {r['seconds']:.3f} | {ratio:.2f} | "
-                f"{r['extra_peak_mib']:.0f} |",
-                flush=True,
+        calls["sdpa+bias"] = timed(posenc_sdpa)
+    if peers:
+        if too_big:
+            skipped |= {name: f"unsupported: {too_big}" for name in peers_mod.BIAS_PEERS}
+        else:
+            small = [t[..., :8, :] for t in (q, k, v)]
+            usable, skipped_peers = peers_mod.resolve(
+                peers_mod.BIAS_PEERS,
+                trial=lambda fn: fn(*small),
+                encoding=encoding,
+                heads=heads,
             )
+            skipped |= skipped_peers
+            calls |= {name: timed(fn) for name, fn in usable.items()}
+    return calls, skipped
+
+
+def _ratio(value: Any, floor: Any) -> float | None:
+    """``value / floor`` when both were measured and the floor is above zero."""
+    if isinstance(value, float) and isinstance(floor, float) and floor > 0:
+        return value / floor
+    return None
+
+
+def run(
+    lengths: Sequence[int],
+    encodings: Sequence[str] | None = None,
+    passes: Sequence[str] = PASSES,
+    heads: int = 8,
+    head_dim: int = 64,
+    dtype: str = "float32",
+    repeat: int = 5,
+    warmup: int = 1,
+    peers: bool = True,
+    measure_memory: bool = True,
+) -> list[dict[str, Any]]:
+    """One record per (pass, length, encoding); each result also has ``peak_mib`` (extra
+    resident MiB at the peak, or None) and ``x_floor_memory``."""
+    names = list(encodings) if encodings is not None else bias_encodings()
+    specs: list[dict[str, Any]] = [
+        {
+            "encoding": name,
+            "L": L,
+            "heads": heads,
+            "head_dim": head_dim,
+            "dtype": dtype,
+            "pass_": pass_,
+            "peers": peers,
+        }
+        for pass_ in passes
+        for L in lengths
+        for name in names
+    ]
+    peaks: list[dict[str, Any]] = [{} for _ in specs]
+    if measure_memory and memory.available():
+        peaks = memory.in_subprocess(__name__, specs)
+    records = []
+    for spec, peak in zip(specs, peaks, strict=True):
+        calls, skipped = impls(**spec)
+        stats = interleaved(calls, repeat=repeat, warmup=warmup)
+        config = {k: spec[k] for k in ("encoding", "L", "heads", "head_dim", "dtype")}
+        record = row({**config, "pass": spec["pass_"]}, stats, FLOOR, skipped)
+        floor_mib = peak.get(FLOOR)
+        for name, result in record["results"].items():
+            mib = peak.get(name)
+            result["peak_mib"] = mib
+            result["x_floor_memory"] = _ratio(mib, floor_mib)
+        if "error" in peak:
+            record["memory_error"] = peak["error"]
+        records.append(record)
+    return records
+
+
+def _memory_main() -> int:
+    """The ``--memory`` child: for each spec on stdin, one JSON line name -> extra MiB."""
+    for spec in json.loads(sys.stdin.read()):
+        calls, _ = impls(**spec)
+        out = {}
+        for name, call in calls.items():
+            call()  # warm-up: lazy allocations and caches are not the call's
+            out[name] = memory.peak_extra_mib(call)
+        print(json.dumps(out), flush=True)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    if sys.argv[1:] != ["--memory"]:
+        sys.exit("usage: python -m posenc.bench.bias_attention --memory < specs.json")
+    sys.exit(_memory_main())

@@ -1,45 +1,88 @@
-"""``posenc bench NAME [OPTIONS]``: the performance benchmarks of :mod:`posenc.bench`.
+"""``posenc bench``: the benchmark suite of :mod:`posenc.bench.suite`.
 
-Each benchmark module has its own ``main(argv)``; the options after the benchmark's name
-are passed to it as they are (the command's help lists them).
+Runs the cases at a size preset, prints the Markdown table and writes
+``<date>-<cpu>[...].json`` and ``.md`` into ``--out`` (default ``benchmarks/results``).
 """
 
 from __future__ import annotations
+
+import sys
+from typing import Annotated
 
 import typer
 
 from .app import example
 
-__all__ = ["bias_attention_command", "register"]
+__all__ = ["bench_command", "register"]
 
-_PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
+CASES = ("rope", "decode", "bias", "training")
 
 
-def bias_attention_command(ctx: typer.Context) -> int:
-    """Time bias encodings through posenc.attention against the floor and the peers.
+def _cases(values: list[str] | None) -> list[str]:
+    """``--cases`` values, each one name or several separated by commas."""
+    if not values:
+        return list(CASES)
+    names = [n.strip() for v in values for n in v.split(",") if n.strip()]
+    unknown = [n for n in names if n not in CASES]
+    if unknown or not names:
+        raise ValueError(f"--cases must name some of {', '.join(CASES)}, got {values}")
+    return names
 
-    The options go to python -m posenc.bench.bias_attention: --lengths N..., --encodings
-    NAME..., --heads N, --head-dim N, --dtype NAME, --repeat N, --no-materialised.
-    """
-    from ..bench import bias_attention
 
-    try:
-        return bias_attention.main(list(ctx.args))
-    except SystemExit as e:  # argparse has printed its usage and error: exit 2
-        return e.code if isinstance(e.code, int) else 2
+def bench_command(
+    size: Annotated[
+        str,
+        typer.Option(
+            help="tiny (seconds, numbers meaningless), small (~10 min on 2 cores) or full "
+            "(the ranges of issue 13; hours).",
+        ),
+    ] = "small",
+    cases: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Cases to run, repeated or comma-separated: rope, decode, bias, training. "
+            "Omitted: all four.",
+        ),
+    ] = None,
+    out: Annotated[
+        str, typer.Option(help="Folder for the JSON and Markdown files (created if missing).")
+    ] = "benchmarks/results",
+    repeat: Annotated[
+        int | None,
+        typer.Option(help="Timed rounds per implementation. Omitted: the size's own."),
+    ] = None,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", help="Print only the paths written, not the table.")
+    ] = False,
+) -> None:
+    """Time RoPE, a decode step, bias attention and a training step against their floors
+    and the installed peers; write the results as JSON and Markdown."""
+    from ..bench import markdown, suite
+
+    chosen = _cases(cases)
+    if size not in suite.SIZES:
+        raise ValueError(f"--size must be one of {', '.join(suite.SIZES)}, got {size!r}")
+    command = " ".join(["posenc", "bench", *sys.argv[2:]]) if sys.argv[1:2] == ["bench"] else ""
+    command = command or f"posenc bench --size {size} --cases {','.join(chosen)}"
+    result = suite.run(
+        size=size,
+        cases=chosen,
+        repeat=repeat,
+        command=command,
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    path = suite.write(result, out)
+    if not quiet:
+        print(markdown.report(result))
+    print(f"wrote {path} and {path.with_suffix('.md')}")
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``bench bias-attention`` to ``app``."""
-    bench = typer.Typer(
-        help="Performance benchmarks: time and peak memory.",
-        epilog=example("posenc bench bias-attention --lengths 1024 2048"),
-        no_args_is_help=True,
-        rich_markup_mode=None,
-    )
-    bench.command(
-        "bias-attention",
-        context_settings=_PASS_THROUGH,
-        epilog=example("posenc bench bias-attention --lengths 1024 2048 4096 --encodings alibi t5"),
-    )(bias_attention_command)
-    app.add_typer(bench, name="bench")
+    """Add ``bench`` to ``app``."""
+    app.command(
+        "bench",
+        epilog=example(
+            "posenc bench --size tiny",
+            "posenc bench --size small --cases rope,bias --out benchmarks/results",
+        ),
+    )(bench_command)

@@ -1,0 +1,111 @@
+"""The machine record of a benchmark run: what a ratio measured here depends on.
+
+A ratio to the floor does not carry from one machine to another (issue 13 measured ALiBi
+at 2.2x the floor on one x86 machine and 1.25-1.5x on another), so every result file says
+where it was measured: the CPU model and the instruction-set flags that change which
+kernels ATen picks, ATen's own choice (``torch.backends.cpu.get_cpu_capability()``, which
+``ATEN_CPU_CAPABILITY`` can lower), the cores and torch's threads, and the versions.
+
+Example:
+    >>> record = machine()
+    >>> sorted(record) == sorted(FIELDS)
+    True
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import re
+from typing import Any
+
+import torch
+
+__all__ = ["FIELDS", "FLAGS", "cpu_info", "cpu_slug", "machine"]
+
+#: the /proc/cpuinfo flags that decide the vector kernels (AVX2/AVX-512/AMX, FMA, F16C)
+FLAGS = (
+    "avx",
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512_bf16",
+    "avx512_vnni",
+    "avx512_fp16",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+    "asimd",
+    "sve",
+)
+
+FIELDS = (
+    "cpu_model",
+    "cpu_flags",
+    "cpu_capability",
+    "aten_cpu_capability_env",
+    "cores",
+    "torch_threads",
+    "torch",
+    "python",
+    "platform",
+    "date",
+)
+
+
+def cpu_info(text: str | None = None) -> tuple[str, list[str]]:
+    """The CPU model and the flags of :data:`FLAGS` it has, from ``/proc/cpuinfo`` (or
+    ``text`` in its format); the model falls back to ``platform.processor()``.
+
+    >>> cpu_info("model name\\t: Some CPU\\nflags\\t\\t: fpu avx2 fma sse\\n")
+    ('Some CPU', ['avx2', 'fma'])
+    """
+    if text is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8") as f:
+                text = f.read()
+        except OSError:
+            text = ""
+    model: str | None = None
+    flags: set[str] = set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "model name" and model is None:
+            model = value.strip()
+        elif key in ("flags", "Features") and not flags:  # x86, then ARM
+            flags = set(value.split())
+    model = model or platform.processor() or platform.machine() or "unknown"
+    return model, [f for f in FLAGS if f in flags]
+
+
+def cpu_slug(model: str) -> str:
+    """A file-name-safe form of a CPU model: lower case, runs of other characters as ``-``.
+
+    >>> cpu_slug("Intel(R) Xeon(R) Platinum 8480+ @ 2.0GHz")
+    'intel-r-xeon-r-platinum-8480-2-0ghz'
+    """
+    slug = re.sub(r"[^a-z0-9]+", "-", model.lower()).strip("-")
+    return slug[:60].rstrip("-") or "unknown-cpu"
+
+
+def machine(date: datetime.date | None = None) -> dict[str, Any]:
+    """The record of :data:`FIELDS` for this process (``date``: today, UTC, by default)."""
+    model, flags = cpu_info()
+    day = date or datetime.datetime.now(datetime.timezone.utc).date()
+    return {
+        "cpu_model": model,
+        "cpu_flags": flags,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "aten_cpu_capability_env": os.environ.get("ATEN_CPU_CAPABILITY"),
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": str(torch.__version__),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "date": day.isoformat(),
+    }

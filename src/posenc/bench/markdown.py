@@ -1,0 +1,120 @@
+"""The Markdown report of a suite run: the machine, then one table per case.
+
+A row is one configuration; each implementation's column holds its median time and its
+ratio to the row's floor, ``12.3 ms (1.45x)``; ``—`` where the implementation was skipped
+(the reasons are listed under the table, once each). The bias case adds the peak memory
+ratio (``mem 1.2x``); the training case the tokens per second.
+
+Example:
+    >>> from posenc.bench.timing import row, summarise
+    >>> r = row({"L": 8}, {"floor": summarise([0.002]), "x": summarise([0.003])}, "floor")
+    >>> print(table([r]))
+    | L | floor | x |
+    |---|---|---|
+    | 8 | 2.00 ms | 3.00 ms (1.50x) |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["CASE_TITLES", "cell", "report", "table"]
+
+CASE_TITLES = {
+    "rope": "RoPE apply, q and k (tables precomputed for every implementation)",
+    "decode": "RoPE decode step with a KV cache: near against far position",
+    "bias": "Bias attention, causal, batch 1 (time, and peak memory against the floor)",
+    "training": "TransformerLM training step (forward, backward, AdamW), against nope",
+}
+
+
+def _ms(value: float) -> str:
+    if value >= 100:
+        return f"{value:.0f} ms"
+    if value >= 1:
+        return f"{value:.2f} ms"
+    return f"{value * 1e3:.0f} µs"
+
+
+def cell(result: Mapping[str, Any], is_floor: bool = False) -> str:
+    """One implementation's cell: the median, its ratio to the floor (not on the floor
+    itself), the memory ratio and tokens per second when recorded."""
+    text = _ms(result["median_ms"])
+    if not is_floor and result.get("x_floor") is not None:
+        text += f" ({result['x_floor']:.2f}x)"
+    if not is_floor and result.get("x_floor_memory") is not None:
+        text += f", mem {result['x_floor_memory']:.1f}x"
+    elif is_floor and result.get("peak_mib") is not None:
+        text += f", {result['peak_mib']:.0f} MiB"
+    if result.get("tokens_per_s") is not None:
+        text += f", {result['tokens_per_s']:,.0f} tok/s"
+    return text
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return "×".join(str(v) for v in value)
+    return str(value)
+
+
+def table(records: Sequence[Mapping[str, Any]]) -> str:
+    """The Markdown table of one case's records (columns: the configuration keys, then
+    every implementation that appears, in order of first appearance)."""
+    if not records:
+        return "(no rows)"
+    keys: list[str] = []
+    names: list[str] = []
+    for r in records:
+        keys += [k for k in r["config"] if k not in keys]
+        names += [n for n in (*r["results"], *r["skipped"]) if n not in names]
+    lines = ["| " + " | ".join([*keys, *names]) + " |", "|" + "---|" * (len(keys) + len(names))]
+    for r in records:
+        cells = [_value(r["config"].get(k, "")) for k in keys]
+        for name in names:
+            result = r["results"].get(name)
+            cells.append("—" if result is None else cell(result, name == r["floor"]))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _skips(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    seen: dict[str, str] = {}
+    for r in records:
+        for name, reason in r["skipped"].items():
+            generic = reason.split(" (", 1)[0]
+            seen.setdefault(f"{name}: {generic}", "")
+    return [f"- {line}" for line in seen]
+
+
+def _machine(m: Mapping[str, Any]) -> str:
+    env = m.get("aten_cpu_capability_env")
+    capability = m["cpu_capability"] + (f" (ATEN_CPU_CAPABILITY={env})" if env else "")
+    return (
+        f"{m['cpu_model']}; flags {', '.join(m['cpu_flags']) or 'none of note'}; ATen "
+        f"{capability}; {m['cores']} cores, {m['torch_threads']} torch threads; torch "
+        f"{m['torch']}, Python {m['python']}; {m['date']}"
+    )
+
+
+def report(result: Mapping[str, Any]) -> str:
+    """The whole Markdown document of a suite result (:func:`posenc.bench.suite.run`)."""
+    peers = ", ".join(f"{k} {v}" for k, v in result["peers"].items())
+    out = [
+        f"# posenc bench, size {result['size']}",
+        "",
+        f"`{result['command']}`",
+        "",
+        f"Machine: {_machine(result['machine'])}.",
+        "",
+        f"Peers: {peers}.",
+        "",
+        "Each cell: median over interleaved rounds (implementations in turns, after warm-up) "
+        "and its ratio to the row's floor from the same run; spreads are in the JSON.",
+    ]
+    for case, records in result["cases"].items():
+        out += ["", f"## {CASE_TITLES.get(case, case)}", "", table(records)]
+        skips = _skips(records)
+        if skips:
+            out += ["", "Skipped:", *skips]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,153 @@
+"""``posenc bench``: every benchmark case, one size preset, one JSON and one Markdown file.
+
+Cases (issue 13): ``rope`` (:mod:`~posenc.bench.rope`), ``decode``
+(:mod:`~posenc.bench.decode`), ``bias`` (:mod:`~posenc.bench.bias_attention`) and
+``training`` (:mod:`~posenc.bench.training`). Sizes:
+
+- ``tiny``: seconds; what the tests run (the numbers mean nothing);
+- ``small``: about ten minutes on two cores; a quick look at every case;
+- ``full``: the issue's ranges (RoPE seq 128..8192, bias L 1k..16k, training 256..2048).
+
+The files are ``<date>-<cpu>[-<size>][-<ATEN_CPU_CAPABILITY>].json`` and ``.md`` in the
+output folder (size omitted for ``full``), so a run on the same day, machine, size and
+capability replaces the previous one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from . import bias_attention, decode, markdown, peers, rope, training
+from .machine import cpu_slug, machine
+
+__all__ = ["CASES", "FORMAT", "PRESETS", "SIZES", "file_stem", "run", "write"]
+
+FORMAT = "posenc-bench/1"
+CASES = ("rope", "decode", "bias", "training")
+SIZES = ("tiny", "small", "full")
+DEFAULT_OUT = "benchmarks/results"
+
+RUNNERS: dict[str, Callable[..., list[dict[str, Any]]]] = {
+    "rope": rope.run,
+    "decode": decode.run,
+    "bias": bias_attention.run,
+    "training": training.run,
+}
+
+#: the keyword arguments of each case's ``run`` at each size
+PRESETS: dict[str, dict[str, dict[str, Any]]] = {
+    "tiny": {
+        "rope": {"seqs": [16], "head_dims": [8], "batch": 1, "heads": 2, "repeat": 2, "warmup": 1},
+        "decode": {"dim": 32, "n_layers": 1, "n_heads": 2, "prefix": 4, "repeat": 2, "warmup": 1},
+        # two bias encodings (the two with peers) keep the tests' run short
+        "bias": {
+            "lengths": [16],
+            "encodings": ["alibi", "t5"],
+            "heads": 2,
+            "head_dim": 8,
+            "repeat": 2,
+            "warmup": 1,
+        },
+        "training": {
+            "lengths": [8],
+            "dim": 16,
+            "n_layers": 1,
+            "n_heads": 2,
+            "batch": 1,
+            "repeat": 1,
+            "warmup": 1,
+        },
+    },
+    "small": {
+        "rope": {"seqs": [512, 2048], "head_dims": [64, 128], "repeat": 7, "warmup": 2},
+        "decode": {"repeat": 15, "warmup": 3},
+        "bias": {"lengths": [1024, 2048], "repeat": 3, "warmup": 1},
+        "training": {"lengths": [256, 512], "repeat": 3, "warmup": 1},
+    },
+    "full": {
+        "rope": {"seqs": [128, 512, 2048, 8192], "head_dims": [64, 128], "repeat": 15, "warmup": 3},
+        "decode": {"repeat": 30, "warmup": 5},
+        "bias": {"lengths": [1024, 2048, 4096, 8192, 16384], "repeat": 5, "warmup": 1},
+        "training": {"lengths": [256, 512, 1024, 2048], "repeat": 5, "warmup": 2},
+    },
+}
+
+
+def _check(size: str, cases: Sequence[str], repeat: int | None) -> None:
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {SIZES}, got {size!r}")
+    unknown = [c for c in cases if c not in CASES]
+    if unknown or not cases:
+        raise ValueError(f"cases must be some of {CASES}, got {list(cases)}")
+    if repeat is not None and (not isinstance(repeat, int) or repeat < 1):
+        raise ValueError(f"repeat must be an int >= 1, got {repeat!r}")
+
+
+def run(
+    size: str = "small",
+    cases: Sequence[str] = CASES,
+    repeat: int | None = None,
+    command: str = "posenc bench",
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Run ``cases`` at ``size`` (``repeat`` overrides the preset's timed rounds) and
+    return the result document: ``format``, ``size``, ``command``, ``machine``, ``peers``
+    (versions), ``presets`` (what ran), ``seconds`` (per case) and ``cases`` (case ->
+    records)."""
+    _check(size, cases, repeat)
+    result: dict[str, Any] = {
+        "format": FORMAT,
+        "size": size,
+        "command": command,
+        "machine": machine(),
+        "peers": peers.versions(),
+        "presets": {},
+        "seconds": {},
+        "cases": {},
+    }
+    for case in CASES:  # the suite's order, whatever order they were asked in
+        if case not in cases:
+            continue
+        kwargs = dict(PRESETS[size][case])
+        if repeat is not None:
+            kwargs["repeat"] = repeat
+        if progress:
+            progress(f"{case} ({size}) ...")
+        start = time.perf_counter()
+        result["cases"][case] = RUNNERS[case](**kwargs)
+        result["seconds"][case] = time.perf_counter() - start
+        result["presets"][case] = kwargs
+    return result
+
+
+def file_stem(result: Mapping[str, Any]) -> str:
+    """``<date>-<cpu slug>[-<size>][-<capability forced by ATEN_CPU_CAPABILITY>]``.
+
+    >>> file_stem({"size": "small", "machine": {"date": "2026-12-01",
+    ...     "cpu_model": "AMD EPYC", "aten_cpu_capability_env": "avx2"}})
+    '2026-12-01-amd-epyc-small-avx2'
+    """
+    m = result["machine"]
+    parts = [m["date"], cpu_slug(m["cpu_model"])]
+    if result["size"] != "full":
+        parts.append(result["size"])
+    if m.get("aten_cpu_capability_env"):
+        parts.append(cpu_slug(m["aten_cpu_capability_env"]))
+    return "-".join(parts)
+
+
+def write(result: Mapping[str, Any], out: str | os.PathLike[str] = DEFAULT_OUT) -> Path:
+    """Write ``<stem>.json`` and ``<stem>.md`` into ``out`` (created if missing); return the
+    JSON's path."""
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = file_stem(result)
+    path = folder / f"{stem}.json"
+    path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    (folder / f"{stem}.md").write_text(markdown.report(result), encoding="utf-8")
+    return path

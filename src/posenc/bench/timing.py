@@ -1,0 +1,167 @@
+"""The runner of every benchmark: interleaved repetitions, medians and spreads.
+
+The implementations of one case (the floor, posenc, the peers) are timed in the same
+process and the same run, in turns: ``A B C A B C ...``, so a slow minute of the machine
+(another process, a frequency change) falls on all of them alike instead of on whichever
+ran then. Each implementation is called ``warmup`` times first (untimed: allocations,
+lazy initialisation, compilation), then once per round for ``repeat`` rounds.
+
+A result is the median of the rounds with the quartiles and the extremes as its spread;
+the ratio to the floor divides medians from the same run.
+
+Example:
+    >>> ticks = iter(range(100))
+    >>> order = []
+    >>> impls = {"a": lambda: order.append("a"), "b": lambda: order.append("b")}
+    >>> stats = interleaved(impls, repeat=3, warmup=1, clock=lambda: float(next(ticks)))
+    >>> "".join(order)  # one untimed warm-up round, then three timed ones
+    'abababab'
+    >>> stats["a"].median_s, stats["a"].n
+    (1.0, 3)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+__all__ = ["Stats", "interleaved", "quantile", "row", "summarise"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Stats:
+    """Summary of the timed rounds of one implementation, in seconds.
+
+    Attributes:
+        median_s: the median round.
+        q1_s, q3_s: the first and third quartiles (linear interpolation).
+        min_s, max_s: the fastest and slowest rounds.
+        n: the number of timed rounds.
+    """
+
+    median_s: float
+    q1_s: float
+    q3_s: float
+    min_s: float
+    max_s: float
+    n: int
+
+    def to_dict(self, floor: Stats | None = None) -> dict[str, Any]:
+        """The record written to JSON, in milliseconds; ``x_floor`` is this median over
+        ``floor``'s (None without a floor)."""
+        out: dict[str, Any] = {
+            "median_ms": self.median_s * 1e3,
+            "q1_ms": self.q1_s * 1e3,
+            "q3_ms": self.q3_s * 1e3,
+            "min_ms": self.min_s * 1e3,
+            "max_ms": self.max_s * 1e3,
+            "n": self.n,
+        }
+        out["x_floor"] = self.median_s / floor.median_s if floor and floor.median_s > 0 else None
+        return out
+
+
+def quantile(values: list[float], q: float) -> float:
+    """The ``q``-quantile of ``values`` by linear interpolation between order statistics
+    (numpy's default). ``q`` in [0, 1], ``values`` non-empty.
+
+    >>> quantile([4.0, 1.0, 3.0, 2.0], 0.25)
+    1.75
+    """
+    if not values:
+        raise ValueError("values must be non-empty")
+    if not 0 <= q <= 1:
+        raise ValueError(f"q must be in [0, 1], got {q}")
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def summarise(times: list[float]) -> Stats:
+    """:class:`Stats` of a non-empty list of round times (seconds).
+
+    >>> summarise([3.0, 1.0, 2.0, 10.0]).median_s
+    2.5
+    """
+    if not times:
+        raise ValueError("times must be non-empty")
+    return Stats(
+        median_s=statistics.median(times),
+        q1_s=quantile(times, 0.25),
+        q3_s=quantile(times, 0.75),
+        min_s=min(times),
+        max_s=max(times),
+        n=len(times),
+    )
+
+
+def interleaved(
+    impls: Mapping[str, Callable[[], Any]],
+    repeat: int,
+    warmup: int = 1,
+    clock: Callable[[], float] = time.perf_counter,
+    sync: Callable[[], None] | None = None,
+) -> dict[str, Stats]:
+    """Time every callable of ``impls`` in turns and summarise each.
+
+    Args:
+        impls: name -> a callable with no arguments doing one repetition of the work.
+        repeat: timed rounds (>= 1); each round calls every implementation once, in the
+            order of ``impls``.
+        warmup: untimed calls of each implementation before the first round (>= 0), in
+            the same interleaved order.
+        clock: seconds, monotonic (a fake one in tests).
+        sync: called before reading the clock after each call (e.g. a device
+            synchronisation); None on CPU, where calls return when done.
+
+    Returns:
+        name -> :class:`Stats`, in the order of ``impls``.
+    """
+    if not isinstance(repeat, int) or repeat < 1:
+        raise ValueError(f"repeat must be an int >= 1, got {repeat!r}")
+    if not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
+    if not impls:
+        raise ValueError("impls must name at least one implementation")
+    for _ in range(warmup):
+        for fn in impls.values():
+            fn()
+    if sync is not None:
+        sync()
+    times: dict[str, list[float]] = {name: [] for name in impls}
+    for _ in range(repeat):
+        for name, fn in impls.items():
+            start = clock()
+            fn()
+            if sync is not None:
+                sync()
+            times[name].append(clock() - start)
+    return {name: summarise(t) for name, t in times.items()}
+
+
+def row(
+    config: Mapping[str, Any],
+    stats: Mapping[str, Stats],
+    floor: str | None,
+    skipped: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """One configuration's record: its ``config``, the name of its ``floor``, each
+    implementation's :meth:`Stats.to_dict` (ratios to the floor's median) and the skipped
+    implementations with their reasons.
+
+    >>> r = row({"L": 8}, {"floor": summarise([1.0]), "x": summarise([3.0])}, "floor")
+    >>> r["results"]["x"]["x_floor"]
+    3.0
+    """
+    base = stats.get(floor) if floor is not None else None
+    return {
+        "config": dict(config),
+        "floor": floor,
+        "results": {name: s.to_dict(base) for name, s in stats.items()},
+        "skipped": dict(skipped or {}),
+    }

@@ -1,0 +1,229 @@
+"""posenc.bench: the suite end to end at its tiny size, the runner's order and statistics,
+peers that are missing or failing, the peak-memory probe. No timing is asserted."""
+
+import builtins
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import posenc
+from posenc.bench import bias_attention, markdown, memory, peers, rope, suite, timing
+from posenc.bench.machine import FIELDS, FLAGS, cpu_info
+from posenc.cli import main
+
+STAT_KEYS = {"median_ms", "q1_ms", "q3_ms", "min_ms", "max_ms", "n", "x_floor"}
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """One ``posenc bench --size tiny`` through the command line: (exit code, folder)."""
+    out = tmp_path_factory.mktemp("bench")
+    return main(["bench", "--size", "tiny", "--out", str(out), "--quiet"]), out
+
+
+def test_tiny_suite_writes_json_and_markdown(tiny_run):
+    code, out = tiny_run
+    assert code == 0
+    files = sorted(p.name for p in out.iterdir())
+    assert len(files) == 2, files
+    stem = files[0].removesuffix(".json").removesuffix(".md")
+    assert files == [f"{stem}.json", f"{stem}.md"]
+    result = json.loads((out / f"{stem}.json").read_text())
+    assert stem == suite.file_stem(result)
+    assert stem.startswith(result["machine"]["date"]) and "-tiny" in stem
+    assert result["format"] == suite.FORMAT and result["size"] == "tiny"
+    assert set(result["machine"]) == set(FIELDS)
+    assert result["machine"]["torch"] == str(torch.__version__)
+    assert set(result["machine"]["cpu_flags"]) <= set(FLAGS)
+    assert set(result["peers"]) == set(peers.DISTRIBUTIONS)
+    assert list(result["cases"]) == list(suite.CASES)
+    assert set(result["seconds"]) == set(suite.CASES)
+    text = (out / f"{stem}.md").read_text()
+    assert result["machine"]["cpu_model"] in text and result["command"] in text
+    for title in markdown.CASE_TITLES.values():
+        assert f"## {title}" in text
+
+
+def test_every_record_has_its_floor_and_statistics(tiny_run):
+    _, out = tiny_run
+    result = json.loads(next(out.glob("*.json")).read_text())
+    for case, records in result["cases"].items():
+        assert records, case
+        for r in records:
+            floor = r["results"][r["floor"]]
+            assert floor["x_floor"] == 1.0, (case, r["config"])
+            for name, s in r["results"].items():
+                assert set(s) >= STAT_KEYS, (case, name)
+                assert s["min_ms"] <= s["q1_ms"] <= s["median_ms"] <= s["q3_ms"] <= s["max_ms"]
+                assert s["x_floor"] == pytest.approx(s["median_ms"] / floor["median_ms"])
+            assert not set(r["results"]) & set(r["skipped"])
+
+
+def test_each_case_measures_what_it_says(tiny_run):
+    _, out = tiny_run
+    cases = json.loads(next(out.glob("*.json")).read_text())["cases"]
+    grid = {
+        (r["config"]["dtype"], r["config"]["layout"], r["config"]["pass"]) for r in cases["rope"]
+    }
+    assert grid == {
+        (d, lay, p)
+        for d in ("float32", "bfloat16")
+        for lay in ("half", "interleaved")
+        for p in ("fwd", "fwd+bwd")
+    }
+    for r in cases["rope"]:  # every peer is either measured or skipped with a reason
+        assert "posenc" in r["results"]
+        assert set(peers.ROPE_PEERS) <= set(r["results"]) | set(r["skipped"])
+    assert [r["floor"] for r in cases["decode"]] == ["pos 100", "pos 100"]
+    assert all("pos 100000" in r["results"] for r in cases["decode"])
+    bias = {(r["config"]["encoding"], r["config"]["pass"]) for r in cases["bias"]}
+    assert bias == {(e, p) for e in ("alibi", "t5") for p in ("fwd", "fwd+bwd")}
+    for r in cases["bias"]:
+        assert {"floor", "posenc", "sdpa+bias"} <= set(r["results"])
+        assert all("peak_mib" in s for s in r["results"].values())
+    (train,) = cases["training"]
+    assert train["floor"] == "nope"
+    assert {"rope", "alibi", "t5", "sinusoidal"} <= set(train["results"])
+    for s in train["results"].values():
+        assert s["tokens_per_s"] == pytest.approx(1 * 8 / (s["median_ms"] / 1e3))
+
+
+def _fake_clock(durations):
+    """A clock and, for each name, a callable that advances it by its next duration."""
+    now = [0.0]
+    order = []
+
+    def make(name):
+        def fn():
+            order.append(name)
+            now[0] += durations[name].pop(0)
+
+        return fn
+
+    return (lambda: now[0]), {name: make(name) for name in durations}, order
+
+
+def test_interleaved_runs_round_robin_after_untimed_warmup():
+    clock, impls, order = _fake_clock(
+        {"a": [100.0, 5.0, 1.0, 3.0, 2.0], "b": [100.0, 1.0, 1.0, 1.0, 9.0], "c": [100.0] * 5}
+    )
+    stats = timing.interleaved(impls, repeat=4, warmup=1, clock=clock)
+    assert "".join(order) == "abc" * 5
+    a = stats["a"]  # the warm-up's 100 is not counted
+    assert (a.n, a.median_s, a.min_s, a.max_s) == (4, 2.5, 1.0, 5.0)
+    assert (a.q1_s, a.q3_s) == (1.75, 3.5)
+    assert stats["b"].median_s == 1.0 and stats["b"].max_s == 9.0
+    record = timing.row({"x": 1}, stats, "b")
+    assert record["results"]["a"]["x_floor"] == 2.5 and record["results"]["c"]["x_floor"] == 100
+
+
+@pytest.mark.parametrize("bad", [{"repeat": 0}, {"repeat": 1, "warmup": -1}])
+def test_interleaved_refuses_bad_counts(bad):
+    with pytest.raises(ValueError, match=r"^(repeat|warmup) must be"):
+        timing.interleaved({"a": lambda: None}, **{"repeat": 1, **bad})
+
+
+def test_quantiles_agree_with_numpy():
+    gen = np.random.default_rng(0)
+    for n in (1, 2, 5, 8):
+        values = list(gen.random(n))
+        for q in (0.0, 0.25, 0.5, 0.75, 1.0):
+            assert timing.quantile(values, q) == pytest.approx(np.quantile(values, q))
+
+
+def _refuse(monkeypatch, *modules):
+    real = builtins.__import__
+
+    def fake(name, *args, **kwargs):
+        if name.split(".")[0] in modules:
+            raise ImportError(f"No module named {name.split('.')[0]!r}")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", fake)
+
+
+def test_missing_and_failing_peers_are_recorded_not_raised(monkeypatch):
+    _refuse(monkeypatch, "transformers", "x_transformers")
+
+    def broken(**config):
+        raise RuntimeError("boom")
+
+    monkeypatch.setitem(peers.ROPE_PEERS, "broken", broken)
+    r = rope.run_one(8, 4, "float32", "half", "fwd", 1, 1, repeat=1, warmup=0)
+    assert set(r["results"]) == {"floor", "posenc"}
+    assert r["skipped"]["transformers"].startswith("not installed: No module named")
+    assert r["skipped"]["broken"] == "failed: RuntimeError: boom"
+    assert r["skipped"]["rotary-embedding-torch"].startswith("unsupported:")
+    calls, skipped = bias_attention.impls("alibi", 8, heads=2, head_dim=4)
+    assert set(calls) == {"floor", "posenc", "sdpa+bias"}
+    assert {"transformers (BLOOM)", "x-transformers"} <= set(skipped)
+    assert skipped["x-transformers"].startswith("not installed")
+    text = markdown.table([r])
+    assert "| — |" in text and "broken" in text.splitlines()[0]
+
+
+@pytest.mark.parametrize(
+    ("peer", "layout"),
+    [
+        ("transformers", "half"),
+        ("x-transformers", "interleaved"),
+        ("rotary-embedding-torch", "interleaved"),
+    ],
+)
+def test_rope_peers_compute_what_posenc_computes(peer, layout, tol):
+    """The adapters do the same work: the same rotation, up to the rounding of their
+    float32 angles (a few roundings of angles up to seq, times |x|, two terms)."""
+    pytest.importorskip(peer.replace("-", "_"))
+    seq, hd = 16, 8
+    q, k = torch.randn(2, 1, 2, seq, hd).unbind(0)
+    ours = rope.posenc_rope(seq, hd, layout)(q, k)
+    theirs = peers.ROPE_PEERS[peer](seq=seq, head_dim=hd, layout=layout, dtype=torch.float32)(q, k)
+    scale = seq * float(torch.maximum(q.abs().max(), k.abs().max()))
+    for a, b in zip(theirs, ours, strict=True):
+        torch.testing.assert_close(a, b, **tol(n=8, scale=scale))
+
+
+@pytest.mark.parametrize(
+    ("peer", "encoding", "module"),
+    [
+        ("transformers (BLOOM)", "alibi", "transformers"),
+        ("x-transformers", "alibi", "x_transformers"),
+    ],
+)
+def test_alibi_peers_attend_like_posenc(peer, encoding, module):
+    """BLOOM adds slope·key position (softmax ignores the per-query shift), x-transformers
+    -slope·|distance|: both the ALiBi of posenc. Softmax weights are off by a few float32
+    roundings of scores up to slope·L, and the outputs average values of |v| < 5."""
+    pytest.importorskip(module)
+    q, k, v = torch.randn(3, 1, 8, 32, 16).unbind(0)
+    enc = posenc.create("alibi", n_heads=8)
+    ours = posenc.attention(q, k, v, encoding=enc, backend="sdpa")
+    theirs = peers.BIAS_PEERS[peer](encoding=encoding, heads=8)(q, k, v)
+    torch.testing.assert_close(theirs, ours, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.skipif(not memory.available(), reason="needs /proc/self/clear_refs (Linux)")
+def test_peak_memory_sees_a_large_buffer_and_not_a_small_one():
+    big = memory.peak_extra_mib(lambda: torch.ones(16 * 2**20).sum())  # 64 MiB, touched
+    assert big >= 60
+    assert memory.peak_extra_mib(lambda: torch.ones(16).sum()) < 16
+
+
+def test_a_crashed_memory_child_is_an_error_record():
+    (result,) = memory.in_subprocess("posenc.no_such_module_here", [{}])
+    assert result["error"].startswith("exit code 1")
+
+
+def test_cpu_info_reads_x86_and_arm_flags():
+    model, flags = cpu_info("model name\t: X\nflags\t\t: sse avx512f amx_tile avx2\n")
+    assert (model, flags) == ("X", ["avx2", "avx512f", "amx_tile"])
+    assert cpu_info("Features\t: fp asimd sve\n")[1] == ["asimd", "sve"]
+
+
+def test_suite_refuses_unknown_sizes_and_cases():
+    with pytest.raises(ValueError, match="size must be one of"):
+        suite.run(size="huge")
+    with pytest.raises(ValueError, match="cases must be some of"):
+        suite.run(size="tiny", cases=["rope", "nothing"])
