@@ -169,36 +169,47 @@ def flash_backward(
         None)`` in float32 (float64 for float64 inputs), dbias of the shape of ``bias``.
     """
     dtype = math_dtype(q.dtype)
-    q_len, k_len = q.shape[2], k.shape[2]
-    kf, vf = k.to(dtype), v.to(dtype)
-    grad = grad.to(dtype)
+    b, h, q_len, d = q.shape
+    k_len = k.shape[2]
+    # [b·h, len, d] for the batched matrix products, accumulated in place
+    q3, k3, v3 = (t.to(dtype).reshape(b * h, -1, d) for t in (q, k, v))
+    grad3 = grad.to(dtype).reshape(b * h, q_len, d)
     # a row that sees no key has no log-sum-exp (-inf or 0 by kernel): its P is 0 anyway
     lse = torch.where(torch.isinf(lse), 0.0, lse).to(dtype).unsqueeze(-1)  # [b, h, q_len, 1]
-    delta = (grad * out.to(dtype)).sum(-1, keepdim=True)  # [b, h, q_len, 1]
-    gq = torch.empty(q.shape, dtype=dtype, device=q.device)
-    gk = torch.zeros(k.shape, dtype=dtype, device=q.device)
-    gv = torch.zeros(v.shape, dtype=dtype, device=q.device)
+    delta = (grad3.view(grad.shape) * out.to(dtype)).sum(-1, keepdim=True)
+    delta = delta.view(b * h, q_len, 1)  # D = rowsum(dO ⊙ O)
+    gq = torch.empty(b * h, q_len, d, dtype=dtype, device=q.device)
+    gk = torch.zeros(b * h, k_len, d, dtype=dtype, device=q.device)
+    gv = torch.zeros(b * h, k_len, d, dtype=dtype, device=q.device)
     gbias = torch.zeros(bias.shape, dtype=bias.dtype, device=q.device) if bias_grad else None
-    shared = bias.shape[0] == 1 and q.shape[0] > 1
-    keys = torch.arange(k_len, device=q.device)
+    shared = bias.shape[0] == 1 and b > 1
     for i0 in range(0, q_len, block):
         i1 = min(i0 + block, q_len)
         n = i1 if causal else k_len  # the keys this block may see
-        qb = q[:, :, i0:i1].to(dtype)  # [b, h, blk, d]
-        gb = grad[:, :, i0:i1]
-        s = torch.matmul(qb * scale, kf[:, :, :n].transpose(-1, -2))  # [b, h, blk, n]
-        s += bias[:, :, i0:i1, :n]
-        s -= lse[:, :, i0:i1]
-        if causal:
-            later = keys[:n].view(1, -1) > torch.arange(i0, i1, device=q.device).view(-1, 1)
-            s.masked_fill_(later, float("-inf"))
+        qb, gb = q3[:, i0:i1], grad3[:, i0:i1]  # [b·h, blk, d]
+        # S - lse = q kᵀ·scale + bias - lse, [b·h, blk, n]
+        s = (bias[:, :, i0:i1, :n] - lse[:, :, i0:i1]).expand(b, h, -1, -1)
+        s = torch.baddbmm(s.reshape(b * h, i1 - i0, n), qb, k3[:, :n].transpose(1, 2), alpha=scale)
+        if causal:  # the diagonal block: keys after their query
+            later = torch.ones(i1 - i0, i1 - i0, dtype=torch.bool, device=q.device).triu(1)
+            s[:, :, i0:].masked_fill_(later, float("-inf"))
         p = s.exp_()
-        gv[:, :, :n] += torch.matmul(p.transpose(-1, -2), gb)
-        dp = torch.matmul(gb, vf[:, :, :n].transpose(-1, -2))
-        ds = p.mul_(dp.sub_(delta[:, :, i0:i1]))  # dS, in P's memory
+        _accumulate(gv[:, :n], p.transpose(1, 2), gb)
+        dp = torch.bmm(gb, v3[:, :n].transpose(1, 2))
+        ds = p.mul_(dp.sub_(delta[:, i0:i1]))  # dS, in P's memory
         if gbias is not None:
-            gbias[:, :, i0:i1, :n] += ds.sum(0, keepdim=True) if shared else ds
-        ds.mul_(scale)
-        gq[:, :, i0:i1] = torch.matmul(ds, kf[:, :, :n])
-        gk[:, :, :n] += torch.matmul(ds.transpose(-1, -2), qb)
-    return gq, gk, gv, gbias
+            ds4 = ds.view(b, h, i1 - i0, n)
+            gbias[:, :, i0:i1, :n] += ds4.sum(0, keepdim=True) if shared else ds4
+        gq[:, i0:i1] = torch.bmm(ds, k3[:, :n])
+        _accumulate(gk[:, :n], ds.transpose(1, 2), qb)
+    gq, gk = gq.mul_(scale), gk.mul_(scale)  # dS·scale: the scores' scale
+    return gq.view(q.shape), gk.view(k.shape), gv.view(v.shape), gbias
+
+
+def _accumulate(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """``out += a @ b`` (batched): in place where ``out`` is contiguous (``baddbmm_`` into a
+    strided slice takes a slow path, one matrix at a time: 15x slower)."""
+    if out.is_contiguous():
+        out.baddbmm_(a, b)
+    else:
+        out += torch.bmm(a, b)
