@@ -79,17 +79,36 @@ def test_forward_equals_reference(compiled, layout, rotary_dim):
 
 
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
-def test_backward_equals_reference(compiled, layout, tol):
-    cos, sin = tables(37, 8)
+def test_backward_equals_reference(compiled, layout):
+    # the backward is the rotation by -θ: g1·cos + g2·sin and g2·cos - g1·sin, each product
+    # rounded, then a two-term sum (order-free), as the reference's autograd computes them
+    cos, sin = tables(37, 5)  # partial rotary
     x = projected(2, 3, 37, 16).requires_grad_()
-    grad = torch.randn(2, 3, 37, 16)
+    grad = projected(2, 3, 37, 16)
     (fast,) = torch.autograd.grad(apply_rope_fast(x, cos, sin, layout), x, grad)
     (ref,) = torch.autograd.grad(apply_rope(x, cos, sin, layout), x, grad)
-    assert compiled
-    # each gradient is g1·cos ± g2·sin: two products and a sum, rounded the same three
-    # times by both (a two-term sum does not depend on the order), within 2 roundings of
-    # |g|·(|cos| + |sin|) <= 2·max|g| whatever the fusion
-    torch.testing.assert_close(fast, ref, **tol(n=2, scale=2 * grad.abs().max().item()))
+    assert len(compiled) == 2  # forward, and backward as a rotation
+    assert torch.equal(fast, ref)
+
+
+def test_double_backward_and_table_gradients(compiled, tol):
+    # create_graph=True through the rotation (AOTAutograd alone has no double backward),
+    # and cos/sin that need a gradient (learned frequencies) take the compiled function's
+    # own backward
+    cos, sin = tables(9, 8)
+    x = torch.randn(1, 2, 9, 16, requires_grad=True)
+    grads = []
+    for fn in (apply_rope_fast, apply_rope):
+        (g,) = torch.autograd.grad(fn(x, cos, sin).pow(3).sum(), x, create_graph=True)
+        grads.append(torch.autograd.grad(g.sum(), x)[0])
+    torch.testing.assert_close(grads[0], grads[1], **tol(n=4, scale=grads[1].abs().max().item()))
+    cos, sin = cos.clone().requires_grad_(), sin.clone().requires_grad_()
+    fast = torch.autograd.grad(apply_rope_fast(x, cos, sin).square().sum(), (x, cos, sin))
+    ref = torch.autograd.grad(apply_rope(x, cos, sin).square().sum(), (x, cos, sin))
+    for a, b in zip(fast, ref, strict=True):
+        # a table's gradient sums 2 y·x products over 2 heads (|y| <= 2 max|x|): 4 terms of
+        # at most 4 max|x|², a few roundings each
+        torch.testing.assert_close(a, b, **tol(n=8, scale=16 * x.abs().max().item() ** 2))
 
 
 def test_bfloat16_within_one_ulp(compiled):
@@ -99,10 +118,14 @@ def test_bfloat16_within_one_ulp(compiled):
     # apart lands on the same or a neighbouring bfloat16)
     cos, sin = tables(37, 8)
     x = projected(2, 4, 37, 16, dtype=torch.bfloat16)
+    x.requires_grad_()
     fast, ref = apply_rope_fast(x, cos, sin), apply_rope(x, cos, sin)
-    assert fast.dtype == torch.bfloat16 and compiled
-    ulp = torch.finfo(torch.bfloat16).eps * ref.float().abs().clamp_min(1e-30)
-    assert ((fast.float() - ref.float()).abs() <= ulp).all()
+    grad = torch.randn_like(ref)
+    grads = [torch.autograd.grad(y, x, grad)[0] for y in (fast, ref)]
+    assert fast.dtype == grads[0].dtype == torch.bfloat16 and len(compiled) == 2
+    for a, b in ((fast, ref), tuple(grads)):
+        ulp = torch.finfo(torch.bfloat16).eps * b.float().abs()
+        assert ((a.float() - b.float()).abs() <= ulp).all()
 
 
 def test_batch_and_per_head_tables(compiled):

@@ -127,6 +127,35 @@ def apply_rope_fast(
     kernel = _kernel(x)
     if kernel is None:
         return apply_rope(x, cos, sin, layout)
+    if x.requires_grad and torch.is_grad_enabled() and not (cos.requires_grad or sin.requires_grad):
+        return _Rotate.apply(x, cos, sin, layout, kernel)
+    # no gradient, or one for cos/sin too (RoPE-Mixed's learned frequencies): the compiled
+    # function differentiates itself (AOTAutograd)
+    return _run(kernel, x, cos, sin, layout)
+
+
+class _Rotate(torch.autograd.Function):
+    """The rotation with its backward as another rotation: the gradient of ``R(θ) x`` is
+    ``R(-θ) g``, the same kernel with ``(cos, -sin)``. It computes exactly what the
+    reference's backward does (``g1·cos + g2·sin`` and ``g2·cos - g1·sin``, each product
+    rounded, then the two-term sum: negating is exact), in one pass instead of
+    AOTAutograd's, and is differentiable again (double backward). x only: cos/sin get no
+    gradient here."""
+
+    @staticmethod
+    def forward(ctx, x, cos, sin, layout, kernel):
+        ctx.save_for_backward(cos, sin)
+        ctx.layout = layout
+        return _run(kernel, x, cos, sin, layout)
+
+    @staticmethod
+    def backward(ctx, grad):
+        cos, sin = ctx.saved_tensors
+        return apply_rope_fast(grad, cos, -sin, ctx.layout), None, None, None, None
+
+
+def _run(kernel: RopeFn, x, cos, sin, layout) -> torch.Tensor:
+    """``kernel(x, cos, sin, layout)``; if it fails, the reference (and never again)."""
     # dynamo reads the limit only when a call misses its graphs; set by hand, not with
     # config.patch (30 µs a call, against 10)
     config = torch._dynamo.config
@@ -141,7 +170,7 @@ def apply_rope_fast(
             f"posenc: the compiled RoPE kernel failed ({_failed[0]}); rotating with the eager "
             "reference from now on (set POSENC_COMPILE=0 to skip the attempt)",
             RuntimeWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
         return out
     finally:
