@@ -28,9 +28,11 @@ Triton kernel) and any other device (MPS, XLA, meta) the eager reference; a hand
 kernel for a device would be returned there, for the devices it serves. The CPU path never
 imports Triton.
 
-Limits of the compiled kernel: its backward cannot be differentiated again (AOTAutograd has
-no double backward; turn the switch off for ``create_graph=True`` through RoPE), and the
-eager reference stays the definition: a change to the formula goes there.
+The gradient with respect to ``x`` is the rotation by -θ (``cos, -sin``), run by the same
+kernel (:class:`_Rotate`): one pass, equal to the reference's gradient, and differentiable
+again. When cos/sin need a gradient too (learned frequencies), the compiled function's own
+backward (AOTAutograd) runs; that one has no double backward. The eager reference stays
+the definition: a change to the formula goes there.
 """
 
 from __future__ import annotations
