@@ -199,6 +199,18 @@ def test_under_compile_the_reference_is_inlined(compiled):
     assert compiled == []  # the inner kernel never ran: the outer graph holds the formula
 
 
+def test_func_transforms_use_the_reference(compiled, tol):
+    cos, sin = tables(5, 8)
+    x = torch.randn(3, 1, 2, 5, 16)
+    rotated = torch.vmap(lambda t: apply_rope_fast(t, cos, sin))(x)
+    assert torch.equal(rotated, apply_rope(x.flatten(0, 1), cos, sin).unflatten(0, (3, 1)))
+    grad = torch.func.grad(lambda t: apply_rope_fast(t, cos, sin).square().sum())(x[0])
+    # a rotation keeps norms: the gradient of |R x|² is 2 Rᵀ R x = 2x, to the roundings of
+    # two rotations (two products and a sum each) of values up to 2·2·max|x|
+    torch.testing.assert_close(grad, 2 * x[0], **tol(n=6, scale=4 * x.abs().max().item()))
+    assert compiled == []
+
+
 def test_cpu_path_imports_no_triton(compiled):
     cos, sin = tables(5, 8)
     apply_rope_fast(torch.randn(1, 2, 5, 16), cos, sin)

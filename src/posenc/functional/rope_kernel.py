@@ -16,7 +16,8 @@ The compiled kernel is used when it pays, and only then:
 - the device is a CPU on which inductor finds a vector instruction set
   (:func:`~posenc.functional.cpu.cpu_vector_isa`), or CUDA;
 - not while ``torch.compile`` traces the caller: the outer graph inlines the reference and
-  fuses it with its neighbours, which is better than a call to a separate graph;
+  fuses it with its neighbours, which is better than a call to a separate graph; nor under
+  ``torch.func`` transforms (``vmap``, ``grad``, ``jvp``), which the reference supports;
 - the switch is on: environment variable ``POSENC_COMPILE=0`` at import, or
   ``rope_kernel.ENABLED = False`` at any time, turns it off;
 - it has not failed before: if compiling fails (no C compiler, a read-only cache directory,
@@ -124,6 +125,7 @@ def apply_rope_fast(
         or _failed
         or x.numel() < COMPILE_MIN_NUMEL
         or layout not in ROPE_LAYOUTS  # let the reference raise its ValueError
+        or torch._C._are_functorch_transforms_active()  # vmap, grad, jvp: the reference
     ):
         return apply_rope(x, cos, sin, layout)
     kernel = _kernel(x)
