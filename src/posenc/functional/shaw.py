@@ -62,7 +62,12 @@ def shaw_key_bias(key_scores: torch.Tensor, index: torch.Tensor) -> torch.Tensor
         key_scores ``[b, h, q_len, 2k + 1]``, index ``[1, 1, q_len, k_len]`` or
         ``[b, 1, q_len, k_len]`` -> ``[b, h, q_len, k_len]``
     """
-    return torch.take_along_dim(key_scores, index, dim=-1)
+    # gather on views expanded to the common shape: take_along_dim broadcasts the same
+    # way but first wraps every index (a remainder over the whole [b, h, q_len, k_len]),
+    # which made it 3x slower forward and 2x backward
+    lead = torch.broadcast_shapes(key_scores.shape[:-1], index.shape[:-1])
+    key_scores = key_scores.expand(*lead, key_scores.shape[-1])
+    return key_scores.gather(-1, index.expand(*lead, index.shape[-1]))
 
 
 def shaw_value_term(
