@@ -328,3 +328,13 @@ def test_model_compiles_fullgraph_with_a_bias_encoding(tol):
         torch._dynamo.reset()
     torch.testing.assert_close(got, model(ids), **tol(n=2000, scale=got.abs().max().item()))
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.encoding.parameters())
+
+
+def test_second_derivative_is_refused():
+    """The backward is not differentiable itself: a second derivative raises instead of
+    silently missing terms."""
+    q, k, v, bias = _inputs(1, 2, 2, 5, 5, 4, torch.float64)
+    out = bias_flash_attention(q, k, v, bias, 0.5, True)
+    (gq,) = torch.autograd.grad(out.sum(), q, create_graph=True)
+    with pytest.raises(RuntimeError, match=r"once_differentiable|does not require grad"):
+        torch.autograd.grad(gq.sum(), q)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from ..functional.dtypes import math_dtype
 
@@ -127,6 +128,7 @@ class _BiasFlash(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable  # a second derivative would need the backward's own graph
     def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         q, k, v, bias, out, lse = ctx.saved_tensors
         need = ctx.needs_input_grad
