@@ -180,14 +180,17 @@ def apply_rope(
     dtype = math_dtype(x.dtype, cos.dtype)
     cos, sin = cos.to(dtype), sin.to(dtype)
     rot = x[..., : 2 * n].to(dtype)
+    # each half is rounded to x.dtype before it is joined (the same roundings as after):
+    # then the join moves x.dtype, not float32, and one cat joins the halves and the
+    # dimensions that do not rotate (torch.compile fuses it all into one pass)
     if layout == "half":
         x1, x2 = rot[..., :n], rot[..., n:]
-        rotated = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+        parts = [(x1 * cos - x2 * sin).to(x.dtype), (x2 * cos + x1 * sin).to(x.dtype)]
     else:
         pairs = rot.unflatten(-1, (n, 2))  # [b, h, s, n, 2]
         x1, x2 = pairs[..., 0], pairs[..., 1]
-        rotated = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
-    rotated = rotated.to(x.dtype)
-    if 2 * n == x.shape[-1]:
-        return rotated
-    return torch.cat((rotated, x[..., 2 * n :]), dim=-1)
+        first, second = (x1 * cos - x2 * sin).to(x.dtype), (x2 * cos + x1 * sin).to(x.dtype)
+        parts = [torch.stack((first, second), dim=-1).flatten(-2)]
+    if 2 * n < x.shape[-1]:
+        parts.append(x[..., 2 * n :])
+    return torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0]
