@@ -211,6 +211,14 @@ def test_func_transforms_use_the_reference(compiled, tol):
     assert compiled == []
 
 
+def test_jit_trace_records_the_reference(compiled):
+    cos, sin = tables(5, 8)
+    x = torch.randn(1, 2, 5, 16)
+    # (check_trace would run the function again, untraced, to compare)
+    traced = torch.jit.trace(lambda t: apply_rope_fast(t, cos, sin), (x,), check_trace=False)
+    assert torch.equal(traced(x), apply_rope(x, cos, sin)) and compiled == []
+
+
 def test_cpu_path_imports_no_triton(compiled):
     cos, sin = tables(5, 8)
     apply_rope_fast(torch.randn(1, 2, 5, 16), cos, sin)

@@ -17,7 +17,8 @@ The compiled kernel is used when it pays, and only then:
   (:func:`~posenc.functional.cpu.cpu_vector_isa`), or CUDA;
 - not while ``torch.compile`` traces the caller: the outer graph inlines the reference and
   fuses it with its neighbours, which is better than a call to a separate graph; nor under
-  ``torch.func`` transforms (``vmap``, ``grad``, ``jvp``), which the reference supports;
+  ``torch.func`` transforms (``vmap``, ``grad``, ``jvp``) or ``torch.jit.trace``, which
+  the reference supports;
 - the switch is on: environment variable ``POSENC_COMPILE=0`` at import, or
   ``rope_kernel.ENABLED = False`` at any time, turns it off;
 - it has not failed before: if compiling fails (no C compiler, a read-only cache directory,
@@ -121,6 +122,7 @@ def apply_rope_fast(
     """
     if (
         torch.compiler.is_compiling()  # first: the size test would add a guard to the trace
+        or torch.jit.is_tracing()  # a TorchScript trace records the reference's ops
         or not ENABLED
         or _failed
         or x.numel() < COMPILE_MIN_NUMEL
