@@ -27,8 +27,9 @@ The compiled kernel is used when it pays, and only then:
 
 A GPU kernel plugs in at :func:`_kernel`: today CUDA runs the same compiled function (its
 Triton kernel) and any other device (MPS, XLA, meta) the eager reference; a hand-written
-kernel for a device would be returned there, for the devices it serves. The CPU path never
-imports Triton.
+kernel for a device would be returned there, for the devices it serves. On a CPU posenc
+imports no Triton: inductor's C++ backend builds the kernel (untested here on CUDA: no GPU
+was available when this was written).
 
 The gradient with respect to ``x`` is the rotation by -θ (``cos, -sin``), run by the same
 kernel (:class:`_Rotate`): one pass, equal to the reference's gradient, and differentiable
