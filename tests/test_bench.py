@@ -227,3 +227,17 @@ def test_suite_refuses_unknown_sizes_and_cases():
         suite.run(size="huge")
     with pytest.raises(ValueError, match="cases must be some of"):
         suite.run(size="tiny", cases=["rope", "nothing"])
+
+
+def test_markdown_states_constant_keys_once_and_marks_skips():
+    a = timing.row({"L": 8, "enc": "a"}, {"floor": timing.summarise([0.001])}, "floor")
+    b = timing.row(
+        {"L": 8, "enc": "b"},
+        {"floor": timing.summarise([0.001]), "x": timing.summarise([0.004])},
+        "floor",
+        {"y": "unsupported: no"},
+    )
+    lines = markdown.table([a, b]).splitlines()
+    assert lines[0] == "All rows: L 8."
+    assert lines[2] == "| enc | floor | x | y |"
+    assert lines[4:] == ["| a | 1.00 ms | — | — |", "| b | 1.00 ms | 4.00 ms (4.00x) | — |"]

@@ -201,5 +201,9 @@ def _memory_main() -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:] != ["--memory"]:
-        sys.exit("usage: python -m posenc.bench.bias_attention --memory < specs.json")
+        sys.exit(
+            "this module is the bias case of posenc bench; run it with: posenc bench --cases "
+            "bias (python -m posenc.bench.bias_attention --memory < specs.json is its "
+            "memory-measuring child)"
+        )
     sys.exit(_memory_main())

@@ -2,8 +2,10 @@
 
 A row is one configuration; each implementation's column holds its median time and its
 ratio to the row's floor, ``12.3 ms (1.45x)``; ``—`` where the implementation was skipped
-(the reasons are listed under the table, once each). The bias case adds the peak memory
-ratio (``mem 1.2x``); the training case the tokens per second.
+(the reasons are listed under the table, once each). Configuration keys with one value in
+every row are stated once, above the table. The bias case adds the extra peak memory
+(``+120 MiB``); the training case, one row per encoding and one column per length
+(:func:`transposed`), the tokens per second.
 
 Example:
     >>> from posenc.bench.timing import row, summarise
@@ -19,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["CASE_TITLES", "cell", "report", "table"]
+__all__ = ["CASE_TITLES", "cell", "report", "table", "transposed"]
 
 CASE_TITLES = {
     "rope": "RoPE apply, q and k (tables precomputed for every implementation)",
@@ -39,14 +41,12 @@ def _ms(value: float) -> str:
 
 def cell(result: Mapping[str, Any], is_floor: bool = False) -> str:
     """One implementation's cell: the median, its ratio to the floor (not on the floor
-    itself), the memory ratio and tokens per second when recorded."""
+    itself), the extra peak memory and tokens per second when recorded."""
     text = _ms(result["median_ms"])
     if not is_floor and result.get("x_floor") is not None:
         text += f" ({result['x_floor']:.2f}x)"
-    if not is_floor and result.get("x_floor_memory") is not None:
-        text += f", mem {result['x_floor_memory']:.1f}x"
-    elif is_floor and result.get("peak_mib") is not None:
-        text += f", {result['peak_mib']:.0f} MiB"
+    if result.get("peak_mib") is not None:
+        text += f", +{result['peak_mib']:.0f} MiB"
     if result.get("tokens_per_s") is not None:
         text += f", {result['tokens_per_s']:,.0f} tok/s"
     return text
@@ -58,9 +58,15 @@ def _value(value: Any) -> str:
     return str(value)
 
 
+def _constant(records: Sequence[Mapping[str, Any]], key: str) -> bool:
+    values = [r["config"].get(key, _constant) for r in records]
+    return len(records) > 1 and all(v == values[0] for v in values)
+
+
 def table(records: Sequence[Mapping[str, Any]]) -> str:
-    """The Markdown table of one case's records (columns: the configuration keys, then
-    every implementation that appears, in order of first appearance)."""
+    """The Markdown table of one case's records: columns for the configuration keys that
+    vary (those that do not are stated once, above), then every implementation that
+    appears, in order of first appearance."""
     if not records:
         return "(no rows)"
     keys: list[str] = []
@@ -68,13 +74,49 @@ def table(records: Sequence[Mapping[str, Any]]) -> str:
     for r in records:
         keys += [k for k in r["config"] if k not in keys]
         names += [n for n in (*r["results"], *r["skipped"]) if n not in names]
-    lines = ["| " + " | ".join([*keys, *names]) + " |", "|" + "---|" * (len(keys) + len(names))]
+    same = [k for k in keys if _constant(records, k)]
+    keys = [k for k in keys if k not in same]
+    first = records[0]["config"]
+    lines = [f"All rows: {', '.join(f'{k} {_value(first[k])}' for k in same)}.", ""] if same else []
+    lines += ["| " + " | ".join([*keys, *names]) + " |", "|" + "---|" * (len(keys) + len(names))]
     for r in records:
         cells = [_value(r["config"].get(k, "")) for k in keys]
         for name in names:
             result = r["results"].get(name)
             cells.append("—" if result is None else cell(result, name == r["floor"]))
         lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def transposed(records: Sequence[Mapping[str, Any]], key: str) -> str:
+    """The Markdown table of records that differ only in ``key``: one row per
+    implementation, one column per record (``key value``); the rest of the configuration
+    is stated once, above.
+
+    >>> from posenc.bench.timing import row, summarise
+    >>> rs = [row({"L": n, "dim": 4}, {"a": summarise([n / 1e3])}, "a") for n in (1, 2)]
+    >>> print(transposed(rs, "L"))
+    All rows: dim 4.
+    <BLANKLINE>
+    | implementation | L 1 | L 2 |
+    |---|---|---|
+    | a | 1.00 ms | 2.00 ms |
+    """
+    if not records:
+        return "(no rows)"
+    rest = {k: v for k, v in records[0]["config"].items() if k != key}
+    names: list[str] = []
+    for r in records:
+        names += [n for n in r["results"] if n not in names]
+    columns = [f"{key} {_value(r['config'][key])}" for r in records]
+    lines = [f"All rows: {', '.join(f'{k} {_value(v)}' for k, v in rest.items())}.", ""]
+    lines += [f"| implementation | {' | '.join(columns)} |", "|" + "---|" * (len(columns) + 1)]
+    for name in names:
+        cells = [
+            cell(r["results"][name], name == r["floor"]) if name in r["results"] else "—"
+            for r in records
+        ]
+        lines.append(f"| {name} | {' | '.join(cells)} |")
     return "\n".join(lines)
 
 
@@ -113,7 +155,8 @@ def report(result: Mapping[str, Any]) -> str:
         "and its ratio to the row's floor from the same run; spreads are in the JSON.",
     ]
     for case, records in result["cases"].items():
-        out += ["", f"## {CASE_TITLES.get(case, case)}", "", table(records)]
+        text = transposed(records, "length") if case == "training" else table(records)
+        out += ["", f"## {CASE_TITLES.get(case, case)}", "", text]
         skips = _skips(records)
         if skips:
             out += ["", "Skipped:", *skips]

@@ -96,7 +96,15 @@ def run_one(
         q.requires_grad_(True)
         k.requires_grad_(True)
         grads = (torch.randn(shape, generator=gen).to(dt), torch.randn(shape, generator=gen).to(dt))
-    config = {"seq": seq, "head_dim": head_dim, "dtype": dtype, "layout": layout}
+    config = {
+        "seq": seq,
+        "head_dim": head_dim,
+        "dtype": dtype,
+        "layout": layout,
+        "pass": pass_,
+        "batch": batch,
+        "heads": heads,
+    }
     impls: dict[str, Callable[[], Any]] = {
         FLOOR: _floor(q, k, grads),
         "posenc": _timed(posenc_rope(seq, head_dim, layout), q, k, grads),
@@ -113,8 +121,7 @@ def run_one(
         )
         impls |= {name: _timed(fn, q, k, grads) for name, fn in usable.items()}
     stats = interleaved(impls, repeat=repeat, warmup=warmup)
-    record = row({**config, "pass": pass_, "shape": list(shape)}, stats, FLOOR, skipped)
-    return record
+    return row(config, stats, FLOOR, skipped)
 
 
 def run(
