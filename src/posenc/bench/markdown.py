@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["CASE_TITLES", "cell", "report", "table", "transposed"]
+__all__ = ["CASE_TITLES", "cell", "report", "spread", "table", "transposed"]
 
 CASE_TITLES = {
     "rope": "RoPE apply, q and k (tables precomputed for every implementation)",
@@ -120,6 +120,24 @@ def transposed(records: Sequence[Mapping[str, Any]], key: str) -> str:
     return "\n".join(lines)
 
 
+def spread(records: Sequence[Mapping[str, Any]]) -> str:
+    """One line on the spread of a case: the largest interquartile range over the median of
+    any cell, and where.
+
+    >>> from posenc.bench.timing import row, summarise
+    >>> spread([row({"L": 8}, {"a": summarise([1.0, 1.0, 2.0, 3.0])}, "a")])
+    'Largest spread (interquartile range / median): 83% (a, L 8).'
+    """
+    worst, where = 0.0, ""
+    for r in records:
+        for name, s in r["results"].items():
+            if s["median_ms"] > 0 and (s["q3_ms"] - s["q1_ms"]) / s["median_ms"] >= worst:
+                worst = (s["q3_ms"] - s["q1_ms"]) / s["median_ms"]
+                config = ", ".join(f"{k} {_value(v)}" for k, v in r["config"].items())
+                where = f"{name}, {config}"
+    return f"Largest spread (interquartile range / median): {worst:.0%} ({where})."
+
+
 def _skips(records: Sequence[Mapping[str, Any]]) -> list[str]:
     seen: dict[str, str] = {}
     for r in records:
@@ -152,11 +170,12 @@ def report(result: Mapping[str, Any]) -> str:
         f"Peers: {peers}.",
         "",
         "Each cell: median over interleaved rounds (implementations in turns, after warm-up) "
-        "and its ratio to the row's floor from the same run; spreads are in the JSON.",
+        "and its ratio to the row's floor from the same run; quartiles and extremes are in "
+        "the JSON.",
     ]
     for case, records in result["cases"].items():
         text = transposed(records, "length") if case == "training" else table(records)
-        out += ["", f"## {CASE_TITLES.get(case, case)}", "", text]
+        out += ["", f"## {CASE_TITLES.get(case, case)}", "", text, "", spread(records)]
         skips = _skips(records)
         if skips:
             out += ["", "Skipped:", *skips]
