@@ -1,6 +1,6 @@
 """The machine record of a benchmark run: what a ratio measured here depends on.
 
-A ratio to the floor does not carry from one machine to another (issue 13 measured ALiBi
+A ratio to the floor does not carry from one machine to another (ALiBi once measured
 at 2.2x the floor on one x86 machine and 1.25-1.5x on another), so every result file says
 where it was measured: the CPU model and the instruction-set flags that change which
 kernels ATen picks, ATen's own choice (``torch.backends.cpu.get_cpu_capability()``, which

@@ -1,12 +1,12 @@
 """``posenc bench``: every benchmark case, one size preset, one JSON and one Markdown file.
 
-Cases (issue 13): ``rope`` (:mod:`~posenc.bench.rope`), ``decode``
+Cases: ``rope`` (:mod:`~posenc.bench.rope`), ``decode``
 (:mod:`~posenc.bench.decode`), ``bias`` (:mod:`~posenc.bench.bias_attention`) and
 ``training`` (:mod:`~posenc.bench.training`). Sizes:
 
 - ``tiny``: seconds; what the tests run (the numbers mean nothing);
 - ``small``: about ten minutes on two cores; a quick look at every case;
-- ``full``: the issue's ranges (RoPE seq 128..8192, bias L 1k..16k, training 256..2048).
+- ``full``: the whole ranges (RoPE seq 128..8192, bias L 1k..16k, training 256..2048).
 
 The files are ``<date>-<cpu>[-<size>][-<ATEN_CPU_CAPABILITY>].json`` and ``.md`` in the
 output folder (size omitted for ``full``), so a run on the same day, machine, size and
@@ -68,8 +68,8 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "rope": {"seqs": [512, 2048], "head_dims": [128], "repeat": 7, "warmup": 2},
         "decode": {"repeat": 15, "warmup": 3},
         # one length: a forward+backward row at L=2048 alone takes over a minute on 2 cores
-        "bias": {"lengths": [1024], "repeat": 3, "warmup": 1},
-        "training": {"lengths": [256, 512], "repeat": 3, "warmup": 1},
+        "bias": {"lengths": [1024], "repeat": 5, "warmup": 1},
+        "training": {"lengths": [256, 512], "repeat": 7, "warmup": 1},
     },
     "full": {
         "rope": {"seqs": [128, 512, 2048, 8192], "head_dims": [64, 128], "repeat": 15, "warmup": 3},

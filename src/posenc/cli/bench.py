@@ -34,7 +34,7 @@ def bench_command(
         str,
         typer.Option(
             help="tiny (seconds, numbers meaningless), small (~10 min on 2 cores) or full "
-            "(the ranges of issue 13; hours).",
+            "(RoPE seq 128..8192, bias L 1k..16k, training 256..2048; hours).",
         ),
     ] = "small",
     cases: Annotated[

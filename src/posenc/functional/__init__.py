@@ -23,6 +23,7 @@ from .mrope import (
     mrope_cos_sin,
 )
 from .rope import ROPE_LAYOUTS, apply_rope, rope_angles, rope_cos_sin, rope_inv_freq
+from .rope_kernel import apply_rope_fast
 from .rope_scaling import ROPE_SCALINGS
 from .shaw import shaw_index, shaw_key_bias, shaw_key_scores, shaw_value_term
 from .sinusoidal import SINUSOIDAL_LAYOUTS, sin_cos_encoding, sinusoidal, sinusoidal_inv_freq
@@ -55,6 +56,7 @@ __all__ = [
     "alibi_slope",
     "alibi_slopes",
     "apply_rope",
+    "apply_rope_fast",
     "apply_xpos",
     "axial_rope_cos_sin",
     "axial_rope_inv_freq",
