@@ -149,15 +149,15 @@ def test_no_batch_by_score_tensor_is_saved():
     out.sum().backward()  # and the backward runs with them
 
 
-@pytest.mark.parametrize("name", ["t5", "kerple", "fire", "shaw"])
+# Shaw trains on its own blockwise path: tests/attention/test_shaw_grad.py
+@pytest.mark.parametrize("name", ["t5", "kerple", "fire"])
 @pytest.mark.parametrize("causal", [True, False])
 def test_auto_training_path_equals_math(
     name, causal, monkeypatch, attention_tol, grad_tol, score_size
 ):
     """Training on the CPU, auto takes the blockwise path, with the gradients of q, k, v and
-    of the encoding's parameters those of the math path (Shaw's bias depends on q: its
-    gradient reaches q twice)."""
-    enc = posenc.create(name, n_heads=4, **({"head_dim": 16} if name == "shaw" else {}))
+    of the encoding's parameters those of the math path."""
+    enc = posenc.create(name, n_heads=4)
     calls = []
     real = bias_module.bias_flash_attention
     monkeypatch.setattr(

@@ -8,11 +8,14 @@ picks the fastest exact backend from what the encoding declares (``linear_slopes
   ``-m_h (i - j)`` and it applies (CPU, not compiling, affordable width);
 - flex attention (:mod:`posenc.attention.flex`) from ``FLEX_MIN_SCORES`` scores per head,
   where it runs and no gradient is needed on the CPU;
+- training on the CPU, Shaw's attention (``relative_tables``) blockwise, forward and
+  backward (:mod:`posenc.attention.shaw_grad`), without padding or segment masks;
 - training on the CPU, the fused CPU flash kernel with the materialised bias and a
   blockwise backward (:mod:`posenc.attention.bias_grad`: no ``[batch, heads, L, L]``);
 - else SDPA with the materialised ``[heads, q_len, k_len]`` bias.
 
-``math`` (explicit softmax in float32) serves encodings that add to the values (Shaw).
+``math`` (explicit softmax in float32) serves encodings that add to the values (Shaw)
+elsewhere.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from .bias_grad import bias_flash_attention, bias_flash_available
 from .flex import flex_attention, flex_available
 from .linear_bias import fused_linear_bias
 from .masks import Masks, open_dead_rows, zero_dead_rows
+from .shaw_grad import shaw_attention
 
 __all__ = ["BACKENDS", "FLEX_MIN_SCORES", "bias_attention"]
 
@@ -55,8 +59,10 @@ def bias_attention(
     least ``FLEX_MIN_SCORES`` scores per head (below that, compiling buys nothing), then
     SDPA with the materialised bias (decoding: one query against N keys costs O(N) per
     head); training on the CPU, SDPA's flash kernel with the bias and a blockwise backward
-    (:func:`~posenc.attention.bias_grad.bias_flash_attention`) instead. Encodings that
-    add to the values (Shaw) always take the math path. Padding and segment masks
+    (:func:`~posenc.attention.bias_grad.bias_flash_attention`) instead, and Shaw's
+    attention its own blockwise path (:func:`~posenc.attention.shaw_grad.shaw_attention`,
+    for encodings with ``relative_tables``, without masks). Encodings that add to the
+    values (Shaw) otherwise take the math path. Padding and segment masks
     (``masks``) reach flex as a ``mask_mod`` and the other paths as a dense mask.
 
     Args:
@@ -82,12 +88,8 @@ def bias_attention(
             f"q has {q.shape[1]} heads but the encoding {type(encoding).__name__} has "
             f"n_heads={encoding.n_heads}"
         )
-    if encoding.adds_to_values:
-        if backend not in ("auto", "math"):
-            raise ValueError(
-                f"{encoding.info.name!r} adds to the values: only backend='math' runs it"
-            )
-        backend = "math"
+    if encoding.adds_to_values and backend not in ("auto", "math"):
+        raise ValueError(f"{encoding.info.name!r} adds to the values: only backend='math' runs it")
     # compiled flex attention has no backward on the CPU (torch 2.13): torch refuses q, k, v
     # that require grad (even under no_grad), and inductor fails on a score_mod whose
     # captured tables need gradients. Training on the CPU uses SDPA.
@@ -99,6 +101,12 @@ def bias_attention(
         )
     )
     cpu_training = q.device.type == "cpu" and needs_grad
+    if backend == "auto" and cpu_training and masks is None:
+        out = _relative(q, k, v, encoding, q_positions, k_positions, causal, scale)
+        if out is not None:
+            return out
+    if encoding.adds_to_values:
+        backend = "math"
     if backend == "flex" and cpu_training:
         raise ValueError(
             "compiled flex attention has no backward on the CPU: use backend='sdpa' (or "
@@ -175,6 +183,25 @@ def _chunked(q, k, v, bias, q_positions, k_positions, causal, scale, masks, open
         bias = bias.masked_fill(~allowed, float("-inf"))
     out = bias_flash_attention(q, k, v, bias, scale, by_index)
     return zero_dead_rows(out, dead)
+
+
+def _relative(q, k, v, encoding, q_positions, k_positions, causal, scale):
+    """Shaw's attention blockwise (:func:`~posenc.attention.shaw_grad.shaw_attention`), for
+    an encoding with :meth:`~posenc.base.BiasEncoding.relative_tables`, where it runs: not
+    compiling, and under the causal mask only with keys in index order; else None.
+
+    Shapes:
+        q ``[b, h, q_len, d]``, k, v ``[b, kv_h, k_len, d]`` -> ``[b, h, q_len, d]`` or None.
+    """
+    tables = encoding.relative_tables()
+    if tables is None or torch.compiler.is_compiling():
+        return None
+    key_table, value_table, max_distance = tables
+    if causal and not _index_order(q_positions, k_positions):
+        return None
+    return shaw_attention(
+        q, k, v, key_table, value_table, max_distance, q_positions, k_positions, scale, causal
+    )
 
 
 def _index_order(q_positions: torch.Tensor, k_positions: torch.Tensor) -> bool:

@@ -52,6 +52,15 @@ class BiasEncoding(Encoding):
         when configured): attention then needs the probabilities and runs on the math path."""
         return False
 
+    def relative_tables(self) -> tuple[torch.Tensor, torch.Tensor | None, int] | None:
+        """``(key_table, value_table or None, max_distance)`` when this bias is Shaw's
+        relation-aware attention (arXiv:1803.02155): the bias ``q_i · a^K[r_ij] · scale`` and
+        the value term ``sum_j P_ij a^V[r_ij]``, with ``r_ij = clip(p_j - p_i, -k, k) + k``
+        and tables ``[2k + 1, head_dim]`` shared by the heads. :func:`posenc.attention`
+        then trains on the CPU blockwise (:mod:`posenc.attention.shaw_grad`). None (the
+        default): not of this form."""
+        return None
+
     def bias_at(self, head: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         """The bias for ``head`` of a query at ``q_pos`` and a key at ``k_pos``.
 

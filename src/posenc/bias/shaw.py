@@ -125,6 +125,11 @@ class Shaw(BiasEncoding):
     def adds_to_values(self) -> bool:  # read by posenc.attention: values need the math path
         return self.config.values
 
+    def relative_tables(self) -> tuple[torch.Tensor, torch.Tensor | None, int]:
+        """``(key_table, value_table or None, max_distance)``: see
+        :meth:`~posenc.base.BiasEncoding.relative_tables`."""
+        return self.key_table, self.value_table, self.config.max_distance
+
     def bias_at(self, head, q_pos, k_pos):
         raise TypeError(
             "shaw's bias q_i · a^K[j - i] depends on the queries, not on positions alone: "

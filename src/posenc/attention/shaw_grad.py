@@ -1,0 +1,282 @@
+"""Shaw's relation-aware attention that trains on the CPU without ``[batch, heads, L, L]``.
+
+Shaw et al. 2018 (arXiv:1803.02155) score ``q_i · (k_j + a^K[r_ij]) · scale`` and, with value
+vectors, output ``sum_j P_ij (v_j + a^V[r_ij])``, with ``r_ij = clip(p_j - p_i, -k, k) + k``
+the table row of the clipped distance. :func:`shaw_attention` runs both over blocks of
+``block`` queries, forward and backward, as FlashAttention-2 does (Dao 2023,
+arXiv:2307.08691, Algorithms 1 and 2): per block, the key term is gathered from
+``R = q_blk a^Kᵀ · scale`` (``[.., blk, 2k + 1]``, one score per distance bin), the value
+term is the probabilities summed into their ``2k + 1`` bins times ``a^V``; the forward keeps
+only q, k, v, the tables, the output and the log-sum-exp of every row, and the backward
+recomputes each block's probabilities from them. The gradients of the tables are summed
+per distance bin (``da^K = Σ binsum(dS)ᵀ q · scale``, ``da^V = Σ binsum(P)ᵀ dO``).
+
+The math runs in float32 (float64 for float64 inputs). This is the place a GPU kernel
+would plug in; the CPU path imports no Triton.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from ..functional.dtypes import math_dtype
+from ..functional.shaw import shaw_index
+
+__all__ = ["BLOCK", "shaw_attention"]
+
+#: queries per block: the forward and the backward hold ``[batch, heads, BLOCK, k_len]``
+BLOCK = 64
+
+
+def shaw_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    key_table: torch.Tensor,
+    value_table: torch.Tensor | None,
+    max_distance: int,
+    q_positions: torch.Tensor,
+    k_positions: torch.Tensor,
+    scale: float,
+    causal: bool,
+    block: int = BLOCK,
+) -> torch.Tensor:
+    """``softmax(q kᵀ · scale + q a^K[r]ᵀ · scale) (v + a^V[r])`` blockwise, forward and backward.
+
+    Args:
+        q: ``[batch, heads, q_len, d]``, float64, float32, bfloat16 or float16.
+        k, v: ``[batch, kv_heads, k_len, d]`` with ``heads`` a multiple of ``kv_heads``
+            (grouped-query heads are repeated here; autograd sums their gradients back).
+        key_table: ``a^K``, ``[2 * max_distance + 1, d]``, shared by the heads.
+        value_table: ``a^V`` of the same shape, or None (no value term).
+        max_distance: the clipping distance ``k``.
+        q_positions, k_positions: integer positions, ``[len]`` or ``[batch, len]``: the
+            distance of a pair is ``k_position - q_position``.
+        scale: the score scale (it multiplies the key term too, as in eq. 4).
+        causal: mask keys after their query by index (``q_len == k_len``; the positions
+            must order the keys as their index does).
+        block: queries per block.
+
+    Returns:
+        ``[batch, heads, q_len, d]`` in the dtype of ``q``.
+
+    Example:
+        >>> q, k, v = (torch.randn(1, 2, 5, 4) for _ in range(3))
+        >>> a_k = torch.zeros(3, 4, requires_grad=True)
+        >>> out = shaw_attention(q, k, v, a_k, None, 1, torch.arange(5), torch.arange(5),
+        ...                      0.5, True)
+        >>> out.sum().backward(); a_k.grad.shape
+        torch.Size([3, 4])
+    """
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(
+            f"q, k, v must be [batch, heads, len, d], got {tuple(q.shape)}, {tuple(k.shape)}, "
+            f"{tuple(v.shape)}"
+        )
+    b, h, q_len, d = q.shape
+    k_len = k.shape[2]
+    if h % k.shape[1]:
+        raise ValueError(f"query heads ({h}) must be a multiple of key/value heads ({k.shape[1]})")
+    rows = 2 * max_distance + 1
+    for name, table in (("key_table", key_table), ("value_table", value_table)):
+        if table is not None and tuple(table.shape) != (rows, d):
+            raise ValueError(
+                f"{name} must be [2 * max_distance + 1, d] = [{rows}, {d}], "
+                f"got {tuple(table.shape)}"
+            )
+    for name, pos, n in (("q_positions", q_positions, q_len), ("k_positions", k_positions, k_len)):
+        if (
+            pos.is_floating_point()
+            or pos.dim() not in (1, 2)
+            or pos.shape[-1] != n
+            or (pos.dim() == 2 and pos.shape[0] not in (1, b))
+        ):
+            raise ValueError(
+                f"{name} must be integer [{n}] or [{b} | 1, {n}], got {pos.dtype} "
+                f"{tuple(pos.shape)}"
+            )
+    if causal and q_len != k_len:
+        raise ValueError(f"causal=True needs q_len == k_len (got {q_len}, {k_len})")
+    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+        raise ValueError(f"block must be an int >= 1, got {block!r}")
+    group = h // k.shape[1]
+    if group > 1:
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    # [b | 1, 1, len]: the pair's distance bin is computed per block from these
+    qp = q_positions.reshape(-1, 1, q_len)
+    kp = k_positions.reshape(-1, 1, k_len)
+    shift = _shift(q_positions, k_positions)
+    meta = (max_distance, shift, float(scale), bool(causal), block)
+    return _ShawFlash.apply(q, k, v, key_table, value_table, qp, kp, meta)
+
+
+class _ShawFlash(torch.autograd.Function):
+    """The blockwise forward and FlashAttention-2 backward of Shaw's attention."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        key_table: torch.Tensor,
+        value_table: torch.Tensor | None,
+        qp: torch.Tensor,
+        kp: torch.Tensor,
+        meta: tuple[int, int | None, float, bool, int],
+    ) -> torch.Tensor:
+        max_distance, shift, scale, causal, block = meta
+        tables = (key_table, value_table)
+        dtype = math_dtype(q.dtype, *(t.dtype for t in tables if t is not None))
+        b, h, q_len, d = q.shape
+        q3, k3, v3 = (t.to(dtype).reshape(b * h, -1, d) for t in (q, k, v))
+        a_k = key_table.to(dtype)
+        a_v = None if value_table is None else value_table.to(dtype)
+        out = torch.empty(b * h, q_len, d, dtype=dtype, device=q.device)
+        lse = torch.empty(b * h, q_len, 1, dtype=dtype, device=q.device)
+        for i0, i1, n, band in _blocks(qp, kp, shift, q_len, max_distance, causal, block, b, h):
+            p = _scores(q3[:, i0:i1], k3[:, :n], a_k, band, scale, causal, i0)
+            top = p.amax(-1, keepdim=True)
+            p = p.sub_(top).exp_()
+            total = p.sum(-1, keepdim=True)
+            p = p.div_(total)
+            lse[:, i0:i1] = top + total.log()
+            o = torch.bmm(p, v3[:, :n])
+            if a_v is not None:
+                o.add_(_bin_sum(p, band, a_v.shape[0]) @ a_v)
+            out[:, i0:i1] = o
+        ctx.save_for_backward(q, k, v, key_table, value_table, qp, kp, out, lse)
+        ctx.meta = meta
+        return out.view(b, h, q_len, d).to(q.dtype)
+
+    @staticmethod
+    @once_differentiable  # a second derivative would need the backward's own graph
+    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        q, k, v, key_table, value_table, qp, kp, out, lse = ctx.saved_tensors
+        max_distance, shift, scale, causal, block = ctx.meta
+        dtype = out.dtype
+        b, h, q_len, d = q.shape
+        k_len = k.shape[2]
+        q3, k3, v3 = (t.to(dtype).reshape(b * h, -1, d) for t in (q, k, v))
+        g3 = grads[0].to(dtype).reshape(b * h, q_len, d)
+        a_k = key_table.to(dtype)
+        a_v = None if value_table is None else value_table.to(dtype)
+        rows = a_k.shape[0]
+        delta = (g3 * out).sum(-1, keepdim=True)  # D = rowsum(dO ⊙ O), [b·h, q_len, 1]
+        gq = torch.empty(b * h, q_len, d, dtype=dtype, device=q.device)
+        gk = torch.zeros(b * h, k_len, d, dtype=dtype, device=q.device)
+        gv = torch.zeros(b * h, k_len, d, dtype=dtype, device=q.device)
+        ga_k = torch.zeros(rows, d, dtype=dtype, device=q.device)
+        ga_v = None if a_v is None else torch.zeros(rows, d, dtype=dtype, device=q.device)
+        for i0, i1, n, band in _blocks(qp, kp, shift, q_len, max_distance, causal, block, b, h):
+            qb, gb = q3[:, i0:i1], g3[:, i0:i1]  # [b·h, blk, d]
+            p = _scores(qb, k3[:, :n], a_k, band, scale, causal, i0)
+            p = p.sub_(lse[:, i0:i1]).exp_()  # P, [b·h, blk, n]
+            _accumulate(gv[:, :n], p.transpose(1, 2), gb)
+            dp = torch.bmm(gb, v3[:, :n].transpose(1, 2))
+            if a_v is not None and ga_v is not None:
+                ga_v += _bin_sum(p, band, rows).flatten(0, 1).T @ gb.flatten(0, 1)
+                _spread(gb @ a_v.T, band, n, out=dp)  # + dO · a^V[r_ij]
+            ds = p.mul_(dp.sub_(delta[:, i0:i1]))  # dS = P ⊙ (dP - D), in P's memory
+            d_r = _bin_sum(ds, band, rows)  # dR, [b·h, blk, 2k + 1]
+            gq[:, i0:i1] = torch.bmm(ds, k3[:, :n]).add_(d_r @ a_k)
+            ga_k += d_r.flatten(0, 1).T @ qb.flatten(0, 1)
+            _accumulate(gk[:, :n], ds.transpose(1, 2), qb)
+        need = ctx.needs_input_grad
+        return (
+            gq.mul_(scale).view(q.shape).to(q.dtype) if need[0] else None,
+            gk.mul_(scale).view(k.shape).to(k.dtype) if need[1] else None,
+            gv.view(v.shape).to(v.dtype) if need[2] else None,
+            ga_k.mul_(scale).to(key_table.dtype) if need[3] else None,
+            None if ga_v is None or not need[4] else ga_v.to(value_table.dtype),
+            *(None,) * 3,
+        )
+
+
+def _shift(q_positions: torch.Tensor, k_positions: torch.Tensor) -> int | None:
+    """``c`` when the positions are consecutive, ``[len]`` each (``p = offset + index``),
+    so that a pair's distance is ``j - i + c``; else None. Reads them (not under compile)."""
+    if q_positions.dim() != 1 or k_positions.dim() != 1:
+        return None
+    for pos in (q_positions, k_positions):
+        if pos.shape[0] > 1 and not bool((pos.diff() == 1).all()):
+            return None
+    if not q_positions.numel() or not k_positions.numel():
+        return None
+    return int(k_positions[0]) - int(q_positions[0])
+
+
+def _blocks(qp, kp, shift, q_len, max_distance, causal, block, b, h):
+    """Yield ``(i0, i1, n, band)`` per block of queries ``[i0, i1)``: the keys it sees are
+    ``[0, n)``. ``band = (lo, hi, idx)``: keys before ``lo`` are in the first distance bin
+    (farther left than ``max_distance``), keys from ``hi`` on in the last, and ``idx`` holds
+    the bins of keys ``[lo, hi)``, expanded to ``[b, h, i1 - i0, hi - lo]`` (a view). With
+    consecutive positions (``shift`` not None) the band is the ``blk + 2k`` keys around the
+    diagonal; otherwise it is every key."""
+    k_len = kp.shape[-1]
+    for i0 in range(0, q_len, block):
+        i1 = min(i0 + block, q_len)
+        n = i1 if causal else k_len
+        lo, hi = 0, n
+        if shift is not None:  # key j of query i is at distance j - i + shift
+            lo = min(max(i0 - shift - max_distance, 0), n)
+            hi = min(max(i1 - shift + max_distance, lo), n)
+        rel = kp[:, :, lo:hi] - qp[:, :, i0:i1].transpose(1, 2)  # [b | 1, blk, hi - lo]
+        idx = shaw_index(rel, max_distance).unsqueeze(1).expand(b, h, i1 - i0, hi - lo)
+        yield i0, i1, n, (lo, hi, idx)
+
+
+def _spread(per_bin: torch.Tensor, band, n: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``per_bin[.., i, r_ij]`` for every key ``j < n``, added to ``out`` if given:
+    ``[b·h, blk, 2k + 1]`` -> ``[b·h, blk, n]``."""
+    lo, hi, idx = band
+    b, h, blk, _ = idx.shape
+    gathered = per_bin.view(b, h, blk, -1).gather(-1, idx).view(b * h, blk, hi - lo)
+    if out is None:
+        if lo == 0 and hi == n:
+            return gathered
+        out = per_bin.new_empty(b * h, blk, n)
+        out[:, :, lo:hi] = gathered
+        out[:, :, :lo], out[:, :, hi:] = per_bin[:, :, :1], per_bin[:, :, -1:]
+    else:
+        out[:, :, lo:hi] += gathered
+        out[:, :, :lo] += per_bin[:, :, :1]
+        out[:, :, hi:] += per_bin[:, :, -1:]
+    return out
+
+
+def _bin_sum(x: torch.Tensor, band, rows: int) -> torch.Tensor:
+    """``x`` summed into the distance bins of its pairs: ``[b·h, blk, n]`` ->
+    ``[b·h, blk, rows]``."""
+    lo, hi, idx = band
+    b, h, blk, _ = idx.shape
+    bins = x.new_zeros(b, h, blk, rows)
+    bins.scatter_add_(-1, idx, x.view(b, h, blk, -1)[..., lo:hi])
+    bins = bins.view(b * h, blk, rows)
+    bins[:, :, 0] += x[:, :, :lo].sum(-1)
+    bins[:, :, -1] += x[:, :, hi:].sum(-1)
+    return bins
+
+
+def _scores(qb, kn, a_k, band, scale, causal, i0):
+    """``q kᵀ · scale + q a^K[r]ᵀ · scale`` of one block, ``-inf`` past the query under the
+    causal mask: ``[b·h, blk, d]``, ``[b·h, n, d]`` -> ``[b·h, blk, n]``."""
+    s = _spread(qb @ a_k.T, band, kn.shape[1])  # the key term, scaled with the scores:
+    s = s.baddbmm_(qb, kn.transpose(1, 2), beta=scale, alpha=scale)
+    if causal:  # the diagonal block: keys after their query
+        blk = qb.shape[1]
+        later = torch.ones(blk, blk, dtype=torch.bool, device=qb.device).triu(1)
+        s[:, :, i0:].masked_fill_(later, float("-inf"))
+    return s
+
+
+def _accumulate(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """``out += a @ b`` (batched): in place where ``out`` is contiguous (``baddbmm_`` into a
+    strided slice takes a slow path, one matrix at a time)."""
+    if out.is_contiguous():
+        out.baddbmm_(a, b)
+    else:
+        out += torch.bmm(a, b)
