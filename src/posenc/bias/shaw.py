@@ -29,7 +29,8 @@ class ShawConfig(BiasConfig):
         max_distance: the clipping distance ``k``: ``2k + 1`` rows per table (the paper
             uses k = 16 and finds no gain past k = 2).
         values: also learn ``a^V``, added to the values (eq. 3). It needs the attention
-            probabilities, so attention then runs on the math path, never flex or SDPA.
+            probabilities, so attention runs it on the math path, never flex or SDPA, or,
+            training on the CPU, blockwise (:mod:`posenc.attention.shaw_grad`).
         init_std: standard deviation of the tables' normal initialisation.
     """
 
@@ -122,7 +123,7 @@ class Shaw(BiasEncoding):
         return self.config.head_dim
 
     @property
-    def adds_to_values(self) -> bool:  # read by posenc.attention: values need the math path
+    def adds_to_values(self) -> bool:  # read by posenc.attention: not flex, nor SDPA
         return self.config.values
 
     def relative_tables(self) -> tuple[torch.Tensor, torch.Tensor | None, int]:
