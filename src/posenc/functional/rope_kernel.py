@@ -45,7 +45,9 @@ What the kernel costs (measured on a 2-core AMD EPYC, AVX2 kernels, torch 2.13, 
   (``x·cos_rep + swap(x)·sin_signed`` with the swap as a ``flip`` or a ``stack`` of the
   pair, a ``roll`` or ``pad``-shifted neighbours under a parity ``where``; all bit-equal in
   float32 and bfloat16) compile to gathers or masked int64 index vectors: 1.4-4x slower
-  still. A hand-written kernel would plug in at :func:`_kernel`.
+  still; de-interleaving, rotating as ``half`` and interleaving again (also bit-equal)
+  costs two strided copies: 1.3-3x slower. A hand-written kernel would plug in at
+  :func:`_kernel`.
 
 A GPU kernel plugs in at :func:`_kernel`: today CUDA runs the same compiled function (its
 Triton kernel) and any other device (MPS, XLA, meta) the eager reference; a hand-written
