@@ -21,7 +21,7 @@ from posenc.tables import encodings_table, memory_cost, render, show
         ("rope_mixed", "[L, d/2] cos/sin + learned frequencies"),
         ("alibi", "[H, L, L] bias, or none (fused ALiBi path)"),  # linear_slopes
         ("t5", "[H, L, L] bias, or none (flex)"),
-        ("shaw", "[H, L, L] scores (math path)"),  # adds_to_values
+        ("shaw", "[H, L, L] scores, or [H, 64, L] blocks (CPU training)"),  # adds_to_values
     ],
 )
 def test_memory_cost_follows_the_kind_and_class(name, cost):

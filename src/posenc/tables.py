@@ -82,7 +82,9 @@ def memory_cost(name: str) -> str:
     - rotary: ``[L, d/2]`` cos and sin, computed per call (plus the learned frequencies of
       a trainable one);
     - bias: an ``[H, L, L]`` bias where SDPA needs it materialised; none on the fused
-      linear-bias path (ALiBi) or under flex attention; Shaw's values need the math path.
+      linear-bias path (ALiBi) or under flex attention; one table per forward, shared by the
+      layers, when training on the CPU; Shaw's values need the scores themselves (math
+      path), except when training on the CPU (blocks of 64 queries).
     """
     cls = registry.get(name)
     info = registry.info(name)
@@ -95,7 +97,7 @@ def memory_cost(name: str) -> str:
         return "[L, d/2] cos/sin" + (" + learned frequencies" if info.trainable else "")
     if info.kind == "bias":
         if _overrides(cls, BiasEncoding, "adds_to_values"):
-            return "[H, L, L] scores (math path)"
+            return "[H, L, L] scores, or [H, 64, L] blocks (CPU training)"
         if _overrides(cls, BiasEncoding, "linear_slopes"):
             return "[H, L, L] bias, or none (fused ALiBi path)"
         return "[H, L, L] bias, or none (flex)"
