@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from ..base import BiasEncoding
 from ..functional.dtypes import math_dtype
 from ..positions import causal_mask
+from .bias_blocks import blockwise_bias_attention, shift_table
 from .bias_grad import bias_flash_attention, bias_flash_available
 from .flex import flex_attention, flex_available
 from .linear_bias import fused_linear_bias
@@ -126,6 +127,8 @@ def bias_attention(
             )
             if fused is not None:
                 return zero_dead_rows(fused, dead)
+        if masks is None and not needs_grad and _by_distance(encoding, q, k, explicit):
+            return blockwise_bias_attention(q, k, v, encoding, scale, causal)
         backend = "flex" if flex else "sdpa"
         chunked = cpu_training and not torch.compiler.is_compiling() and bias_flash_available()
     if backend == "flex":
@@ -134,7 +137,9 @@ def bias_attention(
         mod = encoding.score_mod(qp, kp, q=q, q_offset=q_offset, scale=scale)
         mask_mod = None if masks is None else masks.mask_mod(qp, kp, q_offset, causal)
         return flex_attention(q, k, v, mod, qp, kp, causal, scale, mask_mod=mask_mod)
-    if table is None:
+    if table is None and chunked and _by_distance(encoding, q, k, explicit):
+        table = shift_table(encoding, q.shape[2], q.device)  # 2L - 1 values, not L²
+    elif table is None:
         table = encoding.bias(q_positions, k_positions, q=q, scale=scale)  # [(b,) h, q, k]
     if chunked:
         opened = None if allowed is None else (allowed, dead)
@@ -210,6 +215,19 @@ def _index_order(q_positions: torch.Tensor, k_positions: torch.Tensor) -> bool:
     if q_positions.shape != k_positions.shape or not torch.equal(q_positions, k_positions):
         return False
     return q_positions.shape[-1] < 2 or bool((q_positions.diff(dim=-1) > 0).all())
+
+
+def _by_distance(encoding: BiasEncoding, q: torch.Tensor, k: torch.Tensor, explicit: bool) -> bool:
+    """Whether the bias over these default positions (``arange(L)`` for both) is computed
+    from its ``2L - 1`` distances (:mod:`~posenc.attention.bias_blocks`): a shift-invariant
+    encoding on the CPU, ``q_len == k_len``, not while compiling (flex is fused there)."""
+    return (
+        encoding.shift_invariant
+        and q.device.type == "cpu"
+        and not explicit
+        and q.shape[2] == k.shape[2]
+        and not torch.compiler.is_compiling()
+    )
 
 
 def _flex_first(q: torch.Tensor, k: torch.Tensor) -> bool:

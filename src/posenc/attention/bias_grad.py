@@ -22,20 +22,21 @@ from torch.autograd.function import once_differentiable
 
 from ..functional.dtypes import math_dtype
 
-__all__ = ["BLOCK", "bias_flash_attention", "bias_flash_available"]
+__all__ = ["BLOCK", "FLASH_OP", "bias_flash_attention", "bias_flash_available"]
 
 #: queries per block of the backward: it holds ``[batch, heads, BLOCK, k_len]`` floats
 BLOCK = 64
-_OP = "_scaled_dot_product_flash_attention_for_cpu"
+#: the CPU flash kernel: takes a float mask (with is_causal) and returns the log-sum-exp
+FLASH_OP = "_scaled_dot_product_flash_attention_for_cpu"
 
 
 def bias_flash_available() -> bool:
     """Whether this torch has the CPU flash kernel with a mask and the log-sum-exp
     (``aten._scaled_dot_product_flash_attention_for_cpu``; absent, the callers keep SDPA's
     math path)."""
-    if not hasattr(torch.ops.aten, _OP):
+    if not hasattr(torch.ops.aten, FLASH_OP):
         return False
-    schema = getattr(torch.ops.aten, _OP).default._schema
+    schema = getattr(torch.ops.aten, FLASH_OP).default._schema
     return any(a.name == "attn_mask" for a in schema.arguments)
 
 
@@ -121,7 +122,7 @@ class _BiasFlash(torch.autograd.Function):
         causal: bool,
         block: int,
     ) -> torch.Tensor:
-        op = getattr(torch.ops.aten, _OP)
+        op = getattr(torch.ops.aten, FLASH_OP)
         out, lse = op(q, k, v, 0.0, causal, attn_mask=bias, scale=scale)  # lse [b, h, q_len]
         ctx.save_for_backward(q, k, v, bias, out, lse)
         ctx.scale, ctx.causal, ctx.block = scale, causal, block

@@ -41,6 +41,10 @@ class BiasEncoding(Encoding):
     config: BiasConfig
     #: True when the bias depends on the queries (Shaw): bias() and score_mod() need ``q``
     needs_q: ClassVar[bool] = False
+    #: True when the bias depends on ``k_pos - q_pos`` only (T5, KERPLE, ALiBi): over
+    #: ``arange(L)`` its table is a Toeplitz matrix of ``2L - 1`` values, which attention
+    #: and models then compute once per distance (:mod:`posenc.attention.bias_blocks`)
+    shift_invariant: ClassVar[bool] = False
 
     @property
     def n_heads(self) -> int:

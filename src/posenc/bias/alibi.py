@@ -4,7 +4,7 @@ al. 2022, "Train Short, Test Long", arXiv:2108.12409)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -104,6 +104,8 @@ class ALiBi(BiasEncoding):
         >>> alibi.bias(torch.tensor([3]), torch.arange(4))[0]
         tensor([[-1.5000, -1.0000, -0.5000, -0.0000]])
     """
+
+    shift_invariant: ClassVar[bool] = True  # a function of k_pos - q_pos
 
     Config = AlibiConfig
     config: AlibiConfig

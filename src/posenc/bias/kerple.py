@@ -6,6 +6,7 @@ arXiv:2205.09921). The math is in :mod:`posenc.functional.kerple`.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -106,6 +107,8 @@ class Kerple(BiasEncoding):
         >>> enc.bias(torch.arange(3), torch.arange(3)).shape
         torch.Size([4, 3, 3])
     """
+
+    shift_invariant: ClassVar[bool] = True  # a function of k_pos - q_pos
 
     Config = KerpleConfig
     config: KerpleConfig

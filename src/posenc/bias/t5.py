@@ -4,6 +4,7 @@ scalar per head and log-spaced distance bucket, added to the attention scores.""
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -100,6 +101,8 @@ class T5Bias(BiasEncoding):
         >>> enc.bias(torch.arange(3), torch.arange(3)).abs().max().item()
         0.0
     """
+
+    shift_invariant: ClassVar[bool] = True  # a function of k_pos - q_pos
 
     Config = T5Config
     config: T5Config

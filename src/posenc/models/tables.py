@@ -14,6 +14,7 @@ from typing import cast
 
 import torch
 
+from ..attention.bias_blocks import shift_table
 from ..base import BiasEncoding, Encoding
 from ..positions import arange
 
@@ -67,6 +68,8 @@ def shared_bias(
     if bias.linear_slopes(causal) is not None and not torch.compiler.is_compiling():
         return None
     if attn_positions is None:
+        if bias.shift_invariant:  # from its 2·seq - 1 distances
+            return shift_table(bias, seq, device)
         q_positions = k_positions = arange(seq, device=device)
     else:
         q_positions, k_positions = attn_positions
