@@ -2,10 +2,14 @@
 
 A bias encoding adds one value per head and (query, key) pair to the scores. ``auto``
 picks the fastest exact backend from what the encoding declares (``linear_slopes``,
-``adds_to_values``) and from the inputs (device, sizes, gradients), never from its name:
+``shift_invariant``, ``relative_tables``, ``adds_to_values``) and from the inputs (device,
+sizes, gradients), never from its name:
 
 - the fused linear-bias path (:mod:`posenc.attention.linear_bias`) when the bias is
   ``-m_h (i - j)`` and it applies (CPU, not compiling, affordable width);
+- inference on the CPU with a shift-invariant bias over the default positions, SDPA's
+  fused kernel by blocks of queries, the bias rows sliced from its ``2L - 1`` distances
+  (:mod:`posenc.attention.bias_blocks`; the training table is built from them too);
 - flex attention (:mod:`posenc.attention.flex`) from ``FLEX_MIN_SCORES`` scores per head,
   where it runs and no gradient is needed on the CPU;
 - training on the CPU, Shaw's attention (``relative_tables``) blockwise, forward and
