@@ -5,7 +5,7 @@ Cases: ``rope`` (:mod:`~posenc.bench.rope`), ``decode``
 ``training`` (:mod:`~posenc.bench.training`). Sizes:
 
 - ``tiny``: seconds; what the tests run (the numbers mean nothing);
-- ``small``: about ten minutes on two cores; a quick look at every case;
+- ``small``: about five minutes on two cores; a quick look at every case;
 - ``full``: the whole ranges (RoPE seq 128..8192, bias L 1k..16k, training 256..2048).
 
 The files are ``<date>-<cpu>[-<size>][-<ATEN_CPU_CAPABILITY>].json`` and ``.md`` in the
@@ -69,7 +69,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "decode": {"repeat": 15, "warmup": 3},
         # one length: a forward+backward row at L=2048 alone takes over a minute on 2 cores
         "bias": {"lengths": [1024], "repeat": 5, "warmup": 1},
-        "training": {"lengths": [256, 512], "repeat": 7, "warmup": 1},
+        "training": {"lengths": [256, 512], "repeat": 11, "warmup": 1},
     },
     "full": {
         "rope": {"seqs": [128, 512, 2048, 8192], "head_dims": [64, 128], "repeat": 15, "warmup": 3},

@@ -33,7 +33,7 @@ def bench_command(
     size: Annotated[
         str,
         typer.Option(
-            help="tiny (seconds, numbers meaningless), small (~10 min on 2 cores) or full "
+            help="tiny (seconds, numbers meaningless), small (~5 min on 2 cores) or full "
             "(RoPE seq 128..8192, bias L 1k..16k, training 256..2048; hours).",
         ),
     ] = "small",
