@@ -276,3 +276,24 @@ def _hub_config(name: str, **changes):
 @pytest.fixture(scope="session")
 def hub_config():
     return _hub_config
+
+
+def _saved_score_tensors(forward, batch, heads, seq):
+    """The shapes of the tensors autograd saves while ``forward()`` runs that are as large
+    as ``[batch, heads, seq, seq]`` and lead with the batch (or batch·heads): what a
+    training path must not keep per layer. Returns ``(shapes, result)``."""
+    big = []
+
+    def pack(t):
+        if t.dim() and t.shape[0] in (batch, batch * heads) and t.numel() >= batch * heads * seq**2:
+            big.append(tuple(t.shape))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        result = forward()
+    return big, result
+
+
+@pytest.fixture(scope="session")
+def saved_score_tensors():
+    return _saved_score_tensors

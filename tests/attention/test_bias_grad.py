@@ -341,20 +341,13 @@ def test_second_derivative_is_refused():
 
 
 @pytest.mark.parametrize("name", ["t5", "fire"])
-def test_model_training_saves_no_batch_by_score_tensor(name):
+def test_model_training_saves_no_batch_by_score_tensor(name, saved_score_tensors):
     """A training forward of TransformerLM keeps nothing of [batch, heads, L, L] (as such or
     as [batch·heads, ...]): the bias is one table per forward (FIRE's MLP keeps its hidden
     units, [L, L, hidden], once), shared by the layers."""
     b, h, n = 3, 4, 48
     model = TransformerLM(64, 32, 2, h, name)
-    big = []
-
-    def pack(t):
-        if t.dim() and t.shape[0] in (b, b * h) and t.numel() >= b * h * n * n:
-            big.append(tuple(t.shape))
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        logits = model(torch.randint(0, 64, (b, n)))
+    ids = torch.randint(0, 64, (b, n))
+    big, logits = saved_score_tensors(lambda: model(ids), b, h, n)
     assert big == [], big
     logits.sum().backward()

@@ -158,18 +158,11 @@ def test_nothing_of_batch_by_scores_is_saved():
 
 
 @pytest.mark.parametrize("values", [False, True])
-def test_model_training_saves_no_batch_by_score_tensor(values):
+def test_model_training_saves_no_batch_by_score_tensor(values, saved_score_tensors):
     b, h, n = 3, 4, 48
     model = TransformerLM(64, 32, 2, h, {"name": "shaw", "values": values})
-    big = []
-
-    def pack(t):
-        if t.dim() and t.shape[0] in (b, b * h) and t.numel() >= b * h * n * n:
-            big.append(tuple(t.shape))
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        logits = model(torch.randint(0, 64, (b, n)))
+    ids = torch.randint(0, 64, (b, n))
+    big, logits = saved_score_tensors(lambda: model(ids), b, h, n)
     assert big == [], big
     logits.sum().backward()
 

@@ -22,7 +22,14 @@ from torch.autograd.function import once_differentiable
 
 from ..functional.dtypes import math_dtype
 
-__all__ = ["BLOCK", "FLASH_OP", "bias_flash_attention", "bias_flash_available"]
+__all__ = [
+    "BLOCK",
+    "FLASH_OP",
+    "accumulate",
+    "bias_flash_attention",
+    "bias_flash_available",
+    "check_blockwise",
+]
 
 #: queries per block of the backward: it holds ``[batch, heads, BLOCK, k_len]`` floats
 BLOCK = 64
@@ -74,15 +81,9 @@ def bias_flash_attention(
         >>> out.sum().backward(); bias.grad.shape
         torch.Size([2, 5, 5])
     """
-    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
-        raise ValueError(
-            f"q, k, v must be [batch, heads, len, d], got {tuple(q.shape)}, {tuple(k.shape)}, "
-            f"{tuple(v.shape)}"
-        )
+    k, v = check_blockwise(q, k, v, causal, block)
     b, h, q_len, _ = q.shape
     k_len = k.shape[2]
-    if h % k.shape[1]:
-        raise ValueError(f"query heads ({h}) must be a multiple of key/value heads ({k.shape[1]})")
     if bias.dim() == 3:
         bias = bias.unsqueeze(0)
     if bias.dim() != 4 or bias.shape[0] not in (1, b) or bias.shape[1:] != (h, q_len, k_len):
@@ -90,15 +91,6 @@ def bias_flash_attention(
             f"bias must be [heads, q_len, k_len] or [batch | 1, heads, q_len, k_len] = "
             f"[{b} | 1, {h}, {q_len}, {k_len}], got {tuple(bias.shape)}"
         )
-    if causal and q_len != k_len:
-        raise ValueError(
-            f"causal=True needs q_len == k_len (got {q_len}, {k_len}): fold the mask into bias"
-        )
-    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
-        raise ValueError(f"block must be an int >= 1, got {block!r}")
-    group = h // k.shape[1]
-    if group > 1:
-        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     # the kernel reads the last dimension as if contiguous (torch 2.13 gives wrong results
     # for a stride other than 1 there; SDPA copies such inputs too)
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
@@ -106,6 +98,36 @@ def bias_flash_attention(
     if bias.stride(-1) != 1:
         bias = bias.contiguous()
     return _BiasFlash.apply(q, k, v, bias, float(scale), bool(causal), block)
+
+
+def check_blockwise(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, block: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Check the inputs of a blockwise attention function (shapes, grouped heads, causal
+    lengths, block) and return ``k, v`` with their heads repeated to those of ``q``
+    (autograd sums the repeated heads' gradients back).
+
+    Shapes:
+        q ``[b, h, q_len, d]``, k, v ``[b, kv_h, k_len, d]`` -> k, v ``[b, h, k_len, d]``
+    """
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(
+            f"q, k, v must be [batch, heads, len, d], got {tuple(q.shape)}, {tuple(k.shape)}, "
+            f"{tuple(v.shape)}"
+        )
+    h, q_len, k_len = q.shape[1], q.shape[2], k.shape[2]
+    if h % k.shape[1]:
+        raise ValueError(f"query heads ({h}) must be a multiple of key/value heads ({k.shape[1]})")
+    if causal and q_len != k_len:
+        raise ValueError(
+            f"causal=True needs q_len == k_len (got {q_len}, {k_len}): fold the mask into a bias"
+        )
+    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+        raise ValueError(f"block must be an int >= 1, got {block!r}")
+    group = h // k.shape[1]
+    if group > 1:
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    return k, v
 
 
 class _BiasFlash(torch.autograd.Function):
@@ -197,19 +219,19 @@ def flash_backward(
             later = torch.ones(i1 - i0, i1 - i0, dtype=torch.bool, device=q.device).triu(1)
             s[:, :, i0:].masked_fill_(later, float("-inf"))
         p = s.exp_()
-        _accumulate(gv[:, :n], p.transpose(1, 2), gb)
+        accumulate(gv[:, :n], p.transpose(1, 2), gb)
         dp = torch.bmm(gb, v3[:, :n].transpose(1, 2))
         ds = p.mul_(dp.sub_(delta[:, i0:i1]))  # dS, in P's memory
         if gbias is not None:
             ds4 = ds.view(b, h, i1 - i0, n)
             gbias[:, :, i0:i1, :n] += ds4.sum(0, keepdim=True) if shared else ds4
         gq[:, i0:i1] = torch.bmm(ds, k3[:, :n])
-        _accumulate(gk[:, :n], ds.transpose(1, 2), qb)
+        accumulate(gk[:, :n], ds.transpose(1, 2), qb)
     gq, gk = gq.mul_(scale), gk.mul_(scale)  # dS·scale: the scores' scale
     return gq.view(q.shape), gk.view(k.shape), gv.view(v.shape), gbias
 
 
-def _accumulate(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+def accumulate(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
     """``out += a @ b`` (batched): in place where ``out`` is contiguous (``baddbmm_`` into a
     strided slice takes a slow path, one matrix at a time: 15x slower)."""
     if out.is_contiguous():

@@ -24,6 +24,7 @@ from torch.autograd.function import once_differentiable
 
 from ..functional.dtypes import math_dtype
 from ..functional.shaw import shaw_index
+from .bias_grad import accumulate, check_blockwise
 
 __all__ = ["BLOCK", "shaw_attention"]
 
@@ -71,15 +72,9 @@ def shaw_attention(
         >>> out.sum().backward(); a_k.grad.shape
         torch.Size([3, 4])
     """
-    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
-        raise ValueError(
-            f"q, k, v must be [batch, heads, len, d], got {tuple(q.shape)}, {tuple(k.shape)}, "
-            f"{tuple(v.shape)}"
-        )
-    b, h, q_len, d = q.shape
+    k, v = check_blockwise(q, k, v, causal, block)
+    b, _, q_len, d = q.shape
     k_len = k.shape[2]
-    if h % k.shape[1]:
-        raise ValueError(f"query heads ({h}) must be a multiple of key/value heads ({k.shape[1]})")
     rows = 2 * max_distance + 1
     for name, table in (("key_table", key_table), ("value_table", value_table)):
         if table is not None and tuple(table.shape) != (rows, d):
@@ -98,13 +93,6 @@ def shaw_attention(
                 f"{name} must be integer [{n}] or [{b} | 1, {n}], got {pos.dtype} "
                 f"{tuple(pos.shape)}"
             )
-    if causal and q_len != k_len:
-        raise ValueError(f"causal=True needs q_len == k_len (got {q_len}, {k_len})")
-    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
-        raise ValueError(f"block must be an int >= 1, got {block!r}")
-    group = h // k.shape[1]
-    if group > 1:
-        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     # [b | 1, 1, len]: the pair's distance bin is computed per block from these
     qp = q_positions.reshape(-1, 1, q_len)
     kp = k_positions.reshape(-1, 1, k_len)
@@ -175,7 +163,7 @@ class _ShawFlash(torch.autograd.Function):
             qb, gb = q3[:, i0:i1], g3[:, i0:i1]  # [b·h, blk, d]
             p = _scores(qb, k3[:, :n], a_k, band, scale, causal, i0)
             p = p.sub_(lse[:, i0:i1]).exp_()  # P, [b·h, blk, n]
-            _accumulate(gv[:, :n], p.transpose(1, 2), gb)
+            accumulate(gv[:, :n], p.transpose(1, 2), gb)
             dp = torch.bmm(gb, v3[:, :n].transpose(1, 2))
             if a_v is not None and ga_v is not None:
                 ga_v += _bin_sum(p, band, rows).flatten(0, 1).T @ gb.flatten(0, 1)
@@ -184,7 +172,7 @@ class _ShawFlash(torch.autograd.Function):
             d_r = _bin_sum(ds, band, rows)  # dR, [b·h, blk, 2k + 1]
             gq[:, i0:i1] = torch.bmm(ds, k3[:, :n]).add_(d_r @ a_k)
             ga_k += d_r.flatten(0, 1).T @ qb.flatten(0, 1)
-            _accumulate(gk[:, :n], ds.transpose(1, 2), qb)
+            accumulate(gk[:, :n], ds.transpose(1, 2), qb)
         need = ctx.needs_input_grad
         return (
             gq.mul_(scale).view(q.shape).to(q.dtype) if need[0] else None,
@@ -271,12 +259,3 @@ def _scores(qb, kn, a_k, band, scale, causal, i0):
         later = torch.ones(blk, blk, dtype=torch.bool, device=qb.device).triu(1)
         s[:, :, i0:].masked_fill_(later, float("-inf"))
     return s
-
-
-def _accumulate(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
-    """``out += a @ b`` (batched): in place where ``out`` is contiguous (``baddbmm_`` into a
-    strided slice takes a slow path, one matrix at a time)."""
-    if out.is_contiguous():
-        out.baddbmm_(a, b)
-    else:
-        out += torch.bmm(a, b)
