@@ -123,25 +123,15 @@ def versions() -> dict[str, str]:
     }
 
 
-def _cpu_model() -> str | None:
-    """The CPU's model name from ``/proc/cpuinfo`` (Linux), else None."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
-
-
 def machine() -> dict[str, Any]:
     """The machine: platform, CPU model, cores and torch's threads."""
     import torch
 
+    from ..bench.machine import cpu_info
+
     return {
         "platform": platform.platform(),
-        "processor": _cpu_model() or platform.processor() or platform.machine(),
+        "processor": cpu_info()[0],
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
     }

@@ -31,7 +31,7 @@ from ..attention import attention
 from ..build import build
 from . import memory
 from . import peers as peers_mod
-from .timing import interleaved, row
+from .timing import forward_call, interleaved, row
 
 __all__ = ["bias_encodings", "impls", "run"]
 
@@ -84,20 +84,10 @@ def impls(
     grad = torch.randn(1, heads, L, head_dim, generator=gen).to(dt)
     enc = build(encoding, n_heads=heads, head_dim=head_dim).to(dt)
 
+    grads = None if pass_ == "fwd" else (grad,)
+
     def timed(fn: Callable[..., torch.Tensor]) -> Callable[[], Any]:
-        if pass_ == "fwd":
-
-            def forward():
-                with torch.no_grad():
-                    return fn(q, k, v)
-
-            return forward
-
-        def forward_backward():
-            leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
-            fn(*leaves).backward(grad)
-
-        return forward_backward
+        return forward_call(fn, (q, k, v), grads)
 
     def sdpa_floor(q, k, v):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)

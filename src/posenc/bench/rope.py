@@ -27,7 +27,7 @@ import torch
 from ..base import RotaryEncoding
 from ..registry import create
 from . import peers as peers_mod
-from .timing import interleaved, row
+from .timing import forward_call, interleaved, row
 
 __all__ = ["FLOOR", "posenc_rope", "run"]
 
@@ -47,29 +47,9 @@ def posenc_rope(seq: int, head_dim: int, layout: str, **_: Any) -> Callable[...,
     return rotate
 
 
-def _timed(
-    rotate: Callable[..., Any], q, k, grads: tuple[torch.Tensor, torch.Tensor] | None
-) -> Callable[[], Any]:
-    if grads is None:
-
-        def forward():
-            with torch.no_grad():
-                return rotate(q, k)
-
-        return forward
-
-    def forward_backward():
-        out = rotate(q, k)
-        return torch.autograd.grad(out, (q, k), grads)
-
-    return forward_backward
-
-
 def _floor(q, k, grads) -> Callable[[], Any]:
-    if grads is None:
-        return lambda: (q.clone(), k.clone())
-    gq, gk = grads
-    return lambda: (q.detach().clone(), k.detach().clone(), gq.clone(), gk.clone())
+    tensors = (q, k) if grads is None else (q, k, *grads)
+    return lambda: tuple(t.clone() for t in tensors)
 
 
 def run_one(
@@ -93,8 +73,6 @@ def run_one(
     q, k = (torch.randn(shape, generator=gen).to(dt) for _ in range(2))
     grads = None
     if pass_ == "fwd+bwd":
-        q.requires_grad_(True)
-        k.requires_grad_(True)
         grads = (torch.randn(shape, generator=gen).to(dt), torch.randn(shape, generator=gen).to(dt))
     config = {
         "seq": seq,
@@ -107,19 +85,19 @@ def run_one(
     }
     impls: dict[str, Callable[[], Any]] = {
         FLOOR: _floor(q, k, grads),
-        "posenc": _timed(posenc_rope(seq, head_dim, layout), q, k, grads),
+        "posenc": forward_call(posenc_rope(seq, head_dim, layout), (q, k), grads),
     }
     skipped: dict[str, str] = {}
     if peers:
         usable, skipped = peers_mod.resolve(
             peers_mod.ROPE_PEERS,
-            trial=lambda fn: fn(q.detach(), k.detach()),
+            trial=lambda fn: fn(q, k),
             seq=seq,
             head_dim=head_dim,
             layout=layout,
             dtype=dt,
         )
-        impls |= {name: _timed(fn, q, k, grads) for name, fn in usable.items()}
+        impls |= {name: forward_call(fn, (q, k), grads) for name, fn in usable.items()}
     stats = interleaved(impls, repeat=repeat, warmup=warmup)
     return row(config, stats, FLOOR, skipped)
 

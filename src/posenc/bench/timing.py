@@ -28,7 +28,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["Stats", "interleaved", "quantile", "row", "summarise"]
+import numpy
+import torch
+
+__all__ = ["Stats", "forward_call", "interleaved", "row", "summarise"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,24 +67,6 @@ class Stats:
         return out
 
 
-def quantile(values: list[float], q: float) -> float:
-    """The ``q``-quantile of ``values`` by linear interpolation between order statistics
-    (numpy's default). ``q`` in [0, 1], ``values`` non-empty.
-
-    >>> quantile([4.0, 1.0, 3.0, 2.0], 0.25)
-    1.75
-    """
-    if not values:
-        raise ValueError("values must be non-empty")
-    if not 0 <= q <= 1:
-        raise ValueError(f"q must be in [0, 1], got {q}")
-    ordered = sorted(values)
-    pos = q * (len(ordered) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-
 def summarise(times: list[float]) -> Stats:
     """:class:`Stats` of a non-empty list of round times (seconds).
 
@@ -90,10 +75,11 @@ def summarise(times: list[float]) -> Stats:
     """
     if not times:
         raise ValueError("times must be non-empty")
+    q1, q3 = numpy.quantile(times, [0.25, 0.75])  # linear interpolation
     return Stats(
         median_s=statistics.median(times),
-        q1_s=quantile(times, 0.25),
-        q3_s=quantile(times, 0.75),
+        q1_s=float(q1),
+        q3_s=float(q3),
         min_s=min(times),
         max_s=max(times),
         n=len(times),
@@ -165,3 +151,27 @@ def row(
         "results": {name: s.to_dict(base) for name, s in stats.items()},
         "skipped": dict(skipped or {}),
     }
+
+
+def forward_call(
+    fn: Callable[..., Any],
+    inputs: tuple[torch.Tensor, ...],
+    grads: tuple[torch.Tensor, ...] | None = None,
+) -> Callable[[], Any]:
+    """A no-argument call of ``fn(*inputs)`` to time: the forward under ``no_grad`` when
+    ``grads`` is None, else the forward from leaves that require grad and the backward of
+    its outputs (one tensor, or a tuple) with ``grads``, down to the inputs."""
+    if grads is None:
+
+        def forward() -> Any:
+            with torch.no_grad():
+                return fn(*inputs)
+
+        return forward
+    leaves = tuple(t.detach().requires_grad_(True) for t in inputs)
+
+    def forward_backward() -> Any:
+        out = fn(*leaves)
+        return torch.autograd.grad(out if isinstance(out, tuple) else (out,), leaves, grads)
+
+    return forward_backward

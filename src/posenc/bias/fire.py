@@ -114,10 +114,15 @@ class Fire(BiasEncoding):
         """The threshold ``L = |threshold_scale| · init_threshold`` (0-d, in ``dtype``)."""
         return _scalar(self.threshold_scale, dtype).abs() * self.config.init_threshold
 
-    def bias_at(self, head: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+    def _input(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+        """The MLP's input (:func:`fire_input`) of broadcastable positions, in float32
+        (float64 for float64 positions or parameters)."""
         dtype = math_dtype(q_pos.dtype, k_pos.dtype, self.c.dtype)
         c, threshold = _scalar(self.c, dtype), self.threshold(dtype)
-        x = fire_input(q_pos.to(dtype), k_pos.to(dtype), c, threshold)
+        return fire_input(q_pos.to(dtype), k_pos.to(dtype), c, threshold)
+
+    def bias_at(self, head: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+        x = self._input(q_pos, k_pos)
         first, second = self._linears()
         return fire_mlp(x, head, first.weight[:, 0], first.bias, second.weight, second.bias)
 
@@ -136,15 +141,13 @@ class Fire(BiasEncoding):
             ``[heads, q_len, k_len]``, or ``[batch, heads, q_len, k_len]`` for
             ``[batch, len]`` positions.
         """
-        q_positions, k_positions = self._check_pair(q_positions, k_positions)
-        dtype = math_dtype(q_positions.dtype, k_positions.dtype, self.c.dtype)
-        qp, kp = q_positions.to(dtype), k_positions.to(dtype)
+        qp, kp = self._check_pair(q_positions, k_positions)
         if qp.dim() == 1 and kp.dim() == 1:
             qp, kp = qp.view(-1, 1), kp.view(1, -1)  # -> [q_len, k_len]
         else:
             qp, kp = qp.view(-1, qp.shape[-1], 1), kp.view(-1, 1, kp.shape[-1])  # [b, q, k]
-        c, threshold = _scalar(self.c, dtype), self.threshold(dtype)
-        x = fire_input(qp, kp, c, threshold).unsqueeze(-1)  # [(b,) q_len, k_len, 1]
+        x = self._input(qp, kp).unsqueeze(-1)  # [(b,) q_len, k_len, 1]
+        dtype = x.dtype
         first, second = self._linears()
         hidden = F.relu(F.linear(x, first.weight.to(dtype), first.bias.to(dtype)))
         out = F.linear(hidden, second.weight.to(dtype), second.bias.to(dtype))  # [..., heads]
