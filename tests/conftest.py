@@ -8,7 +8,7 @@ import pytest
 import torch
 from hypothesis import settings
 
-from posenc.attention.flex import flex_available
+from posenc.attn.flex import flex_available
 
 # Property tests: deterministic in CI, a few more examples locally.
 settings.register_profile("ci", max_examples=30, deadline=None, derandomize=True)
@@ -254,7 +254,7 @@ def grad_tol():
 @pytest.fixture(scope="session")
 def backends():
     """The attention backends of bias encodings that run here: flex only where compiled flex
-    attention does (:func:`posenc.attention.flex.flex_available`: not on a CPU without AVX2 or
+    attention does (:func:`posenc.attn.flex.flex_available`: not on a CPU without AVX2 or
     AVX-512, e.g. under ``ATEN_CPU_CAPABILITY=default``)."""
     flex = ("flex",) if flex_available(torch.device("cpu")) else ()
     return ("math", "sdpa", *flex)

@@ -36,9 +36,9 @@ FACADE = "posenc"
 #: package above it. Keep in step with the README's architecture section.
 LAYERS: dict[str, tuple[str, ...]] = {
     "math": ("functional",),
-    "core": ("registry", "config", "base", "positions", "info", "build"),
-    "encodings": ("additive", "rotary", "bias", "nope", "compose"),
-    "attention": ("attention",),
+    "core": ("registry", "config", "base", "positions", "encoding_info", "builder"),
+    "encodings": ("additive", "rotary", "bias", "nope", "composite"),
+    "attention": ("attn",),
     "models": ("models",),
     "tools": (
         "hf",

@@ -7,11 +7,11 @@
 """
 
 from . import additive, bias, functional, models, nope, positions, rotary
-from .attention import KVCache, attention
+from .attn import KVCache, attention
 from .base import AdditiveEncoding, BiasEncoding, Encoding, NoEncoding, RotaryEncoding
-from .build import build
-from .compose import Compose, compose
-from .info import EncodingInfo
+from .builder import build
+from .composite import Compose, compose
+from .encoding_info import EncodingInfo
 from .positions import PositionOutOfRangeError
 from .registry import available, create, info
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .info import EncodingInfo
+from .encoding_info import EncodingInfo
 
 if TYPE_CHECKING:
     from .base import Encoding

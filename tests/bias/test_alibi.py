@@ -1,6 +1,6 @@
 """ALiBi: slopes against the paper and BLOOM, the bias against a loop over positions, and
-KV-cache decoding (the fused SDPA path: tests/attention/test_linear_bias.py; every backend:
-tests/attention/test_backends.py)."""
+KV-cache decoding (the fused SDPA path: tests/attn/test_linear_bias.py; every backend:
+tests/attn/test_backends.py)."""
 
 import math
 

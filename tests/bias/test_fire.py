@@ -1,5 +1,5 @@
 """FIRE: the bias against the paper's formula (max, not min, in the normaliser), its
-properties and KV-cache decoding (every attention backend: tests/attention/test_backends.py)."""
+properties and KV-cache decoding (every attention backend: tests/attn/test_backends.py)."""
 
 import math
 

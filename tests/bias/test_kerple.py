@@ -1,6 +1,6 @@
 """KERPLE: the log and power kernels against the paper's formulas, the sign convention,
 positivity, properties and KV-cache decoding (every attention backend:
-tests/attention/test_backends.py)."""
+tests/attn/test_backends.py)."""
 
 import math
 

@@ -43,7 +43,7 @@ class BiasEncoding(Encoding):
     needs_q: ClassVar[bool] = False
     #: True when the bias depends on ``k_pos - q_pos`` only (T5, KERPLE, ALiBi): over
     #: ``arange(L)`` its table is a Toeplitz matrix of ``2L - 1`` values, which attention
-    #: and models then compute once per distance (:mod:`posenc.attention.bias_blocks`)
+    #: and models then compute once per distance (:mod:`posenc.attn.bias_blocks`)
     shift_invariant: ClassVar[bool] = False
 
     @property
@@ -61,7 +61,7 @@ class BiasEncoding(Encoding):
         relation-aware attention (arXiv:1803.02155): the bias ``q_i · a^K[r_ij] · scale`` and
         the value term ``sum_j P_ij a^V[r_ij]``, with ``r_ij = clip(p_j - p_i, -k, k) + k``
         and tables ``[2k + 1, head_dim]`` shared by the heads. :func:`posenc.attention`
-        then trains on the CPU blockwise (:mod:`posenc.attention.shaw_grad`). None (the
+        then trains on the CPU blockwise (:mod:`posenc.attn.shaw_grad`). None (the
         default): not of this form."""
         return None
 
@@ -154,7 +154,7 @@ class BiasEncoding(Encoding):
         """The per-head slopes ``m_h`` when this bias is ``-m_h · (q_pos - k_pos)`` (0: no
         bias on that head), for attention with or without the causal mask; None (the
         default) when it is not linear in the distance. :func:`posenc.attention` then runs
-        it on a fused SDPA path (:mod:`posenc.attention.linear_bias`). Under the causal mask
+        it on a fused SDPA path (:mod:`posenc.attn.linear_bias`). Under the causal mask
         the bias need only be linear on keys at or before their query."""
         return None
 

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from ..config import EncodingConfig
-from ..info import EncodingInfo
+from ..encoding_info import EncodingInfo
 from ..positions import PositionOutOfRangeError, arange, check_batch, check_positions
 
 __all__ = ["Encoding", "FactoryKwargs", "check_float_dtype", "check_float_tensor"]
@@ -45,7 +45,7 @@ class Encoding(nn.Module):
     any parameters.
 
     The position attributes below are class-level defaults that an instance may override
-    (:class:`~posenc.compose.Compose` derives them from its members).
+    (:class:`~posenc.composite.Compose` derives them from its members).
     """
 
     kind: ClassVar[str]

@@ -27,8 +27,8 @@ import torch
 import torch.nn.functional as F
 
 from .. import registry
-from ..attention import attention
-from ..build import build
+from ..attn import attention
+from ..builder import build
 from . import memory
 from . import peers as peers_mod
 from .timing import forward_call, interleaved, row

@@ -87,7 +87,7 @@ class ALiBi(BiasEncoding):
     shares one encoding.
 
     The bias is linear in the distance, so :meth:`linear_slopes` lets attention run it on
-    the CPU inside SDPA's fused kernel (:mod:`posenc.attention.linear_bias`: no ``[heads, L,
+    the CPU inside SDPA's fused kernel (:mod:`posenc.attn.linear_bias`: no ``[heads, L,
     L]`` tensor; 1.2-1.3x the time of plain causal SDPA at 2k-8k tokens, against 8-13x for
     SDPA with the materialised bias), within ~4e-6 of exact in float32 at any length,
     float16/bfloat16 computed in float32 and rounded once. Other devices, symmetric

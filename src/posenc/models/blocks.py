@@ -14,7 +14,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from ..attention import KVCache, attention
+from ..attn import KVCache, attention
 from ..base import Encoding, RotaryEncoding
 
 __all__ = ["Block", "SelfAttention"]

@@ -19,7 +19,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from ..attention import Masks
+from ..attn import Masks
 from ..base import BiasEncoding, Encoding
 from ..positions import arange, causal_mask
 from .blocks import Block, SelfAttention

@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..attention import KVCache
+from ..attn import KVCache
 from ..base import Encoding, RotaryEncoding
-from ..build import build
+from ..builder import build
 from ..config import check_int
 from ..positions import arange, document_starts, from_padding, from_segments
 from .blocks import Block

@@ -14,7 +14,7 @@ from typing import cast
 
 import torch
 
-from ..attention.bias_blocks import shift_table
+from ..attn.bias_blocks import shift_table
 from ..base import BiasEncoding, Encoding
 from ..positions import arange
 

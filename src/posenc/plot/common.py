@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import registry
 from ..config import check_float, check_int
-from ..info import EncodingInfo
+from ..encoding_info import EncodingInfo
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

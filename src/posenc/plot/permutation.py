@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .. import registry
-from ..attention import attention
+from ..attn import attention
 from ..base import AdditiveEncoding
 from .common import check_encoding, check_size, config_keys, new_figure
 

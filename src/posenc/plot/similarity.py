@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from ..base import AdditiveEncoding, BiasEncoding, Encoding, RotaryEncoding
-from ..build import build
+from ..builder import build
 from ..positions import grid as grid_positions
 from ..registry import available, get
 from .common import check_size, new_figure

@@ -16,9 +16,9 @@ import torch
 from torch import nn
 
 from .base import AdditiveConfig, AdditiveEncoding, Encoding
-from .build import build
+from .builder import build
 from .config import check_int
-from .info import EncodingInfo
+from .encoding_info import EncodingInfo
 
 __all__ = ["Compose", "compose"]
 
@@ -150,7 +150,7 @@ def compose(*encodings: str | Mapping[str, Any] | Encoding, dim: int | None = No
 
     Example:
         >>> import torch
-        >>> from posenc.compose import compose  # also posenc.compose
+        >>> from posenc.composite import compose  # also posenc.compose
         >>> enc = compose("sinusoidal", {"name": "sinusoidal", "layout": "concat"}, dim=4)
         >>> enc.encode(torch.tensor([0]))
         tensor([[0., 1., 1., 2.]])

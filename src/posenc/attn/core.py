@@ -2,7 +2,7 @@
 
 :func:`attention` is the one place where rotary and bias encodings meet attention: it
 checks its inputs and dispatches by the encoding's kind. Rotary encodings rotate q and k,
-bias encodings add their term to the scores (:mod:`posenc.attention.bias` picks their
+bias encodings add their term to the scores (:mod:`posenc.attn.bias` picks their
 backend), additive encodings belong at the input and are refused here, and ``none`` adds
 nothing. It runs on ``torch.nn.functional.scaled_dot_product_attention`` (fused kernels,
 grouped-query heads).

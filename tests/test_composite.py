@@ -5,7 +5,7 @@ import torch
 
 import posenc
 import posenc.additive.temporal  # registers timestamp, time2vec, calendar
-from posenc.compose import Compose, compose
+from posenc.composite import Compose, compose
 from posenc.models import TransformerLM
 
 

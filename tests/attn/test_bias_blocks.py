@@ -1,4 +1,4 @@
-"""Shift-invariant biases from their 2L - 1 distances (posenc.attention.bias_blocks): the
+"""Shift-invariant biases from their 2L - 1 distances (posenc.attn.bias_blocks): the
 table, its gradient, the blockwise CPU inference path and attention's use of it."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import torch
 
 import posenc
 from posenc import attention, registry
-from posenc.attention import bias as bias_module
-from posenc.attention.bias_blocks import blockwise_bias_attention, shift_table
-from posenc.attention.bias_grad import bias_flash_available
+from posenc.attn import bias as bias_module
+from posenc.attn.bias_blocks import blockwise_bias_attention, shift_table
+from posenc.attn.bias_grad import bias_flash_available
 
 BIAS = [n for n in posenc.available() if posenc.info(n).kind == "bias"]
 SHIFT_INVARIANT = ["alibi", "kerple", "t5"]

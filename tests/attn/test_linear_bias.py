@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import posenc
-from posenc.attention.linear_bias import (
+from posenc.attn.linear_bias import (
     fused_linear_bias,
     linear_bias_blocks,
     linear_bias_runs,

@@ -101,7 +101,7 @@ def flex_attention(
         q_positions, k_positions: ``[len]`` or ``[batch, len]``, or None (the default).
         causal: mask keys after their query (ignored with ``mask_mod``, which has it).
         scale: the score scale.
-        mask_mod: a flex ``mask_mod`` (:meth:`~posenc.attention.masks.Masks.mask_mod`).
+        mask_mod: a flex ``mask_mod`` (:meth:`~posenc.attn.masks.Masks.mask_mod`).
 
     Shapes:
         q ``[batch, heads, q_len, d]``, k, v ``[batch, kv_heads, k_len, d]`` ->

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import posenc
-from posenc.attention import KVCache
+from posenc.attn import KVCache
 
 
 def test_kv_cache_stores_and_refuses_overflow():

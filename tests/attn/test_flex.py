@@ -4,7 +4,7 @@ layout, per call for explicit positions and mask_mods), and the CPU head-size pa
 import pytest
 import torch
 
-from posenc.attention.flex import (
+from posenc.attn.flex import (
     CPU_MIN_HEAD_DIM,
     _default_causal_mask,
     flex_attention,

@@ -1,4 +1,4 @@
-"""Shaw's attention blockwise (posenc.attention.shaw_grad): against a dense float64 reference
+"""Shaw's attention blockwise (posenc.attn.shaw_grad): against a dense float64 reference
 of eqs. 3 and 4 (forward and the gradients of q, k, v and both tables), what it saves, and
 auto's use of it when training on the CPU."""
 
@@ -11,8 +11,8 @@ import torch
 
 import posenc
 from posenc import attention
-from posenc.attention import bias as bias_module
-from posenc.attention.shaw_grad import shaw_attention
+from posenc.attn import bias as bias_module
+from posenc.attn.shaw_grad import shaw_attention
 from posenc.models import TransformerLM
 
 

@@ -5,17 +5,17 @@ picks the fastest exact backend from what the encoding declares (``linear_slopes
 ``shift_invariant``, ``relative_tables``, ``adds_to_values``) and from the inputs (device,
 sizes, gradients), never from its name:
 
-- the fused linear-bias path (:mod:`posenc.attention.linear_bias`) when the bias is
+- the fused linear-bias path (:mod:`posenc.attn.linear_bias`) when the bias is
   ``-m_h (i - j)`` and it applies (CPU, not compiling, affordable width);
 - inference on the CPU with a shift-invariant bias over the default positions, SDPA's
   fused kernel by blocks of queries, the bias rows sliced from its ``2L - 1`` distances
-  (:mod:`posenc.attention.bias_blocks`; the training table is built from them too);
-- flex attention (:mod:`posenc.attention.flex`) from ``FLEX_MIN_SCORES`` scores per head,
+  (:mod:`posenc.attn.bias_blocks`; the training table is built from them too);
+- flex attention (:mod:`posenc.attn.flex`) from ``FLEX_MIN_SCORES`` scores per head,
   where it runs and no gradient is needed on the CPU;
 - training on the CPU, Shaw's attention (``relative_tables``) blockwise, forward and
-  backward (:mod:`posenc.attention.shaw_grad`), without padding or segment masks;
+  backward (:mod:`posenc.attn.shaw_grad`), without padding or segment masks;
 - training on the CPU, the fused CPU flash kernel with the materialised bias and a
-  blockwise backward (:mod:`posenc.attention.bias_grad`: no ``[batch, heads, L, L]``);
+  blockwise backward (:mod:`posenc.attn.bias_grad`: no ``[batch, heads, L, L]``);
 - else SDPA with the materialised ``[heads, q_len, k_len]`` bias.
 
 ``math`` (explicit softmax in float32) serves encodings that add to the values (Shaw)
@@ -64,8 +64,8 @@ def bias_attention(
     least ``FLEX_MIN_SCORES`` scores per head (below that, compiling buys nothing), then
     SDPA with the materialised bias (decoding: one query against N keys costs O(N) per
     head); training on the CPU, SDPA's flash kernel with the bias and a blockwise backward
-    (:func:`~posenc.attention.bias_grad.bias_flash_attention`) instead, and Shaw's
-    attention its own blockwise path (:func:`~posenc.attention.shaw_grad.shaw_attention`,
+    (:func:`~posenc.attn.bias_grad.bias_flash_attention`) instead, and Shaw's
+    attention its own blockwise path (:func:`~posenc.attn.shaw_grad.shaw_attention`,
     for encodings with ``relative_tables``, without masks). Encodings that add to the
     values (Shaw) otherwise take the math path. Padding and segment masks
     (``masks``) reach flex as a ``mask_mod`` and the other paths as a dense mask.
@@ -169,7 +169,7 @@ def bias_attention(
 
 
 def _chunked(q, k, v, bias, q_positions, k_positions, causal, scale, masks, opened):
-    """:func:`~posenc.attention.bias_grad.bias_flash_attention` with the masks folded into
+    """:func:`~posenc.attn.bias_grad.bias_flash_attention` with the masks folded into
     the bias as ``-inf``; the causal mask by index (no fold, the kernel skips the blocks
     above the diagonal) where the positions order keys as their index does.
 
@@ -195,7 +195,7 @@ def _chunked(q, k, v, bias, q_positions, k_positions, causal, scale, masks, open
 
 
 def _relative(q, k, v, encoding, q_positions, k_positions, causal, scale):
-    """Shaw's attention blockwise (:func:`~posenc.attention.shaw_grad.shaw_attention`), for
+    """Shaw's attention blockwise (:func:`~posenc.attn.shaw_grad.shaw_attention`), for
     an encoding with :meth:`~posenc.base.BiasEncoding.relative_tables`, where it runs: not
     compiling, and under the causal mask only with keys in index order; else None.
 
@@ -223,7 +223,7 @@ def _index_order(q_positions: torch.Tensor, k_positions: torch.Tensor) -> bool:
 
 def _by_distance(encoding: BiasEncoding, q: torch.Tensor, k: torch.Tensor, explicit: bool) -> bool:
     """Whether the bias over these default positions (``arange(L)`` for both) is computed
-    from its ``2L - 1`` distances (:mod:`~posenc.attention.bias_blocks`): a shift-invariant
+    from its ``2L - 1`` distances (:mod:`~posenc.attn.bias_blocks`): a shift-invariant
     encoding on the CPU, ``q_len == k_len``, not while compiling (flex is fused there)."""
     return (
         encoding.shift_invariant

@@ -1,5 +1,5 @@
 """The CPU training path of bias encodings: the flash forward with the blockwise backward
-(posenc.attention.bias_grad), its use by attention's auto backend, and the bias table
+(posenc.attn.bias_grad), its use by attention's auto backend, and the bias table
 TransformerLM computes once per forward and shares across layers."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import torch
 
 import posenc
 from posenc import attention
-from posenc.attention import bias as bias_module
-from posenc.attention.bias_grad import BLOCK, bias_flash_attention, bias_flash_available
+from posenc.attn import bias as bias_module
+from posenc.attn.bias_grad import BLOCK, bias_flash_attention, bias_flash_available
 from posenc.models import TransformerLM
 from posenc.models import lm as lm_module
 from posenc.positions import from_segments
@@ -149,7 +149,7 @@ def test_no_batch_by_score_tensor_is_saved():
     out.sum().backward()  # and the backward runs with them
 
 
-# Shaw trains on its own blockwise path: tests/attention/test_shaw_grad.py
+# Shaw trains on its own blockwise path: tests/attn/test_shaw_grad.py
 @pytest.mark.parametrize("name", ["t5", "kerple", "fire"])
 @pytest.mark.parametrize("causal", [True, False])
 def test_auto_training_path_equals_math(
