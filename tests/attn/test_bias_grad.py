@@ -11,7 +11,9 @@ import torch
 
 import posenc
 from posenc import attention
+from posenc.attn import AttentionContext, bias_plan
 from posenc.attn import bias as bias_module
+from posenc.attn.bias_plan import AttnShape
 from posenc.attn.bias_grad import BLOCK, bias_flash_attention, bias_flash_available
 from posenc.models import TransformerLM
 from posenc.models import lm as lm_module
@@ -285,10 +287,10 @@ def test_model_shared_table_equals_per_layer_paths(name, monkeypatch, tol):
     )
     shared = _step(model, ids)
     assert len(counted) == 1  # once per forward, not once per layer
-    monkeypatch.setattr(lm_module, "shared_bias", lambda *a: None)
+    monkeypatch.setattr(lm_module, "shared_bias", lambda *a, **kw: None)
     per_layer = _step(model, ids)
     assert len(counted) == 1 + 3
-    monkeypatch.setattr(bias_module, "bias_flash_available", lambda: False)
+    monkeypatch.setattr(bias_plan, "bias_flash_available", lambda: False)
     sdpa = _step(model, ids)
     rounding = tol(torch.float64, n=20_000, scale=1.0)
     for other in (per_layer, sdpa):
@@ -303,15 +305,21 @@ def test_model_shared_table_equals_per_layer_paths(name, monkeypatch, tol):
     assert all(g.abs().sum() > 0 for n, g in shared[1].items() if n.startswith("encoding"))
 
 
+def _shared(model, training):
+    context = AttentionContext.build(8, 8, 1, torch.device("cpu"))
+    shape = AttnShape(1, 4, 4, 8, 8, 8)
+    return lm_module.shared_bias(
+        model.encoding, context, shape, causal=True, training=training, cached=False
+    )
+
+
 def test_model_without_gradients_computes_no_table():
     model = TransformerLM(64, 32, 2, 4, "t5")
     with torch.no_grad():
-        assert (
-            lm_module.shared_bias(model.encoding, None, 8, True, False, torch.device("cpu")) is None
-        )
+        assert _shared(model, training=False) is None
     # ALiBi runs on its fused path per score: no table
     alibi = TransformerLM(64, 32, 2, 4, "alibi")
-    assert lm_module.shared_bias(alibi.encoding, None, 8, True, True, torch.device("cpu")) is None
+    assert _shared(alibi, training=True) is None
 
 
 def test_model_compiles_fullgraph_with_a_bias_encoding(tol):

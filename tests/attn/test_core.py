@@ -101,7 +101,14 @@ def test_bias_encodings_are_added_to_the_scores(
     # explicit (batched) positions give the same result through every backend
     positions = torch.arange(6).expand(2, 6)
     out = posenc.attention(
-        q, k, v, enc, positions[:, 3:], positions, causal=causal, backend=backend
+        q,
+        k,
+        v,
+        enc,
+        q_positions=positions[:, 3:],
+        k_positions=positions,
+        causal=causal,
+        backend=backend,
     )
     torch.testing.assert_close(out.double(), expected, **rounding)
 

@@ -8,13 +8,30 @@ import pytest
 import torch
 
 import posenc
-from posenc.attn.linear_bias import (
-    fused_linear_bias,
-    linear_bias_blocks,
-    linear_bias_runs,
-    linear_bias_sdpa,
-)
+from posenc.attn.bias_plan import AttnShape, plan_bias
+from posenc.attn.linear_bias import linear_bias_blocks, linear_bias_runs, linear_bias_sdpa
 from posenc.functional.alibi import alibi_slopes
+from posenc.positions import AttnPositions
+
+
+def fused_linear_bias(enc, q, k, v, q_pos, k_pos, causal, scale):
+    """The fused path where plan_bias gives it to these inputs (as auto does), else None."""
+    positions = AttnPositions.build(q.shape[2], k.shape[2], q.shape[0], q_pos.device, q_pos, k_pos)
+    needs_grad = any(t.requires_grad for t in (q, k, v))
+    plan = plan_bias(
+        enc,
+        AttnShape.of(q, k),
+        positions,
+        masked=False,
+        causal=causal,
+        needs_grad=needs_grad,
+        device=q.device,
+    )
+    if plan.runner != "linear":
+        return None
+    return linear_bias_sdpa(
+        q, k, v, plan.slopes, positions.q, positions.k, causal, scale, plan.blocks
+    )
 
 
 def reference(q, k, v, slopes, q_pos, k_pos, causal=True, symmetric=False, scale=None):
@@ -93,7 +110,9 @@ def test_fused_with_batched_positions_and_bidirectional_causal_form(attention_to
     q, k, v = qkv(h=4, kv_h=2, lq=48, lk=48)
     positions = torch.stack((torch.arange(48), torch.arange(48) * 2 + 7))  # [batch, seq]
     for causal in (True, False):
-        out = posenc.attention(q, k, v, enc, positions, positions, causal=causal)
+        out = posenc.attention(
+            q, k, v, enc, q_positions=positions, k_positions=positions, causal=causal
+        )
         expected = reference(q, k, v, enc.slopes(), positions, positions, causal=causal)
         bias, allowed = scores_of(enc.slopes(), positions, positions, causal)
         rounding = attention_tol(q, k, v, bias, allowed=allowed)

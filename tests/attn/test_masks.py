@@ -91,8 +91,8 @@ def assert_packed_equals_alone(name, backend, bound, kv_heads=HEADS, lengths=DOC
     tol = bound(q, k, v, enc, positions, packed_mask(segments, real, positions))
     with torch.set_grad_enabled(grad):
         out = posenc.attention(
-            q, k, v, enc, positions, positions, key_padding_mask=real, segment_ids=segments,
-            **kwargs,
+            q, k, v, enc, q_positions=positions, k_positions=positions,
+            key_padding_mask=real, segment_ids=segments, **kwargs,
         )  # fmt: skip
         start = 0
         for n in lengths:
@@ -131,8 +131,12 @@ def test_flex_with_segments_equals_sdpa(name, backends, bound):
     tol = bound(q, k, v, enc, positions, packed_mask(segments, real, positions))
     common = {"key_padding_mask": real, "segment_ids": segments}
     with torch.no_grad():
-        flex = posenc.attention(q, k, v, enc, positions, positions, backend="flex", **common)
-        sdpa = posenc.attention(q, k, v, enc, positions, positions, backend="sdpa", **common)
+        flex = posenc.attention(
+            q, k, v, enc, q_positions=positions, k_positions=positions, backend="flex", **common
+        )
+        sdpa = posenc.attention(
+            q, k, v, enc, q_positions=positions, k_positions=positions, backend="sdpa", **common
+        )
         default = posenc.attention(q, k, v, enc, backend="flex", **common)  # index positions
         default_sdpa = posenc.attention(q, k, v, enc, backend="sdpa", **common)
     assert_close(flex, sdpa, **tol)
@@ -259,9 +263,13 @@ def test_positions_shared_by_the_batch_reach_flex_with_masks(backends, bound):
     real[1, :5] = False
     shared = torch.arange(seq)[None]
     with torch.no_grad():
-        out = posenc.attention(q, k, v, enc, shared, shared, key_padding_mask=real)
+        out = posenc.attention(
+            q, k, v, enc, q_positions=shared, k_positions=shared, key_padding_mask=real
+        )
         full = shared.expand(2, seq)
-        sdpa = posenc.attention(q, k, v, enc, full, full, key_padding_mask=real, backend="sdpa")
+        sdpa = posenc.attention(
+            q, k, v, enc, q_positions=full, k_positions=full, key_padding_mask=real, backend="sdpa"
+        )
     allowed = torch.ones(seq, seq, dtype=torch.bool).tril() & real[:, None, None, :]
     assert_close(out, sdpa, **bound(q, k, v, enc, full, allowed))
 

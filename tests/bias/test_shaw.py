@@ -101,7 +101,7 @@ def test_attention_matches_the_papers_equations(causal, values, attention_tol):
         q_pos = torch.tensor([[4, 6, 9, 10, 11], [2, 3, 7, 8, 20]])
         k_pos = torch.tensor([[0, 1, 2, 4, 6, 9, 10, 11, 12], [0, 2, 3, 5, 7, 8, 13, 19, 20]])
         expected = naive(q, k, v, enc.key_table, a_v, q_pos, k_pos, 3, causal)
-        out = posenc.attention(q, k, v, enc, q_pos, k_pos, causal=causal)
+        out = posenc.attention(q, k, v, enc, q_positions=q_pos, k_positions=k_pos, causal=causal)
         rounding = shaw_tol(attention_tol, enc, q, k, v, (q_pos, k_pos), causal)
         assert_close(out.double(), expected, **rounding)
 
@@ -187,8 +187,9 @@ def test_flex_sdpa_math_agree(causal, attention_tol, backends):
     k_pos = torch.tensor([[0, 1, 2, 4, 6, 9, 10, 11, 12], [0, 2, 3, 5, 7, 8, 13, 19, 20]])
     with torch.no_grad():
         for positions in [(None, None)] + ([(q_pos, k_pos)] if not causal else []):
+            given = dict(zip(("q_positions", "k_positions"), positions, strict=True))
             outs = {
-                backend: posenc.attention(q, k, v, enc, *positions, causal=causal, backend=backend)
+                backend: posenc.attention(q, k, v, enc, **given, causal=causal, backend=backend)
                 for backend in backends
             }
             # each within the bound of the exact result: at most twice it apart

@@ -9,6 +9,7 @@ import torch
 from torch.testing import assert_close
 
 import posenc
+from posenc.attn import AttentionContext
 from posenc.models import Block, SelfAttention
 
 DIM, HEADS, KV_HEADS, SEQ = 24, 6, 2, 7
@@ -40,19 +41,26 @@ def naive_attention(layer: SelfAttention, x: torch.Tensor, causal: bool) -> torc
     return torch.cat(heads, dim=-1) @ layer.out.weight.T
 
 
+def inputs(causal: bool) -> dict:
+    """The keywords of a layer without positions, masks or a cache."""
+    context = AttentionContext.build(SEQ, SEQ, 2, torch.device("cpu"))
+    none = posenc.create("nope")
+    return {"encoding": none, "rotation": None, "context": context, "causal": causal}
+
+
 def test_grouped_query_attention_equals_a_loop_over_heads():
-    layer, none = SelfAttention(DIM, HEADS, KV_HEADS), posenc.create("nope")
+    layer = SelfAttention(DIM, HEADS, KV_HEADS)
     x = torch.randn(2, SEQ, DIM)
     for causal in (True, False):
-        ours = layer(x, none, None, None, causal, None, 0)
+        ours = layer(x, **inputs(causal))
         assert_close(ours, naive_attention(layer, x, causal), atol=TOL, rtol=TOL)
 
 
 def test_block_is_two_pre_norm_residual_branches():
-    block, none = Block(DIM, HEADS, KV_HEADS, mlp_ratio=2), posenc.create("nope")
+    block = Block(DIM, HEADS, KV_HEADS, mlp_ratio=2)
     x = torch.randn(2, SEQ, DIM)
-    h = x + block.attn(block.attn_norm(x), none, None, None, True, None, 0)
-    assert_close(block(x, none, None, None, True, None, 0), h + block.mlp(block.mlp_norm(h)))
+    h = x + block.attn(block.attn_norm(x), **inputs(True))
+    assert_close(block(x, **inputs(True)), h + block.mlp(block.mlp_norm(h)))
 
 
 def test_projections_name_the_linears_that_read_and_write_the_residual_stream():

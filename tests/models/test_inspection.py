@@ -16,10 +16,11 @@ def _layer_io(model, input_ids, positions=None):
     """Every SelfAttention's input x and output, captured by hooks on one forward."""
     seen = []
 
-    def hook(module, args, output):
-        seen.append((module, args, output))
+    def hook(module, args, kwargs, output):
+        (x,) = args
+        seen.append((module, (x, kwargs["encoding"], kwargs["rotation"]), output))
 
-    handles = [block.attn.register_forward_hook(hook) for block in model.blocks]
+    handles = [block.attn.register_forward_hook(hook, with_kwargs=True) for block in model.blocks]
     with torch.no_grad():
         model(input_ids, positions)
     for h in handles:

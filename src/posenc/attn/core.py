@@ -17,9 +17,10 @@ import torch
 import torch.nn.functional as F
 
 from ..base import BiasEncoding, Encoding, RotaryEncoding
-from ..positions import arange, causal_mask, check_batch, check_positions
-from .bias import BACKENDS, bias_attention
-from .masks import Masks, open_dead_rows, zero_dead_rows
+from .bias import bias_attention
+from .bias_plan import BACKENDS
+from .context import AttentionContext
+from .masks import zero_dead_rows
 
 __all__ = ["attention"]
 
@@ -96,6 +97,7 @@ def attention(
     k: torch.Tensor,
     v: torch.Tensor,
     encoding: Encoding | None = None,
+    *,
     q_positions: torch.Tensor | None = None,
     k_positions: torch.Tensor | None = None,
     causal: bool = True,
@@ -104,6 +106,7 @@ def attention(
     key_padding_mask: torch.Tensor | None = None,
     segment_ids: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None,
     bias: torch.Tensor | None = None,
+    context: AttentionContext | None = None,
 ) -> torch.Tensor:
     """Attention of ``q`` over ``k, v`` with a positional encoding.
 
@@ -121,9 +124,10 @@ def attention(
         causal: a query sees the keys at its own position and before.
         scale: the score scale, default ``1/sqrt(head_dim)``. A bias is added after scaling
             (ALiBi's bias is not divided by ``sqrt(head_dim)``).
-        backend: for bias encodings, ``"auto"`` (the fastest exact one), ``"flex"`` (flex
-            attention: no ``[heads, L, L]`` tensor), ``"sdpa"`` (SDPA with the materialised
-            bias) or ``"math"`` (explicit softmax in float32). Other kinds always use SDPA.
+        backend: for bias encodings, ``"auto"`` (the fastest exact one,
+            :func:`~posenc.attn.bias_plan.plan_bias`), ``"flex"`` (flex attention: no
+            ``[heads, L, L]`` tensor), ``"sdpa"`` (SDPA with the materialised bias) or
+            ``"math"`` (explicit softmax in float32). Other kinds always use SDPA.
         key_padding_mask: ``[batch, k_len]`` bool, True for a real token: keys at False
             are hidden from every query.
         segment_ids: ``[batch, seq]`` integer document ids of packed sequences: a query
@@ -139,6 +143,11 @@ def attention(
             the CPU training path); flex attention and the fused linear-bias path compute
             the same bias per score instead. Not for encodings whose bias depends on ``q``
             (``needs_q``: Shaw). None: computed here where needed.
+        context: the positions and masks of this call built once for several
+            (:meth:`AttentionContext.build <posenc.attn.context.AttentionContext.build>`
+            takes the four arguments above), as a model's layers share them; then none of
+            ``q_positions``, ``k_positions``, ``key_padding_mask`` and ``segment_ids``.
+            Not with a rotary encoding: rotate q and k first.
 
     A query that may see no key at all (a pad query, say) gets zeros, never NaN, and no
     gradient.
@@ -147,105 +156,108 @@ def attention(
         ``[batch, heads, q_len, head_dim]`` in the dtype of ``q``.
     """
     _check_qkv(q, k, v)
-    if encoding is not None and not isinstance(encoding, Encoding):
-        raise TypeError(
-            f"encoding must be an Encoding (e.g. posenc.create({encoding!r}, ...)) or None, "
-            f"got {type(encoding).__name__}"
-        )
-    q_len, k_len = q.shape[2], k.shape[2]
-    kind = None if encoding is None else encoding.kind
+    kind = _check_encoding(encoding)
     if kind == "rotary":
-        # the encoding checks its own positions (grid coordinates, M-RoPE's [3, batch, seq])
-        # and fills in its own defaults; the mask takes their sequence order, if they have one
-        rotary = cast(RotaryEncoding, encoding)
-        q, k = rotary(q, k, positions=q_positions, k_positions=k_positions)
-        if q_positions is not None:
-            k_positions = q_positions if k_positions is None else k_positions
-            q_positions = rotary.causal_positions(q_positions)
-            k_positions = rotary.causal_positions(k_positions)
-            if q_positions is None or k_positions is None:
-                q_positions = k_positions = None  # no order: the mask follows the index
-    explicit = q_positions is not None or k_positions is not None
-    if q_positions is None:
-        if k_positions is not None:
-            raise ValueError("k_positions given without q_positions: pass both")
-        if q_len > k_len:
-            raise ValueError(
-                f"q has {q_len} positions but k only {k_len}: pass q_positions and k_positions"
-            )
-        q_positions = arange(q_len, device=q.device, offset=k_len - q_len)
-    else:
-        q_positions = check_positions(
-            q_positions, seq_len=q_len, name="q_positions", device=q.device
+        if context is not None:
+            raise ValueError("context is for encodings that do not rotate: rotate q and k first")
+        q, k, q_positions, k_positions = _rotate(encoding, q, k, q_positions, k_positions)
+    if context is None:
+        context = AttentionContext.build(
+            q.shape[2],
+            k.shape[2],
+            q.shape[0],
+            q.device,
+            q_positions=q_positions,
+            k_positions=k_positions,
+            key_padding_mask=key_padding_mask,
+            segment_ids=segment_ids,
         )
-    if k_positions is None:
-        k_positions = arange(k_len, device=k.device)
     else:
-        k_positions = check_positions(
-            k_positions, seq_len=k_len, name="k_positions", device=k.device
-        )
-    check_batch(q_positions, q.shape[0], "q_positions")
-    check_batch(k_positions, q.shape[0], "k_positions")
-    # [1, len] stands for every sequence: expanded once, so per-sequence readers (flex's
-    # score_mod and mask_mod index positions[b]) see the whole batch
-    if q_positions.dim() == 2:
-        q_positions = q_positions.expand(q.shape[0], -1)
-    if k_positions.dim() == 2:
-        k_positions = k_positions.expand(q.shape[0], -1)
-    masks = Masks.build(key_padding_mask, segment_ids, q.shape[0], q_len, k_len, q.device)
-
+        _check_context(context, q, k, q_positions, k_positions, key_padding_mask, segment_ids)
     scale = _check_scale(scale, q.shape[-1])
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
     if kind != "bias" and backend not in ("auto", "sdpa"):
         raise ValueError(f"backend={backend!r} applies to bias encodings only; this runs on SDPA")
     if bias is not None:
-        _check_table(bias, encoding, q, k_len)
+        _check_table(bias, encoding, q, k.shape[2])
     if kind == "bias":
+        enc = cast(BiasEncoding, encoding)
         return bias_attention(
-            q,
-            k,
-            v,
-            cast(BiasEncoding, encoding),
-            q_positions,
-            k_positions,
-            explicit,
-            causal,
-            scale,
-            backend,
-            masks,
-            bias,
+            q, k, v, enc, context, causal=causal, scale=scale, backend=backend, table=bias
         )
     if kind == "additive":
-        name = cast(Encoding, encoding).info.name
         raise ValueError(
-            f"{name!r} is an additive encoding: add it to the token embeddings "
-            "(enc(x)) before the first layer instead of passing it to attention"
+            f"{cast(Encoding, encoding).info.name!r} is an additive encoding: add it to the "
+            "token embeddings (enc(x)) before the first layer instead of passing it to attention"
         )
-    if kind not in (None, "none", "rotary"):
-        raise ValueError(f"unknown encoding kind {kind!r}")
+    return _plain(q, k, v, context, causal, scale)
 
-    mask: torch.Tensor | None = None
-    is_causal = False
-    if masks is not None:
-        mask, dead = open_dead_rows(masks.dense(q_positions, k_positions, causal))
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
+
+def _check_encoding(encoding: Encoding | None) -> str | None:
+    """The kind of ``encoding`` (None for None); raises for anything but an Encoding of a
+    known kind."""
+    if encoding is None:
+        return None
+    if not isinstance(encoding, Encoding):
+        raise TypeError(
+            f"encoding must be an Encoding (e.g. posenc.create({encoding!r}, ...)) or None, "
+            f"got {type(encoding).__name__}"
         )
-        return zero_dead_rows(out, dead)
-    if causal:
-        if explicit:
-            mask = causal_mask(q_positions, k_positions)
-        elif q_len == k_len:
-            is_causal = True  # the fused kernels' own top-left causal mask
-        elif q_len > 1:
-            mask = causal_mask(q_positions, k_positions)  # bottom-right: cached keys first
-    return F.scaled_dot_product_attention(
-        q,
-        k,
-        v,
-        attn_mask=mask,
-        is_causal=is_causal,
-        scale=scale,
-        enable_gqa=q.shape[1] != k.shape[1],
-    )
+    if encoding.kind not in ("none", "rotary", "bias", "additive"):
+        raise ValueError(f"unknown encoding kind {encoding.kind!r}")
+    return encoding.kind
+
+
+def _rotate(encoding, q, k, q_positions, k_positions):
+    """q and k rotated by a rotary encoding, and the positions the mask orders them by:
+    the encoding checks its own positions (grid coordinates, M-RoPE's ``[3, batch, seq]``)
+    and fills in its defaults; positions with no token order give None (the mask then
+    follows the index)."""
+    rotary = cast(RotaryEncoding, encoding)
+    q, k = rotary(q, k, positions=q_positions, k_positions=k_positions)
+    if q_positions is None:
+        return q, k, None, None
+    k_positions = q_positions if k_positions is None else k_positions
+    q_order, k_order = rotary.causal_positions(q_positions), rotary.causal_positions(k_positions)
+    if q_order is None or k_order is None:
+        return q, k, None, None
+    return q, k, q_order, k_order
+
+
+def _check_context(context, q, k, *given) -> None:
+    """Raise unless ``context`` is an :class:`AttentionContext` for these lengths, given
+    without the arguments it holds."""
+    if not isinstance(context, AttentionContext):
+        raise TypeError(f"context must be an AttentionContext, got {type(context).__name__}")
+    if any(g is not None for g in given):
+        raise ValueError(
+            "context holds the positions and masks: pass q_positions, k_positions, "
+            "key_padding_mask and segment_ids to AttentionContext.build, not with it"
+        )
+    p = context.positions
+    if (p.q_len, p.k_len) != (q.shape[2], k.shape[2]) or p.q.device != q.device:
+        raise ValueError(
+            f"context is for {p.q_len} queries and {p.k_len} keys on {p.q.device}, but q has "
+            f"{q.shape[2]} and k {k.shape[2]} on {q.device}"
+        )
+
+
+def _plain(q, k, v, context: AttentionContext, causal: bool, scale: float) -> torch.Tensor:
+    """SDPA without a bias: the kernel's own causal mask over default positions (top-left;
+    one query sees every key), else the context's dense mask.
+
+    Shapes:
+        q ``[b, h, q_len, d]``, k, v ``[b, kv_h, k_len, d]`` -> ``[b, h, q_len, d]``.
+    """
+    q_len, k_len = q.shape[2], k.shape[2]
+    gqa = q.shape[1] != k.shape[1]
+    if context.masks is None and not context.positions.explicit and q_len in (1, k_len):
+        is_causal = causal and q_len == k_len
+        return F.scaled_dot_product_attention(
+            q, k, v, is_causal=is_causal, scale=scale, enable_gqa=gqa
+        )
+    allowed = context.allowed(causal)
+    mask, dead = (None, None) if allowed is None else allowed
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=gqa)
+    return zero_dead_rows(out, dead)

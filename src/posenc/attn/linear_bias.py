@@ -1,11 +1,11 @@
 """The fused path for biases linear in the distance (ALiBi's ``-m_h (i - j)``) on CPU SDPA.
 
 A bias encoding whose :meth:`~posenc.base.BiasEncoding.linear_slopes` returns slopes for
-these inputs runs here, inside ``torch.nn.functional.scaled_dot_product_attention``'s fused
-CPU kernels, with no ``[heads, L, L]`` tensor: 1.2-1.3x the time of plain causal SDPA at
-2k-8k tokens, against 8-13x for SDPA with the materialised bias. :func:`fused_linear_bias`
-decides whether it applies; :func:`linear_bias_sdpa` runs it. The derivation and the
-precision argument are in docs/design-notes.md, "Fused ALiBi on CPU SDPA".
+these inputs runs inside ``torch.nn.functional.scaled_dot_product_attention``'s fused CPU
+kernels, with no ``[heads, L, L]`` tensor. :func:`~posenc.attn.bias_plan.plan_bias` decides
+where it applies, from :func:`linear_bias_blocks` and :func:`linear_bias_runs`;
+:func:`linear_bias_sdpa` runs it. The derivation, the precision argument and the
+measurements: docs/design-notes.md, "Fused ALiBi on CPU SDPA".
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ..base import BiasEncoding
 from ..functional.dtypes import math_dtype
 from ..positions import causal_mask
 
@@ -24,7 +23,6 @@ __all__ = [
     "MAX_WIDTH_RATIO",
     "SMALL_Q",
     "SPLIT_GAIN",
-    "fused_linear_bias",
     "linear_bias_blocks",
     "linear_bias_runs",
     "linear_bias_sdpa",
@@ -42,50 +40,6 @@ SPLIT_GAIN = 1.1
 #: the fused path is used while its padded heads cost at most this many times the plain
 #: ones (extra centring coordinates, see :func:`linear_bias_sdpa`)
 MAX_WIDTH_RATIO = 1.5
-
-
-def fused_linear_bias(
-    encoding: BiasEncoding,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    q_positions: torch.Tensor,
-    k_positions: torch.Tensor,
-    causal: bool,
-    scale: float,
-    mask: torch.Tensor | None = None,
-) -> torch.Tensor | None:
-    """``encoding``'s attention on the fused path (:func:`linear_bias_sdpa`), or None where
-    it does not apply: on other devices (measured on CPU only; flex serves CUDA), under
-    ``torch.compile`` (it reads the positions), when the bias is not linear for these inputs
-    (``encoding.linear_slopes(causal)`` is None) and when the centring coordinates would
-    cost over ``MAX_WIDTH_RATIO`` times the plain head width.
-
-    Args:
-        encoding: a bias encoding; q, k, v, positions, causal, scale: as
-            :func:`linear_bias_sdpa`.
-        mask: ``[batch | 1, 1, q_len, k_len]`` bool (True = may attend): the whole mask,
-            causal part included, when padding or segments are given; else None.
-
-    Shapes:
-        returns ``[batch, heads, q_len, d]`` in the dtype of ``q``, or None.
-    """
-    if q.device.type != "cpu" or torch.compiler.is_compiling():
-        return None
-    slopes = encoding.linear_slopes(causal)
-    if slopes is None:
-        return None
-    blocks = None
-    if q.shape[2] >= SMALL_Q:
-        span = (q_positions.max() - q_positions.min()).item() + 1
-        blocks = linear_bias_blocks(slopes, span)
-        d = q.shape[-1]
-        runs = linear_bias_runs(blocks, q.shape[1] // k.shape[1], d)
-        width = sum(len(kv) * (d + n) for kv, n in runs)
-        if width > MAX_WIDTH_RATIO * k.shape[1] * d:
-            return None
-    causal = causal and mask is None  # a mask holds the causal part already
-    return linear_bias_sdpa(q, k, v, slopes, q_positions, k_positions, causal, scale, blocks, mask)
 
 
 def linear_bias_blocks(slopes: list[float], span: float, max_bias: float = BLOCK_BIAS) -> list[int]:
@@ -166,6 +120,7 @@ def linear_bias_sdpa(
     scale: float | None = None,
     blocks: list[int] | None = None,
     mask: torch.Tensor | None = None,
+    q_range: tuple[float, float] | None = None,
 ) -> torch.Tensor:
     """Attention with a bias linear in the distance, ``softmax(q kᵀ · scale - m_h (i - j))
     v``, inside fused SDPA: ALiBi (Press et al. 2022, arXiv:2108.12409) on the CPU kernels.
@@ -188,6 +143,8 @@ def linear_bias_sdpa(
             span.
         mask: ``[batch | 1, 1, q_len, k_len]`` bool (True = may attend), combined with the
             causal mask: padding and packed documents.
+        q_range: ``(min, max)`` of ``q_positions`` if known (a model reads it once per
+            forward); default: read here.
 
     Shapes:
         returns ``[batch, heads, q_len, d]`` in the dtype of ``q``.
@@ -199,7 +156,7 @@ def linear_bias_sdpa(
     qpos, kpos = q_positions.to(torch.float64), k_positions.to(torch.float64)
     if q.shape[2] < SMALL_Q:
         return _biased_sdpa(q, k, v, slopes, qpos, kpos, causal, scale, work, mask)
-    low, high = qpos.min().item(), qpos.max().item()
+    low, high = (qpos.min().item(), qpos.max().item()) if q_range is None else q_range
     if blocks is None:
         blocks = linear_bias_blocks(slopes, high - low + 1)
     if work == torch.float64:  # 2^-53 rounding: one centre is exact enough at any length

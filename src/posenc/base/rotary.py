@@ -7,6 +7,7 @@ import dataclasses
 import torch
 
 from ..config import EncodingConfig, check_int
+from ..positions import query_offset
 from .encoding import Encoding, check_float_tensor
 
 __all__ = ["RotaryConfig", "RotaryEncoding"]
@@ -89,9 +90,9 @@ class RotaryEncoding(Encoding):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotate queries by ``positions`` and keys by ``k_positions``.
 
-        By default the queries are the last ``q_len`` of the ``k_len`` keys, as in
-        :func:`posenc.attention`: ``arange(k_len - q_len, k_len)`` and ``arange(k_len)``;
-        given ``positions`` alone serve both when the lengths agree.
+        By default the queries are the last ``q_len`` of the ``k_len`` keys
+        (:func:`~posenc.positions.query_offset`); given ``positions`` alone serve both when
+        the lengths agree.
 
         Returns:
             ``(q_rotated, k_rotated)`` with the shapes and dtypes of ``q`` and ``k``.
@@ -109,9 +110,8 @@ class RotaryEncoding(Encoding):
         if positions is None:
             if k_positions is not None:
                 raise ValueError("k_positions given without positions: pass both")
-            if q_len > k_len:
-                raise ValueError(f"q has {q_len} positions but k only {k_len}: pass positions")
-            positions = self.default_positions(q_len, q.device, offset=k_len - q_len)
+            offset = query_offset(q_len, k_len, given="positions")
+            positions = self.default_positions(q_len, q.device, offset=offset)
             k_positions = self.default_positions(k_len, k.device)
         positions = self.check_positions(
             positions, seq_len=q_len, batch=q.shape[0], device=q.device

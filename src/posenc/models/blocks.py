@@ -9,12 +9,12 @@ for the block; Ainslie et al. 2023, arXiv:2305.13245, for grouped-query heads).
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import cast
 
 import torch
 from torch import nn
 
-from ..attn import KVCache, attention
+from ..attn import AttentionContext, KVCache, attention
 from ..base import Encoding, RotaryEncoding
 
 __all__ = ["Block", "SelfAttention"]
@@ -45,15 +45,14 @@ class SelfAttention(nn.Module):
     def forward(
         self,
         x: torch.Tensor,
+        *,
         encoding: Encoding,
         rotation: tuple[torch.Tensor, ...] | None,
-        attn_positions: tuple[torch.Tensor, torch.Tensor] | None,
+        context: AttentionContext,
         causal: bool,
-        cache: KVCache | None,
-        layer: int,
-        key_padding_mask: torch.Tensor | None = None,
-        segment_ids: tuple[torch.Tensor, torch.Tensor] | None = None,
-        bias_table: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        layer: int = 0,
+        bias: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Attend ``x`` to itself (and to the keys and values in ``cache``).
 
@@ -61,16 +60,13 @@ class SelfAttention(nn.Module):
             x: the normalised residual stream.
             encoding: the model's encoding; only a bias one is handed to attention.
             rotation: the rotary tables of this forward, or None.
-            attn_positions: ``(q_positions, k_positions)`` for attention, or None for its
-                default causal mask.
+            context: the positions and masks of this forward's attention (with the cached
+                keys).
             causal: mask future keys.
             cache: the KV cache to append to, or None.
             layer: this layer's index in ``cache``.
-            key_padding_mask: ``[batch, k_len]``, True for real keys.
-            segment_ids: ``(q_ids [batch, seq], k_ids [batch, k_len])`` of packed documents.
-            bias_table: a bias encoding's table for ``attn_positions``, computed once per
-                forward and shared by every layer (``bias=`` of :func:`posenc.attention`),
-                or None.
+            bias: a bias encoding's table, computed once per forward and shared by every
+                layer (``bias=`` of :func:`posenc.attention`), or None.
 
         Returns:
             ``[batch, seq, dim]``.
@@ -79,18 +75,14 @@ class SelfAttention(nn.Module):
         q, k, v = self.project(x, encoding, rotation)  # rotated before caching
         if cache is not None:
             k, v = cache.update(layer, k, v)
-        q_pos, k_pos = attn_positions if attn_positions is not None else (None, None)
         out = attention(
             q,
             k,
             v,
-            encoding=encoding if encoding.kind == "bias" else None,
-            q_positions=q_pos,
-            k_positions=k_pos,
+            encoding if encoding.kind == "bias" else None,
             causal=causal,
-            key_padding_mask=key_padding_mask,
-            segment_ids=segment_ids,
-            bias=bias_table,
+            bias=bias,
+            context=context,
         )
         # [b, h, s, hd] -> [b, s, h * hd]
         return self.out(out.transpose(1, 2).reshape(b, s, self.n_heads * self.head_dim))
@@ -134,8 +126,7 @@ class Block(nn.Module):
         mlp_ratio: hidden width of the MLP as a multiple of ``dim``.
 
     Shapes:
-        x: ``[batch, seq, dim]`` -> ``[batch, seq, dim]``; the other arguments are those of
-        :meth:`SelfAttention.forward`.
+        x: ``[batch, seq, dim]`` -> ``[batch, seq, dim]``.
     """
 
     attn_norm: nn.RMSNorm
@@ -154,8 +145,29 @@ class Block(nn.Module):
             nn.Linear(mlp_ratio * dim, dim, bias=False),
         )
 
-    def forward(self, x: torch.Tensor, *args: Any) -> torch.Tensor:
-        x = x + self.attn(self.attn_norm(x), *args)
+    def forward(
+        self,
+        x: torch.Tensor,
+        *,
+        encoding: Encoding,
+        rotation: tuple[torch.Tensor, ...] | None,
+        context: AttentionContext,
+        causal: bool,
+        cache: KVCache | None = None,
+        layer: int = 0,
+        bias: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``x`` through the block; the keywords are those of :meth:`SelfAttention.forward`."""
+        x = x + self.attn(
+            self.attn_norm(x),
+            encoding=encoding,
+            rotation=rotation,
+            context=context,
+            causal=causal,
+            cache=cache,
+            layer=layer,
+            bias=bias,
+        )
         return x + self.mlp(self.mlp_norm(x))
 
     def projections(self) -> tuple[tuple[nn.Linear, nn.Linear], tuple[nn.Linear, nn.Linear]]:

@@ -6,28 +6,25 @@ them). :func:`attention_maps` runs the model once with a forward pre-hook on eve
 :class:`~posenc.models.SelfAttention` that records the layer's input, then recomputes
 ``softmax(q kᵀ / sqrt(head_dim) + bias)`` from it in float32 as the layer does: the same
 projections and rotation (the layer's own :meth:`~posenc.models.SelfAttention.project`),
-the bias encoding's :meth:`~posenc.base.BiasEncoding.bias`, the causal mask by positions,
-grouped-query heads (Vaswani et al. 2017; Ainslie et al. 2023, arXiv:2305.13245). The
-model itself is untouched: the hooks are removed afterwards.
+the bias encoding's :meth:`~posenc.base.BiasEncoding.bias`, the mask of the forward's
+:class:`~posenc.attn.AttentionContext`, grouped-query heads (Vaswani et al. 2017; Ainslie
+et al. 2023, arXiv:2305.13245). The model itself is untouched: the hooks are removed
+afterwards.
 """
 
 from __future__ import annotations
 
-import inspect
 from typing import Any, cast
 
 import torch
 from torch import nn
 
-from ..attn import Masks
+from ..attn import AttentionContext
 from ..base import BiasEncoding, Encoding
-from ..positions import arange, causal_mask
 from .blocks import Block, SelfAttention
 from .lm import TransformerLM
 
 __all__ = ["attention_maps", "layer_probabilities"]
-
-_SIGNATURE = inspect.signature(SelfAttention.forward)
 
 
 def attention_maps(
@@ -65,15 +62,20 @@ def attention_maps(
     maps: list[torch.Tensor] = []
 
     def record(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        bound = _SIGNATURE.bind(module, *args, **kwargs)
-        bound.apply_defaults()
-        inputs = dict(bound.arguments)
-        inputs.pop("self")
-        if inputs.pop("cache") is not None:  # never: attention_maps passes none
+        if kwargs["cache"] is not None:  # never: attention_maps passes none
             raise ValueError("attention_maps reads attention without a KV cache")
-        inputs.pop("layer")
-        inputs.pop("bias_table")  # the same bias, recomputed by the reference path
-        maps.append(layer_probabilities(cast(SelfAttention, module), **inputs))
+        (x,) = args
+        layer = cast(SelfAttention, module)
+        maps.append(
+            layer_probabilities(
+                layer,
+                x,
+                kwargs["encoding"],
+                kwargs["rotation"],
+                kwargs["context"],
+                kwargs["causal"],
+            )
+        )
 
     layers = [cast(Block, block).attn for block in model.blocks]
     handles = [attn.register_forward_pre_hook(record, with_kwargs=True) for attn in layers]
@@ -91,42 +93,32 @@ def layer_probabilities(
     x: torch.Tensor,
     encoding: Encoding,
     rotation: tuple[torch.Tensor, ...] | None,
-    attn_positions: tuple[torch.Tensor, torch.Tensor] | None,
+    context: AttentionContext,
     causal: bool,
-    key_padding_mask: torch.Tensor | None = None,
-    segment_ids: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """The attention probabilities of one :class:`SelfAttention` on its input ``x``.
 
     Args:
         attn: the layer.
-        x, encoding, rotation, attn_positions, causal, key_padding_mask, segment_ids: what
-            the layer was called with (see :meth:`SelfAttention.forward`), without a cache.
+        x, encoding, rotation, context, causal: what the layer was called with (see
+            :meth:`SelfAttention.forward`), without a cache.
 
     Returns:
         ``[batch, n_heads, seq, seq]`` float32: ``softmax(q kᵀ / sqrt(head_dim) + bias)``
         over the keys a query may see (0 elsewhere; a query that sees no key gets zeros).
     """
-    b, s, _ = x.shape
     hd, heads, kv_heads = attn.head_dim, attn.n_heads, attn.n_kv_heads
     q, k, _ = attn.project(x, encoding, rotation)  # as the layer: [b, h | kv_h, s, hd]
     k = k.repeat_interleave(heads // kv_heads, dim=1)  # grouped-query: [b, h, s, hd]
-    if attn_positions is None:  # the layer's default: the token index
-        q_pos = k_pos = arange(s, device=x.device)
-    else:
-        q_pos, k_pos = attn_positions
     scale = hd**-0.5
-    q32, k32 = q.float(), k.float()
-    scores = (q32 @ k32.transpose(-1, -2)) * scale  # [b, h, s, s]
+    scores = (q.float() @ k.float().transpose(-1, -2)) * scale  # [b, h, s, s]
     if encoding.kind == "bias":
-        bias = cast(BiasEncoding, encoding).bias(q_pos, k_pos, q=q, scale=scale)
+        p = context.positions
+        bias = cast(BiasEncoding, encoding).bias(p.q, p.k, q=q, scale=scale)
         scores = scores + bias.float()  # [(b,) h, s, s] broadcasts
-    masks = Masks.build(key_padding_mask, segment_ids, b, s, s, x.device)
-    allowed = None
-    if masks is not None:
-        allowed = masks.dense(q_pos, k_pos, causal)
-    elif causal:
-        allowed = causal_mask(q_pos, k_pos)
-    if allowed is not None:
-        scores = scores.masked_fill(~allowed, float("-inf"))
-    return scores.softmax(dim=-1).nan_to_num(0.0)
+    allowed = context.allowed(causal)
+    if allowed is None:
+        return scores.softmax(dim=-1)
+    mask, dead = allowed
+    probs = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+    return probs.masked_fill(dead, 0.0)  # a query that sees no key: zeros

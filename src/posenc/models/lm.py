@@ -17,14 +17,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..attn import KVCache
+from ..attn.bias_plan import AttnShape
 from ..base import Encoding, RotaryEncoding
 from ..builder import build
 from ..config import check_int
-from ..positions import arange, document_starts, from_padding, from_segments
 from .blocks import Block
 from .generation import generate
-from .inputs import check_input_ids, check_masks
-from .tables import shared_bias
+from .inputs import check_input_ids
+from .shared import forward_inputs, shared_bias
 
 __all__ = ["TransformerLM"]
 
@@ -163,76 +163,37 @@ class TransformerLM(nn.Module):
         """
         input_ids = check_input_ids(input_ids, self.vocab_size)
         b, s = input_ids.shape
-        offset = 0 if cache is None else cache.length
-        if cache is not None:
-            cache.check_batch(b)
-        masks = check_masks(attention_mask, segment_ids, b, offset + s)
-        if positions is not None and segment_ids is not None:
-            document_starts(segment_ids)  # reused ids would let a token see a later one
-        if positions is None and masks is not None:
-            # each document, each unpadded prompt, gets the positions it has alone
-            mask, ids = masks  # one at least is given: the mask when there are no ids
-            full = (
-                from_padding(cast(torch.Tensor, mask)) if ids is None else from_segments(ids, mask)
-            )
-            positions = full[:, offset:]
-        explicit = positions is not None
-        order = None  # the positions' token order, for the causal mask and the cache
-        if positions is not None:
-            positions = self.encoding.check_positions(positions, seq_len=s, batch=b)
-            order = positions
-            if self.encoding.kind == "rotary":
-                order = cast(RotaryEncoding, self.encoding).causal_positions(positions)
-        elif cache is not None and cache.explicit_positions:
-            raise ValueError(
-                "the cache holds explicit positions: pass positions for the new tokens too"
-            )
-        # Positions without an order of their own (M-RoPE's [3, batch, seq]) rotate q and k
-        # only; the mask then follows the token index, as with default positions.
-        explicit_order = order is not None
-        if order is None:
-            order = arange(s, device=input_ids.device, offset=offset)
-        if positions is None:
-            positions = order
-        # Attention builds its own (faster) causal mask from the default positions; explicit
-        # positions are passed on, with those of the cached keys.
-        attn_positions = None
-        if cache is not None:
-            k_positions = cache.update_positions(order)
-            if explicit_order or cache.explicit_positions:
-                cache.explicit_positions = True
-                q_pos = order if order.dim() == 2 else order.expand(b, s)  # [b, s]
-                attn_positions = (q_pos, k_positions)
-        elif explicit_order:
-            attn_positions = (order, order)
-        key_padding_mask = segments = None
-        if masks is not None:
-            key_padding_mask, ids = masks
-            segments = None if ids is None else (ids[:, offset:], ids)  # (queries, keys)
-
+        inputs = forward_inputs(
+            self.encoding, input_ids, positions, cache, attention_mask, segment_ids
+        )
         x = self.embed(input_ids) * math.sqrt(self.dim)
         rotation = None
         if self.encoding.kind == "additive":
-            x = self.encoding(x, positions)
+            x = self.encoding(x, inputs.positions)
         elif self.encoding.kind == "rotary":  # computed once, shared by every layer
-            rotary = cast(RotaryEncoding, self.encoding)
-            rotation = rotary.rotation(positions, None if explicit else offset + s)
+            length = None if inputs.explicit else inputs.context.positions.k_len
+            rotation = cast(RotaryEncoding, self.encoding).rotation(inputs.positions, length)
         trains = torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
-        table = shared_bias(  # a bias encoding's table, shared by every layer where it pays
-            self.encoding, attn_positions, s, self.causal, trains and cache is None, x.device
+        k_len = inputs.context.positions.k_len
+        shape = AttnShape(b, self.n_heads, self.n_kv_heads, s, k_len, self.head_dim)
+        table = shared_bias(
+            self.encoding,
+            inputs.context,
+            shape,
+            causal=self.causal,
+            training=trains,
+            cached=cache is not None,
         )
         for i, block in enumerate(self.blocks):
             x = block(
                 x,
-                self.encoding,
-                rotation,
-                attn_positions,
-                self.causal,
-                cache,
-                i,
-                key_padding_mask,
-                segments,
-                table,
+                encoding=self.encoding,
+                rotation=rotation,
+                context=inputs.context,
+                causal=self.causal,
+                cache=cache,
+                layer=i,
+                bias=table,
             )
         if cache is not None:
             cache.advance(s)

@@ -13,8 +13,10 @@ else is an error that names the parameter, never a silent clamp or wrap.
 
 One module per concept: :mod:`~posenc.positions.checks` (validation, defaults, the causal
 mask), :mod:`~posenc.positions.grid` (image grids and the grid encodings' mixin),
-:mod:`~posenc.positions.multimodal` (M-RoPE ids of text with images and videos) and
-:mod:`~posenc.positions.padding` (padded and packed batches). Import the names from
+:mod:`~posenc.positions.multimodal` (M-RoPE ids of text with images and videos),
+:mod:`~posenc.positions.padding` (padded and packed batches) and
+:mod:`~posenc.positions.record` (the positions of one attention call, and the default
+that places queries last among the keys). Import the names from
 ``posenc.positions``.
 """
 
@@ -35,8 +37,10 @@ from .padding import (
     from_padding,
     from_segments,
 )
+from .record import AttnPositions, query_offset
 
 __all__ = [
+    "AttnPositions",
     "GridMixin",
     "PositionOutOfRangeError",
     "arange",
@@ -54,4 +58,5 @@ __all__ = [
     "grid_default_positions",
     "multimodal",
     "position_at",
+    "query_offset",
 ]

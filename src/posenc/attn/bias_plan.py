@@ -1,0 +1,213 @@
+"""The one place that decides which backend runs a bias encoding's attention.
+
+:func:`plan_bias` takes what decides it (the encoding's capabilities, the shapes, the
+masks, whether gradients are needed, the device and the backend asked for) and returns a
+:class:`BiasPlan`; :func:`posenc.attention` runs it (:mod:`posenc.attn.bias`),
+:class:`~posenc.models.TransformerLM` asks it whether to share one bias table between its
+layers (:func:`shares_table`), and ``posenc list`` asks it what an encoding holds in
+memory (:func:`bias_memory`). ``auto`` picks, in order:
+
+============  =====================================================  ===================
+runner        where                                                  module
+============  =====================================================  ===================
+``shaw``      training on the CPU, ``relative_tables``, no masks,    :mod:`.shaw_grad`
+              keys in index order (or not causal), not compiling
+``math``      the encoding adds to the values (Shaw's values)        :mod:`.bias`
+``linear``    ``linear_slopes`` (ALiBi) on the CPU, not compiling,   :mod:`.linear_bias`
+              centring coordinates within ``MAX_WIDTH_RATIO``
+``blocks``    inference on the CPU, ``shift_invariant``, default     :mod:`.bias_blocks`
+              positions with ``q_len == k_len``, no masks
+``flex``      ``FLEX_MIN_SCORES`` scores per head or more where      :mod:`.flex`
+              flex runs, not training on the CPU
+``flash``     training on the CPU (the flash kernel with a           :mod:`.bias_grad`
+              blockwise backward), not compiling
+``sdpa``      everything else: SDPA with the materialised bias       :mod:`.bias`
+============  =====================================================  ===================
+
+With masks and flex available, flex comes before ``linear``: its block mask skips whole
+blocks, where the fused path would need the dense mask. The decision never reads the
+encoding's name, only what it declares.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
+
+import torch
+
+from ..base import BiasEncoding
+from ..positions import AttnPositions
+from .bias_grad import bias_flash_available
+from .flex import flex_available
+from .linear_bias import MAX_WIDTH_RATIO, SMALL_Q, linear_bias_blocks, linear_bias_runs
+
+__all__ = [
+    "BACKENDS",
+    "FLEX_MIN_SCORES",
+    "AttnShape",
+    "BiasPlan",
+    "bias_memory",
+    "plan_bias",
+    "shares_table",
+]
+
+#: the backends a caller may ask for
+BACKENDS = ("auto", "flex", "sdpa", "math")
+#: the number of scores per head (q_len * k_len) from which ``auto`` uses flex attention
+FLEX_MIN_SCORES = 256 * 256
+
+Runner = Literal["shaw", "math", "linear", "blocks", "flex", "flash", "sdpa"]
+
+
+class AttnShape(NamedTuple):
+    """The sizes of one attention call: q ``[batch, heads, q_len, head_dim]``, k and v
+    ``[batch, kv_heads, k_len, head_dim]``."""
+
+    batch: int
+    heads: int
+    kv_heads: int
+    q_len: int
+    k_len: int
+    head_dim: int
+
+    @classmethod
+    def of(cls, q: torch.Tensor, k: torch.Tensor) -> AttnShape:
+        b, h, q_len, d = q.shape
+        return cls(b, h, k.shape[1], q_len, k.shape[2], d)
+
+
+@dataclass(frozen=True)
+class BiasPlan:
+    """How one attention call runs its bias.
+
+    Attributes:
+        runner: the backend (see the module's table).
+        table: the bias table the runner needs when the caller gives none: ``"full"``
+            (``encoding.bias(q_positions, k_positions)``), ``"shift"`` (the same from its
+            ``2L - 1`` distances, :func:`~posenc.attn.bias_blocks.shift_table`) or None
+            (the runner computes the bias per score, or per block).
+        slopes: the ``linear`` runner's slopes per head.
+        blocks: the ``linear`` runner's centring blocks per head (None: it chooses).
+    """
+
+    runner: Runner
+    table: Literal["full", "shift"] | None = None
+    slopes: list[float] | None = None
+    blocks: list[int] | None = None
+
+
+def plan_bias(
+    encoding: BiasEncoding,
+    shape: AttnShape,
+    positions: AttnPositions,
+    *,
+    masked: bool,
+    causal: bool,
+    needs_grad: bool,
+    device: torch.device,
+    backend: str = "auto",
+) -> BiasPlan:
+    """The backend for ``encoding``'s attention over these inputs.
+
+    Args:
+        encoding: a bias encoding.
+        shape: the sizes of q and k.
+        positions: the queries' and keys' positions (explicit ones may be read, once).
+        masked: whether padding or segment masks are given.
+        causal: whether keys after their query are masked.
+        needs_grad: whether a backward will run (q, k, v, the encoding's parameters or a
+            given table require grad).
+        device: where the inputs are.
+        backend: one of :data:`BACKENDS` (checked by :func:`posenc.attention`).
+
+    Raises:
+        ValueError: for a backend that cannot run this encoding or these inputs.
+    """
+    compiling = torch.compiler.is_compiling()
+    cpu_training = device.type == "cpu" and needs_grad
+    if encoding.adds_to_values and backend not in ("auto", "math"):
+        raise ValueError(f"{encoding.info.name!r} adds to the values: only backend='math' runs it")
+    shaw = backend == "auto" and cpu_training and not masked and not compiling
+    shaw = shaw and encoding.relative_tables() is not None
+    if shaw and (not causal or positions.index_ordered()):
+        return BiasPlan("shaw")
+    if encoding.adds_to_values:
+        return BiasPlan("math", table="full")
+    if backend == "flex":
+        if cpu_training:
+            raise ValueError(
+                "compiled flex attention has no backward on the CPU: use backend='sdpa' (or "
+                "'auto'), or call under torch.no_grad() with inputs that do not require grad"
+            )
+        return BiasPlan("flex")
+    if backend != "auto":
+        return BiasPlan("math" if backend == "math" else "sdpa", table="full")
+    flex = (
+        not cpu_training and shape.q_len * shape.k_len >= FLEX_MIN_SCORES and flex_available(device)
+    )
+    if not (masked and flex) and device.type == "cpu" and not compiling:
+        linear = _linear_plan(encoding, shape, positions, causal)
+        if linear is not None:
+            return linear
+    by_distance = (
+        encoding.shift_invariant
+        and device.type == "cpu"
+        and not positions.explicit
+        and shape.q_len == shape.k_len
+        and not compiling
+    )
+    if by_distance and not masked and not needs_grad:
+        return BiasPlan("blocks")
+    if flex:
+        return BiasPlan("flex")
+    if cpu_training and not compiling and bias_flash_available():
+        return BiasPlan("flash", table="shift" if by_distance else "full")
+    return BiasPlan("sdpa", table="full")
+
+
+def _linear_plan(
+    encoding: BiasEncoding, shape: AttnShape, positions: AttnPositions, causal: bool
+) -> BiasPlan | None:
+    """The fused linear-bias plan where it applies: slopes for these inputs, and (from
+    ``SMALL_Q`` queries) centring coordinates that cost at most ``MAX_WIDTH_RATIO`` times
+    the plain head width; else None."""
+    slopes = encoding.linear_slopes(causal)
+    if slopes is None:
+        return None
+    if shape.q_len < SMALL_Q:
+        return BiasPlan("linear", slopes=slopes)
+    low, high = positions.q_range()
+    blocks = linear_bias_blocks(slopes, high - low + 1)
+    d = shape.head_dim
+    runs = linear_bias_runs(blocks, shape.heads // shape.kv_heads, d)
+    if sum(len(kv) * (d + n) for kv, n in runs) > MAX_WIDTH_RATIO * shape.kv_heads * d:
+        return None
+    return BiasPlan("linear", slopes=slopes, blocks=blocks)
+
+
+def shares_table(
+    plan: BiasPlan, encoding: BiasEncoding, *, training: bool, cached: bool, device: torch.device
+) -> bool:
+    """Whether a model computes ``plan``'s table once per forward and hands it to every
+    layer (``bias=`` of :func:`posenc.attention`): when it trains on the CPU without a KV
+    cache and the plan materialises a bias of the positions alone (not of ``q``:
+    ``needs_q``). The layers then neither recompute it (FIRE's MLP, T5's buckets) nor keep
+    copies of it, and one backward through it reaches the encoding's parameters."""
+    shared = training and not cached and device.type == "cpu"
+    return shared and plan.table is not None and not encoding.needs_q
+
+
+def bias_memory(cls: type[BiasEncoding]) -> str:
+    """What a bias encoding of class ``cls`` holds beyond q, k and v on the runners
+    :func:`plan_bias` gives it (``L`` the length, ``H`` the heads), from the capabilities
+    the class declares."""
+
+    def declares(name: str) -> bool:
+        return getattr(cls, name) is not getattr(BiasEncoding, name)
+
+    if declares("adds_to_values"):
+        return "[H, L, L] scores, or [H, 64, L] blocks (CPU training)"
+    if declares("linear_slopes"):
+        return "[H, L, L] bias, or none (fused ALiBi path)"
+    return "[H, L, L] bias, or none (flex)"

@@ -1,0 +1,169 @@
+"""What one forward of :class:`~posenc.models.TransformerLM` computes once and hands to
+every layer: the positions, the attention context (positions and masks), and the bias
+table where one pays.
+
+:func:`forward_inputs` turns the forward's arguments into :class:`ForwardInputs`: the
+positions the encoding takes, and the :class:`~posenc.attn.AttentionContext` every layer's
+attention reads its mask from, so nothing is checked, defaulted or masked once per layer.
+:func:`shared_bias` asks :func:`~posenc.attn.bias_plan.plan_bias` whether the layers run
+on a materialised bias and, where a model shares one (:func:`~posenc.attn.bias_plan.
+shares_table`), computes it once: one backward through it reaches the encoding's
+parameters (autograd sums every layer's gradient into it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import cast
+
+import torch
+
+from ..attn import AttentionContext, KVCache
+from ..attn.bias_blocks import shift_table
+from ..attn.bias_plan import AttnShape, plan_bias, shares_table
+from ..base import BiasEncoding, Encoding, RotaryEncoding
+from ..positions import arange, document_starts, from_padding, from_segments, query_offset
+from .inputs import check_masks
+
+__all__ = ["ForwardInputs", "forward_inputs", "shared_bias"]
+
+
+@dataclass(frozen=True)
+class ForwardInputs:
+    """The positions and masks of one forward.
+
+    Attributes:
+        positions: what the encoding takes, checked: ``[seq]``, ``[batch, seq]`` or an
+            encoding's own shape (M-RoPE's ``[3, batch, seq]``).
+        explicit: whether the caller gave them (or the masks implied them).
+        context: the attention context of every layer: the positions that order queries
+            and keys (with the cached keys), and the padding and document masks.
+    """
+
+    positions: torch.Tensor
+    explicit: bool
+    context: AttentionContext
+
+
+def forward_inputs(
+    encoding: Encoding,
+    input_ids: torch.Tensor,
+    positions: torch.Tensor | None,
+    cache: KVCache | None,
+    attention_mask: torch.Tensor | None,
+    segment_ids: torch.Tensor | None,
+) -> ForwardInputs:
+    """Check and default the arguments of :meth:`TransformerLM.forward
+    <posenc.models.TransformerLM.forward>` (see there), storing the new tokens' positions in
+    ``cache``.
+
+    Without positions, padding and documents imply them (each document, each unpadded
+    prompt, gets the positions it has alone); otherwise the new tokens follow the cached
+    ones (:func:`~posenc.positions.query_offset`). Positions with no token order of their
+    own (M-RoPE) rotate q and k only; the mask then follows the token index.
+    """
+    b, s = input_ids.shape
+    device = input_ids.device
+    past = 0 if cache is None else cache.length
+    if cache is not None:
+        cache.check_batch(b)
+    masks = check_masks(attention_mask, segment_ids, b, past + s)
+    if positions is not None and segment_ids is not None:
+        document_starts(segment_ids)  # reused ids would let a token see a later one
+    if positions is None and masks is not None:
+        mask, ids = masks  # one at least is given: the mask when there are no ids
+        full = from_padding(cast(torch.Tensor, mask)) if ids is None else from_segments(ids, mask)
+        positions = full[:, past:]
+    explicit = positions is not None
+    order = None  # the positions' token order, for the causal mask and the cache
+    if positions is not None:
+        positions = encoding.check_positions(positions, seq_len=s, batch=b)
+        order = positions
+        if encoding.kind == "rotary":
+            order = cast(RotaryEncoding, encoding).causal_positions(positions)
+    elif cache is not None and cache.explicit_positions:
+        raise ValueError(
+            "the cache holds explicit positions: pass positions for the new tokens too"
+        )
+    ordered = order is not None
+    if order is None:
+        order = arange(s, device=device, offset=query_offset(s, past + s))
+    q_pos = k_pos = None  # None: attention's default, the fastest causal mask
+    if cache is not None:
+        k_positions = cache.update_positions(order)
+        if ordered or cache.explicit_positions:
+            cache.explicit_positions = True
+            q_pos, k_pos = (order if order.dim() == 2 else order.expand(b, s)), k_positions
+    elif ordered:
+        q_pos = k_pos = order
+    key_padding_mask = segments = None
+    if masks is not None:
+        key_padding_mask, ids = masks
+        segments = None if ids is None else (ids[:, past:], ids)  # (queries, keys)
+    context = AttentionContext.build(
+        s,
+        past + s,
+        b,
+        device,
+        q_positions=q_pos,
+        k_positions=k_pos,
+        key_padding_mask=key_padding_mask,
+        segment_ids=segments,
+    )
+    return ForwardInputs(order if positions is None else positions, explicit, context)
+
+
+def shared_bias(
+    encoding: Encoding,
+    context: AttentionContext,
+    shape: AttnShape,
+    *,
+    causal: bool,
+    training: bool,
+    cached: bool,
+) -> torch.Tensor | None:
+    """The bias table every layer's attention takes (``bias=`` of
+    :func:`posenc.attention`), or None where :func:`~posenc.attn.bias_plan.plan_bias`
+    runs the layers without one, or where a model does not share it
+    (:func:`~posenc.attn.bias_plan.shares_table`: training on the CPU without a cache).
+
+    Args:
+        encoding: the model's encoding.
+        context: the forward's positions and masks.
+        shape: the sizes of the layers' q and k.
+        causal: whether the model is causal.
+        training: whether this forward needs gradients.
+        cached: whether a KV cache is in use.
+
+    Returns:
+        ``[heads, q_len, k_len]`` (``[batch, heads, q_len, k_len]`` for ``[batch, seq]``
+        positions) or None.
+
+    Example:
+        >>> import posenc
+        >>> t5 = posenc.create("t5", n_heads=4)
+        >>> ctx = AttentionContext.build(6, 6, 1, torch.device("cpu"))
+        >>> shape = AttnShape(1, 4, 4, 6, 6, 8)
+        >>> shared_bias(t5, ctx, shape, causal=True, training=True, cached=False).shape
+        torch.Size([4, 6, 6])
+        >>> shared_bias(t5, ctx, shape, causal=True, training=False, cached=False) is None
+        True
+    """
+    if encoding.kind != "bias":
+        return None
+    bias = cast(BiasEncoding, encoding)
+    device = context.positions.q.device
+    plan = plan_bias(
+        bias,
+        shape,
+        context.positions,
+        masked=context.masks is not None,
+        causal=causal,
+        needs_grad=training,
+        device=device,
+    )
+    if not shares_table(plan, bias, training=training, cached=cached, device=device):
+        return None
+    if plan.table == "shift":  # from its 2·seq - 1 distances
+        return shift_table(bias, shape.q_len, device)
+    return bias.bias(context.positions.q, context.positions.k)

@@ -1,0 +1,124 @@
+"""Where the queries and keys of one attention call sit: checked once, read by every layer.
+
+The one rule for positions nobody gave: the queries are the last ``q_len`` of the
+``k_len`` keys (:func:`query_offset`), the layout of a KV cache while decoding, and the
+layout of plain self-attention when the lengths agree. :func:`posenc.attention`, rotary
+encodings and :class:`~posenc.models.TransformerLM` all take their defaults from it.
+
+:class:`AttnPositions` holds the positions that order queries and keys (the causal mask
+compares them, the KV cache stores them), checked and defaulted, with whether the caller
+gave them. A model builds it once per forward and hands it to every layer, so that the
+checks and the values read from the positions (their range, whether they are in index
+order: one device sync each) happen once, not once per layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from .checks import arange, check_batch, check_positions
+
+__all__ = ["AttnPositions", "query_offset"]
+
+
+def query_offset(q_len: int, k_len: int, given: str = "q_positions and k_positions") -> int:
+    """The position of the first query when none are given: ``k_len - q_len`` (the queries
+    are the last ``q_len`` keys). More queries than keys have no default place: that
+    raises, naming the arguments to pass (``given``)."""
+    if q_len > k_len:
+        raise ValueError(f"q has {q_len} positions but k only {k_len}: pass {given}")
+    return k_len - q_len
+
+
+@dataclass(frozen=True, eq=False)
+class AttnPositions:
+    """The positions of the queries and keys of one attention call.
+
+    Attributes:
+        q: ``[q_len]``, or ``[batch, q_len]`` expanded to the whole batch.
+        k: ``[k_len]``, or ``[batch, k_len]`` expanded to the whole batch.
+        explicit: whether the caller gave them; else they are :func:`query_offset`'s
+            default, ``arange(k_len - q_len, k_len)`` and ``arange(k_len)``, and backends may
+            use their own index-based masks instead of reading them.
+
+    Example:
+        >>> p = AttnPositions.build(2, 5, batch=1, device=torch.device("cpu"))
+        >>> p.q.tolist(), p.k.tolist(), p.explicit
+        ([3, 4], [0, 1, 2, 3, 4], False)
+    """
+
+    q: torch.Tensor
+    k: torch.Tensor
+    explicit: bool
+    #: values read from the positions, at most once each (see :meth:`q_range`)
+    _read: dict[str, object] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def build(
+        cls,
+        q_len: int,
+        k_len: int,
+        batch: int,
+        device: torch.device,
+        q_positions: torch.Tensor | None = None,
+        k_positions: torch.Tensor | None = None,
+    ) -> AttnPositions:
+        """Check ``q_positions`` and ``k_positions`` (``[len]`` or ``[1 | batch, len]``)
+        against the lengths, the batch and the device, or default them; ``k_positions``
+        alone is refused (the queries' place among them would be a guess)."""
+        explicit = q_positions is not None or k_positions is not None
+        if q_positions is None:
+            if k_positions is not None:
+                raise ValueError("k_positions given without q_positions: pass both")
+            q = arange(q_len, device=device, offset=query_offset(q_len, k_len))
+        else:
+            q = check_positions(q_positions, seq_len=q_len, name="q_positions", device=device)
+        if k_positions is None:
+            k = arange(k_len, device=device)
+        else:
+            k = check_positions(k_positions, seq_len=k_len, name="k_positions", device=device)
+        check_batch(q, batch, "q_positions")
+        check_batch(k, batch, "k_positions")
+        # [1, len] stands for every sequence: expanded once, so per-sequence readers (flex's
+        # score_mod and mask_mod index positions[b]) see the whole batch
+        q = q.expand(batch, -1) if q.dim() == 2 else q
+        k = k.expand(batch, -1) if k.dim() == 2 else k
+        return cls(q, k, explicit)
+
+    @property
+    def q_len(self) -> int:
+        return self.q.shape[-1]
+
+    @property
+    def k_len(self) -> int:
+        return self.k.shape[-1]
+
+    def q_range(self) -> tuple[float, float]:
+        """``(min, max)`` of the query positions; read once (default positions: no read)."""
+        if not self.explicit:
+            start = self.k_len - self.q_len
+            return float(start), float(self.k_len - 1)
+        return self._once("q_range", lambda: tuple(torch.stack(torch.aminmax(self.q)).tolist()))
+
+    def index_ordered(self) -> bool:
+        """Whether ``k_position <= q_position`` is ``k_index <= q_index``: the same positions
+        for queries and keys, strictly increasing (read once; not under compile)."""
+        if not self.explicit:
+            return self.q_len == self.k_len
+
+        def read() -> bool:
+            q, k = self.q, self.k
+            if q.shape != k.shape or not torch.equal(q, k):
+                return False
+            return q.shape[-1] < 2 or bool((q.diff(dim=-1) > 0).all())
+
+        return self._once("index_ordered", read)
+
+    def _once(self, key: str, read):  # the values of explicit positions, read on first use
+        if torch.compiler.is_compiling():
+            return read()
+        if key not in self._read:
+            self._read[key] = read()
+        return self._read[key]
