@@ -31,6 +31,21 @@ class BiasEncoding(Encoding):
     tests) and per score inside flex attention through :meth:`score_mod`, so no
     ``[heads, L, L]`` tensor is ever built on the fast path and the two cannot disagree.
 
+    What else a subclass may declare, each tied to the backend it opens
+    (:func:`~posenc.attn.bias_plan.plan_bias` reads them, never the encoding's name):
+
+    ======================  =====================================  ==========================
+    hook                    declares                               opens
+    ======================  =====================================  ==========================
+    ``needs_q``             the bias depends on the queries        (closes the shared table)
+    ``shift_invariant``     the bias depends on ``k - q`` only     ``blocks``; ``flash`` from
+                                                                   ``2L - 1`` values
+    ``linear_slopes()``     the bias is ``-m_h (q_pos - k_pos)``   ``linear`` (fused SDPA)
+    ``adds_to_values``      a term is added to the output too      ``math`` (and ``shaw``)
+    ``value_term()``        that term, from the probabilities      ``math``
+    ``relative_tables()``   the bias is Shaw's clipped tables      ``shaw`` (CPU training)
+    ======================  =====================================  ==========================
+
     Shapes:
         ``bias(q_positions, k_positions)``: ``[heads, q_len, k_len]`` for 1-D positions,
         ``[batch, heads, q_len, k_len]`` for 2-D ones.

@@ -13,7 +13,8 @@ else is an error that names the parameter, never a silent clamp or wrap.
 
 One module per concept: :mod:`~posenc.positions.checks` (validation, defaults, the causal
 mask), :mod:`~posenc.positions.grid` (image grids and the grid encodings' mixin),
-:mod:`~posenc.positions.multimodal` (M-RoPE ids of text with images and videos),
+:mod:`~posenc.positions.multimodal` (M-RoPE ids of text with images and videos, the
+checks of its inputs in :mod:`~posenc.positions.multimodal_inputs`),
 :mod:`~posenc.positions.padding` (padded and packed batches) and
 :mod:`~posenc.positions.record` (the positions of one attention call, and the default
 that places queries last among the keys). Import the names from

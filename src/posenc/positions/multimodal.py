@@ -20,78 +20,14 @@ does; ``exact_time=True`` keeps ``i · second_per_grid_t · tokens_per_second`` 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import NamedTuple
 
 import torch
 
-from ..config import MAX_POSITION, check_float, check_int
+from ..config import MAX_POSITION, check_int
+from .multimodal_inputs import check_grid_thw, check_ids, intervals, kept_tokens
 
 __all__ = ["multimodal"]
-
-
-def _grid(name: str, grid: Any, merge: int, device: torch.device) -> torch.Tensor:
-    """``[n, 3]`` merged (t, h, w) sizes of the items of one modality, validated."""
-    if grid is None:
-        return torch.zeros(0, 3, dtype=torch.long, device=device)
-    if not isinstance(grid, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor [n, 3], got {type(grid).__name__}")
-    if grid.dtype == torch.bool or grid.is_floating_point() or grid.is_complex():
-        raise TypeError(f"{name} must be an integer tensor, got {grid.dtype}")
-    if grid.dim() != 2 or grid.shape[1] != 3:
-        raise ValueError(f"{name} must be [n, 3] (t, h, w per item), got {tuple(grid.shape)}")
-    grid = grid.to(device, torch.long)
-    if grid.numel() and bool((grid < 1).any()):
-        raise ValueError(f"{name} entries must be >= 1, got {grid.tolist()}")
-    if bool((grid[:, 1:] % merge != 0).any()):
-        raise ValueError(
-            f"{name} heights and widths must be multiples of spatial_merge_size={merge} "
-            f"(patches before merging), got {grid.tolist()}"
-        )
-    return torch.cat((grid[:, :1], grid[:, 1:] // merge), dim=1)
-
-
-def _intervals(
-    second_per_grid_ts: Any,
-    tokens_per_second: Any,
-    n_videos: int,
-    exact: bool,
-    device: torch.device,
-) -> torch.Tensor:
-    """Temporal id step of each video: ``second_per_grid_t · tokens_per_second``, float32 as
-    transformers computes it (float64 with ``exact``); 1 (Qwen2-VL) without them."""
-    dtype = torch.float64 if exact else torch.float32
-    if tokens_per_second is not None:
-        check_float("tokens_per_second", tokens_per_second)
-    if second_per_grid_ts is None:
-        step = 1 if tokens_per_second is None else tokens_per_second
-        return torch.full((n_videos,), step, dtype=dtype, device=device)
-    if tokens_per_second is None:
-        raise ValueError(
-            "second_per_grid_ts needs tokens_per_second (the vision config's temporal ids "
-            "per second, e.g. 2 for Qwen2.5-VL)"
-        )
-    if isinstance(second_per_grid_ts, torch.Tensor):
-        seconds = second_per_grid_ts
-    else:  # Python numbers: float64 for exact ids, float32 as a processor's tensor would be
-        seconds = torch.as_tensor(second_per_grid_ts, dtype=dtype)
-    if seconds.dtype == torch.bool or seconds.is_complex():
-        raise TypeError(f"second_per_grid_ts must be real numbers, got {seconds.dtype}")
-    if seconds.dim() != 1 or seconds.numel() != n_videos:
-        raise ValueError(
-            f"second_per_grid_ts must be [n_videos] with one value per video ({n_videos}), "
-            f"got shape {tuple(seconds.shape)}"
-        )
-    # float32 like the processor's tensor that transformers multiplies (float64 if exact)
-    seconds = seconds.to(device, dtype)
-    if n_videos and not bool((torch.isfinite(seconds) & (seconds > 0)).all()):
-        raise ValueError(f"second_per_grid_ts must be finite and > 0, got {seconds.tolist()}")
-    steps = seconds * tokens_per_second
-    if n_videos and not float(steps.max()) <= MAX_POSITION:  # inf in float32 too
-        raise ValueError(
-            f"second_per_grid_ts * tokens_per_second must be <= {MAX_POSITION} (2**53, the "
-            f"largest position), got {float(steps.max()):g}"
-        )
-    return steps
 
 
 def multimodal(
@@ -167,38 +103,13 @@ def multimodal(
         >>> deltas.tolist()
         [[-6]]
     """
-    if not isinstance(input_ids, torch.Tensor):
-        raise TypeError(f"input_ids must be a torch.Tensor, got {type(input_ids).__name__}")
-    if input_ids.dtype == torch.bool or input_ids.is_floating_point() or input_ids.is_complex():
-        raise TypeError(f"input_ids must be an integer tensor, got {input_ids.dtype}")
-    if input_ids.dim() != 2:
-        raise ValueError(f"input_ids must be [batch, seq], got shape {tuple(input_ids.shape)}")
-    for name, value in (("image_token_id", image_token_id), ("video_token_id", video_token_id)):
-        check_int(name, value, minimum=0)
-    if vision_start_token_id is not None:
-        check_int("vision_start_token_id", vision_start_token_id, minimum=0)
-    if image_token_id == video_token_id:
-        raise ValueError(f"image_token_id and video_token_id are both {image_token_id}")
+    check_ids(input_ids, image_token_id, video_token_id, vision_start_token_id)
     check_int("spatial_merge_size", spatial_merge_size)
     if not isinstance(exact_time, bool):
         raise TypeError(f"exact_time must be a bool, got {exact_time!r}")
     device = input_ids.device
     batch, seq = input_ids.shape
-    if attention_mask is None:
-        mask = torch.ones_like(input_ids, dtype=torch.bool)
-    else:
-        if not isinstance(attention_mask, torch.Tensor):
-            raise TypeError(
-                f"attention_mask must be a torch.Tensor, got {type(attention_mask).__name__}"
-            )
-        if attention_mask.shape != input_ids.shape:
-            raise ValueError(
-                f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)}, "
-                f"got {tuple(attention_mask.shape)}"
-            )
-        if not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
-            raise ValueError("attention_mask must hold only 0 and 1")
-        mask = attention_mask.to(device).bool()
+    mask = kept_tokens(attention_mask, input_ids)
 
     # Work on each sequence with its padding removed: the kept tokens first, in order.
     order = torch.sort((~mask).to(torch.int8), dim=1, stable=True).indices  # [b, s]
@@ -209,75 +120,19 @@ def multimodal(
     dtype = torch.float64 if exact_time else torch.long
     offsets = torch.zeros(3, batch, seq, dtype=dtype, device=device)  # (τ, j, k) in an item
     advance = kept.to(dtype)  # how far the next id moves past each token: text 1, pad 0
-    images = _grid("image_grid_thw", image_grid_thw, spatial_merge_size, device)
-    videos = _grid("video_grid_thw", video_grid_thw, spatial_merge_size, device)
+    images = check_grid_thw("image_grid_thw", image_grid_thw, spatial_merge_size, device)
+    videos = check_grid_thw("video_grid_thw", video_grid_thw, spatial_merge_size, device)
     if second_per_grid_ts is not None and video_grid_thw is None:
         raise ValueError("second_per_grid_ts given without video_grid_thw")
-    steps = _intervals(second_per_grid_ts, tokens_per_second, len(videos), exact_time, device)
+    steps = intervals(second_per_grid_ts, tokens_per_second, len(videos), exact_time, device)
     image_steps = torch.ones(len(images), dtype=steps.dtype, device=device)  # frames 1 apart
-    modalities = (
-        ("image", image_token_id, images, image_steps),
-        ("video", video_token_id, videos, steps),
-    )
-    for modality, token_id, grid, step in modalities:
-        is_item = (ids == token_id) & kept  # [b, s]
-        flat = is_item.flatten().nonzero().squeeze(1)  # flat indices b * seq + i, in order
-        sizes = grid.prod(dim=1)  # tokens per item
-        grid_name = f"{modality}_grid_thw"
-        if flat.numel() != int(sizes.sum()):
-            raise ValueError(
-                f"input_ids hold {flat.numel()} {modality} tokens ({modality}_token_id="
-                f"{token_id}) but {grid_name} describes {int(sizes.sum())} "
-                f"(t*h*w / spatial_merge_size**2 per {modality}: {sizes.tolist()})"
-            )
-        if flat.numel() == 0:
-            continue
-        ends = sizes.cumsum(0)
-        starts = ends - sizes
-        rank = torch.arange(flat.numel(), device=device)
-        item = torch.searchsorted(ends, rank, right=True)  # the item each token belongs to
-        first, last = flat[starts], flat[ends - 1]
-        split = (last - first + 1 != sizes) | (first // seq != last // seq)
-        if bool(split.any()):
-            bad = int(split.nonzero()[0])
-            raise ValueError(
-                f"{modality} {bad} ({int(sizes[bad])} tokens by {grid_name}) is not one run of "
-                f"{modality}_token_id in one sequence: the token counts do not match the "
-                "grids, or other tokens interrupt it"
-            )
-        if vision_start_token_id is not None:
-            col = first % seq
-            before = ids.flatten()[(first - 1).clamp(min=0)]
-            wrong = (col == 0) | (before != vision_start_token_id)
-            if bool(wrong.any()):
-                bad = int(wrong.nonzero()[0])
-                raise ValueError(
-                    f"{modality} {bad} does not follow vision_start_token_id="
-                    f"{vision_start_token_id}"
-                )
-        # frame, row and column of each token inside its item (frame-major, then rows)
-        local = rank - starts[item]
-        h, w = grid[item, 1], grid[item, 2]
-        frame, row, col = local // (h * w), (local // w) % h, local % w
-        # float32 product truncated to an integer, as transformers computes it (float64 kept
-        # as it is with exact_time)
-        tau = frame.to(step.dtype) * step[item]
-        if not float(tau.max()) <= MAX_POSITION:
-            raise ValueError(
-                f"{modality} temporal ids reach {float(tau.max()):g}, past {MAX_POSITION} "
-                "(2**53, the largest position): frames * second_per_grid_ts * "
-                "tokens_per_second is too large"
-            )
-        if not exact_time:
-            tau = tau.long()
-        offsets[0].view(-1)[flat] = tau.to(dtype)
-        offsets[1].view(-1)[flat] = row.to(dtype)
-        offsets[2].view(-1)[flat] = col.to(dtype)
-        # the item's last token moves the next id past the item's largest id
-        # (rounded up for exact fractional ids: text stays on whole ids, >= 1 past the item)
-        extent = torch.maximum(tau.ceil() if exact_time else tau, torch.maximum(row, col)) + 1
-        moves = torch.where(local == sizes[item] - 1, extent.to(dtype), 0)
-        advance.view(-1)[flat] = moves
+    for item in (
+        _Items("image", image_token_id, images, image_steps),
+        _Items("video", video_token_id, videos, steps),
+    ):
+        flat, index, local = _locate(item, ids, kept, vision_start_token_id)
+        if flat.numel():
+            _place(item, flat, index, local, offsets, advance, exact_time)
 
     largest = float(advance.double().sum(dim=1).max()) if advance.numel() else 0.0
     if largest > MAX_POSITION:  # checked before int64 sums could wrap
@@ -291,3 +146,90 @@ def multimodal(
     positions = torch.zeros_like(compact).scatter_(2, order.expand(3, -1, -1), compact)
     deltas = (advance.sum(dim=1) - lengths).long().unsqueeze(1)  # [b, 1]
     return positions, deltas
+
+
+class _Items(NamedTuple):
+    """The images or the videos of a batch: their placeholder token, merged ``[n, 3]``
+    grids and temporal id steps ``[n]``."""
+
+    modality: str
+    token_id: int
+    grid: torch.Tensor
+    step: torch.Tensor
+
+
+def _locate(
+    items: _Items, ids: torch.Tensor, kept: torch.Tensor, vision_start: int | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The flat indices (``b * seq + i``, in order) of the items' tokens and, for each, the
+    item it belongs to and its rank inside it; raises unless each item is one run of its
+    token in one sequence whose size its grid gives (after ``vision_start`` when given)."""
+    modality, token_id, grid, _ = items
+    seq = ids.shape[1]
+    flat = ((ids == token_id) & kept).flatten().nonzero().squeeze(1)  # [n_tokens]
+    sizes = grid.prod(dim=1)  # tokens per item
+    grid_name = f"{modality}_grid_thw"
+    if flat.numel() != int(sizes.sum()):
+        raise ValueError(
+            f"input_ids hold {flat.numel()} {modality} tokens ({modality}_token_id="
+            f"{token_id}) but {grid_name} describes {int(sizes.sum())} "
+            f"(t*h*w / spatial_merge_size**2 per {modality}: {sizes.tolist()})"
+        )
+    ends = sizes.cumsum(0)
+    starts = ends - sizes
+    rank = torch.arange(flat.numel(), device=ids.device)
+    item = torch.searchsorted(ends, rank, right=True)  # the item each token belongs to
+    first, last = flat[starts], flat[ends - 1]
+    split = (last - first + 1 != sizes) | (first // seq != last // seq)
+    if bool(split.any()):
+        bad = int(split.nonzero()[0])
+        raise ValueError(
+            f"{modality} {bad} ({int(sizes[bad])} tokens by {grid_name}) is not one run of "
+            f"{modality}_token_id in one sequence: the token counts do not match the "
+            "grids, or other tokens interrupt it"
+        )
+    if vision_start is not None:
+        before = ids.flatten()[(first - 1).clamp(min=0)]
+        wrong = (first % seq == 0) | (before != vision_start)
+        if bool(wrong.any()):
+            bad = int(wrong.nonzero()[0])
+            raise ValueError(
+                f"{modality} {bad} does not follow vision_start_token_id={vision_start}"
+            )
+    return flat, item, rank - starts[item]
+
+
+def _place(
+    items: _Items,
+    flat: torch.Tensor,
+    item: torch.Tensor,
+    local: torch.Tensor,
+    offsets: torch.Tensor,
+    advance: torch.Tensor,
+    exact_time: bool,
+) -> None:
+    """Write each item token's (τ, row, column) into ``offsets`` ``[3, b, s]`` and, at each
+    item's last token, how far the next id moves into ``advance`` ``[b, s]``."""
+    modality, _, grid, step = items
+    sizes = grid.prod(dim=1)
+    # frame, row and column of each token inside its item (frame-major, then rows)
+    h, w = grid[item, 1], grid[item, 2]
+    frame, row, col = local // (h * w), (local // w) % h, local % w
+    # float32 product truncated to an integer, as transformers computes it (float64 kept
+    # as it is with exact_time)
+    tau = frame.to(step.dtype) * step[item]
+    if not float(tau.max()) <= MAX_POSITION:
+        raise ValueError(
+            f"{modality} temporal ids reach {float(tau.max()):g}, past {MAX_POSITION} "
+            "(2**53, the largest position): frames * second_per_grid_ts * "
+            "tokens_per_second is too large"
+        )
+    if not exact_time:
+        tau = tau.long()
+    dtype = offsets.dtype
+    for axis, value in enumerate((tau, row, col)):
+        offsets[axis].view(-1)[flat] = value.to(dtype)
+    # the item's last token moves the next id past the item's largest id
+    # (rounded up for exact fractional ids: text stays on whole ids, >= 1 past the item)
+    extent = torch.maximum(tau.ceil() if exact_time else tau, torch.maximum(row, col)) + 1
+    advance.view(-1)[flat] = torch.where(local == sizes[item] - 1, extent.to(dtype), 0)
