@@ -1,11 +1,11 @@
-"""posenc.arena.batches: the byte-level vocabulary and the causal and masked LM batches."""
+"""posenc.arena.data.batches: the byte-level vocabulary and the causal and masked LM batches."""
 
 import pytest
 import torch
 
-from posenc.arena.batches import MASK_ID, MASKED_VOCAB, VOCAB_SIZE, lm_batch, masked_batch
-from posenc.arena.corpus import load_corpus
-from posenc.arena.tasks import IGNORE
+from posenc.arena.data.batches import MASK_ID, MASKED_VOCAB, VOCAB_SIZE, lm_batch, masked_batch
+from posenc.arena.data.corpus import load_corpus
+from posenc.arena.data.tasks import IGNORE
 
 
 def _gen(seed=0):

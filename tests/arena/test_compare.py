@@ -1,11 +1,11 @@
-"""posenc.arena.compare: two runs side by side."""
+"""posenc.arena.reporting.compare: two runs side by side."""
 
 from __future__ import annotations
 
 import copy
 
-from posenc.arena import compare as C
-from posenc.arena.results import EXPERIMENTS
+from posenc.arena.experiments import EXPERIMENTS
+from posenc.arena.reporting import compare as C
 
 
 def test_compare(fake_results):

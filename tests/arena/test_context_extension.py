@@ -9,11 +9,11 @@ from dataclasses import replace
 import pytest
 import torch
 
-from posenc.arena.batches import VOCAB_SIZE
-from posenc.arena.distributed import World
+from posenc.arena.data.batches import VOCAB_SIZE
 from posenc.arena.experiments import context_extension, extrapolation
-from posenc.arena.presets import TINY
-from posenc.arena.runner import RunContext
+from posenc.arena.running.context import RunContext
+from posenc.arena.running.distributed import World
+from posenc.arena.running.presets import TINY
 from posenc.models import TransformerLM
 
 PRESET = replace(TINY, encodings=("rope",))

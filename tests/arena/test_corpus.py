@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from posenc.arena import corpus as corpus_module
-from posenc.arena.corpus import Corpus, CorpusError, load_corpus, stdlib_root
+from posenc.arena.data import corpus as corpus_module
+from posenc.arena.data.corpus import Corpus, CorpusError, load_corpus, stdlib_root
 
 MAX_BYTES = 2_000_000
 

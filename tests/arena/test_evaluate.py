@@ -15,12 +15,12 @@ import torch
 from torch import nn
 
 import posenc
-from posenc.arena.evaluate import _same_size, lm_loss, windows
 from posenc.arena.experiments import extrapolation
-from posenc.arena.experiments import language_model as lm
-from posenc.arena.presets import TINY
-from posenc.arena.results import check_measurement
-from posenc.arena.runner import RunContext
+from posenc.arena.measuring import language_model as lm
+from posenc.arena.measuring.evaluate import _same_size, lm_loss, windows
+from posenc.arena.reporting.results import check_measurement
+from posenc.arena.running.context import RunContext
+from posenc.arena.running.presets import TINY
 from posenc.positions import PositionOutOfRangeError
 
 

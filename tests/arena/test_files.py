@@ -11,14 +11,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from posenc.arena import files
-from posenc.arena.files import (
+from posenc.arena.files import atomic as files
+from posenc.arena.files import checkpoints
+from posenc.arena.files.atomic import (
     atomic_write_bytes,
     atomic_write_json,
     atomic_write_text,
+    read_json,
+)
+from posenc.arena.files.checkpoints import (
     load_checkpoint,
     load_weights,
-    read_json,
     rng_state,
     save_checkpoint,
     save_weights,
@@ -71,7 +74,7 @@ def test_an_exception_mid_write_leaves_the_previous_file(tmp_path, monkeypatch, 
 
 _WRITER = """
 import sys
-from posenc.arena.files import atomic_write_bytes
+from posenc.arena.files.atomic import atomic_write_bytes
 path, size = sys.argv[1], int(sys.argv[2])
 i = 1
 while True:
@@ -229,7 +232,7 @@ def test_an_interrupted_save_leaves_the_previous_checkpoint(tmp_path, monkeypatc
     def boom(path, obj):
         raise OSError("killed before the commit marker")
 
-    monkeypatch.setattr(files, "atomic_write_json", boom)
+    monkeypatch.setattr(checkpoints, "atomic_write_json", boom)
     with pytest.raises(OSError, match="commit marker"):
         save_checkpoint(tmp_path, _model(2), {"step": 2})
     fresh = _model(3)

@@ -10,11 +10,11 @@ import pytest
 import torch
 from torch import nn
 
-from posenc.arena.evaluate import task_accuracies, task_accuracy
+from posenc.arena.data.tasks import IGNORE, SEQUENCE_VOCAB, sequence_batch
 from posenc.arena.experiments import length_generalization as lg
-from posenc.arena.presets import TINY
-from posenc.arena.runner import RunContext
-from posenc.arena.tasks import IGNORE, SEQUENCE_VOCAB, sequence_batch
+from posenc.arena.measuring.evaluate import task_accuracies, task_accuracy
+from posenc.arena.running.context import RunContext
+from posenc.arena.running.presets import TINY
 
 
 class Oracle(nn.Module):

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 import torch
 
-from posenc.arena.experiments import hf_probe
+from posenc.arena.data.tasks import kv_length
 from posenc.arena.experiments import lost_in_the_middle as litm
-from posenc.arena.presets import TINY
-from posenc.arena.runner import RunContext
-from posenc.arena.tasks import kv_length
+from posenc.arena.measuring import hf_probe
+from posenc.arena.running.context import RunContext
+from posenc.arena.running.presets import TINY
 
 ENCODINGS = list(TINY.encodings or ())
 

@@ -10,12 +10,12 @@ from dataclasses import replace
 import pytest
 import torch
 
-from posenc.arena.batches import MASK_ID
+from posenc.arena.data.batches import MASK_ID
+from posenc.arena.data.tasks import IGNORE, TaskBatch
 from posenc.arena.experiments import extrapolation, nope_causality
-from posenc.arena.presets import TINY
-from posenc.arena.runner import RunContext
-from posenc.arena.tasks import IGNORE, TaskBatch
-from posenc.arena.train import scored_loss
+from posenc.arena.running.context import RunContext
+from posenc.arena.running.presets import TINY
+from posenc.arena.running.training import scored_loss
 
 PRESET = replace(TINY, encodings=nope_causality.ENCODINGS)
 

@@ -1,14 +1,16 @@
-"""posenc.arena.panels: the terminal tables of a run's numbers and the rows they read."""
+"""posenc.arena.reporting.panels: the terminal tables of a run's numbers and the rows they read."""
 
 from __future__ import annotations
 
 import inspect
+import sys
 
 import pytest
 
-from posenc.arena import figures, summary
-from posenc.arena import panels as P
-from posenc.arena.results import EXPERIMENTS, aggregate
+from posenc.arena.experiments import EXPERIMENTS
+from posenc.arena.reporting import figures, summary
+from posenc.arena.reporting import panels as P
+from posenc.arena.reporting.records import aggregate
 
 
 def test_table_extrapolation(fake_results):
@@ -69,7 +71,12 @@ def test_metric_rows(fake_results):
 
 
 def test_summary_and_figures_read_rows_with_metric_rows():
-    """One helper, not a copy in each module."""
+    """One helper, not a copy in each module: the reporting modules hand each experiment
+    its rows from P.experiment_rows (P.metric_rows reads them too); no experiment module
+    aggregates records itself."""
     for module in (summary, figures):
-        assert module.metric_rows is P.metric_rows
+        assert module.experiment_rows is P.experiment_rows
         assert not hasattr(module, "_rows")
+    for record in EXPERIMENTS.values():
+        module = sys.modules[record.run.__module__]
+        assert not hasattr(module, "_rows") and not hasattr(module, "aggregate")

@@ -7,8 +7,8 @@ import itertools
 
 import pytest
 
-from posenc.arena.presets import PRESETS, TINY, get_preset
-from posenc.arena.train import TrainConfig, learning_rate
+from posenc.arena.running.presets import PRESETS, TINY, get_preset
+from posenc.arena.running.training import TrainConfig, learning_rate
 
 
 def test_every_preset_is_valid_and_found_by_name() -> None:

@@ -1,4 +1,4 @@
-"""posenc.arena.report and posenc.arena.figures: the data drawn, the self-contained HTML,
+"""posenc.arena.reporting.report and the experiments' figures: the data drawn, the HTML,
 and the page as headless Chromium renders it."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from posenc.arena import figures, report
-from posenc.arena.results import EXPERIMENTS, aggregate
-from posenc.arena.summary import summary
+from posenc.arena.experiments import EXPERIMENTS
+from posenc.arena.reporting import figures, report
+from posenc.arena.reporting.records import aggregate
+from posenc.arena.reporting.summary import summary
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -75,7 +76,7 @@ def test_report_of_nothing(fake_results):
 
 
 def test_extrapolation_figure(fake_results):
-    fig = figures.extrapolation(fake_results["measurements"])
+    fig = figures.figure("extrapolation", fake_results["measurements"])
     axes = fig.get_axes()
     assert [ax.get_title() for ax in axes] == ["mode: chunks", "mode: sliding"]
     for ax, mode in zip(axes, ("chunks", "sliding"), strict=True):
@@ -101,7 +102,7 @@ def test_extrapolation_figure(fake_results):
 
 
 def test_context_extension_figure(fake_results):
-    fig = figures.context_extension(fake_results["measurements"])
+    fig = figures.figure("context-extension", fake_results["measurements"])
     axes = fig.get_axes()
     assert [ax.get_title() for ax in axes] == ["zero-shot", "fine-tuned"]
     for ax, stage in zip(axes, ("zero-shot", "fine-tuned"), strict=True):
@@ -114,7 +115,7 @@ def test_context_extension_figure(fake_results):
 
 
 def test_length_generalization_figure(fake_results):
-    fig = figures.length_generalization(fake_results["measurements"])
+    fig = figures.figure("length-generalization", fake_results["measurements"])
     axes = fig.get_axes()
     assert [ax.get_title() for ax in axes] == ["task: copy", "task: reverse"]
     rows = _rows(fake_results, "length-generalization", task="reverse", encoding="rope")
@@ -125,7 +126,7 @@ def test_length_generalization_figure(fake_results):
 
 
 def test_nope_figure(fake_results):
-    fig = figures.nope_needs_causality(fake_results["measurements"])
+    fig = figures.figure("nope-needs-causality", fake_results["measurements"])
     (ax,) = fig.get_axes()
     assert [t.get_text() for t in ax.get_xticklabels()] == ["nope", "rope", "alibi"]
     causal, bidirectional = ax.containers
@@ -136,7 +137,7 @@ def test_nope_figure(fake_results):
 
 
 def test_lost_in_the_middle_figure(fake_results):
-    fig = figures.lost_in_the_middle(fake_results["measurements"])
+    fig = figures.figure("lost-in-the-middle", fake_results["measurements"])
     axes = fig.get_axes()
     assert [ax.get_title() for ax in axes] == ["query-last", "query-first"]
     lines = {line.get_label(): line for line in axes[0].get_lines()}

@@ -1,4 +1,5 @@
-"""posenc.arena.results: records to results.json/CSV and back, and their aggregation."""
+"""posenc.arena.reporting.results and .records: records to results.json/CSV and back, and
+their aggregation."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import sys
 
 import pytest
 
-from posenc.arena import results as R
+from posenc.arena.reporting import records as RC
+from posenc.arena.reporting import results as R
 
 
 def _parse(cell: str) -> object:
@@ -28,8 +30,9 @@ def _parse(cell: str) -> object:
 
 def test_import_needs_neither_matplotlib_nor_rich():
     code = (
-        "import sys, posenc.arena.results, posenc.arena.panels, posenc.arena.figures, "
-        "posenc.arena.summary, posenc.arena.report; "
+        "import sys, posenc.arena.reporting.results, posenc.arena.reporting.panels, "
+        "posenc.arena.reporting.figures, posenc.arena.reporting.summary, "
+        "posenc.arena.reporting.report, posenc.arena.reporting.reading; "
         "print('matplotlib' in sys.modules, 'rich' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -94,7 +97,7 @@ def test_csv_header_base_keys_then_extras_sorted():
     ]  # fmt: skip
     text = R.to_csv(records)
     header, first, second = list(csv.reader(io.StringIO(text)))
-    assert header == [*R.BASE_FIELDS, "factor", "mode"]
+    assert header == [*RC.BASE_FIELDS, "factor", "mode"]
     assert first == ["extrapolation", "a", "0", "4", "8", "loss", "0.1", "", "", "chunks"]
     assert second == ["context-extension", "b", "1", "4", "8", "loss", "", "x", "2", ""]
 
@@ -117,7 +120,7 @@ def test_load_errors_name_the_path(tmp_path):
 
 
 def test_aggregate_by_hand(fake_results):
-    rows = R.aggregate(fake_results["measurements"])
+    rows = RC.aggregate(fake_results["measurements"])
     records = fake_results["measurements"]
     assert len(rows) == len(records) // 2  # two seeds each
     row = next(
@@ -150,7 +153,7 @@ def test_aggregate_by_hand(fake_results):
 def test_aggregate_one_seed_and_cannot_run():
     base = {"experiment": "extrapolation", "encoding": "e", "train_length": 4, "eval_length": 8,
             "metric": "perplexity"}  # fmt: skip
-    rows = R.aggregate(
+    rows = RC.aggregate(
         [
             {**base, "seed": 0, "value": 3.0},
             {**base, "mode": "x", "seed": 0, "value": None, "note": "too long"},

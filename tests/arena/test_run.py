@@ -16,12 +16,12 @@ import pytest
 import torch
 
 from posenc.arena import EXPERIMENTS, run_arena
-from posenc.arena.batches import lm_batch
-from posenc.arena.distributed import World
-from posenc.arena.files import read_json
-from posenc.arena.presets import TINY
-from posenc.arena.runner import RunContext
-from posenc.arena.train import TrainConfig
+from posenc.arena.data.batches import lm_batch
+from posenc.arena.files.atomic import read_json
+from posenc.arena.running.context import RunContext
+from posenc.arena.running.distributed import World
+from posenc.arena.running.presets import TINY
+from posenc.arena.running.training import TrainConfig
 from posenc.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -110,10 +110,10 @@ SCRIPT = """
 import dataclasses, sys, torch
 torch.set_num_threads(1)
 from posenc.arena import run_arena
-from posenc.arena.presets import TINY
-from posenc.arena.runner import RunContext
-from posenc.arena.train import TrainConfig
-from posenc.arena.train import TrainConfig
+from posenc.arena.running.presets import TINY
+from posenc.arena.running.context import RunContext
+from posenc.arena.running.training import TrainConfig
+from posenc.arena.running.training import TrainConfig
 preset = dataclasses.replace(
     TINY, encodings=("nope", "rope"),
     lm=TrainConfig(steps=200, batch_size=4, warmup_steps=2, checkpoint_every=10))

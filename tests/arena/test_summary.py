@@ -1,8 +1,8 @@
-"""posenc.arena.summary: the "What this run says" sentences of the fake results."""
+"""posenc.arena.reporting.summary: the "What this run says" sentences of the fake results."""
 
 from __future__ import annotations
 
-from posenc.arena.summary import summary
+from posenc.arena.reporting.summary import summary
 
 
 def test_summary_extrapolation(fake_results):

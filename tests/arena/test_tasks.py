@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from posenc.arena.tasks import (
+from posenc.arena.data.tasks import (
     BOS,
     EOS,
     IGNORE,
@@ -125,7 +125,7 @@ def test_a_count_that_is_not_an_int_is_a_type_error(value):
 
 
 def test_public_names():
-    import posenc.arena.tasks as tasks
+    import posenc.arena.data.tasks as tasks
 
     assert {"KV_MODES", "kv_eval_generator"} <= set(tasks.__all__)
     assert all(hasattr(tasks, name) for name in tasks.__all__)
@@ -260,7 +260,7 @@ def test_kv_one_query_is_the_default():
 
 
 def test_kv_probes_cover_every_case_once_with_the_same_rows_per_seed() -> None:
-    from posenc.arena.tasks import KV_MODES, kv_probes
+    from posenc.arena.data.tasks import KV_MODES, kv_probes
 
     cases = list(kv_probes((3, 5), seed=2))
     keys = [(p.n_pairs, p.mode, p.gold) for p in cases]

@@ -1,5 +1,7 @@
 """The attention figure on a tiny arena run: the images drawn are the loaded model's
-attention maps, and the run's models load back as they were trained."""
+attention maps, and the run's models load back as they were trained. The figure takes the
+model; ``posenc plot attention --run`` (:func:`posenc.cli.plot.attention_of_run`) loads it
+from the run."""
 
 from pathlib import Path
 
@@ -8,13 +10,14 @@ import pytest
 import safetensors.torch
 import torch
 
-from posenc.arena.files import read_json
-from posenc.arena.models import load_model, text_ids, trained_encodings
-from posenc.arena.presets import TINY
-from posenc.arena.run import run_arena
+from posenc.arena import load_model, run_arena
+from posenc.arena.files.atomic import read_json
+from posenc.arena.measuring.trained import trained_encodings
+from posenc.arena.running.presets import TINY
+from posenc.cli.plot import attention_of_run
 from posenc.models import attention_maps
 from posenc.plot import get, save
-from posenc.plot.attention import attention, token_labels
+from posenc.plot.attention import attention, text_ids, token_labels
 
 TEXT = "def f(x):\n  return x"
 
@@ -32,8 +35,8 @@ def panels(fig):
 
 @pytest.mark.parametrize("encoding", ["rope", "alibi"])
 def test_images_are_the_models_attention_maps(run, encoding):
-    fig = attention(run=run, encoding=encoding, text=TEXT)
     model = load_model(run, encoding)
+    fig = attention(model, text=TEXT)
     expected = attention_maps(model, text_ids(TEXT))[:, 0].numpy()  # [layers, heads, s, s]
     n_layers, n_heads, seq = model.n_layers, model.n_heads, len(TEXT.encode())
     axes = panels(fig)
@@ -57,7 +60,7 @@ def test_images_are_the_models_attention_maps(run, encoding):
 
 
 def test_layer_and_head_choose_one_panel(run):
-    fig = attention(run=run, encoding="rope", text="abc", layer=0, head=1)
+    fig = attention(load_model(run, "rope"), text="abc", layer=0, head=1)
     (ax,) = panels(fig)
     assert ax.get_title() == "layer 0, head 1"
     expected = attention_maps(load_model(run, "rope"), text_ids("abc"))[0, 0, 1]
@@ -65,7 +68,7 @@ def test_layer_and_head_choose_one_panel(run):
 
 
 def test_registry_and_files(run, tmp_path):
-    fig = get("attention")(run=Path(run), encoding="alibi")  # the default text
+    fig = get("attention")(load_model(Path(run), "alibi"))  # the default text
     assert save(fig, tmp_path / "a.png").stat().st_size > 0
     assert save(fig, tmp_path / "a.svg").stat().st_size > 0
 
@@ -113,12 +116,28 @@ def test_token_labels_escape_whitespace_and_bytes():
 def test_bad_input(run, kwargs, match):
     kwargs = {"run": run, **kwargs} if kwargs else {}
     with pytest.raises(ValueError, match=match):
-        attention(**kwargs)
+        attention_of_run(**kwargs)
+
+
+def test_the_figure_asks_for_a_model():
+    with pytest.raises(ValueError, match="model: pass model="):
+        attention()
+    with pytest.raises(ValueError, match="model must be a TransformerLM"):
+        attention("runs/x")
+
+
+def test_the_command_draws_the_runs_model(run):
+    """``posenc plot attention --run RUN --encoding rope`` draws the model the run trained."""
+    fig = attention_of_run(run=run, encoding="rope", text="abc", layer=0, head=0)
+    (ax,) = panels(fig)
+    expected = attention_maps(load_model(run, "rope"), text_ids("abc"))[0, 0, 0]
+    np.testing.assert_array_equal(np.asarray(ax.get_images()[0].get_array()), expected.numpy())
+    assert fig.get_suptitle().startswith(f"attention probabilities: rope lm, run {Path(run).name}")
 
 
 def test_not_a_run_directory(tmp_path):
     with pytest.raises(ValueError, match="not an arena run directory"):
-        attention(run=str(tmp_path), encoding="rope")
+        attention_of_run(run=str(tmp_path), encoding="rope")
 
 
 def test_text_past_a_learned_models_positions(tmp_path):
@@ -126,8 +145,8 @@ def test_text_past_a_learned_models_positions(tmp_path):
     run_arena(["extrapolation"], TINY, out=out, encodings=["learned"], bars=False)
     long = "x" * (TINY.train_length + 1)
     with pytest.raises(ValueError, match=f"text: {len(long)} bytes"):
-        attention(run=str(out), encoding="learned", text=long)
-    fig = attention(run=str(out), encoding="learned", text="x" * TINY.train_length)
+        attention(load_model(out, "learned"), text=long)
+    fig = attention(load_model(out, "learned"), text="x" * TINY.train_length)
     assert panels(fig)
 
 
@@ -138,7 +157,7 @@ def test_bidirectional_masked_model(tmp_path):
     assert trained_encodings(out, "mlm") == {"nope": [0], "rope": [0], "sinusoidal": [0]}
     model = load_model(out, "rope", model="mlm")
     assert not model.causal and model.vocab_size == 257
-    fig = attention(run=str(out), encoding="rope", model="mlm", text=TEXT, layer=0, head=0)
+    fig = attention_of_run(run=str(out), encoding="rope", model="mlm", text=TEXT, layer=0, head=0)
     (ax,) = panels(fig)
     drawn = np.asarray(ax.get_images()[0].get_array())
     np.testing.assert_array_equal(drawn, attention_maps(model, text_ids(TEXT))[0, 0, 0].numpy())

@@ -12,7 +12,7 @@ import pytest
 
 import posenc.plot
 from posenc.cli import main
-from posenc.cli.plot import figure_command
+from posenc.cli.plot import FROM_A_RUN, figure_command
 
 
 def _error(err: str) -> str:
@@ -44,7 +44,8 @@ def test_readme_commands_keep_working(tmp_path, capsys):
 def test_each_figure_help_shows_its_own_options(kind, capsys):
     assert main(["plot", kind, "--help"]) == 0
     out = capsys.readouterr().out
-    taken = inspect.signature(posenc.plot.get(kind)).parameters
+    draws = FROM_A_RUN.get(kind) or posenc.plot.get(kind)  # a run's model, or the figure
+    taken = inspect.signature(draws).parameters
     flags = set(re.findall(r"^  (--[a-z0-9-]+)", out, re.M)) - {"--out", "--help"}
     assert flags <= {"--" + p.replace("_", "-") for p in taken}
     assert "--out FILE" in out and f"posenc plot {kind} " in out

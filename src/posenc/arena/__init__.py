@@ -8,6 +8,14 @@ al. 2023; Peng et al. 2023), ``length-generalization`` (Kazemnejad et al. 2023),
 A run writes ``results.json``, ``results.csv`` and a self-contained ``report.html``, resumes
 after a crash, and trains under ``torchrun`` with DistributedDataParallel unchanged.
 
+The package is grouped by what its modules do: :mod:`.data` (corpus, batches, tasks),
+:mod:`.running` (the run, its units, training, presets, processes, progress),
+:mod:`.measuring` (evaluation, the shared language model, loading a run's trained models),
+:mod:`.files` (atomic JSON writes, apart from the safetensors checkpoints),
+:mod:`.experiments` (one file per experiment, and how to add one) and :mod:`.reporting`
+(results, tables, figures, summary, report, comparison, and the reader the guide uses).
+The names below are its public face.
+
 Needs the ``posenc[arena]`` extra (safetensors, rich, matplotlib).
 """
 
@@ -21,9 +29,12 @@ __all__ = [
     "PRESETS",
     "Corpus",
     "CorpusError",
+    "Measurements",
     "Preset",
     "get_preset",
     "load_corpus",
+    "load_model",
+    "read_measurements",
     "run_arena",
 ]
 
@@ -31,13 +42,16 @@ __all__ = [
 # of the extras.
 _WHERE = {
     "EXPERIMENTS": "experiments",
-    "PRESETS": "presets",
-    "Corpus": "corpus",
-    "CorpusError": "corpus",
-    "Preset": "presets",
-    "get_preset": "presets",
-    "load_corpus": "corpus",
-    "run_arena": "run",
+    "PRESETS": "running.presets",
+    "Corpus": "data.corpus",
+    "CorpusError": "data.corpus",
+    "Measurements": "reporting.reading",
+    "Preset": "running.presets",
+    "get_preset": "running.presets",
+    "load_corpus": "data.corpus",
+    "load_model": "measuring.trained",
+    "read_measurements": "reporting.reading",
+    "run_arena": "running.launch",
 }
 
 

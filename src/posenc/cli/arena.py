@@ -48,7 +48,7 @@ def run_command(
 ) -> None:
     """Train small models with every encoding and measure them."""
     with needs_extra(EXTRAS):
-        from ..arena.run import run_arena
+        from ..arena import run_arena
 
         run_arena(
             experiments,
@@ -71,8 +71,8 @@ def report_command(
 ) -> None:
     """Rebuild a run's report.html from its results.json."""
     with needs_extra(EXTRAS):
-        from ..arena.report import write_figures, write_report
-        from ..arena.results import load_results
+        from ..arena.reporting.report import write_figures, write_report
+        from ..arena.reporting.results import load_results
 
         results = load_results(run_dir)
         print(write_report(run_dir, results))
@@ -86,8 +86,8 @@ def compare_command(
 ) -> None:
     """Print the differences between two runs."""
     with needs_extra(EXTRAS):
-        from ..arena.compare import compare
-        from ..arena.results import load_results
+        from ..arena.reporting.compare import compare
+        from ..arena.reporting.results import load_results
 
         print(compare(load_results(run_a), load_results(run_b)))
 

@@ -5,11 +5,15 @@ function's signature and docstring (:mod:`.figure_options`), so ``posenc plot KI
 shows that figure's options and a new figure needs no edit here. An option is passed to
 the function only when given: the function's own defaults apply otherwise. matplotlib
 (the ``plot`` extra) is imported only when a figure is drawn.
+
+A figure of a trained model takes the model; its command takes an arena run instead and
+loads the model from it (:data:`FROM_A_RUN`: ``posenc plot attention --run RUN``).
 """
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from typing import Any
 
 import typer
@@ -20,9 +24,63 @@ from .app import example
 from .figure_options import METAVARS, FigureOption, convert_item, figure_options, help_text
 from .greedy import GreedyCommand
 
-__all__ = ["PlotGroup", "figure_command", "register"]
+__all__ = ["FROM_A_RUN", "PlotGroup", "attention_of_run", "figure_command", "register"]
 
 _OUT_HELP = "The file to write: .png or .svg."
+
+
+def attention_of_run(
+    run: str | None = None,
+    encoding: str = "rope",
+    text: str | None = None,
+    layer: int | None = None,
+    head: int | None = None,
+    model: str = "lm",
+    seed: int | None = None,
+) -> Any:
+    """The attention probabilities of a model an arena run trained, on ``text``, per layer
+    and head (:func:`posenc.plot.attention.attention` of the model that
+    :func:`posenc.arena.load_model` loads).
+
+    Args:
+        run: the arena run directory that holds the trained model (required:
+            ``posenc arena run extrapolation --preset quick --out DIR`` makes one).
+        encoding: the encoding of the model to load, one the run trained (e.g. ``rope``).
+        text: the text the model reads (one token per UTF-8 byte; default: a small Python
+            function).
+        layer: draw only this layer (0-based); all layers if omitted.
+        head: draw only this head (0-based); all heads if omitted.
+        model: ``lm`` (the causal language model) or ``mlm`` (the bidirectional masked
+            one of ``nope-needs-causality``).
+        seed: the training seed of the model; the run's first seed if omitted.
+
+    Raises:
+        ValueError: naming the parameter: no ``run``, an encoding or seed the run has no
+            model for (listing those it has), and the figure's own (text, layer, head).
+
+    Example:
+        ``posenc plot attention --run runs/arena-quick --encoding rope --layer 0
+        --out attention.png``
+    """
+    import os
+
+    from ..arena import load_model
+    from ..plot.attention import DEFAULT_TEXT, attention
+
+    if run is None:
+        raise ValueError(
+            "run: pass run=... (an arena run directory): `posenc arena run extrapolation "
+            "--preset quick --out DIR` makes one"
+        )
+    net = load_model(run, encoding, model=model, seed=seed)
+    name = os.fspath(run).rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1]
+    label = f"{encoding} {model}, run {name or os.fspath(run)}"
+    return attention(net, DEFAULT_TEXT if text is None else text, layer, head, label=label)
+
+
+#: figures of a trained model -> the function their command draws with: it takes the run
+#: and loads the model
+FROM_A_RUN: dict[str, Callable[..., Any]] = {"attention": attention_of_run}
 
 
 def _example(kind: str, doc: str, options: list[FigureOption]) -> str:
@@ -63,7 +121,7 @@ def figure_command(kind: str) -> Any:
     """The click command of ``posenc plot KIND``: the figure's options and ``--out``."""
     from .. import plot
 
-    draw = plot.get(kind)  # ValueError for an unknown kind
+    draw = FROM_A_RUN.get(kind) or plot.get(kind)  # ValueError for an unknown kind
     options = figure_options(draw)
     doc = inspect.getdoc(draw) or kind
 

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..arena.results import load_results
 from ..registry import available
 from .measured import evidence
 from .situations import NEEDS, SITUATIONS, Situation
@@ -52,8 +51,12 @@ def guide(needs: Sequence[str] = (), run: str | Path | None = None) -> list[Advi
         shared = {s.key: len(set(s.needs) & set(wanted)) for s in SITUATIONS}
         most = max(shared.values())
         chosen = [s for s in SITUATIONS if most and shared[s.key] == most]
-    results = load_results(run) if run is not None else None
-    return [Advice(s, evidence(results, s) if results is not None else ()) for s in chosen]
+    if run is None:
+        return [Advice(s) for s in chosen]
+    from ..arena import read_measurements  # the arena's modules only when a run is read
+
+    measured = read_measurements(run)
+    return [Advice(s, evidence(measured, s)) for s in chosen]
 
 
 def when_to_use(name: str) -> list[str]:

@@ -1,7 +1,8 @@
 """What an arena run measured that bears on a situation of the guide: one line per
-experiment, read through the arena's own helpers (:func:`posenc.arena.panels.metric_rows`,
-:func:`posenc.arena.summary.extrapolations` and :func:`~posenc.arena.summary.kv_curves`),
-so the guide and the run's report judge the numbers the same way.
+experiment, read through the arena's one public reader (:func:`posenc.arena.read_measurements`
+and its :class:`~posenc.arena.Measurements`: an experiment's rows, the extrapolations and
+the lost-in-the-middle curves), so the guide and the run's report judge the numbers the
+same way.
 
 Perplexities and ratios are written with three significant digits, accuracies with two
 decimals.
@@ -10,16 +11,15 @@ decimals.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-from ..arena.panels import metric_rows
-from ..arena.summary import EXTRAPOLATES, extrapolations, kv_curves
 from .situations import Situation
 
-__all__ = ["evidence"]
+if TYPE_CHECKING:
+    from ..arena import Measurements
 
-Results = Mapping[str, Any]
+__all__ = ["evidence"]
 
 
 def _g(value: float) -> str:
@@ -27,10 +27,10 @@ def _g(value: float) -> str:
     return f"{value:,.0f}" if 1e3 <= abs(value) < 1e6 else f"{value:.3g}"
 
 
-def _extrapolation(results: Results, names: Sequence[str]) -> list[str]:
+def _extrapolation(run: Measurements, names: Sequence[str]) -> list[str]:
     """Each named encoding at L and at the longest length, then the best at L and the
     flattest of the run."""
-    found = extrapolations(results)
+    found = run.extrapolations()
     if not found:
         return []
     first = found[0]
@@ -42,7 +42,7 @@ def _extrapolation(results: Results, names: Sequence[str]) -> list[str]:
             past = f"past {e.ran_up_to}" if e.ran_up_to is not None else "at all"
             parts.append(f"{e.encoding} cannot run {past}")
             continue
-        verdict = "flat" if e.ratio <= EXTRAPOLATES else "does not extrapolate"
+        verdict = "flat" if e.extrapolates else "does not extrapolate"
         parts.append(
             f"{e.encoding} {_g(e.at_train)} → {_g(e.at_longest)} (×{_g(e.ratio)}, {verdict})"
         )
@@ -66,9 +66,9 @@ def _extrapolation(results: Results, names: Sequence[str]) -> list[str]:
     return [text + "."]
 
 
-def _context_extension(results: Results, names: Sequence[str]) -> list[str]:
+def _context_extension(run: Measurements, names: Sequence[str]) -> list[str]:
     """The best RoPE scaling at the largest factor, zero-shot and after the fine-tune."""
-    rows, metric = metric_rows(results["measurements"], "context-extension")
+    rows, metric = run.rows("context-extension")
     rows = [r for r in rows if r["mean"] is not None and r.get("factor") is not None]
     if not rows:
         return []
@@ -91,9 +91,9 @@ def _context_extension(results: Results, names: Sequence[str]) -> list[str]:
     ]
 
 
-def _length_generalization(results: Results, names: Sequence[str]) -> list[str]:
+def _length_generalization(run: Measurements, names: Sequence[str]) -> list[str]:
     """Per task, at the longest length: the named encodings' accuracy and the best."""
-    rows, metric = metric_rows(results["measurements"], "length-generalization")
+    rows, metric = run.rows("length-generalization")
     rows = [r for r in rows if r["mean"] is not None]
     parts = []
     for task in sorted({r.get("task") for r in rows}, key=str):
@@ -113,9 +113,9 @@ def _length_generalization(results: Results, names: Sequence[str]) -> list[str]:
     return [f"length generalisation ({metric}): " + "; ".join(parts) + "."]
 
 
-def _nope(results: Results, names: Sequence[str]) -> list[str]:
+def _nope(run: Measurements, names: Sequence[str]) -> list[str]:
     """NoPE against the median of the other encodings, with and without a causal mask."""
-    rows, metric = metric_rows(results["measurements"], "nope-needs-causality")
+    rows, metric = run.rows("nope-needs-causality")
     rows = [r for r in rows if r["mean"] is not None]
     parts = []
     for mode in ("causal", "bidirectional"):
@@ -129,10 +129,10 @@ def _nope(results: Results, names: Sequence[str]) -> list[str]:
     return [f"NoPE vs the median of the other encodings ({metric}): " + "; ".join(parts) + "."]
 
 
-def _lost_in_the_middle(results: Results, names: Sequence[str]) -> list[str]:
+def _lost_in_the_middle(run: Measurements, names: Sequence[str]) -> list[str]:
     """First, middle and last accuracy of the named encodings, where retrieval was learned
-    (:attr:`posenc.arena.summary.Curve.learned`); nothing where it was not."""
-    curves, metric = kv_curves(results)
+    (the curve's ``learned``, as the report judges it); nothing where it was not."""
+    curves, metric = run.kv_curves()
     parts = []
     for c in curves:
         if c.encoding in names and c.learned:
@@ -146,7 +146,7 @@ def _lost_in_the_middle(results: Results, names: Sequence[str]) -> list[str]:
     return [f"lost in the middle ({metric} by gold position): " + "; ".join(parts) + "."]
 
 
-_READERS: dict[str, Callable[[Results, Sequence[str]], list[str]]] = {
+_READERS: dict[str, Callable[[Measurements, Sequence[str]], list[str]]] = {
     "extrapolation": _extrapolation,
     "context-extension": _context_extension,
     "length-generalization": _length_generalization,
@@ -155,10 +155,10 @@ _READERS: dict[str, Callable[[Results, Sequence[str]], list[str]]] = {
 }
 
 
-def evidence(results: Results, situation: Situation) -> tuple[str, ...]:
-    """The lines of ``results`` (an arena ``results.json`` document) that bear on
-    ``situation``: one per experiment of ``situation.measured`` that the run measured."""
+def evidence(run: Measurements, situation: Situation) -> tuple[str, ...]:
+    """The lines of an arena run's numbers (:func:`posenc.arena.read_measurements`) that
+    bear on ``situation``: one per experiment of ``situation.measured`` that it measured."""
     lines: list[str] = []
     for experiment in situation.measured:
-        lines += _READERS[experiment](results, situation.recommend)
+        lines += _READERS[experiment](run, situation.recommend)
     return tuple(lines)

@@ -1,4 +1,4 @@
-"""The attention pattern of a trained arena model on a text, per layer and head.
+"""The attention pattern of a trained model on a text, per layer and head.
 
 What each head of a trained byte-level :class:`~posenc.models.TransformerLM` attends to,
 read out by :func:`posenc.models.attention_maps` (the probabilities each layer computed):
@@ -6,61 +6,59 @@ one ``[seq, seq]`` image per layer and head, rows the queries and columns the ke
 labelled with the text's characters. RoPE heads that attend to the previous few bytes,
 ALiBi's recency (Press et al. 2022, arXiv:2108.12409), heads that always look at the first
 token (the "attention sink", Xiao et al. 2023, arXiv:2309.17453) show at a glance.
+
+The figure takes the model itself; whoever holds an arena run loads it first
+(:func:`posenc.arena.load_model`), as ``posenc plot attention --run RUN`` does.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-import os
 from typing import TYPE_CHECKING
 
 import torch
 
-from ..arena.models import load_model, text_ids
-from ..models import attention_maps
+from ..models import TransformerLM, attention_maps
 from ..positions import PositionOutOfRangeError
 from .common import check_size, new_figure
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["MAX_TICKS", "attention", "token_labels"]
+__all__ = ["DEFAULT_TEXT", "MAX_TICKS", "attention", "text_ids", "token_labels"]
 
 #: at most this many tick labels per axis (every k-th token past it)
 MAX_TICKS = 48
 
-_DEFAULT_TEXT = "def add(a, b):\n    return a + b\n"
+#: the text drawn when none is given: a small Python function
+DEFAULT_TEXT = "def add(a, b):\n    return a + b\n"
 _ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", " ": "␣"}
 
 
 def attention(
-    run: str | None = None,
-    encoding: str = "rope",
-    text: str = _DEFAULT_TEXT,
+    model: TransformerLM | None = None,
+    text: str = DEFAULT_TEXT,
     layer: int | None = None,
     head: int | None = None,
-    model: str = "lm",
-    seed: int | None = None,
+    label: str | None = None,
 ) -> Figure:
-    """The attention probabilities of a trained arena model on ``text``, per layer and head.
+    """The attention probabilities of a trained byte-level model on ``text``, per layer
+    and head.
 
-    The model is loaded from the arena run ``run`` (:func:`posenc.arena.models.load_model`);
-    ``text`` becomes its byte ids (one token per UTF-8 byte). Every image is drawn on one
-    colour scale, from 0 to the largest probability shown. In a causal model the upper
-    triangle (future keys) is 0.
+    ``text`` becomes the model's byte ids (one token per UTF-8 byte, :func:`text_ids`).
+    Every image is drawn on one colour scale, from 0 to the largest probability shown. In
+    a causal model the upper triangle (future keys) is 0.
 
     Args:
-        run: the arena run directory that holds the trained model (required:
-            ``posenc arena run extrapolation --preset quick --out DIR`` makes one).
-        encoding: the encoding of the model to load, one the run trained (e.g. ``rope``).
+        model: the trained :class:`~posenc.models.TransformerLM` (required; one of an arena
+            run: ``posenc.arena.load_model(run, "rope")``).
         text: the text the model reads (non-empty; one token per UTF-8 byte, at most as
             many as the model's positions reach).
         layer: draw only this layer (0-based); all layers if omitted.
         head: draw only this head (0-based); all heads if omitted.
-        model: ``lm`` (the causal language model) or ``mlm`` (the bidirectional masked
-            one of ``nope-needs-causality``).
-        seed: the training seed of the model; the run's first seed if omitted.
+        label: what the model is, in the title (default: its encoding and whether it is
+            causal or bidirectional).
 
     Shapes:
         each panel's image: ``[seq, seq]``, rows = query token, columns = key token.
@@ -71,36 +69,50 @@ def attention(
         bar of the attention probability.
 
     Raises:
-        ValueError: naming the parameter: no ``run``, an encoding or seed the run has no
-            model for (listing those it has), an empty text or one longer than the model
-            reaches, a layer or head out of range.
-
-    Example:
-        ``posenc plot attention --run runs/arena-quick --encoding rope --layer 0
-        --out attention.png``
+        ValueError: naming the parameter: no ``model`` (or not a ``TransformerLM``), an
+            empty text or one longer than the model reaches, a layer or head out of range.
     """
-    if run is None:
+    if model is None:
         raise ValueError(
-            "run: pass run=... (an arena run directory): `posenc arena run extrapolation "
-            "--preset quick --out DIR` makes one"
+            "model: pass model=... (a trained TransformerLM, e.g. posenc.arena.load_model("
+            "run, 'rope') of an arena run: `posenc arena run extrapolation --preset quick "
+            "--out DIR` makes one)"
         )
-    if not isinstance(run, (str, os.PathLike)):
-        raise ValueError(f"run must be a path to an arena run directory, got {run!r}")
-    run = os.fspath(run)  # a pathlib.Path too, from a notebook
+    if not isinstance(model, TransformerLM):
+        raise ValueError(f"model must be a TransformerLM, got {type(model).__name__}")
     ids = text_ids(text)  # raises for an empty text
-    net = load_model(run, encoding, model=model, seed=seed)
-    layers = _pick("layer", layer, net.n_layers)
-    heads = _pick("head", head, net.n_heads)
+    encoding = model.encoding.info.name
+    layers = _pick("layer", layer, model.n_layers)
+    heads = _pick("head", head, model.n_heads)
     try:
-        maps = attention_maps(net, ids)[:, 0]  # [n_layers, n_heads, seq, seq]
+        maps = attention_maps(model, ids)[:, 0]  # [n_layers, n_heads, seq, seq]
     except PositionOutOfRangeError as e:
         raise ValueError(
             f"text: {ids.shape[1]} bytes, but the {encoding} model reaches {e.limit} "
             "positions: pass a shorter text"
         ) from e
     shown = maps[layers][:, heads]  # [rows, cols, seq, seq]
-    labels = token_labels(text)
-    return _draw(shown, layers, heads, labels, f"{encoding} {model}, {_title_run(run)}")
+    if label is None:
+        label = f"{encoding} {'causal' if model.causal else 'bidirectional'}"
+    return _draw(shown, layers, heads, token_labels(text), label)
+
+
+def text_ids(text: str) -> torch.Tensor:
+    """The token ids of ``text`` for a byte-level model: its UTF-8 bytes (ids 0..255).
+
+    Args:
+        text: a non-empty string.
+
+    Returns:
+        ``[1, n_bytes]`` int64.
+
+    Example:
+        >>> text_ids("hé")
+        tensor([[104, 195, 169]])
+    """
+    if not isinstance(text, str) or not text:
+        raise ValueError(f"text must be a non-empty string, got {text!r}")
+    return torch.tensor([list(text.encode("utf-8"))], dtype=torch.long)
 
 
 def token_labels(text: str) -> list[str]:
@@ -134,11 +146,6 @@ def _pick(name: str, value: int | None, count: int) -> list[int]:
     if value >= count:
         raise ValueError(f"{name} must be in [0, {count - 1}] (the model has {count}), got {value}")
     return [value]
-
-
-def _title_run(run: str) -> str:
-    name = run.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1]
-    return f"run {name or run}"
 
 
 def _draw(

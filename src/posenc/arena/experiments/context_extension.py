@@ -20,14 +20,31 @@ from typing import Any
 import torch
 
 from ...models import TransformerLM
-from ..batches import VOCAB_SIZE, lm_batch
-from ..progress import Task
-from ..runner import RunContext, unit_name
-from ..tasks import TaskBatch
-from ..train import TrainConfig
-from .language_model import language_model, lm_records, validation_loss, validation_windows
+from ..data.batches import VOCAB_SIZE, lm_batch
+from ..data.tasks import TaskBatch
+from ..measuring.language_model import (
+    language_model,
+    lm_records,
+    validation_loss,
+    validation_windows,
+)
+from ..reporting import plotting
+from ..reporting.rows import Rows, significant
+from ..running.context import RunContext, unit_name
+from ..running.progress import Task
+from ..running.training import TrainConfig
+from .base import Experiment, Layout
 
-__all__ = ["NAME", "SCALINGS", "finetune_config", "run", "scaling_spec"]
+__all__ = [
+    "EXPERIMENT",
+    "NAME",
+    "SCALINGS",
+    "figure",
+    "finetune_config",
+    "run",
+    "scaling_spec",
+    "summary",
+]
 
 NAME = "context-extension"
 
@@ -141,3 +158,75 @@ def _records(
     """Perplexity and bits per byte of ``model`` at ``base["eval_length"]``, on the bytes
     ``extrapolation`` scores (:func:`.language_model.validation_loss`, as it does)."""
     return lm_records(base, validation_loss(ctx, model, base["eval_length"], "chunks", bar))
+
+
+# --- the report ------------------------------------------------------------------------
+
+
+def figure(measured: Rows) -> Any:
+    """Perplexity at ``s·L`` against the factor ``s`` per RoPE scaling, panels zero-shot and
+    fine-tuned, log y."""
+    rows, metric = measured.metric()
+    stages = plotting.values(rows, "stage")
+    fig, axes = plotting.new_figure(len(stages), "Context extension: RoPE scalings at s·L")
+    colors = plotting.colors(rows, "scaling")
+    for ax, stage in zip(axes, stages, strict=False):
+        here = [r for r in rows if r.get("stage") == stage]
+        for scaling in plotting.values(here, "scaling"):
+            mine = [r for r in here if r.get("scaling") == scaling]
+            label = (
+                str(scaling)
+                if any(r["mean"] is not None for r in mine)
+                else f"{scaling} (cannot run)"
+            )
+            line = plotting.line(ax, mine, "factor", color=colors[scaling], label=label)
+            if line is None:
+                ax.plot([], [], color=colors[scaling], label=label)
+        plotting.log_y(ax)
+        factors = plotting.values(here, "factor")
+        ax.set_xticks(factors, [f"×{f}" for f in factors])
+        ax.set_title(f"{stage}" if stage is not None else "")
+        ax.set_xlabel("context factor s (evaluated at s·L tokens)")
+        ax.set_ylabel(plotting.unit(metric))
+        ax.legend(fontsize="small")
+    if not rows:
+        plotting.empty(axes[0])
+    return fig
+
+
+def summary(measured: Rows) -> list[str]:
+    """Per factor and stage, the best scaling and how it compares with no scaling."""
+    rows, metric = measured.metric()
+    out = []
+    for factor in sorted({r["factor"] for r in rows if "factor" in r}):
+        parts = []
+        for stage in ("zero-shot", "fine-tuned"):
+            here = [
+                r
+                for r in rows
+                if r.get("factor") == factor and r.get("stage") == stage and r["mean"] is not None
+            ]
+            if not here:
+                continue
+            best = min(here, key=lambda r: r["mean"])
+            none = next((r for r in here if r.get("scaling") == "none"), None)
+            text = f"best {stage} {best.get('scaling')} ({metric} {significant(best['mean'])}"
+            if none is not None and best is not none:
+                text += (
+                    f" vs {significant(none['mean'])} with none, ×{best['mean'] / none['mean']:.2g}"
+                )
+            parts.append(text + ")")
+        if parts:
+            out.append(f"Context extension ×{factor}: " + "; ".join(parts) + ".")
+    return out
+
+
+EXPERIMENT = Experiment(
+    name=NAME,
+    title="Context extension",
+    run=run,
+    layout=Layout(("stage",), "factor", ("eval_length",), ("perplexity", "bits_per_byte", "loss")),
+    figure=figure,
+    alt="Perplexity at s times L against the factor s per RoPE scaling",
+    summary=summary,
+)

@@ -21,18 +21,21 @@ import torch
 
 from ...models import TransformerLM
 from ...positions import PositionOutOfRangeError
-from ..evaluate import task_accuracies
-from ..runner import RunContext, unit_name
-from ..tasks import (
+from ..data.tasks import (
     SEQUENCE_TASKS,
     SEQUENCE_VOCAB,
     TaskBatch,
     sequence_batch,
     sequence_length,
 )
-from .language_model import cannot_run_note, encoding_spec
+from ..measuring.evaluate import task_accuracies
+from ..measuring.language_model import cannot_run_note, encoding_spec
+from ..reporting import plotting
+from ..reporting.rows import Rows
+from ..running.context import RunContext, unit_name
+from .base import Experiment, Layout
 
-__all__ = ["NAME", "eval_lengths", "run", "task_model"]
+__all__ = ["EXPERIMENT", "NAME", "eval_lengths", "figure", "run", "summary", "task_model"]
 
 NAME = "length-generalization"
 
@@ -101,3 +104,83 @@ def _measure(ctx: RunContext, task: str, encoding: str, seed: int) -> list[dict[
         bar.advance(1, tokens=batch.inputs.numel())
     bar.close()
     return records
+
+
+# --- the report ------------------------------------------------------------------------
+
+
+def figure(measured: Rows) -> Any:
+    """Exact-match accuracy (solid) and per-token accuracy (dotted) against test length per
+    encoding, one panel per task, the training lengths shaded."""
+    rows, _ = measured.metric()
+    per_token, _ = measured.metric("token_accuracy")
+    tasks = plotting.values(rows, "task")
+    fig, axes = plotting.new_figure(
+        len(tasks), "Length generalisation: synthetic tasks past the training lengths"
+    )
+    colors = plotting.colors(rows, "encoding")
+    for ax, task in zip(axes, tasks, strict=False):
+        here = [r for r in rows if r.get("task") == task]
+        train = max(r["train_length"] for r in here)
+        ax.axvspan(0, train, color="grey", alpha=0.15, linewidth=0, label=f"trained (≤ {train})")
+        for encoding in dict.fromkeys(r["encoding"] for r in here):
+            mine = [r for r in here if r["encoding"] == encoding]
+            plotting.line(ax, mine, "eval_length", color=colors[encoding], label=encoding)
+            tokens = [r for r in per_token if r.get("task") == task and r["encoding"] == encoding]
+            plotting.line(ax, tokens, "eval_length", color=colors[encoding], linestyle=":")
+        if per_token:
+            ax.plot([], [], color="grey", linestyle=":", label="per token (dotted)")
+        ax.set_xlim(0, max(r["eval_length"] for r in here) * 1.05)
+        ax.set_ylim(-0.03, 1.03)
+        ax.set_title(f"task: {task}" if task is not None else "")
+        ax.set_xlabel("test length (tokens)")
+        ax.set_ylabel("exact-match accuracy" + (" (dotted: per token)" if per_token else ""))
+        ax.legend(fontsize="small")
+    if not rows:
+        plotting.empty(axes[0])
+    return fig
+
+
+def summary(measured: Rows) -> list[str]:
+    """Per task, the best encoding at the longest training length and at the longest test
+    length (exact match), and the best per token there."""
+    rows, metric = measured.metric()
+    out = []
+    for task in sorted({r.get("task") for r in rows}, key=str):
+        here = [r for r in rows if r.get("task") == task]
+        longest = max(r["eval_length"] for r in here)
+        ran = [r for r in here if r["eval_length"] == longest and r["mean"] is not None]
+        if not ran:
+            continue
+        best = max(ran, key=lambda r: r["mean"])
+        train = max(r["train_length"] for r in here)
+        learned = [r for r in here if r["eval_length"] == train and r["mean"] is not None]
+        fit = max(learned, key=lambda r: r["mean"]) if learned else None
+        text = f"Length generalisation ({task}, trained up to {train}): "
+        if fit is not None:
+            text += f"at {train} the best is {fit['encoding']} ({metric} {fit['mean']:.2f}); "
+        if best["mean"] > 0:
+            text += f"at {longest} the best is {best['encoding']} ({best['mean']:.2f})"
+        else:
+            text += f"no encoding gets a whole string right at {longest}"
+        tokens = [
+            r
+            for r in measured.metric("token_accuracy")[0]
+            if r.get("task") == task and r["eval_length"] == longest and r["mean"] is not None
+        ]
+        if tokens:
+            top = max(tokens, key=lambda r: r["mean"])
+            text += f"; per token, {top['encoding']} keeps the most ({top['mean']:.2f})"
+        out.append(text + ".")
+    return out
+
+
+EXPERIMENT = Experiment(
+    name=NAME,
+    title="Length generalisation",
+    run=run,
+    layout=Layout(("task",), "eval_length", (), ("accuracy",), also=("token_accuracy",)),
+    figure=figure,
+    alt="Exact-match accuracy against test length per encoding and task",
+    summary=summary,
+)

@@ -14,19 +14,39 @@ al. 2019) trained with the same budget at L.
 from __future__ import annotations
 
 import functools
+import statistics
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from ...models import TransformerLM
-from ..batches import MASKED_VOCAB, masked_batch
-from ..progress import Task
-from ..runner import RunContext, unit_name
-from ..tasks import IGNORE, TaskBatch
-from .language_model import language_model, lm_records, validation_loss, validation_windows
+from ..data.batches import MASKED_VOCAB, masked_batch
+from ..data.tasks import IGNORE, TaskBatch
+from ..measuring.language_model import (
+    language_model,
+    lm_records,
+    validation_loss,
+    validation_windows,
+)
+from ..reporting import plotting
+from ..reporting.rows import Rows, significant
+from ..running.context import RunContext, unit_name
+from ..running.progress import Task
+from .base import Experiment, Layout
+from .extrapolation import EXTRAPOLATES
 
-__all__ = ["ENCODINGS", "NAME", "masked_eval_batches", "masked_loss", "masked_model", "run"]
+__all__ = [
+    "ENCODINGS",
+    "EXPERIMENT",
+    "NAME",
+    "figure",
+    "masked_eval_batches",
+    "masked_loss",
+    "masked_model",
+    "run",
+    "summary",
+]
 
 NAME = "nope-needs-causality"
 
@@ -56,7 +76,7 @@ def masked_model(ctx: RunContext, encoding: str, seed: int) -> TransformerLM:
         seed: the seed of its initialisation and batches.
 
     Returns:
-        the model, in eval mode, with :data:`~posenc.arena.batches.MASKED_VOCAB` tokens.
+        the model, in eval mode, with :data:`~posenc.arena.data.batches.MASKED_VOCAB` tokens.
     """
     preset = ctx.preset
     length = preset.train_length
@@ -81,7 +101,7 @@ def masked_eval_batches(ctx: RunContext, seed: int) -> list[TaskBatch]:
 
     Returns:
         batches of 16 rows, inputs and targets ``[16, L]`` as
-        :func:`~posenc.arena.batches.masked_batch` makes them.
+        :func:`~posenc.arena.data.batches.masked_batch` makes them.
     """
     preset = ctx.preset
     generator = torch.Generator().manual_seed(10_000 + seed * 1000 + 1)
@@ -141,3 +161,79 @@ def _measure(ctx: RunContext, encoding: str, seed: int) -> list[dict[str, Any]]:
     loss = masked_loss(bidirectional, batches, bar)
     bar.close()
     return records + lm_records({**base, "mode": "bidirectional"}, loss, _METRICS)
+
+
+# --- the report ------------------------------------------------------------------------
+
+
+def figure(measured: Rows) -> Any:
+    """Grouped bars: the metric per encoding, causal beside bidirectional (log y when the
+    bars span more than a factor 20)."""
+    rows, metric = measured.metric()
+    fig, axes = plotting.new_figure(1, "NoPE needs causality: causal vs bidirectional attention")
+    ax = axes[0]
+    encodings = list(dict.fromkeys(r["encoding"] for r in rows))
+    modes = plotting.values(rows, "mode")
+    width = 0.8 / max(len(modes), 1)
+    colors = {"causal": "#1f77b4", "bidirectional": "#d62728"}
+    for j, mode in enumerate(modes):
+        means = []
+        for encoding in encodings:
+            hit = [r for r in rows if r["encoding"] == encoding and r.get("mode") == mode]
+            means.append(hit[0]["mean"] if hit and hit[0]["mean"] is not None else 0.0)
+        xs = [i + (j - (len(modes) - 1) / 2) * width for i in range(len(encodings))]
+        bars = ax.bar(xs, means, width, label=str(mode), color=colors.get(str(mode)))
+        for bar, mean in zip(bars, means, strict=True):
+            if mean == 0.0:
+                ax.annotate("n/a", (bar.get_x() + width / 2, 0), ha="center", va="bottom")
+    means = [r["mean"] for r in rows if r["mean"]]
+    if means and max(means) / min(means) > 20:
+        plotting.log_y(ax)
+    ax.set_xticks(range(len(encodings)), encodings)
+    ax.set_xlabel("encoding")
+    ax.set_ylabel(plotting.unit(metric))
+    if rows:
+        ax.legend(title="attention", fontsize="small")
+    else:
+        plotting.empty(ax)
+    return fig
+
+
+def summary(measured: Rows) -> list[str]:
+    """Whether NoPE works causally and fails bidirectionally: its metric against the median
+    of the other encodings, judged by the extrapolation factor :data:`EXTRAPOLATES`."""
+    rows, metric = measured.metric()
+    nope = {r.get("mode"): r["mean"] for r in rows if r["encoding"] == "nope"}
+    others: dict[Any, list[float]] = {}
+    for r in rows:
+        if r["encoding"] != "nope" and r["mean"] is not None:
+            others.setdefault(r.get("mode"), []).append(r["mean"])
+    out = []
+    for mode, verb in (("causal", "works"), ("bidirectional", "fails")):
+        mine, theirs = nope.get(mode), others.get(mode)
+        if mine is None or not theirs:
+            continue
+        ref = statistics.median(theirs)
+        ratio = mine / ref
+        if verb == "works":
+            yes = ratio <= EXTRAPOLATES
+            what = "works causally" if yes else "does not work causally"
+        else:
+            yes = ratio > EXTRAPOLATES
+            what = "fails bidirectionally" if yes else "does not fail bidirectionally"
+        out.append(
+            f"NoPE {what}: {mode} {metric} {significant(mine)} vs {significant(ref)} for the "
+            f"other encodings (median of {len(theirs)}; ×{ratio:.3g})."
+        )
+    return out
+
+
+EXPERIMENT = Experiment(
+    name=NAME,
+    title="NoPE needs causality",
+    run=run,
+    layout=Layout((), "mode", (), ("perplexity", "loss", "bits_per_byte")),
+    figure=figure,
+    alt="Bars of perplexity per encoding, causal beside bidirectional",
+    summary=summary,
+)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from ..config import check_int
+from ...config import check_int
 from .tasks import IGNORE, TaskBatch
 
 __all__ = [

@@ -9,16 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..experiments import NAMES
 from .panels import format_cell, load_rich, render
-from .results import (
-    AGGREGATE_FIELDS,
-    EXPERIMENTS,
-    KEY_FIELDS,
-    NON_KEY_FIELDS,
-    Key,
-    aggregate,
-    measurement_key,
-)
+from .records import AGGREGATE_FIELDS, KEY_FIELDS, NON_KEY_FIELDS, Key, aggregate, measurement_key
 
 __all__ = ["compare", "describe"]
 
@@ -41,7 +34,7 @@ def compare(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
 
     def order(item: tuple[int, Key]) -> tuple[int, int]:
         i, key = item
-        return (EXPERIMENTS.index(dict(key)["experiment"]), i)
+        return (NAMES.index(dict(key)["experiment"]), i)
 
     both = sorted(((i, k) for i, k in enumerate(rows_a) if k in rows_b), key=order)
     rich = load_rich()

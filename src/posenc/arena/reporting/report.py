@@ -1,7 +1,8 @@
 """The arena's ``report.html``: one self-contained page (figures as embedded PNG, inline
 CSS for light and dark pages, no scripts, no external reference) with the run's header,
 "What this run says" (sentences computed from the numbers,
-:func:`~posenc.arena.summary.summary`), a section per experiment present (figure and table),
+:func:`~.summary.summary`), a section per experiment present (its record's title,
+figure and tables),
 the timings and the command that made it.
 """
 
@@ -18,27 +19,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..experiments import EXPERIMENTS
+from ..files.atomic import atomic_write_bytes, atomic_write_text
+from .figures import figure
 from .panels import Panel, panels
-from .results import EXPERIMENTS
+from .plotting import png_bytes
 from .summary import summary
 
 __all__ = ["build_report", "write_report"]
-
-_TITLES = {
-    "extrapolation": "Extrapolation",
-    "context-extension": "Context extension",
-    "length-generalization": "Length generalisation",
-    "nope-needs-causality": "NoPE needs causality",
-    "lost-in-the-middle": "Lost in the middle",
-}
-_ALT = {
-    "extrapolation": "Perplexity against evaluation length per encoding, log-log, per mode",
-    "context-extension": "Perplexity at s times L against the factor s per RoPE scaling",
-    "length-generalization": "Exact-match accuracy against test length per encoding and task",
-    "nope-needs-causality": "Bars of perplexity per encoding, causal beside bidirectional",
-    "lost-in-the-middle": "Retrieval accuracy against the gold pair's position per encoding",
-}
-
 
 _CSS = """
 :root { color-scheme: light dark; --fg: #1b1b1b; --bg: #ffffff; --muted: #5b5b5b;
@@ -84,10 +72,9 @@ def _html_table(panel: Panel) -> str:
 
 
 def _figure_img(experiment: str, measurements: Sequence[Mapping[str, Any]]) -> str:
-    from .figures import figure, png_bytes
-
     data = base64.b64encode(png_bytes(figure(experiment, measurements))).decode("ascii")
-    return f'<img src="data:image/png;base64,{data}" alt="{_e(_ALT[experiment])}">\n'
+    alt = EXPERIMENTS[experiment].alt
+    return f'<img src="data:image/png;base64,{data}" alt="{_e(alt)}">\n'
 
 
 def _preset_name(config: Mapping[str, Any]) -> str:
@@ -183,7 +170,7 @@ def build_report(results: Mapping[str, Any]) -> str:
     else:
         parts.append('<p class="muted">No measurements to summarise.</p>\n')
     for experiment in experiments:
-        parts.append(f'<h2 id="{experiment}">{_e(_TITLES[experiment])}</h2>\n')
+        parts.append(f'<h2 id="{experiment}">{_e(EXPERIMENTS[experiment].title)}</h2>\n')
         parts.append(_figure_img(experiment, results["measurements"]))
         parts.extend(_html_table(p) for p in panels(results, experiment))
     parts.append('<h2 id="timings">Timings</h2>\n')
@@ -196,8 +183,6 @@ def build_report(results: Mapping[str, Any]) -> str:
 
 def write_report(run_dir: str | Path, results: Mapping[str, Any]) -> Path:
     """Write ``report.html`` into ``run_dir`` atomically; returns its path."""
-    from .files import atomic_write_text
-
     path = Path(run_dir) / "report.html"
     atomic_write_text(path, build_report(results))
     return path
@@ -206,9 +191,6 @@ def write_report(run_dir: str | Path, results: Mapping[str, Any]) -> Path:
 def write_figures(out_dir: str | Path, results: Mapping[str, Any]) -> list[Path]:
     """Write each experiment's figure as ``<out_dir>/arena-<experiment>.png`` (atomically);
     returns the paths, in report order."""
-    from .figures import figure, png_bytes
-    from .files import atomic_write_bytes
-
     present = {r["experiment"] for r in results["measurements"]}
     paths = []
     for experiment in (e for e in EXPERIMENTS if e in present):

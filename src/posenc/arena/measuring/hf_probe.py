@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 
-from ..runner import RunContext, unit_name
-from ..tasks import KV_MODES, kv_probes
+from ..data.tasks import KV_MODES, kv_probes
+from ..running.context import RunContext, unit_name
 
 __all__ = ["HEX_DIGITS", "greedy_continuation", "kv_prompt", "load_causal_lm", "run_probe"]
 

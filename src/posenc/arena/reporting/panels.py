@@ -1,6 +1,8 @@
 """Arena panels: the pivot tables of a run's numbers (aggregated over seeds), shared by the
-terminal table, the report, the summary and the figures (the comparison of two runs is in
-:mod:`~posenc.arena.compare`).
+terminal table and the report, laid out as each experiment's record declares
+(:attr:`~posenc.arena.experiments.base.Experiment.layout`); and the rows each experiment's
+figure and summary read (:func:`experiment_rows`). The comparison of two runs is
+:mod:`.compare`.
 
 ``rich`` (the terminal table) is imported only when a table is rendered (:func:`load_rich`).
 """
@@ -9,67 +11,24 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .results import AGGREGATE_FIELDS, EXPERIMENTS, aggregate
+from ..experiments import EXPERIMENTS, NAMES, Layout, get
+from .records import AGGREGATE_FIELDS, Records
+from .rows import Rows, sort_key
 
 __all__ = [
     "Panel",
+    "experiment_rows",
     "format_cell",
     "load_rich",
     "metric_rows",
     "panels",
-    "primary_metric",
     "render",
-    "sort_key",
     "table",
 ]
-
-# Known values of the categorical keys, in the order tables and figures show them.
-_ORDER = (
-    "chunks",
-    "sliding",
-    "causal",
-    "bidirectional",
-    "query-last",
-    "query-first",
-    "zero-shot",
-    "fine-tuned",
-    "none",
-    "linear",
-    "ntk",
-    "dynamic",
-    "yarn",
-    "copy",
-    "reverse",
-    "kv",
-)
-
-
-@dataclass(frozen=True)
-class _Layout:
-    panels: tuple[str, ...]  # one table per value of these keys
-    column: str  # the key spread over columns
-    hide: tuple[str, ...]  # keys that follow from the column (not row labels)
-    metrics: tuple[str, ...]  # preferred metric first
-    also: tuple[str, ...] = ()  # further metrics with tables of their own
-
-
-_LAYOUTS = {
-    "extrapolation": _Layout(("mode",), "eval_length", (), ("perplexity", "bits_per_byte", "loss")),
-    "context-extension": _Layout(
-        ("stage",), "factor", ("eval_length",), ("perplexity", "bits_per_byte", "loss")
-    ),
-    "length-generalization": _Layout(
-        ("task",), "eval_length", (), ("accuracy",), also=("token_accuracy",)
-    ),
-    "nope-needs-causality": _Layout((), "mode", (), ("perplexity", "loss", "bits_per_byte")),
-    "lost-in-the-middle": _Layout(
-        ("mode", "n_pairs"), "gold_position", ("eval_length", "train_length"), ("accuracy",)
-    ),
-}
 
 
 @dataclass(frozen=True)
@@ -83,32 +42,23 @@ class Panel:
     rows: tuple[tuple[str, ...], ...]
 
 
-def sort_key(value: Any) -> tuple[int, Any]:
-    """Numbers in order, then known names in their canonical order, then other strings."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return (0, value)
-    if value in _ORDER:
-        return (1, _ORDER.index(value))
-    return (2, str(value))
+def experiment_rows(measurements: Records, experiment: str) -> Rows:
+    """The :class:`~.rows.Rows` of ``experiment`` (a name in ``EXPERIMENTS``) in a run's
+    ``measurements``: what its figure and its summary read.
 
-
-def primary_metric(rows: Sequence[Mapping[str, Any]], experiment: str) -> str | None:
-    """The metric an experiment's table and figure show: its preferred one, if measured."""
-    present = [r["metric"] for r in rows if r["experiment"] == experiment]
-    for metric in _LAYOUTS[experiment].metrics:
-        if metric in present:
-            return metric
-    return present[0] if present else None
+    Raises:
+        ValueError: for an unknown experiment.
+    """
+    record = get(experiment)
+    return Rows.of(measurements, record.name, record.layout.metrics)
 
 
 def metric_rows(
-    measurements: Iterable[Mapping[str, Any]], experiment: str, metric: str | None = None
+    measurements: Records, experiment: str, metric: str | None = None
 ) -> tuple[list[dict[str, Any]], str | None]:
     """The experiment's rows aggregated over seeds, of ``metric`` (default: its primary,
-    :func:`primary_metric`), and that metric."""
-    rows = [r for r in aggregate(measurements) if r["experiment"] == experiment]
-    metric = primary_metric(rows, experiment) if metric is None else metric
-    return [r for r in rows if r["metric"] == metric], metric
+    the first of its layout's metrics that was measured), and that metric."""
+    return experiment_rows(measurements, experiment).metric(metric)
 
 
 #: metrics in [0, 1]: two decimals (as every number below 10,000; larger ones 4 digits)
@@ -145,8 +95,9 @@ def _multiple(length: int, train_length: int) -> str:
     return f"L/{ratio:g}" if ratio == int(ratio) else f"{length / train_length:.2g}L"
 
 
-def _column_label(experiment: str, field: str, value: Any, train_lengths: set[Any]) -> str:
-    if field == "eval_length" and len(train_lengths) == 1 and experiment == "extrapolation":
+def _column_label(layout: Layout, value: Any, train_lengths: set[Any]) -> str:
+    field = layout.column
+    if field == "eval_length" and len(train_lengths) == 1 and layout.multiples:
         return f"{value} ({_multiple(value, next(iter(train_lengths)))})"
     if field == "factor":
         return f"×{value}"
@@ -154,22 +105,23 @@ def _column_label(experiment: str, field: str, value: Any, train_lengths: set[An
 
 
 def panels(results: Mapping[str, Any], experiment: str) -> list[Panel]:
-    """The tables of an experiment's numbers (the primary metric, aggregated over seeds),
-    as :class:`Panel` objects; ``[]`` when the experiment has no measurements."""
-    if experiment not in _LAYOUTS:
-        raise ValueError(f"unknown experiment {experiment!r}; expected one of {EXPERIMENTS}")
-    layout = _LAYOUTS[experiment]
-    every = [r for r in aggregate(results["measurements"]) if r["experiment"] == experiment]
+    """The tables of an experiment's numbers (the primary metric, then the layout's further
+    metrics, aggregated over seeds), as :class:`Panel` objects; ``[]`` when the experiment
+    has no measurements."""
+    if experiment not in EXPERIMENTS:
+        raise ValueError(f"unknown experiment {experiment!r}; expected one of {NAMES}")
+    layout = EXPERIMENTS[experiment].layout
+    found = experiment_rows(results["measurements"], experiment)
     out: list[Panel] = []
-    for metric in (primary_metric(every, experiment), *layout.also):
-        rows = [r for r in every if r["metric"] == metric]
+    for metric in (found.primary, *layout.also):
+        rows, _ = found.metric(metric)
         if rows:
             out += _metric_panels(experiment, layout, metric, rows)
     return out
 
 
 def _metric_panels(
-    experiment: str, layout: _Layout, metric: str | None, rows: list[dict[str, Any]]
+    experiment: str, layout: Layout, metric: str | None, rows: list[dict[str, Any]]
 ) -> list[Panel]:
     fixed = {"experiment", "metric", layout.column, *layout.panels, *layout.hide}
     fields = [k for r in rows for k in r if k not in fixed]
@@ -200,7 +152,7 @@ def _metric_panels(
         title = f"{experiment}: {metric}" + (f" ({where})" if where else "")
         header = (
             *fields,
-            *(_column_label(experiment, layout.column, c, train_lengths) for c in columns),
+            *(_column_label(layout, c, train_lengths) for c in columns),
         )
         out.append(Panel(title, len(fields), header, body))
     return out
@@ -255,7 +207,7 @@ def table(results: Mapping[str, Any], experiment: str | None = None) -> str:
     Extrapolation: rows encodings, columns eval lengths (L, 2L, ...), cells mean perplexity
     ± std over seeds, ``cannot run`` where it could not."""
     if experiment is not None and experiment not in EXPERIMENTS:
-        raise ValueError(f"unknown experiment {experiment!r}; expected one of {EXPERIMENTS}")
+        raise ValueError(f"unknown experiment {experiment!r}; expected one of {NAMES}")
     names = [experiment] if experiment is not None else list(EXPERIMENTS)
     tables = [_rich_table(p) for name in names for p in panels(results, name)]
     if not tables:

@@ -15,15 +15,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..experiments import EXPERIMENTS, get
+from ..files.atomic import atomic_write_json, read_json
+from ..reporting.panels import table
+from ..reporting.report import write_report
+from ..reporting.results import machine, make_results, versions, write_results
+from .context import RunContext, check_encodings, command_line
 from .distributed import World, world
-from .experiments import EXPERIMENTS, get
-from .files import atomic_write_json, read_json
-from .panels import table
 from .presets import Preset, get_preset
 from .progress import Progress
-from .report import write_report
-from .results import machine, make_results, versions, write_results
-from .runner import RunContext, check_encodings, command_line
 
 __all__ = ["default_run_dir", "experiment_names", "run_arena"]
 
@@ -103,7 +103,7 @@ def run_arena(
     """Run ``experiments`` (names, or ``["all"]``) and write results, report and table.
 
     Args:
-        experiments: experiment names from :data:`~posenc.arena.experiments.EXPERIMENTS`.
+        experiments: experiment names, keys of :data:`~posenc.arena.experiments.EXPERIMENTS`.
         preset: ``"quick"``, ``"full"``, ``"tiny"`` or a :class:`Preset`.
         corpus: a text file or folder (None: the Python standard library).
         out: the run directory (default: ``runs/arena-<preset>-<time>``).
@@ -151,7 +151,7 @@ def run_arena(
         start = time.perf_counter()
         for name in names:
             progress.print(f"== {name}")
-            get(name)(ctx)
+            get(name).run(ctx)
         seconds = time.perf_counter() - start
     results = make_results(config, command_line(), names, ctx.measurements, ctx.timings)
     results["started"] = started

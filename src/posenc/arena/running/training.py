@@ -24,11 +24,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import check_int
+from ...config import check_int
+from ..data.tasks import IGNORE, TaskBatch
 from .distributed import World, world
-from .files import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from .progress import Progress
-from .tasks import IGNORE, TaskBatch
 
 __all__ = ["TrainConfig", "TrainResult", "learning_rate", "step_generator", "train_model"]
 
@@ -161,7 +160,7 @@ def train_model(
             None keeps none.
         label: the progress bar's description.
         progress: the run's progress bars (None: none).
-        place: the processes (default: :func:`~posenc.arena.distributed.world`).
+        place: the processes (default: :func:`~posenc.arena.running.distributed.world`).
 
     Returns:
         the losses of every step (those before a resume come from the checkpoint), the time
@@ -170,14 +169,7 @@ def train_model(
     place = world() if place is None else place
     rows = place.rows(config.batch_size)
     optimizer = _optimizer(model, config)
-    result = TrainResult()
-    if checkpoint_dir is not None:
-        state = load_checkpoint(checkpoint_dir, model)
-        if state is not None:
-            optimizer.load_state_dict(state["optimizer"])
-            set_rng_state(state["rng"])
-            result.losses = list(state["losses"])
-            result.resumed_from = int(state["step"])
+    result = _resume(checkpoint_dir, model, optimizer)
     net: nn.Module = model
     if place.size > 1:
         net = nn.parallel.DistributedDataParallel(model)
@@ -201,21 +193,58 @@ def train_model(
         result.tokens += batch.inputs.numel()
         bar.advance(1, tokens=batch.inputs.numel(), info=f"loss {result.losses[-1]:.3f}")
         done = step + 1
-        if (
-            checkpoint_dir is not None
-            and config.checkpoint_every
-            and (done % config.checkpoint_every == 0 or done == config.steps)
-        ):
+        if checkpoint_dir is not None and _checkpoint_due(done, config):
             if place.is_main:
-                state = {
-                    "step": done,
-                    "optimizer": optimizer.state_dict(),
-                    "rng": rng_state(),
-                    "losses": result.losses,
-                }
-                save_checkpoint(checkpoint_dir, model, state)
+                _save(checkpoint_dir, model, optimizer, done, result.losses)
             place.barrier()
     result.seconds = time.perf_counter() - start
     bar.close()
     model.eval()
     return result
+
+
+def _checkpoint_due(done: int, config: TrainConfig) -> bool:
+    """Whether a checkpoint is written after ``done`` steps: every ``checkpoint_every``
+    steps and after the last one (never with ``checkpoint_every`` 0)."""
+    every = config.checkpoint_every
+    return bool(every) and (done % every == 0 or done == config.steps)
+
+
+def _resume(
+    checkpoint_dir: Path | None, model: nn.Module, optimizer: torch.optim.Optimizer
+) -> TrainResult:
+    """A fresh :class:`TrainResult`, or, with a checkpoint in ``checkpoint_dir``, the one it
+    saved: ``model``, ``optimizer`` and the RNG states restored, the losses so far and the
+    step to go on from. (safetensors is imported only here and in :func:`_save`: a run
+    that writes only JSON never loads it.)"""
+    result = TrainResult()
+    if checkpoint_dir is None:
+        return result
+    from ..files.checkpoints import load_checkpoint, set_rng_state
+
+    state = load_checkpoint(checkpoint_dir, model)
+    if state is not None:
+        optimizer.load_state_dict(state["optimizer"])
+        set_rng_state(state["rng"])
+        result.losses = list(state["losses"])
+        result.resumed_from = int(state["step"])
+    return result
+
+
+def _save(
+    checkpoint_dir: Path,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    done: int,
+    losses: list[float],
+) -> None:
+    """Write the checkpoint after ``done`` steps: weights, optimizer, RNG states, losses."""
+    from ..files.checkpoints import rng_state, save_checkpoint
+
+    state = {
+        "step": done,
+        "optimizer": optimizer.state_dict(),
+        "rng": rng_state(),
+        "losses": losses,
+    }
+    save_checkpoint(checkpoint_dir, model, state)

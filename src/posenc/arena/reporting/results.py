@@ -1,11 +1,5 @@
-"""Arena results: the records of a run as ``results.json`` and ``results.csv`` and their
-aggregation over seeds (the tables made of them are :mod:`posenc.arena.panels`).
-
-A measurement is a plain dict (see the arena design): ``experiment``, ``encoding``, ``seed``,
-``train_length``, ``eval_length``, ``metric``, ``value`` (``None`` where the case cannot run,
-with a ``note`` saying why) and extra identity keys such as ``mode``, ``scaling``, ``factor``,
-``stage``, ``task``, ``gold_position``, ``n_pairs``. Every key but ``seed``, ``value`` and
-``note`` is part of what a measurement measures; :func:`aggregate` groups by those keys.
+"""A run's results file: its records as ``results.json`` and ``results.csv``, checked on the
+way in and out (the records themselves and their aggregation are :mod:`.records`).
 """
 
 from __future__ import annotations
@@ -15,70 +9,27 @@ import io
 import json
 import os
 import platform
-import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .experiments import EXPERIMENTS as _EXPERIMENT_MODULES
+from ..experiments import NAMES as EXPERIMENTS
+from ..files.atomic import atomic_write_json, atomic_write_text
+from .records import BASE_FIELDS
 
 __all__ = [
-    "AGGREGATE_FIELDS",
-    "BASE_FIELDS",
-    "EXPERIMENTS",
     "FORMAT",
-    "KEY_FIELDS",
-    "NON_KEY_FIELDS",
-    "aggregate",
     "check_measurement",
     "load_results",
     "machine",
     "make_results",
-    "measurement_key",
     "to_csv",
     "versions",
     "write_results",
 ]
 
 FORMAT = 1
-EXPERIMENTS = tuple(_EXPERIMENT_MODULES)  # report order
-# The keys every record has (``note`` only where ``value`` is None), in CSV column order.
-BASE_FIELDS = (
-    "experiment",
-    "encoding",
-    "seed",
-    "train_length",
-    "eval_length",
-    "metric",
-    "value",
-    "note",
-)
-# What varies between seeds of one measurement; every other key is its identity.
-NON_KEY_FIELDS = ("seed", "value", "note")
-# The identity keys the experiments use, in display order. A record's identity is all its
-# keys but NON_KEY_FIELDS, so an extra key not listed here still tells measurements apart.
-KEY_FIELDS = (
-    "experiment",
-    "encoding",
-    "train_length",
-    "eval_length",
-    "metric",
-    "mode",
-    "scaling",
-    "factor",
-    "stage",
-    "task",
-    "gold_position",
-    "n_pairs",
-)
-# What aggregate() adds to a measurement's identity keys.
-AGGREGATE_FIELDS = ("mean", "std", "n", "seeds", "values")
 _REQUIRED = ("experiment", "encoding", "seed", "train_length", "eval_length", "metric", "value")
-
-Key = tuple[tuple[str, Any], ...]
-
-
-# --- records -------------------------------------------------------------------------------
 
 
 def check_measurement(record: Any, where: str = "measurement") -> None:
@@ -100,14 +51,6 @@ def check_measurement(record: Any, where: str = "measurement") -> None:
         raise ValueError(f"{where}: value must be a number or None, got {value!r}")
 
 
-def measurement_key(record: Mapping[str, Any]) -> Key:
-    """The identity of ``record`` (or of a row of :func:`aggregate`) apart from its seed: its
-    keys but ``seed``/``value``/``note`` (and the aggregate's own), sorted, with their values."""
-    return tuple(
-        sorted((k, v) for k, v in record.items() if k not in NON_KEY_FIELDS + AGGREGATE_FIELDS)
-    )
-
-
 def versions() -> dict[str, str]:
     """The versions that decide a run's numbers: posenc, torch, Python, NumPy."""
     from importlib.metadata import version
@@ -127,7 +70,7 @@ def machine() -> dict[str, Any]:
     """The machine: platform, CPU model, cores and torch's threads."""
     import torch
 
-    from ..bench.machine import cpu_info
+    from ...system import cpu_info
 
     return {
         "platform": platform.platform(),
@@ -181,8 +124,6 @@ def to_csv(measurements: Iterable[Mapping[str, Any]]) -> str:
 
 def write_results(run_dir: str | Path, results: Mapping[str, Any]) -> None:
     """Write ``results.json`` and ``results.csv`` into ``run_dir``, each atomically."""
-    from .files import atomic_write_json, atomic_write_text
-
     run_dir = Path(run_dir)
     atomic_write_json(run_dir / "results.json", dict(results))
     atomic_write_text(run_dir / "results.csv", to_csv(results["measurements"]))
@@ -211,33 +152,3 @@ def load_results(run_dir_or_file: str | Path) -> dict[str, Any]:
     for i, record in enumerate(results["measurements"]):
         check_measurement(record, f"{path}: measurement {i}")
     return results
-
-
-# --- aggregation ---------------------------------------------------------------------------
-
-
-def aggregate(measurements: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One row per measurement (records grouped by :func:`measurement_key`), in the order
-    each was first produced: its identity keys plus ``mean`` and ``std`` (sample standard
-    deviation, 0 for one value) over the seeds that ran, ``n`` (how many ran), ``seeds`` and
-    ``values`` (aligned, ``None`` where a seed could not run). A group where nothing ran has
-    ``mean``/``std`` ``None`` and the first ``note``."""
-    groups: dict[Key, list[Mapping[str, Any]]] = {}
-    for record in measurements:
-        groups.setdefault(measurement_key(record), []).append(record)
-    rows = []
-    for members in groups.values():
-        first = members[0]
-        row: dict[str, Any] = {k: v for k, v in first.items() if k not in NON_KEY_FIELDS}
-        values = [m["value"] for m in members]
-        ran = [float(v) for v in values if v is not None]
-        row["mean"] = statistics.fmean(ran) if ran else None
-        row["std"] = (statistics.stdev(ran) if len(ran) > 1 else 0.0) if ran else None
-        row["n"] = len(ran)
-        row["seeds"] = [m["seed"] for m in members]
-        row["values"] = values
-        notes = [m["note"] for m in members if m.get("note")]
-        if notes:
-            row["note"] = notes[0]
-        rows.append(row)
-    return rows

@@ -15,11 +15,11 @@ import torch
 from ...models import TransformerLM
 from ...positions import PositionOutOfRangeError
 from ...registry import get
-from ..batches import VOCAB_SIZE, lm_batch
-from ..evaluate import bits_per_byte, lm_loss, perplexity, windows
-from ..progress import Task
-from ..runner import RunContext, unit_name
-from ..tasks import TaskBatch
+from ..data.batches import VOCAB_SIZE, lm_batch
+from ..data.tasks import TaskBatch
+from ..running.context import RunContext, unit_name
+from ..running.progress import Task
+from .evaluate import bits_per_byte, lm_loss, perplexity, windows
 
 __all__ = [
     "cannot_run_note",
@@ -93,7 +93,7 @@ def validation_loss(
 ) -> float:
     """Mean next-token cross-entropy (nats per byte) of ``model`` on the validation bytes
     every language-model experiment scores, read in windows of ``length`` in ``mode``
-    (``"chunks"`` or ``"sliding"``; see :func:`~posenc.arena.evaluate.windows`).
+    (``"chunks"`` or ``"sliding"``; see :func:`~posenc.arena.measuring.evaluate.windows`).
 
     Args:
         ctx: the run (its validation bytes and preset).

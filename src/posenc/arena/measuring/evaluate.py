@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .progress import Task
-from .tasks import IGNORE, TaskBatch
+from ..data.tasks import IGNORE, TaskBatch
+from ..running.progress import Task
 
 __all__ = [
     "MODES",

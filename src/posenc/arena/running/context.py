@@ -20,15 +20,15 @@ from typing import Any
 
 import torch
 
-from .. import registry
-from ..models import TransformerLM
-from .corpus import Corpus, load_corpus
+from ... import registry
+from ...models import TransformerLM
+from ..data.corpus import Corpus, load_corpus
+from ..data.tasks import TaskBatch
+from ..files.atomic import atomic_write_json, read_json
 from .distributed import World, world
-from .files import atomic_write_json, load_weights, read_json, save_weights
 from .presets import ModelSize, Preset
 from .progress import Progress
-from .tasks import TaskBatch
-from .train import TrainConfig, train_model
+from .training import TrainConfig, train_model
 
 __all__ = ["NOT_FOR_TEXT", "RunContext", "arena_encodings", "check_encodings", "unit_name"]
 
@@ -85,7 +85,7 @@ class RunContext:
         corpus: ``--corpus`` (None: the Python standard library).
         progress: the progress bars and printed lines.
         hf_model: ``--hf-model``, a local Hugging Face causal LM directory, or None.
-        place: the processes (default: :func:`~posenc.arena.distributed.world`).
+        place: the processes (default: :func:`~posenc.arena.running.distributed.world`).
     """
 
     def __init__(
@@ -181,6 +181,8 @@ class RunContext:
         """``model`` trained by unit ``name`` (``train--...``): its weights are loaded when the
         unit ended in an earlier try, else it trains (from its last checkpoint, if any) and
         its weights and timing are saved. The timing joins :attr:`timings`."""
+        from ..files.checkpoints import load_weights, save_weights  # safetensors: only here
+
         path = self._unit_path(name)
         weights = self.run_dir / "models" / f"{name}.safetensors"
         if self.place.main_says(path.exists()):

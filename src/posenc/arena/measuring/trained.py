@@ -2,27 +2,29 @@
 
 A run writes each trained model's weights to ``models/<unit>.safetensors`` and, last, its
 unit ``units/<unit>.json`` (the marker that the training ended), where ``<unit>`` is
-``train--<model>--<encoding>--seed<k>`` (:func:`~posenc.arena.runner.unit_name`). The two
+``train--<model>--<encoding>--seed<k>`` (:func:`~posenc.arena.running.context.unit_name`). The two
 models of text are ``lm``, the causal language model of ``extrapolation`` (and
 ``context-extension`` and ``nope-needs-causality``), and ``mlm``, the bidirectional
 masked model of ``nope-needs-causality``. :func:`load_model` rebuilds one from the run's
-``run.json`` as the run built it and loads its weights; :func:`text_ids` turns text into
-the arena's byte ids.
+``run.json`` as the run built it and loads its weights (``posenc plot attention --run``
+draws one: :func:`posenc.plot.attention.attention` of the loaded model).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import torch
 
-from ..models import TransformerLM
-from .batches import MASKED_VOCAB, VOCAB_SIZE
-from .experiments.language_model import encoding_spec
-from .files import load_weights, read_json
-from .runner import unit_name
+from ...models import TransformerLM
+from ..data.batches import MASKED_VOCAB, VOCAB_SIZE
+from ..files.atomic import read_json
+from ..files.checkpoints import load_weights
+from ..running.context import unit_name
+from .language_model import encoding_spec
 
-__all__ = ["TEXT_MODELS", "load_model", "text_ids", "trained_encodings"]
+__all__ = ["TEXT_MODELS", "load_model", "trained_encodings"]
 
 #: the text models of a run: name -> (vocabulary size, causal)
 TEXT_MODELS: dict[str, tuple[int, bool]] = {
@@ -89,6 +91,8 @@ def load_model(
             no finished model for ``encoding`` and ``seed`` (listing the encodings and seeds
             it has).
     """
+    if not isinstance(run_dir, (str, os.PathLike)):
+        raise ValueError(f"run must be a path to an arena run directory, got {run_dir!r}")
     run_dir = Path(run_dir)
     vocab, causal = _check_model(model)
     preset = _run_config(run_dir)["preset"]
@@ -112,21 +116,3 @@ def load_model(
         )
     load_weights(run_dir / "models" / f"{name}.safetensors", net)
     return net.eval()
-
-
-def text_ids(text: str) -> torch.Tensor:
-    """The arena's token ids of ``text``: its UTF-8 bytes (ids 0..255).
-
-    Args:
-        text: a non-empty string.
-
-    Returns:
-        ``[1, n_bytes]`` int64.
-
-    Example:
-        >>> text_ids("hé")
-        tensor([[104, 195, 169]])
-    """
-    if not isinstance(text, str) or not text:
-        raise ValueError(f"text must be a non-empty string, got {text!r}")
-    return torch.tensor([list(text.encode("utf-8"))], dtype=torch.long)

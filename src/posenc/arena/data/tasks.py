@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ..config import check_int
+from ...config import check_int
 
 __all__ = [
     "BOS",

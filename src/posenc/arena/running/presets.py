@@ -14,8 +14,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import check_int
-from .train import TrainConfig
+from ...config import check_int
+from .training import TrainConfig
 
 __all__ = ["PRESETS", "ModelSize", "Preset", "get_preset"]
 
@@ -37,7 +37,7 @@ class Preset:
         name: the preset's name.
         seeds: one model per encoding and seed.
         encodings: the encodings trained (None: every registered encoding of 1-D token
-            positions, see :func:`posenc.arena.runner.arena_encodings`).
+            positions, see :func:`posenc.arena.running.context.arena_encodings`).
         corpus_bytes: the most bytes read from the corpus (None: all).
         model: the language model of ``extrapolation``, ``context-extension`` and
             ``nope-needs-causality``.

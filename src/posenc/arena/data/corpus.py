@@ -4,7 +4,7 @@ The default corpus is the ``.py`` files of the running Python's standard library
 time (nothing is downloaded or shipped). ``--corpus PATH`` takes a text file or a folder of
 text files instead. Files are split into train and validation BY FILE, by a hash of their
 relative path, so the split does not depend on the file system's order; a single file is split
-at a byte offset. The batches drawn from it are :mod:`posenc.arena.batches`.
+at a byte offset. The batches drawn from it are :mod:`posenc.arena.data.batches`.
 """
 
 from __future__ import annotations
