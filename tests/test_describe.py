@@ -19,8 +19,8 @@ from posenc.describe import (
     attribute_docs,
     config_keys,
     example,
-    plain,
 )
+from posenc.docstrings import plain
 
 by_name = pytest.mark.parametrize("name", posenc.available())
 

@@ -19,34 +19,17 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import inspect
-import re
 from typing import Any
 
 from . import registry
+from .docstrings import plain, section
 
-__all__ = ["ConfigKey", "attribute_docs", "config_keys", "example", "plain"]
+__all__ = ["ConfigKey", "attribute_docs", "config_keys", "example"]
 
 #: the default shown for the key a model fills in with its own size (``dim``, ``head_dim``,
 #: ``n_heads``: the class's ``size_key``)
 SIZE_KEY_DEFAULT = "required (a model fills it in)"
 REQUIRED = "required"
-
-_ENTRY = re.compile(r"(?P<name>\w+)\s*(\([^)]*\))?:(\s+(?P<text>.*))?$")
-#: a Sphinx cross-reference, :role:`~a.b.name` or :role:`name`
-_ROLE = re.compile(r":[a-z]+:`~?(?:[\w.]*\.)?(?P<target>[^`.]+)`")
-
-
-def plain(text: str) -> str:
-    """reST inline markup as plain text: double-backquoted literals and Sphinx roles
-    (``:class:`~a.b.Name```) become Markdown code spans in single backquotes, readable in a
-    terminal and rendered by the docs.
-
-    Example:
-        >>> plain("a ``rope_parameters`` dict (:class:`~posenc.rotary.scaling.ScalingConfig`)")
-        'a `rope_parameters` dict (`ScalingConfig`)'
-    """
-    return _ROLE.sub(lambda m: f"`{m['target']}`", text).replace("``", "`")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +42,8 @@ class ConfigKey:
         default: its default as text: the ``repr`` of the value, ``"required"``, or
             ``"required (a model fills it in)"`` for the encoding's size key.
         meaning: what it sets, from the Config's docstring (continuation lines joined,
-            reST markup as plain text with Markdown code spans: :func:`plain`).
+            reST markup as plain text with Markdown code spans:
+            :func:`~posenc.docstrings.plain`).
     """
 
     name: str
@@ -69,54 +53,20 @@ class ConfigKey:
 
 
 def attribute_docs(doc: str | None) -> dict[str, str]:
-    """The entries of the ``Attributes:`` section of a Google-style docstring.
-
-    An entry is ``name: text`` (or ``name (type): text``) at the section's indentation; the
-    lines indented deeper that follow it continue it and are joined with single spaces. The
-    section ends at the first non-blank line indented no deeper than its ``Attributes:``
-    header. No section: an empty dict.
+    """The entries of the ``Attributes:`` section of a Google-style docstring, their text
+    as :func:`~posenc.docstrings.plain` text (:func:`posenc.docstrings.section` parses).
 
     Example:
         >>> attribute_docs('''Config.
         ...
         ...     Attributes:
         ...         base: the wavelength base,
-        ...             10000 in the paper.
+        ...             ``10000`` in the paper.
         ...         layout: the pair layout.
         ...     ''')
-        {'base': 'the wavelength base, 10000 in the paper.', 'layout': 'the pair layout.'}
+        {'base': 'the wavelength base, `10000` in the paper.', 'layout': 'the pair layout.'}
     """
-    if not doc:
-        return {}
-    lines = inspect.cleandoc(doc).splitlines()
-    starts = [i for i, line in enumerate(lines) if line.strip() == "Attributes:"]
-    if not starts:
-        return {}
-    header = lines[starts[0]]
-    header_indent = len(header) - len(header.lstrip())
-    entries: dict[str, list[str]] = {}
-    entry_indent: int | None = None
-    current: list[str] | None = None
-    for line in lines[starts[0] + 1 :]:
-        if not line.strip():
-            continue
-        indent = len(line) - len(line.lstrip())
-        if indent <= header_indent:
-            break
-        if entry_indent is None:
-            entry_indent = indent
-        if indent == entry_indent:
-            match = _ENTRY.match(line.strip())
-            if match is None:
-                raise ValueError(f"an Attributes entry must read 'name: meaning', got {line!r}")
-            current = entries.setdefault(match["name"], [])
-            if match["text"]:
-                current.append(match["text"].strip())
-        elif indent > entry_indent and current is not None:
-            current.append(line.strip())
-        else:  # shallower than the entries but inside the section
-            raise ValueError(f"an Attributes line is indented inconsistently: {line!r}")
-    return {name: plain(" ".join(parts)) for name, parts in entries.items()}
+    return {name: plain(text) for name, text in section(doc, "Attributes").items()}
 
 
 def _meanings(config: type) -> dict[str, str]:

@@ -28,11 +28,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..docstrings import ROLE, section
+
 __all__ = ["METAVARS", "FigureOption", "arg_docs", "convert_item", "figure_options", "help_text"]
 
 SCALARS = (bool, int, float, str)
-#: a Sphinx role in a docstring (``:func:`name```), shown as its name in the help
-_ROLE = re.compile(r":\w+:`~?([^`]+)`")
 #: inline code in a docstring (````name````)
 _CODE = re.compile(r"``([^`]+)``")
 #: how the help names the values of an option of each type
@@ -63,7 +63,7 @@ class FigureOption:
 
 def arg_docs(doc: str | None) -> dict[str, str]:
     """The ``Args:`` section of a Google-style docstring: parameter name -> its text, on
-    one line.
+    one line (:func:`posenc.docstrings.section`).
 
     Example:
         >>> arg_docs('''Draw.
@@ -77,28 +77,7 @@ def arg_docs(doc: str | None) -> dict[str, str]:
         ...     a figure.''')
         {'dim': 'the embedding size.', 'base': 'the base.'}
     """
-    lines = inspect.cleandoc(doc or "").splitlines()
-    docs: dict[str, str] = {}
-    inside, current, indent = False, "", 0
-    for line in lines:
-        if line.strip() == "Args:":
-            inside, indent = True, 0
-            continue
-        if not inside:
-            continue
-        if line.strip() and not line.startswith(" "):
-            break  # the next section
-        stripped, depth = line.strip(), len(line) - len(line.lstrip())
-        if not stripped:
-            continue
-        indent = indent or depth
-        head, sep, text = stripped.partition(":")
-        if depth == indent and sep and head.isidentifier():
-            current = head
-            docs[current] = text.strip()
-        elif current:
-            docs[current] = f"{docs[current]} {stripped}".strip()
-    return docs
+    return section(doc, "Args")
 
 
 def help_text(doc: str, flags: Mapping[str, str]) -> str:
@@ -110,7 +89,7 @@ def help_text(doc: str, flags: Mapping[str, str]) -> str:
         >>> help_text("Pair ``pair`` of :func:`rope`, ``x + 1``.", {"pair": "--pair"})
         'Pair --pair of rope, x + 1.'
     """
-    text = _ROLE.sub(r"\1", doc)
+    text = ROLE.sub(r"\g<target>", doc)
     text = _CODE.sub(lambda m: flags.get(m[1], m[1]), text)
     return " ".join(text.split())
 
