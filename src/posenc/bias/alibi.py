@@ -88,9 +88,9 @@ class ALiBi(BiasEncoding):
 
     The bias is linear in the distance, so :meth:`linear_slopes` lets attention run it on
     the CPU inside SDPA's fused kernel (:mod:`posenc.attn.linear_bias`: no ``[heads, L,
-    L]`` tensor; 1.2-1.3x the time of plain causal SDPA at 2k-8k tokens, against 8-13x for
-    SDPA with the materialised bias), within ~4e-6 of exact in float32 at any length,
-    float16/bfloat16 computed in float32 and rounded once. Other devices, symmetric
+    L]`` tensor, close to the time of plain causal SDPA; ``docs/design-notes.md``, "Fused
+    ALiBi on CPU SDPA"), within ~4e-6 of exact in float32 at any length, float16/bfloat16
+    computed in float32 and rounded once. Other devices, symmetric
     non-causal attention and ``torch.compile`` take the generic paths (flex or SDPA).
 
     Shapes:

@@ -134,8 +134,8 @@ class Fire(BiasEncoding):
         scale: float | None = None,
     ) -> torch.Tensor:
         """The materialised bias, as :meth:`bias_at` computes it per score, with the MLP
-        as two matrix products over its hidden units (3x faster than the unrolled sum flex
-        needs; the same function, rounded in another order).
+        as two matrix products over its hidden units (faster than the unrolled sum flex needs;
+        the same function, rounded in another order).
 
         Shapes:
             ``[heads, q_len, k_len]``, or ``[batch, heads, q_len, k_len]`` for

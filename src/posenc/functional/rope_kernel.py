@@ -1,65 +1,33 @@
 """Which kernel rotates: :func:`apply_rope_fast`, the dispatcher every rotary encoding calls.
 
-:func:`~posenc.functional.rope.apply_rope` (eager, pure) is the reference: read as written,
-it makes four to six passes over ``x`` (slices, products, difference, ``cat``), about 3x the
-memory floor (a copy of ``x``). The same function compiled by ``torch.compile`` (inductor,
-``dynamic=True``: one graph per layout, cos/sin rank, dtype and autograd mode, whatever the
-sizes) is one fused loop that reads ``x`` once and writes the result once, about 1.1x the
-floor, with the same float32 operations in the same order (Su et al. 2021,
-arXiv:2104.09864, for the rotation itself). The formula is not copied: the reference
-function itself is compiled.
+It returns what :func:`~posenc.functional.rope.apply_rope` returns, for the same shapes,
+computed by that same function compiled with ``torch.compile`` (inductor,
+``dynamic=True``) when that pays and by the eager reference otherwise. Read as written,
+the reference makes four to six passes over ``x``; compiled, it is one fused loop with the
+same float32 operations in the same order, so the results are equal. The formula is never
+copied: the reference itself is compiled, and a change to the formula goes there.
 
-The compiled kernel is used when it pays, and only then:
+The compiled kernel runs only when all of these hold:
 
-- ``x`` holds at least :data:`COMPILE_MIN_NUMEL` elements (below, the call's own cost,
+- ``x`` holds at least :data:`COMPILE_MIN_NUMEL` elements (below, the call's fixed cost,
   dynamo's guards and the launch, outweighs the passes it saves);
 - the device is a CPU on which inductor finds a vector instruction set
-  (:func:`~posenc.functional.cpu.cpu_vector_isa`), or CUDA;
-- not while ``torch.compile`` traces the caller: the outer graph inlines the reference and
-  fuses it with its neighbours, which is better than a call to a separate graph; nor under
-  ``torch.func`` transforms (``vmap``, ``grad``, ``jvp``) or ``torch.jit.trace``, which
-  the reference supports;
-- the switch is on: environment variable ``POSENC_COMPILE=0`` at import, or
-  ``rope_kernel.ENABLED = False`` at any time, turns it off;
-- it has not failed before: if compiling fails (no C compiler, a read-only cache directory,
-  an inductor bug), the call is answered by the reference, a ``RuntimeWarning`` says why,
-  and the process does not try again.
+  (:func:`~posenc.functional.cpu.cpu_vector_isa`), or CUDA: :func:`_kernel` decides, and a
+  hand-written kernel for a device would be returned there;
+- the caller is not being traced by ``torch.compile`` (its graph inlines the reference and
+  fuses it with its neighbours, better than a call to a separate graph), by
+  ``torch.jit.trace``, or transformed by ``torch.func`` (``vmap``, ``grad``, ``jvp``);
+- :data:`ENABLED` is true (``POSENC_COMPILE=0`` at import, or ``ENABLED = False`` at any
+  time, turns it off);
+- compiling has not failed in this process: a failure (no C compiler, a read-only cache,
+  an inductor bug) is answered by the reference with one ``RuntimeWarning``, and the
+  process does not try again (:func:`compiled_rope_failed` says why).
 
-What the kernel costs (measured on a 2-core AMD EPYC, AVX2 kernels, torch 2.13, one thread,
-``x`` ``[2, 16, seq, 128]``, against a copy of ``x`` in the same run):
+The gradient with respect to ``x`` is the rotation by ``-θ``, run by the same kernel
+(:class:`_Rotate`): one pass, differentiable again. When cos/sin need a gradient too
+(learned frequencies), AOTAutograd's backward runs, which has no double backward.
 
-- a fixed ~140 µs a call: dynamo's guards and the AOTAutograd and inductor wrappers (the
-  kernel itself runs 8 µs at seq 8); hence :data:`COMPILE_MIN_NUMEL`;
-- layout ``half``, float32: 1.06x at seq 2048, 1.45x at seq 512, where ``x`` (8 MiB) stays
-  in the last-level cache: the copy runs at cache speed and the kernel's arithmetic and
-  fixed cost show. bfloat16: 1.4-1.7x at 2048, 2-2.5x at 512 (the conversions to and from
-  float32 cost more than the bytes they save);
-- float32 ratios near 1.1x at seq 2048 measured without care mostly measure the allocator:
-  an output of 32 MiB reaches glibc's largest ``mmap`` threshold, so every call (the
-  copy's too) maps fresh pages and takes 8,193 page faults, three quarters of the copy's
-  time (with ``MALLOC_MMAP_THRESHOLD_`` set high: the copy 20.2 -> 4.8 ms, the kernel
-  25.6 -> 5.3 ms);
-- layout ``interleaved`` compiles to a scalar loop: inductor does not vectorise the
-  stride-2 stores of ``stack(..., dim=-1)``. float32 1.4x at 2048, 1.9x at 512; bfloat16
-  6-12x (a scalar conversion per element). Formulations with the reference's roundings
-  (``x·cos_rep + swap(x)·sin_signed`` with the swap as a ``flip`` or a ``stack`` of the
-  pair, a ``roll`` or ``pad``-shifted neighbours under a parity ``where``; all bit-equal in
-  float32 and bfloat16) compile to gathers or masked int64 index vectors: 1.4-4x slower
-  still; de-interleaving, rotating as ``half`` and interleaving again (also bit-equal)
-  costs two strided copies: 1.3-3x slower. A hand-written kernel would plug in at
-  :func:`_kernel`.
-
-A GPU kernel plugs in at :func:`_kernel`: today CUDA runs the same compiled function (its
-Triton kernel) and any other device (MPS, XLA, meta) the eager reference; a hand-written
-kernel for a device would be returned there, for the devices it serves. On a CPU posenc
-imports no Triton: inductor's C++ backend builds the kernel (untested here on CUDA: no GPU
-was available when this was written).
-
-The gradient with respect to ``x`` is the rotation by -θ (``cos, -sin``), run by the same
-kernel (:class:`_Rotate`): one pass, equal to the reference's gradient, and differentiable
-again. When cos/sin need a gradient too (learned frequencies), the compiled function's own
-backward (AOTAutograd) runs; that one has no double backward. The eager reference stays
-the definition: a change to the formula goes there.
+The measurements behind these choices: ``docs/design-notes.md``, "The compiled RoPE kernel".
 """
 
 from __future__ import annotations
@@ -76,12 +44,8 @@ from .rope import ROPE_LAYOUTS, apply_rope
 
 __all__ = ["COMPILE_MIN_NUMEL", "ENABLED", "apply_rope_fast", "compiled_rope_failed"]
 
-#: the smallest ``x.numel()`` rotated by the compiled kernel. Measured on a 2-core AVX2 x86
-#: machine (torch 2.13, float32, one thread): a compiled call costs a fixed ~60 µs (dynamo's
-#: guards, the launch) against the eager reference's ~10 small ops, and saves about 3 passes
-#: over ``x``; they break even near 2^16 elements (8 heads x 64 tokens x 128: forward 118 µs
-#: eager, 125 µs compiled; forward+backward 490 and 476 µs), and at 2^17 the compiled call
-#: is 1.3x (forward) and 1.4x (forward+backward) faster.
+#: the smallest ``x.numel()`` rotated by the compiled kernel: about where a compiled call's
+#: fixed cost and the passes it saves break even on a CPU (``docs/design-notes.md``)
 COMPILE_MIN_NUMEL = 1 << 16
 #: the switch: False rotates with the eager reference everywhere (``POSENC_COMPILE=0``)
 ENABLED = os.environ.get("POSENC_COMPILE", "1").strip().lower() not in ("0", "false", "no", "off")
@@ -187,8 +151,8 @@ class _Rotate(torch.autograd.Function):
 
 def _run(kernel: RopeFn, x, cos, sin, layout) -> torch.Tensor:
     """``kernel(x, cos, sin, layout)``; if it fails, the reference (and never again)."""
-    # dynamo reads the limit only when a call misses its graphs; set by hand, not with
-    # config.patch (30 µs a call, against 10)
+    # dynamo reads the limit only when a call misses its graphs; set by hand, as
+    # config.patch costs a call three times as much
     config = torch._dynamo.config
     limit = getattr(config, _LIMIT_NAME)
     setattr(config, _LIMIT_NAME, max(limit, RECOMPILE_LIMIT))
