@@ -14,7 +14,7 @@ import posenc
 from posenc import demo
 from posenc.cli import build_app, main
 from posenc.cli.encodings import EXAMPLE_HEADING
-from posenc.tables import memory_cost
+from posenc.terminal import memory_cost
 
 
 def _rows(text: str) -> dict[str, list[str]]:
@@ -211,7 +211,7 @@ def test_demo_prints_the_example_then_runs_the_arena(capsys, tmp_path):
 
 def test_demo_and_arena_train_any_registered_1d_encoding(capsys, tmp_path):
     """Every registered encoding of 1-D token positions joins the arena without a change."""
-    from posenc.arena.runner import NOT_FOR_TEXT
+    from posenc.arena.running.context import NOT_FOR_TEXT
 
     names = [
         n

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import posenc
-from posenc.tables import yes_no
+from posenc.terminal import yes_no
 
 log = logging.getLogger("mkdocs.plugins.posenc_docs")
 

@@ -17,7 +17,7 @@ import torch
 
 from . import registry
 from .base import AdditiveEncoding
-from .tables import encodings_table, render
+from .terminal import encodings_table, render
 
 __all__ = ["run_demo", "worked_example"]
 

@@ -12,7 +12,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 
 from .. import describe, registry
-from ..tables import console, encodings_table, memory_cost, show, yes_no
+from ..terminal import console, encodings_table, memory_cost, show, yes_no
 from .app import example
 
 __all__ = ["EXAMPLE_HEADING", "info_command", "list_command", "register"]

@@ -14,7 +14,14 @@ from ..config import check_float, check_int
 from ..functional.rope_scaling import ROPE_SCALINGS
 from ..rotary.mrope import MRoPE
 from ..rotary.rope import RoPE
-from .keys import LEGACY_KEYS, config_getter, config_head_dim, config_rope_dict, rope_base_keys
+from .keys import (
+    LEGACY_KEYS,
+    Getter,
+    config_getter,
+    config_head_dim,
+    config_rope_dict,
+    rope_base_keys,
+)
 
 __all__ = ["rope_from_hf_config"]
 
@@ -110,7 +117,22 @@ def rope_from_hf_config(config: Any) -> RoPE:
     head_dim = config_head_dim(get)
     params = config_rope_dict(get)
     mrope = _mrope_keys(params, model_type)
+    rope_type = _rope_type(params, model_type)
+    params.update(rope_base_keys(get, params))
+    for key in LEGACY_KEYS:
+        if key in params:  # named as the config names it (RoPE calls rope_theta base)
+            check_float(key, params[key])
+    _fill_original_length(params, rope_type, get)
 
+    if mrope is not None:
+        return MRoPE(head_dim=head_dim, scaling=params, **mrope)
+    interleaved = model_type in _INTERLEAVED_MODEL_TYPES and get("rope_interleave", True)
+    return RoPE(head_dim=head_dim, scaling=params, layout="interleaved" if interleaved else "half")
+
+
+def _rope_type(params: dict[str, Any], model_type: Any) -> str:
+    """Set and return ``params["rope_type"]``: the legacy ``type`` read as its name, Phi-3's
+    old names for LongRoPE renamed, ``"default"`` when absent; an unknown one raises."""
     if "type" in params:  # the legacy name of rope_type
         legacy = params.pop("type")
         if params.setdefault("rope_type", legacy) != legacy:
@@ -122,23 +144,15 @@ def rope_from_hf_config(config: Any) -> RoPE:
         rope_type = params["rope_type"] = "longrope"
     if rope_type not in ROPE_SCALINGS:
         raise ValueError(f"unknown rope_type {rope_type!r}; accepted: {sorted(ROPE_SCALINGS)}")
+    return rope_type
 
-    params.update(rope_base_keys(get, params))
-    for key in LEGACY_KEYS:
-        if key in params:  # named as the config names it (RoPE calls rope_theta base)
-            check_float(key, params[key])
 
-    max_positions = get("max_position_embeddings")
-
-    def need_max_positions() -> int:
-        if max_positions is None:
-            raise ValueError(f"{rope_type!r} scaling needs the config's max_position_embeddings")
-        check_int("max_position_embeddings", max_positions)
-        return max_positions
-
+def _fill_original_length(params: dict[str, Any], rope_type: str, get: Getter) -> None:
+    """Write into ``params`` the original context length (and the factor of YaRN and
+    LongRoPE when absent) that transformers takes from outside the RoPE dict."""
     original_key = "original_max_position_embeddings"
-    if rope_type == "dynamic":
-        original = need_max_positions()
+    if rope_type == "dynamic":  # transformers scales only past max_position_embeddings
+        original = _max_positions(get, rope_type)
         if params.get(original_key, original) != original:
             raise ValueError(
                 f"dynamic scaling: transformers uses max_position_embeddings={original} as the "
@@ -149,12 +163,16 @@ def rope_from_hf_config(config: Any) -> RoPE:
         if get(original_key) is not None:
             params[original_key] = get(original_key)
         elif original_key not in params:
-            params[original_key] = need_max_positions()
+            params[original_key] = _max_positions(get, rope_type)
         check_int(original_key, params[original_key])
         if rope_type in ("yarn", "longrope") and "factor" not in params:
-            params["factor"] = need_max_positions() / params[original_key]
+            params["factor"] = _max_positions(get, rope_type) / params[original_key]
 
-    if mrope is not None:
-        return MRoPE(head_dim=head_dim, scaling=params, **mrope)
-    interleaved = model_type in _INTERLEAVED_MODEL_TYPES and get("rope_interleave", True)
-    return RoPE(head_dim=head_dim, scaling=params, layout="interleaved" if interleaved else "half")
+
+def _max_positions(get: Getter, rope_type: str) -> int:
+    """The config's ``max_position_embeddings``, which ``rope_type`` scaling needs."""
+    max_positions = get("max_position_embeddings")
+    if max_positions is None:
+        raise ValueError(f"{rope_type!r} scaling needs the config's max_position_embeddings")
+    check_int("max_position_embeddings", max_positions)
+    return max_positions

@@ -1,22 +1,24 @@
-"""Rich tables of the registered encodings, for the ``posenc`` command and the demo.
+"""The terminal output of ``posenc`` and the demo: a console, and rich tables of the encodings.
 
-One home for the table helpers, in the tools layer: :mod:`posenc.cli` prints them and
-:mod:`posenc.demo` prints them, and neither imports the other for them. When stdout is not a
-terminal (a pipe, a file, a test), :func:`console` writes plain text wide enough that no
-cell is wrapped or cut, so the output can be read by a program.
+:func:`console`, :func:`show` and :func:`render` print a rich table on a terminal, or as
+plain text wide enough that no cell is wrapped or cut when stdout is not one (a pipe, a
+file, a test), so the output can be read by a program; :func:`encodings_table` is the
+table of every registered encoding. One home, below :mod:`posenc.cli` and
+:mod:`posenc.demo`, so neither imports the other for them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import sys
-from typing import TextIO
+from typing import TextIO, cast
 
 from rich import box
 from rich.console import Console, RenderableType
 from rich.table import Table
 
 from . import registry
+from .attn.bias_plan import bias_memory
 from .base import BiasEncoding
 
 __all__ = [
@@ -68,10 +70,6 @@ def yes_no(flag: bool) -> str:
     return "yes" if flag else "no"
 
 
-def _overrides(cls: type, base: type, attribute: str) -> bool:
-    return getattr(cls, attribute) is not getattr(base, attribute)
-
-
 def memory_cost(name: str) -> str:
     """What encoding ``name`` adds to a model's memory, derived from its kind and class.
 
@@ -81,10 +79,7 @@ def memory_cost(name: str) -> str:
       the positions (``max_positions``, ``grid``), else computed on the fly;
     - rotary: ``[L, d/2]`` cos and sin, computed per call (plus the learned frequencies of
       a trainable one);
-    - bias: an ``[H, L, L]`` bias where SDPA needs it materialised; none on the fused
-      linear-bias path (ALiBi) or under flex attention; one table per forward, shared by the
-      layers, when training on the CPU; Shaw's values need the scores themselves (math
-      path), except when training on the CPU (blocks of 64 queries).
+    - bias: what its backends hold (:func:`~posenc.attn.bias_plan.bias_memory`).
     """
     cls = registry.get(name)
     info = registry.info(name)
@@ -95,12 +90,8 @@ def memory_cost(name: str) -> str:
         return "none (computed; a few weights)" if info.trainable else "none (computed)"
     if info.kind == "rotary":
         return "[L, d/2] cos/sin" + (" + learned frequencies" if info.trainable else "")
-    if info.kind == "bias":
-        if _overrides(cls, BiasEncoding, "adds_to_values"):
-            return "[H, L, L] scores, or [H, 64, L] blocks (CPU training)"
-        if _overrides(cls, BiasEncoding, "linear_slopes"):
-            return "[H, L, L] bias, or none (fused ALiBi path)"
-        return "[H, L, L] bias, or none (flex)"
+    if info.kind == "bias":  # asked of the one place that chooses the bias backend
+        return bias_memory(cast(type[BiasEncoding], cls))
     return "none"
 
 

@@ -1,4 +1,4 @@
-"""A :class:`~posenc.hf.inspect.CheckpointReport` shown: as text lines
+"""A :class:`~posenc.hf.checkpoint.CheckpointReport` shown: as text lines
 (:func:`render_report`) and as the ``frequencies`` figure of its RoPE
 (:func:`frequencies_figure`; matplotlib is imported only there).
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..rotary.rope import RoPE
-from .inspect import CheckpointReport
+from .checkpoint import CheckpointReport
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -36,7 +36,7 @@ def render_report(report: CheckpointReport) -> list[str]:
 
     Example:
         >>> import json, tempfile, pathlib
-        >>> from posenc.hf.inspect import inspect_checkpoint
+        >>> from posenc.hf.checkpoint import inspect_checkpoint
         >>> file = pathlib.Path(tempfile.mkdtemp()) / "config.json"
         >>> _ = file.write_text(json.dumps({"model_type": "bloom", "n_head": 16}))
         >>> render_report(inspect_checkpoint(file))[1]

@@ -1,4 +1,5 @@
-"""posenc.tables: the rich tables that the command and the demo print."""
+"""posenc.terminal: the rich tables that the command and the demo print, and the console
+they print on."""
 
 import io
 
@@ -6,7 +7,7 @@ import pytest
 from rich.table import Table
 
 import posenc
-from posenc.tables import encodings_table, memory_cost, render, show
+from posenc.terminal import encodings_table, memory_cost, render, show
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The model types :func:`posenc.hf.inspect.inspect_checkpoint` knows, and how each maps to
+"""The model types :func:`posenc.hf.checkpoint.inspect_checkpoint` knows, and how each maps to
 posenc: rotary ones read by :func:`~posenc.hf.rope_from_hf_config`, ALiBi (BLOOM; Press et
 al. 2022, arXiv:2108.12409), T5's relative buckets (Raffel et al. 2020, arXiv:1910.10683)
 and learned absolute positions (GPT-2, OPT).

@@ -22,7 +22,7 @@ from typing import Any
 from ..rotary.mrope import MRoPE
 from ..rotary.rope import RoPE
 from .extend import EXTEND_METHODS, extension_updates
-from .inspect_models import NonRotary, non_rotary, rotary_config
+from .model_types import NonRotary, non_rotary, rotary_config
 from .rope import rope_from_hf_config
 
 __all__ = ["CheckpointReport", "ExtensionPlan", "RotaryFacts", "inspect_checkpoint"]
