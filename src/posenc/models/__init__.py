@@ -8,6 +8,8 @@ One module per concept:
   pre-norm :class:`Block`;
 - :mod:`~posenc.models.inputs`: the checks on token ids and on the padding and document
   masks;
+- :mod:`~posenc.models.shared`: what one forward computes once for every layer: the
+  positions, the attention context and the bias table;
 - :mod:`~posenc.models.generation`: the generate loop, :func:`sample` and
   :func:`next_positions`;
 - :mod:`~posenc.models.inspection`: :func:`attention_maps`, the attention probabilities

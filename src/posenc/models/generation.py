@@ -1,5 +1,7 @@
 """Decoding: sampling one token, the position of the next one, and the generate loop of
-:meth:`TransformerLM.generate <posenc.models.TransformerLM.generate>`.
+:meth:`TransformerLM.generate <posenc.models.TransformerLM.generate>`, which calls
+:func:`generate` here (documented here, once), for any model with what :class:`Decoder`
+asks.
 
 With a KV cache each step runs only the new token against the cached keys and values, as
 in every incremental decoder since the Transformer (Vaswani et al. 2017).
@@ -8,23 +10,58 @@ in every incremental decoder since the Transformer (Vaswani et al. 2017).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
+from ..attn import KVCache
+from ..base import Encoding
 from ..config import check_int
 from ..positions import from_padding
 from .inputs import check_input_ids, check_mask
 
-if TYPE_CHECKING:
-    from .lm import TransformerLM
+__all__ = ["Decoder", "check_temperature", "generate", "next_positions", "sample"]
 
-__all__ = ["check_temperature", "generate", "next_positions", "sample"]
+
+class Decoder(Protocol):
+    """What :func:`generate` needs of a model (:class:`~posenc.models.TransformerLM` has it):
+    logits for token ids at positions, optionally after a :class:`~posenc.attn.KVCache`,
+    and the sizes and encoding to check the prompt against."""
+
+    @property
+    def causal(self) -> bool:
+        """Whether each token sees only the tokens before it (generation needs it)."""
+        ...
+
+    @property
+    def vocab_size(self) -> int:
+        """The number of token ids: ids are in ``[0, vocab_size)``."""
+        ...
+
+    @property
+    def encoding(self) -> Encoding:
+        """The positional encoding, which checks the prompt's positions."""
+        ...
+
+    def new_cache(self, batch: int, max_seq_len: int) -> KVCache:
+        """An empty cache for ``batch`` sequences of up to ``max_seq_len`` tokens."""
+        ...
+
+    def __call__(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        *,
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Logits ``[batch, seq, vocab_size]`` for ids ``[batch, seq]``."""
+        ...
 
 
 @torch.no_grad()
 def generate(
-    model: TransformerLM,
+    model: Decoder,
     input_ids: torch.Tensor,
     max_new_tokens: int,
     temperature: float = 0.0,
@@ -37,8 +74,31 @@ def generate(
 ) -> torch.Tensor:
     """Continue ``input_ids`` by ``max_new_tokens`` tokens of ``model``.
 
-    The arguments after ``model`` are those of :meth:`TransformerLM.generate
-    <posenc.models.TransformerLM.generate>`, which documents them.
+    ``temperature=0`` is greedy decoding. With ``use_cache`` each step runs only the new
+    token against cached keys and values, and gives the same tokens as recomputing the
+    whole sequence (``use_cache=False``), except for RoPE scalings whose frequencies
+    follow the current length (``dynamic``, ``longrope``) past their original length:
+    cached keys keep the frequencies they were rotated with, as in transformers.
+
+    Args:
+        model: a causal model (:class:`Decoder`), e.g. a
+            :class:`~posenc.models.TransformerLM` built with ``causal=True``.
+        input_ids: the prompts, token ids in ``[0, vocab_size)``.
+        max_new_tokens: how many tokens to add (>= 0).
+        temperature: 0 for greedy decoding, else the softmax temperature (finite, > 0).
+        top_k: sample among the ``top_k`` most likely tokens only (None: all).
+        use_cache: decode with a :class:`~posenc.attn.KVCache` (one token per step).
+        generator: the random generator of the sampling.
+        attention_mask: ``[batch, seq]``, 0 for the pads of a (left-)padded batch of
+            prompts: each prompt then generates what it generates alone.
+        positions: the prompt's positions (``[seq]``, ``[batch, seq]``, or M-RoPE's
+            ``[3, batch, seq]`` from :func:`posenc.positions.multimodal`); each new
+            token takes the next one after the largest (for M-RoPE on every axis, as
+            text: :func:`next_positions`). Default: ``arange``, or counted over real
+            tokens with ``attention_mask``.
+
+    Returns:
+        the prompts followed by the new tokens.
 
     Shapes:
         input_ids: ``[batch, seq]`` -> ``[batch, seq + max_new_tokens]``.

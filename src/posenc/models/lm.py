@@ -212,31 +212,9 @@ class TransformerLM(nn.Module):
         attention_mask: torch.Tensor | None = None,
         positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Continue ``input_ids`` by ``max_new_tokens`` tokens.
-
-        ``temperature=0`` is greedy decoding. With ``use_cache`` each step runs only the new
-        token against cached keys and values, and gives the same tokens as recomputing the
-        whole sequence (``use_cache=False``), except for RoPE scalings whose frequencies
-        follow the current length (``dynamic``, ``longrope``) past their original length:
-        cached keys keep the frequencies they were rotated with, as in transformers.
-
-        Args:
-            input_ids: the prompts, token ids in ``[0, vocab_size)``.
-            max_new_tokens: how many tokens to add (>= 0).
-            temperature: 0 for greedy decoding, else the softmax temperature (finite, > 0).
-            top_k: sample among the ``top_k`` most likely tokens only (None: all).
-            use_cache: decode with a :class:`KVCache` (one token per step).
-            generator: the random generator of the sampling.
-            attention_mask: ``[batch, seq]``, 0 for the pads of a (left-)padded batch of
-                prompts: each prompt then generates what it generates alone.
-            positions: the prompt's positions (``[seq]``, ``[batch, seq]``, or M-RoPE's
-                ``[3, batch, seq]`` from :func:`posenc.positions.multimodal`); each new
-                token takes the next one after the largest (for M-RoPE on every axis, as
-                text). Default: ``arange``, or counted over real tokens with
-                ``attention_mask``.
-
-        Returns:
-            the prompts followed by the new tokens.
+        """Continue ``input_ids`` by ``max_new_tokens`` tokens: :func:`generate
+        <posenc.models.generation.generate>` with this model, where every argument is
+        described (greedy at ``temperature=0``, KV-cached with ``use_cache``).
 
         Shapes:
             input_ids: ``[batch, seq]`` -> ``[batch, seq + max_new_tokens]``.

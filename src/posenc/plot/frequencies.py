@@ -69,6 +69,33 @@ def frequencies(
     Raises:
         ValueError: for a bad value, naming the parameter.
     """
+    rotary_dim = _check_sizes(head_dim, base, rotary_dim, original, target)
+    if not isinstance(target_name, str) or not target_name:
+        raise ValueError(f"target_name must be a non-empty str, got {target_name!r}")
+    records = _records(scalings, rotary_dim, original, target)
+
+    factor = target / original
+    title = f"RoPE wavelengths per pair: base {base:g}, {original} -> {target} (×{factor:g})"
+    fig, (ax,) = new_figure(1, title, width=6.4, height=4.6)
+    pairs = range(rotary_dim // 2)
+    for label, record, own_base in records:
+        line_base = float(base if own_base is None else own_base)
+        inv_freq, _ = record.inv_freq(head_dim, rotary_dim, line_base, seq_len=target)
+        wavelength = 2 * math.pi / inv_freq  # [head_dim // 2], tokens
+        ax.plot(list(pairs), wavelength.numpy(), marker=".", markersize=3, label=label)
+    _context_lines(ax, original, target, target_name)
+    ax.set_yscale("log")
+    ax.set_xlabel("rotary pair index i (0 turns fastest)")
+    ax.set_ylabel("wavelength 2π/θ_i (tokens)")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(title="scaling")
+    return fig
+
+
+def _check_sizes(
+    head_dim: int, base: float, rotary_dim: int | None, original: int, target: int
+) -> int:
+    """Raise, naming the parameter, unless the sizes can be drawn; the rotary dimension."""
     check_size("head_dim", head_dim, minimum=2, even=True)
     check_number("base", base)
     if rotary_dim is None:
@@ -80,24 +107,11 @@ def frequencies(
     check_size("target", target)
     if target <= original:
         raise ValueError(f"target ({target}) must exceed original ({original})")
-    if not isinstance(target_name, str) or not target_name:
-        raise ValueError(f"target_name must be a non-empty str, got {target_name!r}")
-    single = isinstance(scalings, (str, bytes, Mapping)) or _is_pair(scalings)
-    if single or not isinstance(scalings, Sequence):
-        raise ValueError(f"scalings must be a sequence of names or dicts, got {scalings!r}")
-    if not scalings:
-        raise ValueError("scalings must name at least one scaling")
-    records = [_record(s, rotary_dim, original, target) for s in scalings]
+    return rotary_dim
 
-    factor = target / original
-    title = f"RoPE wavelengths per pair: base {base:g}, {original} -> {target} (×{factor:g})"
-    fig, (ax,) = new_figure(1, title, width=6.4, height=4.6)
-    pairs = range(rotary_dim // 2)
-    for label, record, own_base in records:
-        line_base = float(base if own_base is None else own_base)
-        inv_freq, _ = record.inv_freq(head_dim, rotary_dim, line_base, seq_len=target)
-        wavelength = 2 * math.pi / inv_freq  # [head_dim // 2], tokens
-        ax.plot(list(pairs), wavelength.numpy(), marker=".", markersize=3, label=label)
+
+def _context_lines(ax: Any, original: int, target: int, target_name: str) -> None:
+    """Dashed horizontal lines at the ``original`` and ``target`` context lengths, named."""
     for length, name, colour in ((original, "original", "0.35"), (target, target_name, "0.6")):
         ax.axhline(length, color=colour, linestyle="--", linewidth=1.0)
         ax.annotate(
@@ -108,12 +122,6 @@ def frequencies(
             fontsize=8,
             color=colour,
         )
-    ax.set_yscale("log")
-    ax.set_xlabel("rotary pair index i (0 turns fastest)")
-    ax.set_ylabel("wavelength 2π/θ_i (tokens)")
-    ax.grid(True, which="major", alpha=0.3)
-    ax.legend(title="scaling")
-    return fig
 
 
 def named_scaling(name: str, head_dim: int, original: int, target: int) -> dict[str, Any]:
@@ -165,6 +173,18 @@ def _is_pair(entry: Any) -> bool:
         and isinstance(entry[0], str)
         and isinstance(entry[1], Mapping)
     )
+
+
+def _records(
+    scalings: Any, rotary_dim: int, original: int, target: int
+) -> list[tuple[str, ScalingConfig, float | None]]:
+    """:func:`_record` of every entry of ``scalings``, which must be a non-empty sequence."""
+    single = isinstance(scalings, (str, bytes, Mapping)) or _is_pair(scalings)
+    if single or not isinstance(scalings, Sequence):
+        raise ValueError(f"scalings must be a sequence of names or dicts, got {scalings!r}")
+    if not scalings:
+        raise ValueError("scalings must name at least one scaling")
+    return [_record(s, rotary_dim, original, target) for s in scalings]
 
 
 def _record(
