@@ -13,8 +13,8 @@ import posenc
 from posenc import attention
 from posenc.attn import AttentionContext, bias_plan
 from posenc.attn import bias as bias_module
-from posenc.attn.bias_plan import AttnShape
 from posenc.attn.bias_grad import BLOCK, bias_flash_attention, bias_flash_available
+from posenc.attn.bias_plan import AttnShape
 from posenc.models import TransformerLM
 from posenc.models import lm as lm_module
 from posenc.positions import from_segments

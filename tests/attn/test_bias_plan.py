@@ -1,0 +1,131 @@
+"""plan_bias: the one choice of a bias backend, runner by runner in the situations its table
+names; and the context a model builds once per forward for every layer."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import posenc
+from posenc.attn import AttentionContext, Masks
+from posenc.attn import bias_plan as bias_plan_module
+from posenc.attn.bias_plan import AttnShape, bias_memory, plan_bias, shares_table
+from posenc.attn.flex import flex_available
+from posenc.models import TransformerLM
+
+CPU = torch.device("cpu")
+
+
+def plan(name, length=300, *, q_len=None, explicit=False, masked=False, grad=False, **kw):
+    """The plan for ``name`` (8 heads of 64) over ``length`` keys on the CPU."""
+    config = {"name": name, "n_heads": 8, **kw.pop("config", {})}
+    if name == "shaw":
+        config.setdefault("head_dim", 64)
+    enc = posenc.create(config.pop("name"), **config)
+    q_len = length if q_len is None else q_len
+    given = torch.arange(length - q_len, length) if explicit else None
+    keys = torch.arange(length) if explicit else None
+    context = AttentionContext.build(q_len, length, 1, CPU, q_positions=given, k_positions=keys)
+    shape = AttnShape(1, 8, 8, q_len, length, 64)
+    return plan_bias(
+        enc,
+        shape,
+        context.positions,
+        masked=masked,
+        causal=kw.pop("causal", True),
+        needs_grad=grad,
+        device=kw.pop("device", CPU),
+        backend=kw.pop("backend", "auto"),
+    )
+
+
+def test_inference_on_the_cpu():
+    assert plan("t5").runner == "blocks"  # shift-invariant over default positions
+    flex_or_sdpa = "flex" if flex_available(CPU) else "sdpa"
+    assert plan("t5", explicit=True).runner == flex_or_sdpa
+    assert plan("t5", q_len=1).runner == "sdpa"  # a decode step: not q_len == k_len
+    assert plan("fire").runner == flex_or_sdpa  # not shift-invariant
+    assert plan("fire", 16).runner == "sdpa"  # below FLEX_MIN_SCORES
+    alibi = plan("alibi")
+    assert alibi.runner == "linear"
+    assert alibi.slopes == posenc.create("alibi", n_heads=8).slopes().tolist()
+    steep = plan("alibi", config={"slopes": [100.0] * 8})  # centring coordinates too wide
+    assert steep.runner == "blocks"
+
+
+def test_training_on_the_cpu():
+    assert plan("t5", grad=True) == bias_plan_module.BiasPlan("flash", table="shift")
+    assert plan("t5", grad=True, explicit=True).table == "full"
+    assert plan("fire", grad=True).runner == "flash"
+    assert plan("alibi", grad=True).runner == "linear"
+    assert plan("shaw", grad=True, config={"values": True}).runner == "shaw"
+    reversed_order = plan("shaw", 40, grad=True, masked=True)
+    assert reversed_order.runner == "flash"  # masks: not the blockwise Shaw path
+
+
+def test_values_take_the_math_path_and_refuse_other_backends():
+    assert plan("shaw", config={"values": True}) == bias_plan_module.BiasPlan("math", "full")
+    with pytest.raises(ValueError, match="only backend='math' runs it"):
+        plan("shaw", config={"values": True}, backend="sdpa")
+
+
+def test_explicit_backends():
+    assert plan("t5", backend="sdpa").runner == "sdpa"
+    assert plan("alibi", backend="math").runner == "math"
+    assert plan("t5", backend="flex").runner == "flex"
+    with pytest.raises(ValueError, match="no backward on the CPU"):
+        plan("t5", backend="flex", grad=True)
+
+
+def test_other_devices_materialise_or_take_flex():
+    meta = torch.device("meta")
+    assert plan("alibi", device=meta).runner == "sdpa"  # the fused path is measured on CPU
+    assert plan("t5", grad=True, device=meta).runner == "sdpa"
+
+
+def test_a_model_shares_a_table_where_the_plan_materialises_one():
+    t5, shaw = posenc.create("t5", n_heads=8), posenc.create("shaw", n_heads=8, head_dim=64)
+    flash, sdpa = bias_plan_module.BiasPlan("flash", "shift"), bias_plan_module.BiasPlan("sdpa")
+    assert shares_table(flash, t5, training=True, cached=False, device=CPU)
+    assert not shares_table(flash, t5, training=False, cached=False, device=CPU)
+    assert not shares_table(flash, t5, training=True, cached=True, device=CPU)
+    assert not shares_table(sdpa, t5, training=True, cached=False, device=CPU)  # per score
+    full = bias_plan_module.BiasPlan("sdpa", "full")
+    assert not shares_table(full, shaw, training=True, cached=False, device=CPU)  # needs q
+
+
+def test_memory_follows_the_declared_capabilities():
+    registry = posenc.registry
+    assert bias_memory(registry.get("alibi")) == "[H, L, L] bias, or none (fused ALiBi path)"
+    assert bias_memory(registry.get("shaw")).startswith("[H, L, L] scores")
+    assert bias_memory(registry.get("t5")) == "[H, L, L] bias, or none (flex)"
+
+
+def test_the_context_builds_its_dense_mask_once():
+    real = torch.ones(2, 5, dtype=torch.bool)
+    real[0, 0] = False
+    context = AttentionContext.build(5, 5, 2, CPU, key_padding_mask=real)
+    first = context.allowed(causal=True)
+    assert context.allowed(causal=True) is first
+    assert context.allowed(causal=False) is not first
+    mask, dead = first
+    assert mask.shape == (2, 1, 5, 5) and dead[0, 0, 0, 0]  # the pad query sees no key
+
+
+@pytest.mark.parametrize("name", ["t5", "alibi", "rope"])
+def test_a_model_builds_one_context_and_one_mask_per_forward(name, monkeypatch):
+    built, dense = [], []
+    real_build, real_dense = AttentionContext.build.__func__, Masks.dense
+    monkeypatch.setattr(
+        AttentionContext,
+        "build",
+        classmethod(lambda cls, *a, **kw: built.append(1) or real_build(cls, *a, **kw)),
+    )
+    monkeypatch.setattr(Masks, "dense", lambda self, *a: dense.append(1) or real_dense(self, *a))
+    model = TransformerLM(64, 32, 3, 4, name)
+    mask = torch.ones(2, 9, dtype=torch.long)
+    mask[0, :2] = 0
+    with torch.no_grad():
+        model(torch.randint(0, 64, (2, 9)), attention_mask=mask)
+    assert built == [1]  # not one per layer
+    assert len(dense) <= 1
