@@ -3,9 +3,10 @@
 :func:`plan_bias` takes what decides it (the encoding's capabilities, the shapes, the
 masks, whether gradients are needed, the device and the backend asked for) and returns a
 :class:`BiasPlan`; :func:`posenc.attention` runs it (:mod:`posenc.attn.bias`),
-:class:`~posenc.models.TransformerLM` asks it whether to share one bias table between its
-layers (:func:`shares_table`), and ``posenc list`` asks it what an encoding holds in
-memory (:func:`bias_memory`). ``auto`` picks, in order:
+:class:`~posenc.models.TransformerLM` asks it whether its layers run on a materialised
+bias, which it then computes once for all of them (where :func:`shares_table`), and
+``posenc list`` asks it what an encoding holds in memory (:func:`bias_memory`). ``auto``
+picks, in order:
 
 ============  =====================================================  ===================
 runner        where                                                  module
@@ -187,15 +188,15 @@ def _linear_plan(
 
 
 def shares_table(
-    plan: BiasPlan, encoding: BiasEncoding, *, training: bool, cached: bool, device: torch.device
+    encoding: BiasEncoding, *, training: bool, cached: bool, device: torch.device
 ) -> bool:
-    """Whether a model computes ``plan``'s table once per forward and hands it to every
-    layer (``bias=`` of :func:`posenc.attention`): when it trains on the CPU without a KV
-    cache and the plan materialises a bias of the positions alone (not of ``q``:
-    ``needs_q``). The layers then neither recompute it (FIRE's MLP, T5's buckets) nor keep
-    copies of it, and one backward through it reaches the encoding's parameters."""
-    shared = training and not cached and device.type == "cpu"
-    return shared and plan.table is not None and not encoding.needs_q
+    """Whether a model computes its layers' bias table once per forward and hands it to
+    every layer (``bias=`` of :func:`posenc.attention`), where :func:`plan_bias` runs them on
+    a materialised one (``BiasPlan.table``): when it trains on the CPU without a KV cache
+    and the bias depends on the positions alone (not on ``q``: ``needs_q``). The layers then
+    neither recompute it (FIRE's MLP, T5's buckets) nor keep copies of it, and one backward
+    through it reaches the encoding's parameters."""
+    return training and not cached and device.type == "cpu" and not encoding.needs_q
 
 
 def bias_memory(cls: type[BiasEncoding]) -> str:

@@ -5,10 +5,10 @@ table where one pays.
 :func:`forward_inputs` turns the forward's arguments into :class:`ForwardInputs`: the
 positions the encoding takes, and the :class:`~posenc.attn.AttentionContext` every layer's
 attention reads its mask from, so nothing is checked, defaulted or masked once per layer.
-:func:`shared_bias` asks :func:`~posenc.attn.bias_plan.plan_bias` whether the layers run
-on a materialised bias and, where a model shares one (:func:`~posenc.attn.bias_plan.
-shares_table`), computes it once: one backward through it reaches the encoding's
-parameters (autograd sums every layer's gradient into it).
+:func:`shared_bias` computes a bias encoding's table once, where the model shares one
+(:func:`~posenc.attn.bias_plan.shares_table`) and the backend runs on one
+(:func:`~posenc.attn.bias_plan.plan_bias`): one backward through it reaches the
+encoding's parameters (autograd sums every layer's gradient into it).
 """
 
 from __future__ import annotations
@@ -124,8 +124,8 @@ def shared_bias(
 ) -> torch.Tensor | None:
     """The bias table every layer's attention takes (``bias=`` of
     :func:`posenc.attention`), or None where :func:`~posenc.attn.bias_plan.plan_bias`
-    runs the layers without one, or where a model does not share it
-    (:func:`~posenc.attn.bias_plan.shares_table`: training on the CPU without a cache).
+    runs the layers without one (``BiasPlan.table`` None), or where a model does not share
+    one (:func:`~posenc.attn.bias_plan.shares_table`: training on the CPU without a cache).
 
     Args:
         encoding: the model's encoding.
@@ -153,6 +153,8 @@ def shared_bias(
         return None
     bias = cast(BiasEncoding, encoding)
     device = context.positions.q.device
+    if not shares_table(bias, training=training, cached=cached, device=device):
+        return None
     plan = plan_bias(
         bias,
         shape,
@@ -162,8 +164,8 @@ def shared_bias(
         needs_grad=training,
         device=device,
     )
-    if not shares_table(plan, bias, training=training, cached=cached, device=device):
-        return None
     if plan.table == "shift":  # from its 2·seq - 1 distances
         return shift_table(bias, shape.q_len, device)
-    return bias.bias(context.positions.q, context.positions.k)
+    if plan.table == "full":
+        return bias.bias(context.positions.q, context.positions.k)
+    return None  # computed per score or per block: no table
