@@ -9,6 +9,7 @@ import torch
 import posenc
 from posenc.attn import AttentionContext, Masks
 from posenc.attn import bias_plan as bias_plan_module
+from posenc.attn import context as context_module
 from posenc.attn.bias_plan import AttnShape, bias_memory, plan_bias, shares_table
 from posenc.attn.flex import flex_available
 from posenc.models import TransformerLM
@@ -110,20 +111,25 @@ def test_the_context_builds_its_dense_mask_once():
     assert mask.shape == (2, 1, 5, 5) and dead[0, 0, 0, 0]  # the pad query sees no key
 
 
+@pytest.mark.parametrize("length", [9, 300])  # 300: past FLEX_MIN_SCORES, flex where it runs
 @pytest.mark.parametrize("name", ["t5", "alibi", "rope"])
-def test_a_model_builds_one_context_and_one_mask_per_forward(name, monkeypatch):
-    built, dense = [], []
+def test_a_model_builds_one_context_and_one_mask_per_forward(name, length, monkeypatch):
+    built, dense, blocks = [], [], []
     real_build, real_dense = AttentionContext.build.__func__, Masks.dense
+    real_blocks = context_module.flex_block_mask
     monkeypatch.setattr(
         AttentionContext,
         "build",
         classmethod(lambda cls, *a, **kw: built.append(1) or real_build(cls, *a, **kw)),
     )
     monkeypatch.setattr(Masks, "dense", lambda self, *a: dense.append(1) or real_dense(self, *a))
+    monkeypatch.setattr(
+        context_module, "flex_block_mask", lambda *a: blocks.append(1) or real_blocks(*a)
+    )
     model = TransformerLM(64, 32, 3, 4, name)
-    mask = torch.ones(2, 9, dtype=torch.long)
+    mask = torch.ones(2, length, dtype=torch.long)
     mask[0, :2] = 0
     with torch.no_grad():
-        model(torch.randint(0, 64, (2, 9)), attention_mask=mask)
+        model(torch.randint(0, 64, (2, length)), attention_mask=mask)
     assert built == [1]  # not one per layer
-    assert len(dense) <= 1
+    assert len(dense) + len(blocks) == 1  # the dense mask or flex's block mask, once

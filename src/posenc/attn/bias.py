@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from ..base import BiasEncoding
 from ..functional.dtypes import math_dtype
+from ..positions import query_offset
 from .bias_blocks import blockwise_bias_attention, shift_table
 from .bias_grad import bias_flash_attention
 from .bias_plan import AttnShape, plan_bias
@@ -118,15 +119,14 @@ def _blocks(q, k, v, encoding, context, plan, causal, scale, table):
 
 
 def _flex(q, k, v, encoding, context, plan, causal, scale, table):
-    """Flex attention with the encoding's ``score_mod``; default positions stay None, so
-    the score_mod reads indices and the causal block mask is the cached one."""
+    """Flex attention with the encoding's ``score_mod`` and the context's block mask;
+    default positions stay None, so the score_mod reads indices."""
     p = context.positions
-    q_offset = p.k_len - p.q_len
     qp, kp = (p.q, p.k) if p.explicit else (None, None)
+    q_offset = 0 if p.explicit else query_offset(p.q_len, p.k_len)
     mod = encoding.score_mod(qp, kp, q=q, q_offset=q_offset, scale=scale)
-    masks = context.masks
-    mask_mod = None if masks is None else masks.mask_mod(qp, kp, q_offset, causal)
-    return flex_attention(q, k, v, mod, qp, kp, causal, scale, mask_mod=mask_mod)
+    mask = context.block_mask(q.shape[0], causal)
+    return flex_attention(q, k, v, mod, qp, kp, causal, scale, block_mask=mask)
 
 
 def _flash(q, k, v, encoding, context, plan, causal, scale, table):

@@ -3,16 +3,19 @@
 :class:`AttentionContext` is built once per forward (by :func:`posenc.attention` for a
 single call, by :class:`~posenc.models.TransformerLM` for all its layers) from the
 positions, the padding mask and the segment ids; every backend then takes its mask from it
-(:meth:`AttentionContext.allowed` builds the dense one once and keeps it).
+(:meth:`AttentionContext.allowed` builds the dense one once and keeps it, and
+:meth:`AttentionContext.block_mask` flex attention's).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
-from ..positions import AttnPositions, causal_mask
+from ..positions import AttnPositions, causal_mask, query_offset
+from .flex import flex_block_mask
 from .masks import Masks, open_dead_rows
 
 __all__ = ["AttentionContext"]
@@ -36,6 +39,8 @@ class AttentionContext:
     masks: Masks | None
     #: dense masks already built, by ``causal``
     _dense: dict[bool, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict, repr=False)
+    #: flex block masks already built, by ``causal``
+    _blocks: dict[bool, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
     def build(
@@ -81,4 +86,20 @@ class AttentionContext:
         built = open_dead_rows(dense)
         if not compiling:
             self._dense[causal] = built
+        return built
+
+    def block_mask(self, batch: int, causal: bool) -> Any:
+        """The flex-attention block mask of the same mask
+        (:func:`~posenc.attn.flex.flex_block_mask`; None when nothing is masked), built on
+        first use and kept for the other layers (not while compiling)."""
+        compiling = torch.compiler.is_compiling()
+        if causal in self._blocks and not compiling:
+            return self._blocks[causal]
+        p = self.positions
+        q_offset = query_offset(p.q_len, p.k_len) if not p.explicit else 0
+        qp, kp = (p.q, p.k) if p.explicit else (None, None)  # None: indices, a cached mask
+        mask_mod = None if self.masks is None else self.masks.mask_mod(qp, kp, q_offset, causal)
+        built = flex_block_mask(batch, p.q_len, p.k_len, p.q.device, qp, kp, causal, mask_mod)
+        if not compiling:
+            self._blocks[causal] = built
         return built

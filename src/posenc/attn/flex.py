@@ -13,8 +13,9 @@ import functools
 import torch
 
 from ..functional.cpu import cpu_vector_isa
+from ..positions import query_offset
 
-__all__ = ["flex_attention", "flex_available"]
+__all__ = ["flex_attention", "flex_available", "flex_block_mask"]
 
 RECOMPILE_LIMIT = 64
 #: smaller CPU heads are zero-padded to this size (see :func:`flex_attention`)
@@ -49,7 +50,7 @@ def flex_available(device: torch.device) -> bool:
 def _default_causal_mask(q_len: int, k_len: int, device: torch.device):
     from torch.nn.attention.flex_attention import create_block_mask
 
-    offset = k_len - q_len  # the queries are the last q_len positions
+    offset = query_offset(q_len, k_len)
 
     def causal(b, h, q_idx, kv_idx):
         return kv_idx <= q_idx + offset
@@ -77,6 +78,30 @@ def _positions_causal_mask(q_positions: torch.Tensor, k_positions: torch.Tensor)
     return create_block_mask(batched, batch, None, q2.shape[1], k2.shape[1], device=q2.device)
 
 
+def flex_block_mask(
+    batch: int,
+    q_len: int,
+    k_len: int,
+    device: torch.device,
+    q_positions: torch.Tensor | None,
+    k_positions: torch.Tensor | None,
+    causal: bool,
+    mask_mod=None,
+):
+    """The block mask of a flex call: ``mask_mod``'s (padding and documents, the causal
+    part included), else the causal mask of the positions (of the default positions, None:
+    cached per shape), else None (nothing masked)."""
+    if mask_mod is not None:
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        return create_block_mask(mask_mod, batch, None, q_len, k_len, device=device)
+    if not causal:
+        return None
+    if q_positions is None or k_positions is None:  # given together, or neither
+        return _default_causal_mask(q_len, k_len, device)
+    return _positions_causal_mask(q_positions, k_positions)
+
+
 def flex_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -87,13 +112,15 @@ def flex_attention(
     causal: bool,
     scale: float,
     mask_mod=None,
+    block_mask=None,
 ) -> torch.Tensor:
     """Attention with ``score_mod`` fused into compiled flex attention.
 
     Positions None means the default layout (queries are the last ``q_len`` of the keys);
     its causal block mask is cached. Explicit positions build their mask per call, and so
-    does ``mask_mod`` (padding and packed documents, which includes the causal mask): the
-    block mask then skips every block it hides.
+    does ``mask_mod`` (padding and packed documents, which includes the causal mask),
+    unless the caller passes the ``block_mask`` it built once: the block mask then skips
+    every block it hides.
 
     Args:
         q, k, v: the attention inputs; ``heads`` a multiple of ``kv_heads``.
@@ -102,6 +129,8 @@ def flex_attention(
         causal: mask keys after their query (ignored with ``mask_mod``, which has it).
         scale: the score scale.
         mask_mod: a flex ``mask_mod`` (:meth:`~posenc.attn.masks.Masks.mask_mod`).
+        block_mask: the block mask of these arguments (:func:`flex_block_mask`), built once
+            by the caller for several calls; None: built here.
 
     Shapes:
         q ``[batch, heads, q_len, d]``, k, v ``[batch, kv_heads, k_len, d]`` ->
@@ -123,18 +152,9 @@ def flex_attention(
         # branch (head size >= 24).
         pad = CPU_MIN_HEAD_DIM - q.shape[-1]
         q, k = torch.nn.functional.pad(q, (0, pad)), torch.nn.functional.pad(k, (0, pad))
-    block_mask = None
-    if mask_mod is not None:
-        from torch.nn.attention.flex_attention import create_block_mask
-
-        block_mask = create_block_mask(
-            mask_mod, q.shape[0], None, q.shape[2], k.shape[2], device=q.device
-        )
-    elif causal:
-        if q_positions is None or k_positions is None:  # given together, or neither
-            block_mask = _default_causal_mask(q.shape[2], k.shape[2], q.device)
-        else:
-            block_mask = _positions_causal_mask(q_positions, k_positions)
+    if block_mask is None:
+        shape = (q.shape[0], q.shape[2], k.shape[2])
+        block_mask = flex_block_mask(*shape, q.device, q_positions, k_positions, causal, mask_mod)
     # past dynamo's default of 8 graphs per function, torch.compile silently falls back to
     # uncompiled flex attention, which builds the whole score matrix: allow one graph per
     # (encoding, shape class) a process plausibly meets
