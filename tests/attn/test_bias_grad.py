@@ -79,6 +79,9 @@ def test_float64_equals_reference(causal, b, h, kv_h, length, block, bias_batch,
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("causal", [True, False])
 def test_low_precision_within_rounding(dtype, causal, attention_tol, grad_tol, score_size):
+    if dtype == torch.bfloat16 and torch.backends.cpu.get_cpu_capability() == "DEFAULT":
+        # torch 2.13's CPU kernels (SDPA's too) have no bfloat16 path in ATen's scalar build
+        pytest.skip("bfloat16 CPU attention raises in pack_vnni2 without AVX2 or AVX-512")
     q, k, v, bias = _inputs(2, 4, 2, 67, 67, 16, dtype)
     scale = 1 / math.sqrt(16)
     out = bias_flash_attention(q, k, v, bias, scale, causal)
