@@ -411,7 +411,7 @@ def test_transformers_5_rope_parameters_and_partial_rotary(tol):
         "partial_rotary_factor": 0.5,
         "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 25000.0},
     }
-    rope = rope_from_hf_config(config)
+    rope = rope_from_hf_config({**config, "model_type": "llama"})
     assert (rope.head_dim, rope.config.rotary_dim, rope.config.base) == (80, 40, 25000.0)
     expected, _ = hf_frequencies(LlamaConfig(**config))
     rounding = tol(n=hf_table_n(25000.0), scale=0)  # as in test_real_config_matches_...
@@ -420,6 +420,7 @@ def test_transformers_5_rope_parameters_and_partial_rotary(tol):
 
 def test_dynamic_takes_max_position_embeddings_as_original():
     config = {
+        "model_type": "llama",
         "hidden_size": 64,
         "num_attention_heads": 4,
         "max_position_embeddings": 2048,
@@ -447,7 +448,13 @@ def test_dynamic_takes_max_position_embeddings_as_original():
             {"model_type": "glm4v", "rope_scaling": {"mrope_section": [2, 3, 3]}},
             "model_type 'glm4v'",
         ),
-        ({"rope_scaling": {"rope_type": "yarn", "factor": 2.0, "beta_fastest": 8}}, "beta_fastest"),
+        (
+            {
+                "model_type": "llama",
+                "rope_scaling": {"rope_type": "yarn", "factor": 2.0, "beta_fastest": 8},
+            },
+            "beta_fastest",
+        ),
         ({"rope_scaling": {"rope_type": "ntk-by-parts", "factor": 2.0}}, "ntk-by-parts"),
         ({"rope_parameters": {"full_attention": {"rope_type": "default"}}}, "full_attention"),
         ({"hidden_size": None, "num_attention_heads": None}, "head_dim"),

@@ -5,6 +5,8 @@ One module per concept:
 - :mod:`~posenc.hf.rope`: :func:`rope_from_hf_config`, a transformers config (the object
   or its ``config.json`` dict) as the :class:`~posenc.rotary.RoPE` that reproduces the
   model's rotary embedding;
+- :mod:`~posenc.hf.layouts`: :func:`pair_layout`, the rotary pairs each model type's code
+  rotates, read off transformers (never a guess);
 - :mod:`~posenc.hf.keys`: reading a config's keys, object or dict;
 - :mod:`~posenc.hf.extend`: :func:`extend_context`, a loaded causal LM (Llama family)
   rewritten for a longer context with one of the published scalings;

@@ -22,6 +22,7 @@ from .keys import (
     config_rope_dict,
     rope_base_keys,
 )
+from .layouts import REFUSED, pair_layout
 
 __all__ = ["rope_from_hf_config"]
 
@@ -29,10 +30,6 @@ __all__ = ["rope_from_hf_config"]
 #: ``original_max_position_embeddings`` when the config has one (Phi-3), else from
 #: ``rope_parameters``, else from ``max_position_embeddings``
 _ORIGINAL_FROM_CONFIG = ("yarn", "llama3", "longrope")
-
-#: Multi-head latent attention models: the rotary part of each head is ``qk_rope_head_dim``
-#: and the rotary pairs are interleaved (2i, 2i + 1) in the q/k projection weights
-_INTERLEAVED_MODEL_TYPES = ("deepseek_v2", "deepseek_v3")
 
 #: M-RoPE models (the composite config and its text config): model_type -> (whether the
 #: sections interleave, the mrope_section transformers uses when the config has none)
@@ -75,19 +72,23 @@ def _mrope_keys(params: dict[str, Any], model_type: Any) -> dict[str, Any] | Non
     return {"mrope_section": section, "mrope_interleaved": interleaved}
 
 
-def rope_from_hf_config(config: Any) -> RoPE:
+def rope_from_hf_config(config: Any, *, layout: str | None = None) -> RoPE:
     """The posenc :class:`~posenc.rotary.RoPE` of a Hugging Face model, from its config.
 
     Reads what transformers reads (the head size, ``rope_parameters`` or the legacy
     ``rope_scaling``, the top-level ``rope_theta`` and ``partial_rotary_factor``) and fills
     in what posenc's strict scaling records need the way transformers uses it. M-RoPE
-    models (Qwen2-VL, Qwen2.5-VL, Qwen3-VL) give an :class:`~posenc.rotary.MRoPE`; the
-    layout is ``"half"``, ``"interleaved"`` for DeepSeek-V2/V3. Every rule, with the
-    reasons: ``docs/design-notes.md``, "Reading a Hugging Face config".
+    models (Qwen2-VL, Qwen2.5-VL, Qwen3-VL) give an :class:`~posenc.rotary.MRoPE`. The
+    pair layout is the one the model type's code rotates
+    (:func:`~posenc.hf.layouts.pair_layout`), never a guess. Every rule, with the reasons:
+    ``docs/design-notes.md``, "Reading a Hugging Face config".
 
     Args:
         config: a transformers config object, or its ``config.json`` contents as a dict.
             Keys set to None count as absent.
+        layout: ``"half"`` or ``"interleaved"``, for a model type posenc has not read (its
+            ``apply_rotary_pos_emb`` says which); None: the model type's own. A layout that
+            contradicts a known model type's raises.
 
     Returns:
         a :class:`~posenc.rotary.RoPE` whose ``inv_freq(seq_len)`` and
@@ -100,10 +101,12 @@ def rope_from_hf_config(config: Any) -> RoPE:
 
     Raises:
         ValueError: anything posenc does not know (a rope type such as ``ntk-by-parts``,
-            M-RoPE keys in another model, per-layer dicts), named, never silently dropped.
+            M-RoPE keys in another model, per-layer dicts, a model type whose pair layout it
+            has not read and no ``layout``), named, never silently dropped.
 
     Example:
-        >>> rope = rope_from_hf_config({"hidden_size": 4096, "num_attention_heads": 32,
+        >>> rope = rope_from_hf_config({"model_type": "llama", "hidden_size": 4096,
+        ...     "num_attention_heads": 32,
         ...     "max_position_embeddings": 131072, "rope_theta": 500000.0,
         ...     "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
         ...         "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})
@@ -124,10 +127,29 @@ def rope_from_hf_config(config: Any) -> RoPE:
             check_float(key, params[key])
     _fill_original_length(params, rope_type, get)
 
-    if mrope is not None:
+    pairs = _layout(model_type, get, layout)
+    if mrope is not None:  # Qwen's M-RoPE rotates half pairs (HALF has these model types)
         return MRoPE(head_dim=head_dim, scaling=params, **mrope)
-    interleaved = model_type in _INTERLEAVED_MODEL_TYPES and get("rope_interleave", True)
-    return RoPE(head_dim=head_dim, scaling=params, layout="interleaved" if interleaved else "half")
+    return RoPE(head_dim=head_dim, scaling=params, layout=pairs)
+
+
+def _layout(model_type: Any, get: Getter, given: str | None) -> str:
+    """The pair layout: the model type's (:func:`pair_layout`), or ``given`` for a model
+    type posenc has not read; ``given`` may not contradict a known one."""
+    if given is not None and given not in ("half", "interleaved"):
+        raise ValueError(f"layout must be 'half' or 'interleaved', got {given!r}")
+    try:
+        known = pair_layout(model_type, get("rope_interleave"))
+    except ValueError:
+        if given is None or model_type in REFUSED:
+            raise
+        return given
+    if given is not None and given != known:
+        raise ValueError(
+            f"layout={given!r} contradicts model_type {model_type!r}, whose code rotates "
+            f"{known!r} pairs"
+        )
+    return known
 
 
 def _rope_type(params: dict[str, Any], model_type: Any) -> str:
