@@ -710,7 +710,12 @@ def model_cases() -> None:
     raises("model/init/int", functools.partial(lm, 3), TypeError, "encoding must be")
 
 
-HF = {"hidden_size": 64, "num_attention_heads": 4, "max_position_embeddings": 32}
+HF = {
+    "model_type": "llama",
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "max_position_embeddings": 32,
+}
 
 
 def hf_cases() -> None:
