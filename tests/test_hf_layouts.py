@@ -162,3 +162,43 @@ def test_an_unread_model_type_needs_layout_and_a_known_one_refuses_another():
         rope_from_hf_config(config, layout="neox")
     with pytest.raises(ValueError, match="nanochat"):
         rope_from_hf_config({**config, "model_type": "nanochat"}, layout="half")
+
+
+def test_every_buildable_model_type_is_exact_or_refused():
+    """rope_from_hf_config on each tabled model type's default config (transformers'
+    own): the scores of q rotated by posenc equal those of q rotated by the family's
+    functions (scores, since the latent-attention functions also permute their output
+    channels), the channels past the rotary slice untouched; or a ValueError that names
+    what posenc does not take (per-layer rope_parameters, say). Never a third outcome."""
+    exact, refused, wrong = [], [], []
+    for model_type in TABLED:
+        built = family(model_type)
+        if built is None:
+            continue
+        text, embedding, apply = built
+        try:
+            cos, sin = cos_sin(text, embedding, 6)
+        except (TypeError, ValueError, RuntimeError, AttributeError, KeyError):
+            continue  # the reader's limit, as in read_layout
+        try:
+            rope = rope_from_hf_config(text)
+        except ValueError:
+            refused.append(model_type)
+            continue
+        width = cos.shape[-1]
+        q = torch.randn(1, 2, 6, rope.head_dim, generator=torch.Generator().manual_seed(0))
+        ours, _ = rope(q, q.clone())
+        theirs, _ = apply(q[..., :width], q[..., :width].clone(), cos, sin)
+        rotated = ours[..., :width]
+        scores = rotated @ rotated.transpose(-1, -2)  # [1, 2, 6, 6]
+        expected = theirs @ theirs.transpose(-1, -2)
+        # float32 angles (transformers) against float64 reduced mod 2π (posenc), positions
+        # < 6: ~1e-6 relative per product, summed over the slice: far inside 1e-4, while a
+        # wrong layout or direction moves a score by O(1)
+        same = torch.allclose(scores, expected, atol=1e-4, rtol=1e-4)
+        if same and torch.equal(ours[..., width:], q[..., width:]):
+            exact.append(model_type)
+        else:
+            wrong.append(model_type)
+    assert not wrong, f"rotated other than transformers rotates: {wrong}"
+    assert len(exact) >= 150, f"{len(exact)} exact, {len(refused)} refused"
