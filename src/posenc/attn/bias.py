@@ -108,7 +108,7 @@ def _linear(q, k, v, encoding, context, plan, causal, scale, table):
         scale,
         plan.blocks,
         mask,
-        q_range=p.q_range(),
+        q_range=None if plan.blocks is None else p.q_range(),  # read by the plan already
     )
     return zero_dead_rows(out, dead)
 

@@ -248,31 +248,47 @@ REFUSED: dict[str, str] = {
 }
 
 
-def pair_layout(model_type: Any, rope_interleave: Any = None) -> str:
+def pair_layout(model_type: Any, rope_interleave: Any = None, given: str | None = None) -> str:
     """``"half"`` or ``"interleaved"``: the pairs ``model_type``'s code rotates.
 
     Args:
         model_type: the config's ``model_type``.
         rope_interleave: the config's ``rope_interleave`` (multi-head latent attention
             only; None: transformers' default, True).
+        given: the layout the caller read from the model's code, for a model type posenc
+            has not read; for a known one it must agree.
 
     Raises:
-        ValueError: for a model type posenc has not read, or one it refuses, naming it;
-            pass ``layout=`` to :func:`~posenc.hf.rope_from_hf_config` after reading the
-            model's ``apply_rotary_pos_emb``.
+        ValueError: for a model type posenc refuses, for one it has not read without
+            ``given``, and for a ``given`` that is not a layout or contradicts the model
+            type's, naming them.
 
     Example:
         >>> pair_layout("llama"), pair_layout("cohere"), pair_layout("deepseek_v3", False)
         ('half', 'interleaved', 'half')
+        >>> pair_layout("my_model", given="interleaved")
+        'interleaved'
     """
+    if given is not None and given not in ("half", "interleaved"):
+        raise ValueError(f"layout must be 'half' or 'interleaved', got {given!r}")
     if model_type in REFUSED:
         raise ValueError(f"model_type {model_type!r}: {REFUSED[model_type]}; posenc refuses it")
     if model_type in MLA_BY_FLAG:
-        return "half" if rope_interleave is False else "interleaved"
-    if model_type in INTERLEAVED:
-        return "interleaved"
-    if model_type in HALF:
-        return "half"
+        known: str | None = "half" if rope_interleave is False else "interleaved"
+    elif model_type in INTERLEAVED:
+        known = "interleaved"
+    elif model_type in HALF:
+        known = "half"
+    else:
+        known = None
+    if known is not None and given not in (None, known):
+        raise ValueError(
+            f"layout={given!r} contradicts model_type {model_type!r}, whose code rotates "
+            f"{known!r} pairs"
+        )
+    layout = known if known is not None else given
+    if layout is not None:
+        return layout
     named = "a config without model_type" if model_type is None else f"model_type {model_type!r}"
     raise ValueError(
         f"posenc has not read the rotary pair layout of {named} from "

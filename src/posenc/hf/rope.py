@@ -22,7 +22,7 @@ from .keys import (
     config_rope_dict,
     rope_base_keys,
 )
-from .layouts import REFUSED, pair_layout
+from .layouts import pair_layout
 
 __all__ = ["rope_from_hf_config"]
 
@@ -127,29 +127,10 @@ def rope_from_hf_config(config: Any, *, layout: str | None = None) -> RoPE:
             check_float(key, params[key])
     _fill_original_length(params, rope_type, get)
 
-    pairs = _layout(model_type, get, layout)
+    pairs = pair_layout(model_type, get("rope_interleave"), layout)
     if mrope is not None:  # Qwen's M-RoPE rotates half pairs (HALF has these model types)
         return MRoPE(head_dim=head_dim, scaling=params, **mrope)
     return RoPE(head_dim=head_dim, scaling=params, layout=pairs)
-
-
-def _layout(model_type: Any, get: Getter, given: str | None) -> str:
-    """The pair layout: the model type's (:func:`pair_layout`), or ``given`` for a model
-    type posenc has not read; ``given`` may not contradict a known one."""
-    if given is not None and given not in ("half", "interleaved"):
-        raise ValueError(f"layout must be 'half' or 'interleaved', got {given!r}")
-    try:
-        known = pair_layout(model_type, get("rope_interleave"))
-    except ValueError:
-        if given is None or model_type in REFUSED:
-            raise
-        return given
-    if given is not None and given != known:
-        raise ValueError(
-            f"layout={given!r} contradicts model_type {model_type!r}, whose code rotates "
-            f"{known!r} pairs"
-        )
-    return known
 
 
 def _rope_type(params: dict[str, Any], model_type: Any) -> str:
