@@ -6,10 +6,11 @@ import torch
 
 from posenc.attn.flex import (
     CPU_MIN_HEAD_DIM,
-    _default_causal_mask,
+    _default_mask,
     flex_attention,
     flex_available,
 )
+from posenc.attn.pattern import FULL, AttnPattern
 
 needs_flex = pytest.mark.skipif(
     not flex_available(torch.device("cpu")), reason="compiled flex attention does not run here"
@@ -37,9 +38,11 @@ def test_flex_runs_on_cpu_with_a_vector_isa_and_cuda_only():
 
 
 def test_the_default_causal_block_mask_is_cached():
-    first = _default_causal_mask(8, 24, torch.device("cpu"))
-    assert _default_causal_mask(8, 24, torch.device("cpu")) is first
-    assert _default_causal_mask(8, 16, torch.device("cpu")) is not first
+    cpu = torch.device("cpu")
+    first = _default_mask(8, 24, cpu, True, FULL)
+    assert _default_mask(8, 24, cpu, True, FULL) is first
+    assert _default_mask(8, 16, cpu, True, FULL) is not first
+    assert _default_mask(8, 24, cpu, True, AttnPattern(window=4)) is not first
     # the queries are the last 8 of the 24 keys: query 0 sees keys 0..16
     dense = first.to_dense()  # [1, 1, q_blocks, k_blocks]: one block here
     assert dense.shape[-2:] == (1, 1) and bool(dense.all())

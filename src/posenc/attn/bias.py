@@ -20,12 +20,14 @@ from .bias_blocks import blockwise_bias_attention, shift_table
 from .bias_grad import bias_flash_attention
 from .bias_plan import AttnShape, plan_bias
 from .context import AttentionContext
+from .explicit import explicit_attention
 from .flex import flex_attention
 from .linear_bias import linear_bias_sdpa
 from .masks import zero_dead_rows
+from .pattern import PLAIN, ScoreOptions
 from .shaw_grad import shaw_attention
 
-__all__ = ["bias_attention"]
+__all__ = ["bias_attention", "flex_run"]
 
 
 def bias_attention(
@@ -39,6 +41,8 @@ def bias_attention(
     scale: float,
     backend: str,
     table: torch.Tensor | None = None,
+    options: ScoreOptions = PLAIN,
+    finite: bool = True,
 ) -> torch.Tensor:
     """Attention with a bias encoding, on the backend :func:`plan_bias` picks.
 
@@ -50,6 +54,9 @@ def bias_attention(
         table: the materialised bias for these positions (``encoding.bias(q_positions,
             k_positions)``, checked by :func:`posenc.attention`), computed once by the
             caller and shared by its layers; None: computed here where a runner needs it.
+        options: the window or chunk, softcap and sinks.
+        finite: whether every value is finite (else the ``math`` runner keeps masked
+            values out of the outputs).
 
     Shapes:
         q ``[batch, heads, q_len, d]``, k, v ``[batch, kv_heads, k_len, d]`` ->
@@ -76,12 +83,16 @@ def bias_attention(
         needs_grad=needs_grad,
         device=q.device,
         backend=backend,
+        local=options.pattern.local,
+        modified=options.modified,
+        finite=finite,
+        sinks=options.sinks is not None,
     )
     run = _RUNNERS[plan.runner]
-    return run(q, k, v, encoding, context, plan, causal, scale, table)
+    return run(q, k, v, encoding, context, plan, causal, scale, table, options)
 
 
-def _shaw(q, k, v, encoding, context, plan, causal, scale, table):
+def _shaw(q, k, v, encoding, context, plan, causal, scale, table, options):
     """Shaw's attention blockwise, forward and backward (:mod:`~posenc.attn.shaw_grad`)."""
     tables = encoding.relative_tables()
     assert tables is not None, "plan_bias gives 'shaw' to encodings with relative_tables"
@@ -90,12 +101,13 @@ def _shaw(q, k, v, encoding, context, plan, causal, scale, table):
     return shaw_attention(q, k, v, key_table, value_table, max_distance, p.q, p.k, scale, causal)
 
 
-def _linear(q, k, v, encoding, context, plan, causal, scale, table):
+def _linear(q, k, v, encoding, context, plan, causal, scale, table, options):
     """The fused linear-bias path (:func:`~posenc.attn.linear_bias.linear_bias_sdpa`);
-    padding and segments reach it as the dense mask, which holds the causal part."""
+    padding, segments and the window or chunk reach it as the dense mask, which holds the
+    causal part."""
     mask = dead = None
-    if context.masks is not None:
-        mask, dead = context.allowed(causal)
+    if context.masks is not None or options.pattern.local:
+        mask, dead = context.allowed(causal, options.pattern)
     p = context.positions
     out = linear_bias_sdpa(
         q,
@@ -113,23 +125,43 @@ def _linear(q, k, v, encoding, context, plan, causal, scale, table):
     return zero_dead_rows(out, dead)
 
 
-def _blocks(q, k, v, encoding, context, plan, causal, scale, table):
+def _blocks(q, k, v, encoding, context, plan, causal, scale, table, options):
     """A shift-invariant bias by blocks of queries (:mod:`~posenc.attn.bias_blocks`)."""
     return blockwise_bias_attention(q, k, v, encoding, scale, causal)
 
 
-def _flex(q, k, v, encoding, context, plan, causal, scale, table):
+def _flex(q, k, v, encoding, context, plan, causal, scale, table, options):
     """Flex attention with the encoding's ``score_mod`` and the context's block mask;
     default positions stay None, so the score_mod reads indices."""
     p = context.positions
     qp, kp = (p.q, p.k) if p.explicit else (None, None)
     q_offset = 0 if p.explicit else query_offset(p.q_len, p.k_len)
     mod = encoding.score_mod(qp, kp, q=q, q_offset=q_offset, scale=scale)
-    mask = context.block_mask(q.shape[0], causal)
-    return flex_attention(q, k, v, mod, qp, kp, causal, scale, block_mask=mask)
+    return flex_run(q, k, v, mod, context, causal, scale, options)
 
 
-def _flash(q, k, v, encoding, context, plan, causal, scale, table):
+def flex_run(q, k, v, score_mod, context, causal, scale, options) -> torch.Tensor:
+    """Flex attention with ``score_mod`` (None: plain scores), the context's block mask of
+    the call's pattern (the blocks outside a window or chunk are skipped) and softcap;
+    shared by bias encodings and attention without a bias (sinks never reach it)."""
+    p = context.positions
+    qp, kp = (p.q, p.k) if p.explicit else (None, None)
+    mask = context.block_mask(q.shape[0], causal, options.pattern)
+    return flex_attention(
+        q,
+        k,
+        v,
+        score_mod,
+        qp,
+        kp,
+        causal,
+        scale,
+        block_mask=mask,
+        softcap=options.softcap,
+    )
+
+
+def _flash(q, k, v, encoding, context, plan, causal, scale, table, options):
     """The CPU flash kernel with the bias and a blockwise backward
     (:func:`~posenc.attn.bias_grad.bias_flash_attention`): the masks folded into the bias
     as ``-inf``, the causal mask by index (the kernel skips the blocks above the diagonal)
@@ -137,22 +169,23 @@ def _flash(q, k, v, encoding, context, plan, causal, scale, table):
     bias = _table(q, encoding, context, plan, scale, table)
     by_index = causal and context.positions.index_ordered()
     dead = None
-    if context.masks is not None or (causal and not by_index):
-        allowed, dead = context.allowed(causal)
+    if context.masks is not None or options.pattern.local or (causal and not by_index):
+        allowed, dead = context.allowed(causal, options.pattern)
         bias = bias.masked_fill(~allowed, float("-inf"))
     out = bias_flash_attention(q, k, v, bias, scale, by_index)
     return zero_dead_rows(out, dead)
 
 
-def _dense(q, k, v, encoding, context, plan, causal, scale, table):
+def _dense(q, k, v, encoding, context, plan, causal, scale, table, options):
     """SDPA (``sdpa``) or softmax in float32 (``math``) with the materialised bias."""
     bias = _table(q, encoding, context, plan, scale, table)
-    allowed = context.allowed(causal)
-    dead = None
+    allowed = context.allowed(causal, options.pattern)
+    mask = dead = None
     if allowed is not None:
-        bias = bias.masked_fill(~allowed[0], float("-inf"))
-        dead = allowed[1]
+        mask, dead = allowed
     if plan.runner == "sdpa":
+        if mask is not None:
+            bias = bias.masked_fill(~mask, float("-inf"))
         # a 4-D mask keeps CPU SDPA on its fast kernel (3-D falls back, 2-6x slower); the
         # CPU kernel takes a float32 mask with bf16/fp16 inputs, so the bias is not rounded
         mask = bias if bias.dim() == 4 else bias.unsqueeze(0)  # [b | 1, h, q_len, k_len]
@@ -162,7 +195,23 @@ def _dense(q, k, v, encoding, context, plan, causal, scale, table):
         )
     else:
         p = context.positions
-        out = _math_attention(q, k, v, bias, scale, encoding, p.q, p.k)
+        value_term = None
+        if encoding.adds_to_values:
+
+            def value_term(probs):
+                return encoding.value_term(probs, p.q, p.k)
+
+        out = explicit_attention(
+            q,
+            k,
+            v,
+            scale,
+            bias=bias,
+            allowed=mask,
+            softcap=options.softcap,
+            sinks=options.sinks,
+            value_term=value_term,
+        )
     return zero_dead_rows(out, dead)
 
 
@@ -186,24 +235,3 @@ _RUNNERS: dict[str, Callable[..., torch.Tensor]] = {
     "sdpa": _dense,
     "math": _dense,
 }
-
-
-def _math_attention(q, k, v, bias, scale, encoding, q_positions, k_positions):
-    """softmax(q kᵀ · scale + bias) v in float32 (float64 for float64 inputs), plus the
-    encoding's value term if any.
-
-    Shapes:
-        q ``[b, h, q_len, d]``, k, v ``[b, kv_h, k_len, d]``, bias ``[(b,) h, q_len, k_len]``
-        -> ``[b, h, q_len, d]`` in the dtype of ``q``.
-    """
-    group = q.shape[1] // k.shape[1]
-    k = k.repeat_interleave(group, dim=1)  # [b, h, k_len, d]
-    v = v.repeat_interleave(group, dim=1)
-    dtype = math_dtype(q.dtype)
-    scores = (q.to(dtype) @ k.to(dtype).transpose(-1, -2)) * scale + bias.to(dtype)
-    # a query that sees no key gets zeros, as from the SDPA and flex kernels (not NaN)
-    probs = scores.softmax(dim=-1).nan_to_num(0.0)  # [b, h, q_len, k_len]
-    out = probs @ v.to(dtype)
-    if encoding.adds_to_values:
-        out = out + encoding.value_term(probs, q_positions, k_positions).to(dtype)
-    return out.to(q.dtype)

@@ -50,6 +50,7 @@ __all__ = [
     "BiasPlan",
     "bias_memory",
     "plan_bias",
+    "plan_plain",
     "shares_table",
 ]
 
@@ -108,6 +109,10 @@ def plan_bias(
     needs_grad: bool,
     device: torch.device,
     backend: str = "auto",
+    local: bool = False,
+    modified: bool = False,
+    finite: bool = True,
+    sinks: bool = False,
 ) -> BiasPlan:
     """The backend for ``encoding``'s attention over these inputs.
 
@@ -121,14 +126,27 @@ def plan_bias(
             given table require grad).
         device: where the inputs are.
         backend: one of :data:`BACKENDS` (checked by :func:`posenc.attention`).
+        local: whether a window or chunk hides keys (:class:`~posenc.attn.pattern.AttnPattern`):
+            the runners then take it as a mask.
+        modified: whether softcap or sinks change the scores or the softmax: only ``math``
+            and ``flex`` run them.
+        finite: whether every value is finite; else only ``math`` keeps a value no query
+            may see out of every output (:mod:`~posenc.attn.explicit`).
+        sinks: whether sinks are given (only ``math`` runs them).
 
     Raises:
         ValueError: for a backend that cannot run this encoding or these inputs.
     """
     compiling = torch.compiler.is_compiling()
     cpu_training = device.type == "cpu" and needs_grad
+    masked = masked or local
     if encoding.adds_to_values and backend not in ("auto", "math"):
         raise ValueError(f"{encoding.info.name!r} adds to the values: only backend='math' runs it")
+    explicit = _explicit_plan(shape, device, backend, needs_grad, modified, finite, sinks)
+    if explicit == "flex" and encoding.adds_to_values:  # flex has no value term
+        explicit = "math"
+    if explicit is not None:
+        return BiasPlan(explicit, table="full" if explicit == "math" else None)
     shaw = backend == "auto" and cpu_training and not masked and not compiling
     shaw = shaw and encoding.relative_tables() is not None
     if shaw and (not causal or positions.index_ordered()):
@@ -136,17 +154,11 @@ def plan_bias(
     if encoding.adds_to_values:
         return BiasPlan("math", table="full")
     if backend == "flex":
-        if cpu_training:
-            raise ValueError(
-                "compiled flex attention has no backward on the CPU: use backend='sdpa' (or "
-                "'auto'), or call under torch.no_grad() with inputs that do not require grad"
-            )
+        _check_flex(cpu_training)
         return BiasPlan("flex")
     if backend != "auto":
         return BiasPlan("math" if backend == "math" else "sdpa", table="full")
-    flex = (
-        not cpu_training and shape.q_len * shape.k_len >= FLEX_MIN_SCORES and flex_available(device)
-    )
+    flex = _flex_pays(shape, device, cpu_training)
     if not (masked and flex) and device.type == "cpu" and not compiling:
         linear = _linear_plan(encoding, shape, positions, causal)
         if linear is not None:
@@ -165,6 +177,92 @@ def plan_bias(
     if cpu_training and not compiling and bias_flash_available():
         return BiasPlan("flash", table="shift" if by_distance else "full")
     return BiasPlan("sdpa", table="full")
+
+
+PlainRunner = Literal["fast", "sdpa", "flex", "math"]
+
+
+def plan_plain(
+    shape: AttnShape,
+    positions: AttnPositions,
+    *,
+    masked: bool,
+    needs_grad: bool,
+    device: torch.device,
+    backend: str = "auto",
+    local: bool = False,
+    modified: bool = False,
+    finite: bool = True,
+    sinks: bool = False,
+) -> PlainRunner:
+    """The backend of attention without a bias (rotary encodings, ``none``): ``fast``
+    (SDPA with its own causal mask: default positions, one query or as many as keys, no
+    masks, no window or chunk), ``flex`` (where it pays: a window or chunk then costs
+    ``O(L·W)``; and softcap or sinks at inference), ``math`` (softcap or sinks otherwise,
+    non-finite values) or ``sdpa`` (SDPA with the dense mask). The arguments are those of
+    :func:`plan_bias`."""
+    explicit = _explicit_plan(shape, device, backend, needs_grad, modified, finite, sinks)
+    if explicit is not None:
+        return explicit
+    cpu_training = device.type == "cpu" and needs_grad
+    if backend == "flex":
+        _check_flex(cpu_training)
+        return "flex"
+    if backend == "math":
+        return "math"
+    if backend == "auto" and local and _flex_pays(shape, device, cpu_training):
+        return "flex"
+    default = not masked and not local and not positions.explicit
+    return "fast" if default and shape.q_len in (1, shape.k_len) else "sdpa"
+
+
+def _explicit_plan(
+    shape: AttnShape,
+    device: torch.device,
+    backend: str,
+    needs_grad: bool,
+    modified: bool,
+    finite: bool,
+    sinks: bool,
+) -> Literal["math", "flex"] | None:
+    """``math`` or ``flex`` where only they run the call (softcap or sinks; non-finite
+    values: ``math``), else None."""
+    if not finite:
+        return "math"
+    if not modified:
+        return None
+    if backend == "sdpa":
+        raise ValueError(
+            "softcap and sinks change the scores before the softmax, which SDPA cannot: "
+            "use backend='auto', 'math' or 'flex'"
+        )
+    cpu_training = device.type == "cpu" and needs_grad
+    if backend == "flex":
+        _check_flex(cpu_training)
+        if sinks:
+            raise ValueError(
+                "sinks join the softmax as a logit without a value, which flex attention has "
+                "no hook for: use backend='auto' or 'math'"
+            )
+        return "flex"
+    if backend == "auto" and not sinks and _flex_pays(shape, device, cpu_training):
+        return "flex"
+    return "math"
+
+
+def _flex_pays(shape: AttnShape, device: torch.device, cpu_training: bool) -> bool:
+    """Whether ``auto`` takes flex attention: large enough, where it runs and has a
+    backward."""
+    big = shape.q_len * shape.k_len >= FLEX_MIN_SCORES
+    return not cpu_training and big and flex_available(device)
+
+
+def _check_flex(cpu_training: bool) -> None:
+    if cpu_training:
+        raise ValueError(
+            "compiled flex attention has no backward on the CPU: use backend='sdpa' (or "
+            "'auto'), or call under torch.no_grad() with inputs that do not require grad"
+        )
 
 
 def _linear_plan(

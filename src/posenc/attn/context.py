@@ -14,9 +14,10 @@ from typing import Any
 
 import torch
 
-from ..positions import AttnPositions, causal_mask, query_offset
+from ..positions import AttnPositions, query_offset
 from .flex import flex_block_mask
 from .masks import Masks, open_dead_rows
+from .pattern import FULL, AttnPattern, pattern_mask
 
 __all__ = ["AttentionContext"]
 
@@ -37,10 +38,12 @@ class AttentionContext:
 
     positions: AttnPositions
     masks: Masks | None
-    #: dense masks already built, by ``causal``
-    _dense: dict[bool, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict, repr=False)
-    #: flex block masks already built, by ``causal``
-    _blocks: dict[bool, Any] = field(default_factory=dict, repr=False)
+    #: dense masks already built, by ``(causal, pattern)``
+    _dense: dict[tuple[bool, AttnPattern], tuple[torch.Tensor, torch.Tensor]] = field(
+        default_factory=dict, repr=False
+    )
+    #: flex block masks already built, by ``(batch, causal, pattern)``
+    _blocks: dict[tuple[int, bool, AttnPattern], Any] = field(default_factory=dict, repr=False)
 
     @classmethod
     def build(
@@ -65,41 +68,54 @@ class AttentionContext:
         masks = Masks.build(key_padding_mask, segment_ids, batch, q_len, k_len, device)
         return cls(positions, masks)
 
-    def allowed(self, causal: bool) -> tuple[torch.Tensor, torch.Tensor] | None:
+    def allowed(
+        self, causal: bool, pattern: AttnPattern = FULL
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
         """The dense mask, ``(allowed, dead)``: True where a query may see a key (the
-        causal mask by positions, padding and segments), with the rows that see no key
-        opened and flagged in ``dead`` (:func:`~posenc.attn.masks.open_dead_rows`: the
-        runner zeroes them); None when nothing is masked. Built on first use and kept for
-        the other layers (not while compiling: the graph builds it).
+        causal mask and the window or chunk by positions, padding and segments), with the
+        rows that see no key opened and flagged in ``dead``
+        (:func:`~posenc.attn.masks.open_dead_rows`: the runner zeroes them); None when
+        nothing is masked. Built on first use and kept for the other layers with the same
+        pattern (not while compiling: the graph builds it).
 
         Shapes:
             allowed ``[q_len, k_len]`` or ``[batch | 1, 1, q_len | 1, k_len]``; dead the
             same with one key.
         """
-        if self.masks is None and not causal:
+        if self.masks is None and not causal and not pattern.local:
             return None
         compiling = torch.compiler.is_compiling()
-        if causal in self._dense and not compiling:
-            return self._dense[causal]
+        key = (causal, pattern)
+        if key in self._dense and not compiling:
+            return self._dense[key]
         q, k = self.positions.q, self.positions.k
-        dense = causal_mask(q, k) if self.masks is None else self.masks.dense(q, k, causal)
+        if self.masks is None:
+            dense = pattern_mask(pattern, q, k, causal)
+            assert dense is not None, "causal or a local pattern: something is masked"
+        else:
+            dense = self.masks.dense(q, k, causal, pattern)
         built = open_dead_rows(dense)
         if not compiling:
-            self._dense[causal] = built
+            self._dense[key] = built
         return built
 
-    def block_mask(self, batch: int, causal: bool) -> Any:
+    def block_mask(self, batch: int, causal: bool, pattern: AttnPattern = FULL) -> Any:
         """The flex-attention block mask of the same mask
         (:func:`~posenc.attn.flex.flex_block_mask`; None when nothing is masked), built on
-        first use and kept for the other layers (not while compiling)."""
+        first use and kept for the other layers with the same pattern (not while
+        compiling)."""
         compiling = torch.compiler.is_compiling()
-        if causal in self._blocks and not compiling:
-            return self._blocks[causal]
+        key = (batch, causal, pattern)
+        if key in self._blocks and not compiling:
+            return self._blocks[key]
         p = self.positions
         q_offset = query_offset(p.q_len, p.k_len) if not p.explicit else 0
         qp, kp = (p.q, p.k) if p.explicit else (None, None)  # None: indices, a cached mask
-        mask_mod = None if self.masks is None else self.masks.mask_mod(qp, kp, q_offset, causal)
-        built = flex_block_mask(batch, p.q_len, p.k_len, p.q.device, qp, kp, causal, mask_mod)
+        mask_mod = None
+        if self.masks is not None:
+            mask_mod = self.masks.mask_mod(qp, kp, q_offset, causal, pattern)
+        shape = (batch, p.q_len, p.k_len, p.q.device)
+        built = flex_block_mask(*shape, qp, kp, causal, mask_mod, pattern)
         if not compiling:
-            self._blocks[causal] = built
+            self._blocks[key] = built
         return built

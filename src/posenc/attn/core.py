@@ -17,10 +17,12 @@ import torch
 import torch.nn.functional as F
 
 from ..base import BiasEncoding, Encoding, RotaryEncoding
-from .bias import bias_attention
-from .bias_plan import BACKENDS
+from .bias import bias_attention, flex_run
+from .bias_plan import BACKENDS, AttnShape, plan_plain
 from .context import AttentionContext
+from .explicit import explicit_attention, finite_values
 from .masks import zero_dead_rows
+from .pattern import AttnPattern, ScoreOptions, check_sinks, check_softcap
 
 __all__ = ["attention"]
 
@@ -107,6 +109,10 @@ def attention(
     segment_ids: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None,
     bias: torch.Tensor | None = None,
     context: AttentionContext | None = None,
+    window: int | None = None,
+    chunk: int | None = None,
+    sinks: torch.Tensor | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Attention of ``q`` over ``k, v`` with a positional encoding.
 
@@ -124,10 +130,11 @@ def attention(
         causal: a query sees the keys at its own position and before.
         scale: the score scale, default ``1/sqrt(head_dim)``. A bias is added after scaling
             (ALiBi's bias is not divided by ``sqrt(head_dim)``).
-        backend: for bias encodings, ``"auto"`` (the fastest exact one,
-            :func:`~posenc.attn.bias_plan.plan_bias`), ``"flex"`` (flex attention: no
-            ``[heads, L, L]`` tensor), ``"sdpa"`` (SDPA with the materialised bias) or
-            ``"math"`` (explicit softmax in float32). Other kinds always use SDPA.
+        backend: ``"auto"`` (the fastest exact one,
+            :func:`~posenc.attn.bias_plan.plan_bias` for bias encodings,
+            :func:`~posenc.attn.bias_plan.plan_plain` otherwise), ``"flex"`` (flex
+            attention: no ``[heads, L, L]`` tensor), ``"sdpa"`` (SDPA, with the
+            materialised bias) or ``"math"`` (explicit softmax in float32).
         key_padding_mask: ``[batch, k_len]`` bool, True for a real token: keys at False
             are hidden from every query.
         segment_ids: ``[batch, seq]`` integer document ids of packed sequences: a query
@@ -148,9 +155,26 @@ def attention(
             takes the four arguments above), as a model's layers share them; then none of
             ``q_positions``, ``k_positions``, ``key_padding_mask`` and ``segment_ids``.
             Not with a rotary encoding: rotate q and k first.
+        window: a sliding window of ``W`` positions. Causal: a query at position ``i``
+            sees the keys ``j`` with ``i - W < j <= i`` (Mistral 7B's and Gemma 2/3's local
+            layers; gpt-oss's banded layers with ``W = 128``). Not causal:
+            ``|i - j| <= W // 2`` (ModernBERT's local attention, ``W = 128``). Flex
+            attention then skips the blocks outside it: ``O(L·W)``.
+        chunk: a query sees only the keys of its own chunk of ``C`` positions,
+            ``i // C == j // C`` (and ``j <= i`` when causal): Llama 4's chunked attention
+            (``C = 8192``). Not with ``window``.
+        sinks: ``[heads]`` learned logits, one per query head, that join every row's
+            softmax and read no value (gpt-oss): a head may then attend to nothing. The
+            rows' probabilities sum to ``1 - p_sink``.
+        softcap: scores become ``softcap * tanh(s / softcap)`` after the scale and the
+            bias, before the mask (Gemma 2: 50.0). Softcap runs on ``math``, or on ``flex``
+            at inference; sinks on ``math``; ``backend="sdpa"`` refuses both.
 
-    A query that may see no key at all (a pad query, say) gets zeros, never NaN, and no
-    gradient.
+    Positions decide the window and the chunk, as they decide the causal mask: explicit
+    positions, packed documents and KV caches follow them. A query that may see no key at
+    all (a pad query, say) gets zeros, never NaN, and no gradient. A value no query may see
+    (a future key's, a pad's) never reaches an output, even a NaN: values that are not all
+    finite run on the ``math`` backend, which keeps them out.
 
     Returns:
         ``[batch, heads, q_len, head_dim]`` in the dtype of ``q``.
@@ -177,21 +201,32 @@ def attention(
     scale = _check_scale(scale, q.shape[-1])
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
-    if kind != "bias" and backend not in ("auto", "sdpa"):
-        raise ValueError(f"backend={backend!r} applies to bias encodings only; this runs on SDPA")
     if bias is not None:
         _check_table(bias, encoding, q, k.shape[2])
+    check_sinks(sinks, q.shape[1], q.device)
+    options = ScoreOptions(AttnPattern(window, chunk), check_softcap(softcap), sinks)
+    finite = finite_values(v)
     if kind == "bias":
         enc = cast(BiasEncoding, encoding)
         return bias_attention(
-            q, k, v, enc, context, causal=causal, scale=scale, backend=backend, table=bias
+            q,
+            k,
+            v,
+            enc,
+            context,
+            causal=causal,
+            scale=scale,
+            backend=backend,
+            table=bias,
+            options=options,
+            finite=finite,
         )
     if kind == "additive":
         raise ValueError(
             f"{cast(Encoding, encoding).info.name!r} is an additive encoding: add it to the "
             "token embeddings (enc(x)) before the first layer instead of passing it to attention"
         )
-    return _plain(q, k, v, context, causal, scale)
+    return _plain(q, k, v, context, causal, scale, backend, options, finite)
 
 
 def _check_encoding(encoding: Encoding | None) -> str | None:
@@ -243,21 +278,46 @@ def _check_context(context, q, k, *given) -> None:
         )
 
 
-def _plain(q, k, v, context: AttentionContext, causal: bool, scale: float) -> torch.Tensor:
-    """SDPA without a bias: the kernel's own causal mask over default positions (top-left;
-    one query sees every key), else the context's dense mask.
+def _plain(
+    q, k, v, context: AttentionContext, causal: bool, scale: float, backend: str, options, finite
+) -> torch.Tensor:
+    """Attention without a bias on the runner :func:`plan_plain` picks: SDPA with the
+    kernel's own causal mask over default positions (top-left; one query sees every key),
+    flex attention, the explicit softmax, or SDPA with the context's dense mask.
 
     Shapes:
         q ``[b, h, q_len, d]``, k, v ``[b, kv_h, k_len, d]`` -> ``[b, h, q_len, d]``.
     """
+    needs_grad = torch.is_grad_enabled() and any(
+        t.requires_grad for t in (q, k, v, options.sinks) if t is not None
+    )
+    runner = plan_plain(
+        AttnShape.of(q, k),
+        context.positions,
+        masked=context.masks is not None,
+        needs_grad=needs_grad,
+        device=q.device,
+        backend=backend,
+        local=options.pattern.local,
+        modified=options.modified,
+        finite=finite,
+        sinks=options.sinks is not None,
+    )
     q_len, k_len = q.shape[2], k.shape[2]
     gqa = q.shape[1] != k.shape[1]
-    if context.masks is None and not context.positions.explicit and q_len in (1, k_len):
+    if runner == "fast":
         is_causal = causal and q_len == k_len
         return F.scaled_dot_product_attention(
             q, k, v, is_causal=is_causal, scale=scale, enable_gqa=gqa
         )
-    allowed = context.allowed(causal)
+    if runner == "flex":
+        return flex_run(q, k, v, None, context, causal, scale, options)
+    allowed = context.allowed(causal, options.pattern)
     mask, dead = (None, None) if allowed is None else allowed
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=gqa)
+    if runner == "math":
+        out = explicit_attention(
+            q, k, v, scale, allowed=mask, softcap=options.softcap, sinks=options.sinks
+        )
+    else:
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=gqa)
     return zero_dead_rows(out, dead)

@@ -14,6 +14,7 @@ import torch
 
 from ..functional.cpu import cpu_vector_isa
 from ..positions import query_offset
+from .pattern import FULL, AttnPattern
 
 __all__ = ["flex_attention", "flex_available", "flex_block_mask"]
 
@@ -47,33 +48,38 @@ def flex_available(device: torch.device) -> bool:
 
 
 @functools.lru_cache(maxsize=32)
-def _default_causal_mask(q_len: int, k_len: int, device: torch.device):
+def _default_mask(q_len: int, k_len: int, device: torch.device, causal: bool, pattern: AttnPattern):
+    """The block mask of the default positions (queries are the last ``q_len`` keys),
+    cached per shape and pattern."""
     from torch.nn.attention.flex_attention import create_block_mask
 
     offset = query_offset(q_len, k_len)
 
-    def causal(b, h, q_idx, kv_idx):
-        return kv_idx <= q_idx + offset
+    def by_index(b, h, q_idx, kv_idx):
+        return pattern.visible(q_idx + offset, kv_idx, causal)
 
-    return create_block_mask(causal, None, None, q_len, k_len, device=device)
+    return create_block_mask(by_index, None, None, q_len, k_len, device=device)
 
 
-def _positions_causal_mask(q_positions: torch.Tensor, k_positions: torch.Tensor):
+def _positions_mask(
+    q_positions: torch.Tensor, k_positions: torch.Tensor, causal: bool, pattern: AttnPattern
+):
+    """The block mask of explicit positions (``[len]`` or ``[batch, len]``)."""
     from torch.nn.attention.flex_attention import create_block_mask
 
     if q_positions.dim() == 1 and k_positions.dim() == 1:
 
-        def causal(b, h, q_idx, kv_idx):
-            return k_positions[kv_idx] <= q_positions[q_idx]
+        def shared(b, h, q_idx, kv_idx):
+            return pattern.visible(q_positions[q_idx], k_positions[kv_idx], causal)
 
         q_len, k_len = len(q_positions), len(k_positions)
-        return create_block_mask(causal, None, None, q_len, k_len, device=q_positions.device)
+        return create_block_mask(shared, None, None, q_len, k_len, device=q_positions.device)
 
     batch = max(p.shape[0] for p in (q_positions, k_positions) if p.dim() == 2)
     q2, k2 = q_positions.expand(batch, -1), k_positions.expand(batch, -1)  # [b, len]
 
     def batched(b, h, q_idx, kv_idx):
-        return k2[b, kv_idx] <= q2[b, q_idx]
+        return pattern.visible(q2[b, q_idx], k2[b, kv_idx], causal)
 
     return create_block_mask(batched, batch, None, q2.shape[1], k2.shape[1], device=q2.device)
 
@@ -87,19 +93,22 @@ def flex_block_mask(
     k_positions: torch.Tensor | None,
     causal: bool,
     mask_mod=None,
+    pattern: AttnPattern = FULL,
 ):
     """The block mask of a flex call: ``mask_mod``'s (padding and documents, the causal
-    part included), else the causal mask of the positions (of the default positions, None:
-    cached per shape), else None (nothing masked)."""
+    part and the pattern included), else the causal mask and the pattern (window, chunk)
+    of the positions (of the default positions, None: cached per shape), else None
+    (nothing masked). Blocks the window or chunk hides are skipped: a sliding window costs
+    ``O(L·W)``, not ``O(L²)``."""
     if mask_mod is not None:
         from torch.nn.attention.flex_attention import create_block_mask
 
         return create_block_mask(mask_mod, batch, None, q_len, k_len, device=device)
-    if not causal:
+    if not causal and not pattern.local:
         return None
     if q_positions is None or k_positions is None:  # given together, or neither
-        return _default_causal_mask(q_len, k_len, device)
-    return _positions_causal_mask(q_positions, k_positions)
+        return _default_mask(q_len, k_len, device, causal, pattern)
+    return _positions_mask(q_positions, k_positions, causal, pattern)
 
 
 def flex_attention(
@@ -113,6 +122,8 @@ def flex_attention(
     scale: float,
     mask_mod=None,
     block_mask=None,
+    *,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Attention with ``score_mod`` fused into compiled flex attention.
 
@@ -131,6 +142,7 @@ def flex_attention(
         mask_mod: a flex ``mask_mod`` (:meth:`~posenc.attn.masks.Masks.mask_mod`).
         block_mask: the block mask of these arguments (:func:`flex_block_mask`), built once
             by the caller for several calls; None: built here.
+        softcap: scores become ``softcap * tanh(s / softcap)`` after ``score_mod``.
 
     Shapes:
         q ``[batch, heads, q_len, d]``, k, v ``[batch, kv_heads, k_len, d]`` ->
@@ -158,6 +170,11 @@ def flex_attention(
     # past dynamo's default of 8 graphs per function, torch.compile silently falls back to
     # uncompiled flex attention, which builds the whole score matrix: allow one graph per
     # (encoding, shape class) a process plausibly meets
+    if softcap is not None:
+        score_mod = capped(score_mod, softcap)
+    # past dynamo's default of 8 graphs per function, torch.compile silently falls back to
+    # uncompiled flex attention, which builds the whole score matrix: allow one graph per
+    # (encoding, shape class) a process plausibly meets
     with torch._dynamo.config.patch({_LIMIT_NAME: RECOMPILE_LIMIT}):
         return _compiled()(
             q,
@@ -168,3 +185,15 @@ def flex_attention(
             scale=scale,
             enable_gqa=q.shape[1] != k.shape[1],
         )
+
+
+def capped(score_mod, softcap: float):
+    """``score_mod`` followed by Gemma 2's soft cap, ``softcap * tanh(s / softcap)``
+    (None: the cap alone)."""
+
+    def mod(score, b, h, q_idx, kv_idx):
+        if score_mod is not None:
+            score = score_mod(score, b, h, q_idx, kv_idx)
+        return softcap * torch.tanh(score / softcap)
+
+    return mod

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..positions import causal_mask, check_padding_mask, check_segment_ids, position_at
+from ..positions import check_padding_mask, check_segment_ids, position_at
+from .pattern import FULL, AttnPattern, pattern_mask
 
 __all__ = ["Masks", "open_dead_rows", "zero_dead_rows"]
 
@@ -89,18 +90,17 @@ class Masks:
         q_positions: torch.Tensor,
         k_positions: torch.Tensor,
         causal: bool,
+        pattern: AttnPattern = FULL,
     ) -> torch.Tensor:
-        """True where a query may see a key: the causal mask (by positions), padding and
-        segments together.
+        """True where a query may see a key: the causal mask and the pattern (window or
+        chunk, :mod:`~posenc.attn.pattern`) by positions, padding and segments together.
 
         Shapes:
             positions ``[len]`` or ``[batch, len]`` -> bool, broadcastable to
             ``[batch, 1, q_len, k_len]`` (``[batch, 1, 1, k_len]`` for padding alone,
             without the causal mask).
         """
-        allowed: torch.Tensor | None = None
-        if causal:
-            allowed = causal_mask(q_positions, k_positions)  # [q, k] or [b, 1, q, k]
+        allowed = pattern_mask(pattern, q_positions, k_positions, causal)  # [(b, 1,) q, k]
         if self.key_padding_mask is not None:
             real = self.key_padding_mask[:, None, None, :]  # [b, 1, 1, k]
             allowed = real if allowed is None else allowed & real
@@ -116,16 +116,15 @@ class Masks:
         k_positions: torch.Tensor | None,
         q_offset: int,
         causal: bool,
+        pattern: AttnPattern = FULL,
     ):
         """The same mask as :meth:`dense` as a flex-attention ``mask_mod``; positions None
         are the default layout (``q_idx + q_offset`` and ``kv_idx``)."""
         kpm, q_ids, k_ids = self.key_padding_mask, self.q_segments, self.k_segments
 
         def mask_mod(b, h, q_idx, kv_idx):
-            allowed = None
-            if causal:
-                k_pos = position_at(k_positions, b, kv_idx)
-                allowed = k_pos <= position_at(q_positions, b, q_idx, q_offset)
+            k_pos = position_at(k_positions, b, kv_idx)
+            allowed = pattern.visible(position_at(q_positions, b, q_idx, q_offset), k_pos, causal)
             if kpm is not None:
                 real = kpm[b, kv_idx]
                 allowed = real if allowed is None else allowed & real
