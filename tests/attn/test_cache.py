@@ -1,4 +1,5 @@
-"""KVCache: what it stores, what it returns, and the sizes it refuses."""
+"""KVCache: what it stores, what it returns, the sizes it refuses, and the rolling
+buffers of window and chunk layers."""
 
 import pytest
 import torch
@@ -23,7 +24,8 @@ def test_kv_cache_stores_and_refuses_overflow():
 
 def test_layers_are_independent_and_length_advances_once_per_step():
     cache = KVCache(n_layers=3, batch=2, kv_heads=1, head_dim=4, max_seq_len=6)
-    assert cache.keys.shape == (3, 2, 1, 6, 4) and cache.positions.shape == (2, 6)
+    assert len(cache.keys) == 3 and cache.positions.shape == (2, 6)
+    assert all(k.shape == (2, 1, 6, 4) for k in cache.keys + cache.values)
     steps = [(torch.randn(2, 1, n, 4), torch.randn(2, 1, n, 4)) for n in (3, 1, 2)]
     for layer in range(3):
         assert cache.length == 0
@@ -60,7 +62,7 @@ def test_positions_are_stored_per_sequence():
 
 def test_dtype_device_and_batch_check():
     cache = KVCache(1, 2, 1, 4, 8, device="cpu", dtype=torch.bfloat16)
-    assert cache.keys.dtype == cache.values.dtype == torch.bfloat16
+    assert cache.keys[0].dtype == cache.values[0].dtype == torch.bfloat16
     assert cache.positions.dtype == torch.long and not cache.explicit_positions
     cache.check_batch(2)
     with pytest.raises(ValueError, match="cache holds 2 sequences but input_ids has 3"):
@@ -80,3 +82,79 @@ def test_cached_attention_equals_full_attention(attention_tol):
         outs.append(posenc.attention(q[:, :, i : i + 1], k_all, v_all))
     rounding = attention_tol(q, k, v, causal=True)  # two kernels: rounding apart
     torch.testing.assert_close(torch.cat(outs, dim=2), full, **rounding)
+
+
+@pytest.mark.parametrize("steps", [(1,) * 9, (4, 1, 3, 1), (9,), (2, 7)])
+def test_a_rolling_layer_returns_the_last_keys_of_a_full_layer(steps):
+    """A layer that keeps 3 keys returns, at every step, the last ``3 + n`` keys and values
+    of a layer that keeps all, whatever the step sizes (prefill longer than the buffer,
+    then single tokens), and holds 3 slots only."""
+    cache = KVCache(n_layers=2, batch=2, kv_heads=1, head_dim=4, max_seq_len=9, keep=[None, 3])
+    assert cache.rolling and [k.shape[2] for k in cache.keys] == [9, 3]
+    for n in steps:
+        k, v = torch.randn(2, 1, n, 4), torch.randn(2, 1, n, 4)
+        full_k, full_v = cache.update(0, k, v)
+        rolled_k, rolled_v = cache.update(1, k, v)
+        seen = cache.visible(1, n)
+        assert seen == min(cache.length, 3) + n == rolled_k.shape[2]
+        assert torch.equal(rolled_k, full_k[:, :, -seen:])
+        assert torch.equal(rolled_v, full_v[:, :, -seen:])
+        assert cache.visible(0, n) == full_k.shape[2]
+        cache.advance(n)
+    key_bytes = 2 * 1 * 4 * 4  # batch x kv_heads x head_dim x float32
+    assert cache.memory() == [2 * 9 * key_bytes, 2 * 3 * key_bytes]
+
+
+def test_a_keep_larger_than_the_cache_keeps_everything_and_bad_keeps_raise():
+    cache = KVCache(2, 1, 1, 4, max_seq_len=5, keep=[5, 9])
+    assert cache.keep == [None, None] and not cache.rolling
+    with pytest.raises(ValueError, match="one entry per layer"):
+        KVCache(2, 1, 1, 4, 5, keep=[None])
+    with pytest.raises(TypeError, match=r"keep\[1\] must be an int"):
+        KVCache(2, 1, 1, 4, 5, keep=[None, 1.5])
+
+
+def test_a_rolling_cache_refuses_positions_that_do_not_grow_within_a_document():
+    """Keeping the last ``W - 1`` keys is exact only when a window of positions holds at
+    most that many tokens; pads and a new document may restart the count."""
+    cache = KVCache(1, 1, 1, 4, max_seq_len=8, keep=[2])
+    cache.update_positions(torch.tensor([0, 1, 2]))
+    cache.advance(3)
+    with pytest.raises(ValueError, match="grow by at least one per token"):
+        cache.update_positions(torch.tensor([2]))
+    real = torch.tensor([[False, False, True, True, True]])
+    padded = KVCache(1, 1, 1, 4, max_seq_len=8, keep=[2])
+    padded.update_positions(torch.tensor([[0, 0, 0, 1, 2]]), real=real)  # left pads
+    docs = torch.tensor([[0, 0, 1, 1, 1]])
+    packed = KVCache(1, 1, 1, 4, max_seq_len=8, keep=[2])
+    packed.update_positions(torch.tensor([[0, 1, 0, 1, 2]]), segments=docs)
+    with pytest.raises(ValueError, match="grow by at least one"):
+        packed2 = KVCache(1, 1, 1, 4, max_seq_len=8, keep=[2])
+        packed2.update_positions(torch.tensor([[0, 1, 0, 1, 2]]))
+
+
+@pytest.mark.parametrize("name", [None, "alibi", "fire", "t5"])
+@pytest.mark.parametrize("pattern", [{"window": 4}, {"chunk": 4}])
+def test_attention_over_the_last_keys_equals_the_window_over_all_keys(name, pattern):
+    """The context of a rolling layer (:meth:`AttentionContext.last_keys`) keeps the keys'
+    true positions, so position-dependent biases (FIRE reads the query's position) and the
+    padding mask give what the window or chunk gives over every key."""
+    from posenc.attn import AttentionContext
+
+    torch.manual_seed(0)
+    enc = None if name is None else posenc.create(name, n_heads=2)
+    q, k, v = torch.randn(2, 2, 3, 8), torch.randn(2, 2, 11, 8), torch.randn(2, 2, 11, 8)
+    kpm = torch.ones(2, 11, dtype=torch.bool)
+    kpm[1, :2] = False  # a left-padded row
+    ctx = AttentionContext.build(3, 11, 2, torch.device("cpu"), key_padding_mask=kpm)
+    with torch.no_grad():
+        full = posenc.attention(q, k, v, enc, context=ctx, backend="math", **pattern)
+        last = ctx.last_keys(3 + 3)  # keep = W - 1 = 3 past keys, and 3 new ones
+        assert last.positions.k.tolist() == list(range(5, 11)) and last.positions.explicit
+        cut = posenc.attention(
+            q, k[:, :, -6:], v[:, :, -6:], enc, context=last, backend="math", **pattern
+        )
+    torch.testing.assert_close(cut, full, rtol=0, atol=1e-6)  # the same sums, fewer zeros
+    assert ctx.last_keys(11) is ctx
+    with pytest.raises(ValueError, match="q_len <= n < k_len"):
+        ctx.last_keys(2)

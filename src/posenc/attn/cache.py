@@ -1,13 +1,24 @@
-"""A preallocated key/value cache for incremental decoding, one for every layer of a model.
+"""A key/value cache for incremental decoding that keeps, per layer, only what its
+attention can still see.
 
 Rotary encodings rotate keys before they are cached, so cached keys keep the rotation of
-their own position; the cache also keeps each token's position, for bias encodings and the
-causal mask of the next steps.
+their own position; the cache also keeps each token's position (integers, every token),
+for bias encodings and the masks of the next steps.
+
+A layer with a sliding window of ``W`` (or a chunk of ``C``) keeps a rolling buffer of its
+last ``W - 1`` (``C - 1``) keys and values: no later query can see an older one, as long
+as positions grow by at least one per token (checked), so its memory is ``O(W)`` whatever
+the length (Mistral 7B's rolling buffer cache, Jiang et al. 2023, arXiv:2310.06825). The
+other layers keep every key.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
+
+from ..config import check_int
 
 __all__ = ["KVCache"]
 
@@ -15,13 +26,27 @@ __all__ = ["KVCache"]
 class KVCache:
     """Keys, values and positions of every layer, preallocated for incremental decoding.
 
-    Each forward step writes its new keys at ``length`` in every layer (:meth:`update`),
-    then advances ``length`` once (:meth:`advance`). Rotary encodings rotate keys before
-    they are cached, so cached keys keep the rotation of their own position.
+    Each forward step writes its new keys in every layer (:meth:`update`), then advances
+    ``length`` once (:meth:`advance`). A layer with ``keep[layer] = n`` returns its last
+    ``n`` cached keys followed by the new ones, and then keeps only the last ``n``; the
+    others return and keep all of them.
+
+    Args:
+        n_layers, batch, kv_heads, head_dim: the sizes of the keys and values.
+        max_seq_len: the most tokens a sequence may hold.
+        device, dtype: of the keys and values.
+        keep: per layer, how many past keys it needs (``W - 1`` for a causal window of
+            ``W``, ``C - 1`` for a chunk of ``C``), or None for all of them; default: all,
+            in every layer.
 
     Shapes:
-        keys, values: ``[n_layers, batch, kv_heads, max_seq_len, head_dim]``;
+        keys[layer], values[layer]: ``[batch, kv_heads, max_seq_len | keep, head_dim]``;
         positions: ``[batch, max_seq_len]``.
+
+    Example:
+        >>> cache = KVCache(2, 1, 1, 4, max_seq_len=100, keep=[None, 3])
+        >>> [tuple(k.shape) for k in cache.keys]
+        [(1, 1, 100, 4), (1, 1, 3, 4)]
     """
 
     def __init__(
@@ -34,21 +59,37 @@ class KVCache:
         *,
         device: torch.device | str | None = None,
         dtype: torch.dtype = torch.float32,
+        keep: Sequence[int | None] | None = None,
     ) -> None:
-        shape = (n_layers, batch, kv_heads, max_seq_len, head_dim)
-        self.keys = torch.zeros(shape, device=device, dtype=dtype)
-        self.values = torch.zeros(shape, device=device, dtype=dtype)
+        keep = [None] * n_layers if keep is None else list(keep)
+        if len(keep) != n_layers:
+            raise ValueError(f"keep must give one entry per layer ({n_layers}), got {len(keep)}")
+        for i, n in enumerate(keep):
+            if n is not None:
+                check_int(f"keep[{i}]", n, minimum=0)
+        #: past keys each layer keeps (None: all), at most ``max_seq_len``
+        self.keep: list[int | None] = [None if n is None or n >= max_seq_len else n for n in keep]
+        size = [max_seq_len if n is None else n for n in self.keep]
+        self.keys = [
+            torch.zeros(batch, kv_heads, n, head_dim, device=device, dtype=dtype) for n in size
+        ]
+        self.values = [torch.zeros_like(k) for k in self.keys]
         self.positions = torch.zeros(batch, max_seq_len, device=device, dtype=torch.long)
         self.max_seq_len = max_seq_len
         self.length = 0
         #: set once explicit positions were cached: attention then needs them all
         self.explicit_positions = False
 
+    @property
+    def rolling(self) -> bool:
+        """Whether a layer keeps only some of its keys."""
+        return any(n is not None for n in self.keep)
+
     def check_batch(self, batch: int) -> None:
         """Raise unless this cache holds ``batch`` sequences."""
-        if self.keys.shape[1] != batch:
+        if self.positions.shape[0] != batch:
             raise ValueError(
-                f"cache holds {self.keys.shape[1]} sequences but input_ids has {batch}: "
+                f"cache holds {self.positions.shape[0]} sequences but input_ids has {batch}: "
                 "make one with model.new_cache(batch, max_seq_len)"
             )
 
@@ -61,25 +102,86 @@ class KVCache:
             )
         return end
 
+    def visible(self, layer: int, n: int) -> int:
+        """How many keys :meth:`update` of ``layer`` returns with ``n`` new ones: the last
+        of them, the new tokens' keys included."""
+        kept = self.length if self.keep[layer] is None else min(self.length, self.keep[layer])
+        return kept + n
+
     def update(
         self, layer: int, k: torch.Tensor, v: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Store ``k, v`` ``[batch, kv_heads, n, head_dim]`` after the cached ones and return
-        all keys and values so far, ``[batch, kv_heads, length + n, head_dim]``."""
-        end = self._end(k.shape[2])
-        self.keys[layer, :, :, self.length : end] = k
-        self.values[layer, :, :, self.length : end] = v
-        return self.keys[layer, :, :, :end], self.values[layer, :, :, :end]
+        the keys and values the new queries may see, ``[batch, kv_heads, visible(layer,
+        n), head_dim]`` (all of them in a layer that keeps all)."""
+        n = k.shape[2]
+        end = self._end(n)
+        keys, values, keep = self.keys[layer], self.values[layer], self.keep[layer]
+        if keep is None:
+            keys[:, :, self.length : end] = k
+            values[:, :, self.length : end] = v
+            return keys[:, :, :end], values[:, :, :end]
+        kept = min(self.length, keep)  # the buffer's last `kept` slots hold them
+        k_all = torch.cat((keys[:, :, keep - kept :], k), dim=2)
+        v_all = torch.cat((values[:, :, keep - kept :], v), dim=2)
+        m = min(keep, k_all.shape[2])
+        if m:
+            keys[:, :, keep - m :] = k_all[:, :, -m:]
+            values[:, :, keep - m :] = v_all[:, :, -m:]
+        return k_all, v_all
 
-    def update_positions(self, positions: torch.Tensor) -> torch.Tensor:
+    def update_positions(
+        self,
+        positions: torch.Tensor,
+        real: torch.Tensor | None = None,
+        segments: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Store the new tokens' positions (``[n]`` or ``[batch, n]``, integers) and return
-        all positions so far, ``[batch, length + n]``."""
+        all positions so far, ``[batch, length + n]``.
+
+        With a rolling layer, positions must grow by at least one per token from one real
+        token to the next of the same document (``real``, ``segments``: ``[batch, length +
+        n]``, the padding mask and document ids, where given): a window of ``W`` positions
+        then holds at most the last ``W`` tokens a query may see.
+        """
         if positions.is_floating_point():
             raise TypeError(f"KVCache stores integer positions, got {positions.dtype}")
         end = self._end(positions.shape[-1])
         self.positions[:, self.length : end] = positions
+        if self.rolling:
+            start = max(self.length - 1, 0)  # the last cached token and the new ones
+            linked = None
+            if real is not None:
+                linked = real[:, start + 1 : end] & real[:, start : end - 1]
+            if segments is not None:
+                same = segments[:, start + 1 : end] == segments[:, start : end - 1]
+                linked = same if linked is None else linked & same
+            _check_growing(self.positions[:, start:end], linked)
         return self.positions[:, :end]
 
     def advance(self, n: int) -> None:
         """Mark ``n`` more positions as filled, once every layer has been updated."""
         self.length = self._end(n)
+
+    def memory(self) -> list[int]:
+        """The bytes of keys and values each layer holds."""
+        return [
+            k.numel() * k.element_size() + v.numel() * v.element_size()
+            for k, v in zip(self.keys, self.values, strict=True)
+        ]
+
+
+def _check_growing(positions: torch.Tensor, linked: torch.Tensor | None) -> None:
+    """Raise unless ``positions`` ``[batch, n]`` grow from each token to the next where
+    ``linked`` ``[batch, n - 1]`` (None: everywhere)."""
+    if positions.shape[-1] < 2:
+        return
+    grows = positions.diff(dim=-1) > 0
+    if linked is not None:
+        grows = grows | ~linked
+    if not bool(grows.all()):
+        raise ValueError(
+            "a rolling cache (a layer with a window or chunk keeps only its last keys) needs "
+            "positions that grow by at least one per token within a document; these do not: "
+            "build the cache with keep=None to keep every key"
+        )

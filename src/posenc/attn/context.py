@@ -68,6 +68,27 @@ class AttentionContext:
         masks = Masks.build(key_padding_mask, segment_ids, batch, q_len, k_len, device)
         return cls(positions, masks)
 
+    def last_keys(self, n: int) -> AttentionContext:
+        """This context over its last ``n`` keys only (a rolling KV cache's layer sees no
+        older one): the same queries, the keys' positions and masks cut to the last ``n``,
+        and the positions explicit (they no longer start at zero); itself when ``n`` is
+        every key. Its masks are built anew."""
+        p = self.positions
+        if n == p.k_len:
+            return self
+        if not p.q_len <= n < p.k_len:
+            raise ValueError(f"last_keys takes q_len <= n < k_len ({p.q_len}, {p.k_len}), got {n}")
+        positions = AttnPositions(p.q, p.k[..., -n:], explicit=True)
+        masks = self.masks
+        if masks is not None:
+            kpm = masks.key_padding_mask
+            masks = Masks(
+                None if kpm is None else kpm[:, -n:],
+                masks.q_segments,
+                None if masks.k_segments is None else masks.k_segments[:, -n:],
+            )
+        return AttentionContext(positions, masks)
+
     def allowed(
         self, causal: bool, pattern: AttnPattern = FULL
     ) -> tuple[torch.Tensor, torch.Tensor] | None:
