@@ -17,7 +17,7 @@ from posenc.attn import bias as bias_module
 from posenc.attn.bias_grad import BLOCK, bias_flash_attention, bias_flash_available
 from posenc.attn.bias_plan import AttnShape
 from posenc.models import TransformerLM
-from posenc.models import lm as lm_module
+from posenc.models import shared as shared_module
 from posenc.positions import from_segments
 
 pytestmark = pytest.mark.skipif(not bias_flash_available(), reason="no CPU flash kernel")
@@ -305,7 +305,7 @@ def test_model_shared_table_equals_per_layer_paths(name, monkeypatch, tol):
     )
     shared = _step(model, ids)
     assert len(counted) == 1  # once per forward, not once per layer
-    monkeypatch.setattr(lm_module, "shared_bias", lambda *a, **kw: None)
+    monkeypatch.setattr(shared_module, "shared_bias", lambda *a, **kw: None)
     per_layer = _step(model, ids)
     assert len(counted) == 1 + 3
     monkeypatch.setattr(bias_plan, "bias_flash_available", lambda: False)
@@ -326,7 +326,7 @@ def test_model_shared_table_equals_per_layer_paths(name, monkeypatch, tol):
 def _shared(model, training):
     context = AttentionContext.build(8, 8, 1, torch.device("cpu"))
     shape = AttnShape(1, 4, 4, 8, 8, 8)
-    return lm_module.shared_bias(
+    return shared_module.shared_bias(
         model.encoding, context, shape, causal=True, training=training, cached=False
     )
 

@@ -33,14 +33,14 @@ encoding's name, only what it declares.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import Literal
 
 import torch
 
 from ..base import BiasEncoding
 from ..positions import AttnPositions
+from .backends import BACKENDS, FLEX_MIN_SCORES, AttnShape, check_flex, explicit_runner, flex_pays
 from .bias_grad import bias_flash_available
-from .flex import flex_available
 from .linear_bias import MAX_WIDTH_RATIO, SMALL_Q, linear_bias_blocks, linear_bias_runs
 
 __all__ = [
@@ -50,33 +50,10 @@ __all__ = [
     "BiasPlan",
     "bias_memory",
     "plan_bias",
-    "plan_plain",
     "shares_table",
 ]
 
-#: the backends a caller may ask for
-BACKENDS = ("auto", "flex", "sdpa", "math")
-#: the number of scores per head (q_len * k_len) from which ``auto`` uses flex attention
-FLEX_MIN_SCORES = 256 * 256
-
 Runner = Literal["shaw", "math", "linear", "blocks", "flex", "flash", "sdpa"]
-
-
-class AttnShape(NamedTuple):
-    """The sizes of one attention call: q ``[batch, heads, q_len, head_dim]``, k and v
-    ``[batch, kv_heads, k_len, head_dim]``."""
-
-    batch: int
-    heads: int
-    kv_heads: int
-    q_len: int
-    k_len: int
-    head_dim: int
-
-    @classmethod
-    def of(cls, q: torch.Tensor, k: torch.Tensor) -> AttnShape:
-        b, h, q_len, d = q.shape
-        return cls(b, h, k.shape[1], q_len, k.shape[2], d)
 
 
 @dataclass(frozen=True)
@@ -142,7 +119,7 @@ def plan_bias(
     masked = masked or local
     if encoding.adds_to_values and backend not in ("auto", "math"):
         raise ValueError(f"{encoding.info.name!r} adds to the values: only backend='math' runs it")
-    explicit = _explicit_plan(shape, device, backend, needs_grad, modified, finite, sinks)
+    explicit = explicit_runner(shape, device, backend, needs_grad, modified, finite, sinks)
     if explicit == "flex" and encoding.adds_to_values:  # flex has no value term
         explicit = "math"
     if explicit is not None:
@@ -154,11 +131,11 @@ def plan_bias(
     if encoding.adds_to_values:
         return BiasPlan("math", table="full")
     if backend == "flex":
-        _check_flex(cpu_training)
+        check_flex(cpu_training)
         return BiasPlan("flex")
     if backend != "auto":
         return BiasPlan("math" if backend == "math" else "sdpa", table="full")
-    flex = _flex_pays(shape, device, cpu_training)
+    flex = flex_pays(shape, device, cpu_training)
     if not (masked and flex) and device.type == "cpu" and not compiling:
         linear = _linear_plan(encoding, shape, positions, causal)
         if linear is not None:
@@ -177,92 +154,6 @@ def plan_bias(
     if cpu_training and not compiling and bias_flash_available():
         return BiasPlan("flash", table="shift" if by_distance else "full")
     return BiasPlan("sdpa", table="full")
-
-
-PlainRunner = Literal["fast", "sdpa", "flex", "math"]
-
-
-def plan_plain(
-    shape: AttnShape,
-    positions: AttnPositions,
-    *,
-    masked: bool,
-    needs_grad: bool,
-    device: torch.device,
-    backend: str = "auto",
-    local: bool = False,
-    modified: bool = False,
-    finite: bool = True,
-    sinks: bool = False,
-) -> PlainRunner:
-    """The backend of attention without a bias (rotary encodings, ``none``): ``fast``
-    (SDPA with its own causal mask: default positions, one query or as many as keys, no
-    masks, no window or chunk), ``flex`` (where it pays: a window or chunk then costs
-    ``O(L·W)``; and softcap or sinks at inference), ``math`` (softcap or sinks otherwise,
-    non-finite values) or ``sdpa`` (SDPA with the dense mask). The arguments are those of
-    :func:`plan_bias`."""
-    explicit = _explicit_plan(shape, device, backend, needs_grad, modified, finite, sinks)
-    if explicit is not None:
-        return explicit
-    cpu_training = device.type == "cpu" and needs_grad
-    if backend == "flex":
-        _check_flex(cpu_training)
-        return "flex"
-    if backend == "math":
-        return "math"
-    if backend == "auto" and local and _flex_pays(shape, device, cpu_training):
-        return "flex"
-    default = not masked and not local and not positions.explicit
-    return "fast" if default and shape.q_len in (1, shape.k_len) else "sdpa"
-
-
-def _explicit_plan(
-    shape: AttnShape,
-    device: torch.device,
-    backend: str,
-    needs_grad: bool,
-    modified: bool,
-    finite: bool,
-    sinks: bool,
-) -> Literal["math", "flex"] | None:
-    """``math`` or ``flex`` where only they run the call (softcap or sinks; non-finite
-    values: ``math``), else None."""
-    if not finite:
-        return "math"
-    if not modified:
-        return None
-    if backend == "sdpa":
-        raise ValueError(
-            "softcap and sinks change the scores before the softmax, which SDPA cannot: "
-            "use backend='auto', 'math' or 'flex'"
-        )
-    cpu_training = device.type == "cpu" and needs_grad
-    if backend == "flex":
-        _check_flex(cpu_training)
-        if sinks:
-            raise ValueError(
-                "sinks join the softmax as a logit without a value, which flex attention has "
-                "no hook for: use backend='auto' or 'math'"
-            )
-        return "flex"
-    if backend == "auto" and not sinks and _flex_pays(shape, device, cpu_training):
-        return "flex"
-    return "math"
-
-
-def _flex_pays(shape: AttnShape, device: torch.device, cpu_training: bool) -> bool:
-    """Whether ``auto`` takes flex attention: large enough, where it runs and has a
-    backward."""
-    big = shape.q_len * shape.k_len >= FLEX_MIN_SCORES
-    return not cpu_training and big and flex_available(device)
-
-
-def _check_flex(cpu_training: bool) -> None:
-    if cpu_training:
-        raise ValueError(
-            "compiled flex attention has no backward on the CPU: use backend='sdpa' (or "
-            "'auto'), or call under torch.no_grad() with inputs that do not require grad"
-        )
 
 
 def _linear_plan(

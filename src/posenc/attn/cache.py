@@ -105,8 +105,8 @@ class KVCache:
     def visible(self, layer: int, n: int) -> int:
         """How many keys :meth:`update` of ``layer`` returns with ``n`` new ones: the last
         of them, the new tokens' keys included."""
-        kept = self.length if self.keep[layer] is None else min(self.length, self.keep[layer])
-        return kept + n
+        keep = self.keep[layer]
+        return (self.length if keep is None else min(self.length, keep)) + n
 
     def update(
         self, layer: int, k: torch.Tensor, v: torch.Tensor

@@ -10,88 +10,21 @@ grouped-query heads).
 
 from __future__ import annotations
 
-import math
 from typing import cast
 
 import torch
 import torch.nn.functional as F
 
 from ..base import BiasEncoding, Encoding, RotaryEncoding
+from .backends import BACKENDS, AttnShape, plan_plain
 from .bias import bias_attention, flex_run
-from .bias_plan import BACKENDS, AttnShape, plan_plain
+from .checks import check_context, check_encoding, check_qkv, check_scale, check_table
 from .context import AttentionContext
 from .explicit import explicit_attention, finite_values
 from .masks import zero_dead_rows
 from .pattern import AttnPattern, ScoreOptions, check_sinks, check_softcap
 
 __all__ = ["attention"]
-
-
-def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
-            got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
-            raise TypeError(f"{name} must be a floating-point tensor, got {got}")
-        if t.dim() != 4:
-            raise ValueError(
-                f"{name} must be [batch, heads, seq, head_dim], got shape {tuple(t.shape)}"
-            )
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if 0 in t.shape:
-            raise ValueError(
-                f"{name} must have at least one batch row, head, position and head_dim "
-                f"channel, got shape {tuple(t.shape)}"
-            )
-    if not q.dtype == k.dtype == v.dtype:
-        raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if not q.shape[0] == k.shape[0] == v.shape[0]:
-        raise ValueError(f"batch sizes differ: q {q.shape[0]}, k {k.shape[0]}, v {v.shape[0]}")
-    if k.shape[1] != v.shape[1] or k.shape[2] != v.shape[2]:
-        raise ValueError(f"k and v must have the same heads and length, got {k.shape}, {v.shape}")
-    if q.shape[1] % k.shape[1]:
-        raise ValueError(
-            f"query heads ({q.shape[1]}) must be a multiple of key/value heads ({k.shape[1]})"
-        )
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k head_dim differ: {q.shape[-1]} vs {k.shape[-1]}")
-
-
-def _check_scale(scale: float | None, head_dim: int) -> float:
-    """The score scale: ``1/sqrt(head_dim)`` by default, else a finite number > 0."""
-    if scale is None:
-        return 1.0 / math.sqrt(head_dim)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
-        raise TypeError(f"scale must be a number or None, got {type(scale).__name__}")
-    if not math.isfinite(scale) or scale <= 0:
-        raise ValueError(f"scale must be a finite number > 0, got {scale}")
-    return float(scale)
-
-
-def _check_table(
-    table: torch.Tensor, encoding: Encoding | None, q: torch.Tensor, k_len: int
-) -> None:
-    """Raise unless ``table`` can be the precomputed bias of ``encoding`` for ``q``."""
-    if not isinstance(encoding, BiasEncoding):
-        got = "None" if encoding is None else repr(encoding.info.name)
-        raise ValueError(f"bias is the table of a bias encoding, but the encoding is {got}")
-    if encoding.needs_q:
-        raise ValueError(
-            f"{encoding.info.name!r} computes its bias from q: it cannot be precomputed; "
-            "pass bias=None"
-        )
-    if not isinstance(table, torch.Tensor) or not table.is_floating_point():
-        kind = table.dtype if isinstance(table, torch.Tensor) else type(table).__name__
-        raise TypeError(f"bias must be a floating-point tensor, got {kind}")
-    b, h, q_len = q.shape[:3]
-    if table.shape[-3:] != (h, q_len, k_len) or (
-        table.dim() != 3 and (table.dim() != 4 or table.shape[0] not in (1, b))
-    ):
-        raise ValueError(
-            f"bias must be [heads, q_len, k_len] = [{h}, {q_len}, {k_len}] or [batch | 1, "
-            f"heads, q_len, k_len], got shape {tuple(table.shape)}"
-        )
-    if table.device != q.device:
-        raise ValueError(f"bias is on {table.device} but q is on {q.device}: move bias there")
 
 
 def attention(
@@ -179,8 +112,8 @@ def attention(
     Returns:
         ``[batch, heads, q_len, head_dim]`` in the dtype of ``q``.
     """
-    _check_qkv(q, k, v)
-    kind = _check_encoding(encoding)
+    check_qkv(q, k, v)
+    kind = check_encoding(encoding)
     if kind == "rotary":
         if context is not None:
             raise ValueError("context is for encodings that do not rotate: rotate q and k first")
@@ -197,12 +130,12 @@ def attention(
             segment_ids=segment_ids,
         )
     else:
-        _check_context(context, q, k, q_positions, k_positions, key_padding_mask, segment_ids)
-    scale = _check_scale(scale, q.shape[-1])
+        check_context(context, q, k, q_positions, k_positions, key_padding_mask, segment_ids)
+    scale = check_scale(scale, q.shape[-1])
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
     if bias is not None:
-        _check_table(bias, encoding, q, k.shape[2])
+        check_table(bias, encoding, q, k.shape[2])
     check_sinks(sinks, q.shape[1], q.device)
     options = ScoreOptions(AttnPattern(window, chunk), check_softcap(softcap), sinks)
     finite = finite_values(v)
@@ -229,21 +162,6 @@ def attention(
     return _plain(q, k, v, context, causal, scale, backend, options, finite)
 
 
-def _check_encoding(encoding: Encoding | None) -> str | None:
-    """The kind of ``encoding`` (None for None); raises for anything but an Encoding of a
-    known kind."""
-    if encoding is None:
-        return None
-    if not isinstance(encoding, Encoding):
-        raise TypeError(
-            f"encoding must be an Encoding (e.g. posenc.create({encoding!r}, ...)) or None, "
-            f"got {type(encoding).__name__}"
-        )
-    if encoding.kind not in ("none", "rotary", "bias", "additive"):
-        raise ValueError(f"unknown encoding kind {encoding.kind!r}")
-    return encoding.kind
-
-
 def _rotate(encoding, q, k, q_positions, k_positions):
     """q and k rotated by a rotary encoding, and the positions the mask orders them by:
     the encoding checks its own positions (grid coordinates, M-RoPE's ``[3, batch, seq]``)
@@ -258,24 +176,6 @@ def _rotate(encoding, q, k, q_positions, k_positions):
     if q_order is None or k_order is None:
         return q, k, None, None
     return q, k, q_order, k_order
-
-
-def _check_context(context, q, k, *given) -> None:
-    """Raise unless ``context`` is an :class:`AttentionContext` for these lengths, given
-    without the arguments it holds."""
-    if not isinstance(context, AttentionContext):
-        raise TypeError(f"context must be an AttentionContext, got {type(context).__name__}")
-    if any(g is not None for g in given):
-        raise ValueError(
-            "context holds the positions and masks: pass q_positions, k_positions, "
-            "key_padding_mask and segment_ids to AttentionContext.build, not with it"
-        )
-    p = context.positions
-    if (p.q_len, p.k_len) != (q.shape[2], k.shape[2]) or p.q.device != q.device:
-        raise ValueError(
-            f"context is for {p.q_len} queries and {p.k_len} keys on {p.q.device}, but q has "
-            f"{q.shape[2]} and k {k.shape[2]} on {q.device}"
-        )
 
 
 def _plain(

@@ -1,15 +1,22 @@
-"""Models that take any positional encoding: :class:`TransformerLM` and its decoding.
+"""Models that take any positional encoding: :class:`TransformerLM`, its layer plans and
+its decoding.
 
 One module per concept:
 
 - :mod:`~posenc.models.lm`: :class:`TransformerLM`, the pre-norm decoder (or encoder)
-  every experiment in posenc uses, and the routing of its encoding by kind;
+  every experiment in posenc uses, and the routing of its encodings by kind;
+- :mod:`~posenc.models.spec`: :class:`LayerSpec`, one layer's encoding and attention
+  pattern (window or chunk, sinks, softcap, query temperature);
+- :mod:`~posenc.models.plan`: :class:`LayerPlan`, one spec per layer and the input's
+  additive encoding, with the short forms of Llama 4, Gemma, Cohere2 and gpt-oss;
+- :mod:`~posenc.models.routing`: the plan of a model's arguments, and its encodings built
+  once per distinct spec;
 - :mod:`~posenc.models.blocks`: :class:`SelfAttention` (grouped-query heads) and the
   pre-norm :class:`Block`;
 - :mod:`~posenc.models.inputs`: the checks on token ids and on the padding and document
   masks;
 - :mod:`~posenc.models.shared`: what one forward computes once for every layer: the
-  positions, the attention context and the bias table;
+  positions (checked by every encoding), the attention context and the bias tables;
 - :mod:`~posenc.models.generation`: the generate loop, :func:`sample` and
   :func:`next_positions`;
 - :mod:`~posenc.models.inspection`: :func:`attention_maps`, the attention probabilities
@@ -22,9 +29,13 @@ from .blocks import Block, SelfAttention
 from .generation import check_temperature, next_positions, sample
 from .inspection import attention_maps
 from .lm import TransformerLM
+from .plan import LayerPlan
+from .spec import LayerSpec
 
 __all__ = [
     "Block",
+    "LayerPlan",
+    "LayerSpec",
     "SelfAttention",
     "TransformerLM",
     "attention_maps",

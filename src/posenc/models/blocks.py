@@ -1,10 +1,12 @@
 """The layers of :class:`~posenc.models.TransformerLM`: grouped-query self-attention and the
 pre-norm block around it.
 
-The encoding is handed to every layer: a rotary one rotates q and k with the ``rotation``
-computed once per forward, a bias one goes to :func:`posenc.attention`, with the bias table
-the model computed once per forward where it did (Vaswani et al. 2017
-for the block; Ainslie et al. 2023, arXiv:2305.13245, for grouped-query heads).
+Each layer's encoding is handed to it per forward: a rotary one rotates q and k with the
+``rotation`` computed once per forward, a bias one goes to :func:`posenc.attention`, with
+the bias table the model computed once per forward where it did (Vaswani et al. 2017 for
+the block; Ainslie et al. 2023, arXiv:2305.13245, for grouped-query heads). The layer keeps
+the rest of its :class:`~posenc.models.spec.LayerSpec`: its window or chunk, its sink
+logits (a parameter), its softcap and its query temperature.
 """
 
 from __future__ import annotations
@@ -15,9 +17,15 @@ import torch
 from torch import nn
 
 from ..attn import AttentionContext, KVCache, attention
+from ..attn.pattern import AttnPattern
 from ..base import Encoding, RotaryEncoding
+from .spec import LayerSpec
 
-__all__ = ["Block", "SelfAttention"]
+__all__ = ["Block", "ScoreOptions", "SelfAttention"]
+
+#: what decides a layer's bias backend and table besides its encoding (see
+#: :attr:`SelfAttention.score_options`)
+ScoreOptions = tuple[AttnPattern, float | None, bool]
 
 
 class SelfAttention(nn.Module):
@@ -27,6 +35,10 @@ class SelfAttention(nn.Module):
         dim: model width; ``n_heads`` must divide it.
         n_heads: query heads.
         n_kv_heads: key/value heads; it must divide ``n_heads``.
+        spec: the layer's plan; its ``pattern``, ``softcap`` and ``query_temperature`` are
+            kept, and ``sinks`` makes the parameter ``sinks`` (``[n_heads]``, zeros). Its
+            encoding is not: the model hands the layer its encoding every forward.
+            Default: full attention, nothing else.
 
     Shapes:
         x: ``[batch, seq, dim]`` -> ``[batch, seq, dim]``.
@@ -34,13 +46,33 @@ class SelfAttention(nn.Module):
 
     qkv: nn.Linear
     out: nn.Linear
+    sinks: nn.Parameter | None
 
-    def __init__(self, dim: int, n_heads: int, n_kv_heads: int) -> None:
+    def __init__(
+        self, dim: int, n_heads: int, n_kv_heads: int, spec: LayerSpec | None = None
+    ) -> None:
         super().__init__()
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
         self.head_dim = dim // n_heads
         self.qkv = nn.Linear(dim, (n_heads + 2 * n_kv_heads) * self.head_dim, bias=False)
         self.out = nn.Linear(n_heads * self.head_dim, dim, bias=False)
+        spec = LayerSpec() if spec is None else spec
+        self.pattern, self.softcap = spec.pattern, spec.softcap
+        self.temperature = spec.query_temperature
+        # gpt-oss draws them from N(0, 0.02²); zeros: a sink as likely as a key at first
+        self.sinks = nn.Parameter(torch.zeros(n_heads)) if spec.sinks else None
+
+    @property
+    def score_options(self) -> ScoreOptions:
+        """``(pattern, softcap, has sinks)``: what besides the encoding decides how a bias
+        runs in this layer (:func:`~posenc.models.shared.shared_bias`)."""
+        return (self.pattern, self.softcap, self.sinks is not None)
+
+    def extra_repr(self) -> str:
+        parts = [] if not self.pattern.local else [self.pattern.describe()]
+        parts += [] if self.softcap is None else [f"softcap {self.softcap:g}"]
+        parts += [] if self.temperature is None else [f"temperature {self.temperature.describe()}"]
+        return ", ".join(parts + (["sinks"] if self.sinks is not None else []))
 
     def forward(
         self,
@@ -54,25 +86,28 @@ class SelfAttention(nn.Module):
         layer: int = 0,
         bias: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Attend ``x`` to itself (and to the keys and values in ``cache``).
+        """Attend ``x`` to itself (and to the keys and values in ``cache``), with this
+        layer's window or chunk, sinks, softcap and query temperature.
 
         Args:
             x: the normalised residual stream.
-            encoding: the model's encoding; only a bias one is handed to attention.
+            encoding: this layer's encoding; only a bias one is handed to attention.
             rotation: the rotary tables of this forward, or None.
             context: the positions and masks of this forward's attention (with the cached
                 keys).
             causal: mask future keys.
             cache: the KV cache to append to, or None.
             layer: this layer's index in ``cache``.
-            bias: a bias encoding's table, computed once per forward and shared by every
-                layer (``bias=`` of :func:`posenc.attention`), or None.
+            bias: a bias encoding's table, computed once per forward and shared by the
+                layers with this encoding and pattern (``bias=`` of
+                :func:`posenc.attention`), or None.
 
         Returns:
             ``[batch, seq, dim]``.
         """
         b, s, _ = x.shape
         q, k, v = self.project(x, encoding, rotation)  # rotated before caching
+        q = self.temper(q, context)
         if cache is not None:
             k, v = cache.update(layer, k, v)
         out = attention(
@@ -83,6 +118,10 @@ class SelfAttention(nn.Module):
             causal=causal,
             bias=bias,
             context=context,
+            window=self.pattern.window,
+            chunk=self.pattern.chunk,
+            sinks=self.sinks,
+            softcap=self.softcap,
         )
         # [b, h, s, hd] -> [b, s, h * hd]
         return self.out(out.transpose(1, 2).reshape(b, s, self.n_heads * self.head_dim))
@@ -95,7 +134,7 @@ class SelfAttention(nn.Module):
 
         Args:
             x: ``[batch, seq, dim]``, the normalised residual stream.
-            encoding: the model's encoding; it must be rotary when ``rotation`` is given.
+            encoding: this layer's encoding; it must be rotary when ``rotation`` is given.
             rotation: the rotary tables of this forward, or None.
 
         Returns:
@@ -115,6 +154,20 @@ class SelfAttention(nn.Module):
             q, k = rotary.rotate(q, rotation), rotary.rotate(k, rotation, key=True)
         return q, k, v
 
+    def temper(self, q: torch.Tensor, context: AttentionContext) -> torch.Tensor:
+        """``q`` scaled by this layer's query temperature of the queries' positions (the
+        context's, which order the mask: Llama 4's ``cache_position`` for default ones), or
+        ``q`` itself without one (:mod:`posenc.attn.temperature`).
+
+        Shapes:
+            q: ``[batch, n_heads, seq, head_dim]`` -> the same, in its dtype.
+        """
+        if self.temperature is None:
+            return q
+        factor = self.temperature(context.positions.q)  # [s] or [b, s], float32
+        factor = factor.view(-1, 1, q.shape[2], 1)  # [1 | b, 1, s, 1]
+        return (q * factor).to(q.dtype)
+
 
 class Block(nn.Module):
     """Pre-norm transformer block: ``x + attn(norm(x))``, then ``x + mlp(norm(x))``.
@@ -124,6 +177,7 @@ class Block(nn.Module):
         n_heads: query heads.
         n_kv_heads: key/value heads.
         mlp_ratio: hidden width of the MLP as a multiple of ``dim``.
+        spec: the layer's plan (see :class:`SelfAttention`).
 
     Shapes:
         x: ``[batch, seq, dim]`` -> ``[batch, seq, dim]``.
@@ -134,10 +188,12 @@ class Block(nn.Module):
     mlp_norm: nn.RMSNorm
     mlp: nn.Sequential
 
-    def __init__(self, dim: int, n_heads: int, n_kv_heads: int, mlp_ratio: int) -> None:
+    def __init__(
+        self, dim: int, n_heads: int, n_kv_heads: int, mlp_ratio: int, spec: LayerSpec | None = None
+    ) -> None:
         super().__init__()
         self.attn_norm = nn.RMSNorm(dim)
-        self.attn = SelfAttention(dim, n_heads, n_kv_heads)
+        self.attn = SelfAttention(dim, n_heads, n_kv_heads, spec)
         self.mlp_norm = nn.RMSNorm(dim)
         self.mlp = nn.Sequential(
             nn.Linear(dim, mlp_ratio * dim, bias=False),

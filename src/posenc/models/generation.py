@@ -15,7 +15,6 @@ from typing import Protocol
 import torch
 
 from ..attn import KVCache
-from ..base import Encoding
 from ..config import check_int
 from ..positions import from_padding
 from .inputs import check_input_ids, check_mask
@@ -26,7 +25,7 @@ __all__ = ["Decoder", "check_temperature", "generate", "next_positions", "sample
 class Decoder(Protocol):
     """What :func:`generate` needs of a model (:class:`~posenc.models.TransformerLM` has it):
     logits for token ids at positions, optionally after a :class:`~posenc.attn.KVCache`,
-    and the sizes and encoding to check the prompt against."""
+    and the sizes and encodings to check the prompt against."""
 
     @property
     def causal(self) -> bool:
@@ -38,9 +37,11 @@ class Decoder(Protocol):
         """The number of token ids: ids are in ``[0, vocab_size)``."""
         ...
 
-    @property
-    def encoding(self) -> Encoding:
-        """The positional encoding, which checks the prompt's positions."""
+    def check_positions(
+        self, positions: torch.Tensor, *, seq_len: int | None = None, batch: int | None = None
+    ) -> torch.Tensor:
+        """The prompt's positions checked by every positional encoding of the model, as it
+        computes with them (:meth:`posenc.base.Encoding.check_positions`)."""
         ...
 
     def new_cache(self, batch: int, max_seq_len: int) -> KVCache:
@@ -115,7 +116,7 @@ def generate(
     if positions is None and mask is not None:
         positions = from_padding(mask)
     if positions is not None:
-        positions = model.encoding.check_positions(positions, seq_len=s, batch=b)
+        positions = model.check_positions(positions, seq_len=s, batch=b)
     cache = model.new_cache(b, s + max_new_tokens) if use_cache else None
     tokens, step_ids, step_positions = input_ids, input_ids, positions
     for _ in range(max_new_tokens):

@@ -6,10 +6,10 @@ them). :func:`attention_maps` runs the model once with a forward pre-hook on eve
 :class:`~posenc.models.SelfAttention` that records the layer's input, then recomputes
 ``softmax(q kᵀ / sqrt(head_dim) + bias)`` from it in float32 as the layer does: the same
 projections and rotation (the layer's own :meth:`~posenc.models.SelfAttention.project`),
-the bias encoding's :meth:`~posenc.base.BiasEncoding.bias`, the mask of the forward's
-:class:`~posenc.attn.AttentionContext`, grouped-query heads (Vaswani et al. 2017; Ainslie
-et al. 2023, arXiv:2305.13245). The model itself is untouched: the hooks are removed
-afterwards.
+its query temperature, the bias encoding's :meth:`~posenc.base.BiasEncoding.bias`, its
+softcap, the mask of the forward's :class:`~posenc.attn.AttentionContext` with the layer's
+window or chunk, its sink logits, grouped-query heads (Vaswani et al. 2017; Ainslie et al.
+2023, arXiv:2305.13245). The model itself is untouched: the hooks are removed afterwards.
 """
 
 from __future__ import annotations
@@ -40,7 +40,9 @@ def attention_maps(
     Returns:
         ``[n_layers, batch, n_heads, seq, seq]`` float32 on the model's device: entry
         ``[l, b, h, i, j]`` is how much query ``i`` attends to key ``j`` in head ``h`` of
-        layer ``l``. Each row sums to 1; masked keys (future ones in a causal model) get 0.
+        layer ``l``. Each row sums to 1, except in layers with sinks (gpt-oss), where the
+        sink takes the rest of the row's mass (it has no value, so no column); masked keys
+        (future ones in a causal model, those outside a layer's window or chunk) get 0.
 
     Raises:
         TypeError: when ``model`` is not a :class:`TransformerLM`.
@@ -104,11 +106,14 @@ def layer_probabilities(
             :meth:`SelfAttention.forward`), without a cache.
 
     Returns:
-        ``[batch, n_heads, seq, seq]`` float32: ``softmax(q kᵀ / sqrt(head_dim) + bias)``
-        over the keys a query may see (0 elsewhere; a query that sees no key gets zeros).
+        ``[batch, n_heads, seq, seq]`` float32: ``softmax(cap(q kᵀ / sqrt(head_dim) +
+        bias))`` over the keys a query may see and the layer's sink, if it has one (whose
+        column is left out: rows sum to less than 1); 0 elsewhere, and a query that sees
+        no key gets zeros.
     """
     hd, heads, kv_heads = attn.head_dim, attn.n_heads, attn.n_kv_heads
     q, k, _ = attn.project(x, encoding, rotation)  # as the layer: [b, h | kv_h, s, hd]
+    q = attn.temper(q, context)
     k = k.repeat_interleave(heads // kv_heads, dim=1)  # grouped-query: [b, h, s, hd]
     scale = hd**-0.5
     scores = (q.float() @ k.float().transpose(-1, -2)) * scale  # [b, h, s, s]
@@ -116,9 +121,15 @@ def layer_probabilities(
         p = context.positions
         bias = cast(BiasEncoding, encoding).bias(p.q, p.k, q=q, scale=scale)
         scores = scores + bias.float()  # [(b,) h, s, s] broadcasts
-    allowed = context.allowed(causal)
-    if allowed is None:
-        return scores.softmax(dim=-1)
-    mask, dead = allowed
-    probs = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-    return probs.masked_fill(dead, 0.0)  # a query that sees no key: zeros
+    if attn.softcap is not None:
+        scores = attn.softcap * torch.tanh(scores / attn.softcap)
+    allowed = context.allowed(causal, attn.pattern)
+    mask, dead = (None, None) if allowed is None else allowed
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    if attn.sinks is None:
+        probs = scores.softmax(dim=-1)
+    else:  # one more logit per head, with no value: [b, h, s, s + 1], its column dropped
+        sink = attn.sinks.float().view(1, heads, 1, 1).expand(*scores.shape[:-1], 1)
+        probs = torch.cat((scores, sink), dim=-1).softmax(dim=-1)[..., :-1]
+    return probs if dead is None else probs.masked_fill(dead, 0.0)  # no key seen: zeros

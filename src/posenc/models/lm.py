@@ -1,16 +1,18 @@
-"""A small pre-norm decoder-only language model that takes any positional encoding.
+"""A small pre-norm decoder-only language model that takes any positional encoding, the
+same in every layer or one per layer (a :class:`~posenc.models.plan.LayerPlan`).
 
-The encoding is routed by its kind: ``additive`` is added to the token embeddings once,
-``rotary`` rotates queries and keys in every layer, ``bias`` is handed to
-:func:`posenc.attention`, ``none`` does nothing. One encoding instance serves every layer
-(as T5 shares its relative bias). It is the model every experiment in posenc uses.
+An encoding is routed by its kind: ``additive`` is added to the token embeddings once,
+``rotary`` rotates queries and keys in its layers, ``bias`` is handed to
+:func:`posenc.attention`, ``none`` does nothing. Layers with equal specs share one encoding
+instance (as T5 shares its relative bias) and one rotation or bias table per forward. It is
+the model every experiment in posenc uses.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
-from typing import Any, cast
+from collections.abc import Iterable, Sequence
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -18,13 +20,15 @@ from torch import nn
 
 from ..attn import KVCache
 from ..attn.bias_plan import AttnShape
-from ..base import Encoding, RotaryEncoding
-from ..builder import build
+from ..base import Encoding
 from ..config import check_int
 from .blocks import Block
 from .generation import generate
 from .inputs import check_input_ids
-from .shared import forward_inputs, shared_bias
+from .plan import LayerPlan
+from .routing import build_routing, resolve_plan
+from .shared import check_plan_positions, forward_inputs, layer_tables, rotations_of
+from .spec import EncodingSpec, LayerSpec
 
 __all__ = ["TransformerLM"]
 
@@ -37,12 +41,28 @@ class TransformerLM(nn.Module):
         dim: model width.
         n_layers: number of blocks.
         n_heads: query heads; ``dim`` must be divisible by it.
-        encoding: a registered name, a dict ``{"name": ..., **config}`` or an
-            :class:`~posenc.base.Encoding`; its size key (``dim``, ``head_dim`` or
-            ``n_heads``) is filled in from the model.
+        encoding: the same encoding in every layer: a registered name, a dict
+            ``{"name": ..., **config}`` or an :class:`~posenc.base.Encoding`; its size key
+            (``dim``, ``head_dim`` or ``n_heads``) is filled in from the model. Not with
+            ``plan``.
         n_kv_heads: key/value heads for grouped-query attention (default ``n_heads``).
         mlp_ratio: hidden width of the MLP as a multiple of ``dim``.
         causal: a causal decoder (True) or a bidirectional encoder (False).
+        plan: one :class:`~posenc.models.spec.LayerSpec` per layer, as a
+            :class:`~posenc.models.plan.LayerPlan` (``LayerPlan.nope_every(...)``,
+            ``LayerPlan.local_global(...)``, ...) or a list: each layer's encoding, window or
+            chunk, sinks, softcap and query temperature. Not with ``encoding``.
+
+    Attributes:
+        plan: the :class:`~posenc.models.plan.LayerPlan` (``encoding=`` gives
+            ``LayerPlan.uniform(n_layers, encoding)``).
+        encoding: the model's encoding: with ``encoding=`` (or any plan with one
+            encoding) that encoding; in a mixed plan the input's additive encoding if
+            there is one, else the first layer's encoding that is not NoPE. Its parameters
+            keep the state_dict keys ``encoding.*``.
+        extra_encodings: the plan's other encodings (``extra_encodings.<i>.*``; empty
+            with one encoding). :attr:`encodings` lists them all;
+            :meth:`check_positions` checks positions against every one.
 
     Token embeddings are scaled by ``sqrt(dim)`` (Vaswani et al. 2017) and tied to the output
     head.
@@ -58,6 +78,7 @@ class TransformerLM(nn.Module):
     """
 
     encoding: Encoding
+    extra_encodings: nn.ModuleList
     embed: nn.Embedding
     blocks: nn.ModuleList
     norm: nn.RMSNorm
@@ -68,10 +89,12 @@ class TransformerLM(nn.Module):
         dim: int,
         n_layers: int,
         n_heads: int,
-        encoding: str | Mapping[str, Any] | Encoding,
+        encoding: EncodingSpec = None,
         n_kv_heads: int | None = None,
         mlp_ratio: int = 4,
         causal: bool = True,
+        *,
+        plan: LayerPlan | Sequence[LayerSpec] | None = None,
     ) -> None:
         super().__init__()
         for name, value in (
@@ -91,16 +114,14 @@ class TransformerLM(nn.Module):
         self.vocab_size, self.dim, self.n_layers = vocab_size, dim, n_layers
         self.n_heads, self.n_kv_heads, self.causal = n_heads, n_kv_heads, causal
         self.head_dim = dim // n_heads
-        self.encoding = build(encoding, dim=dim, head_dim=self.head_dim, n_heads=n_heads)
-        if self.encoding.position_axes != 1:
-            raise ValueError(
-                f"encoding {self.encoding.info.name!r} takes image-grid positions "
-                f"([seq, {self.encoding.position_axes}]); TransformerLM is a model of token "
-                "sequences: use a 1-D encoding (posenc.available() lists them)"
-            )
+        self.plan = resolve_plan(encoding, plan, n_layers)
+        routing = build_routing(self.plan, dim=dim, head_dim=self.head_dim, n_heads=n_heads)
+        self.encoding, *others = routing.encodings
+        self.extra_encodings = nn.ModuleList(others)
+        self._layer_encoding, self._input_encoding = routing.layers, routing.input
         self.embed = nn.Embedding(vocab_size, dim)
         self.blocks = nn.ModuleList(
-            Block(dim, n_heads, n_kv_heads, mlp_ratio) for _ in range(n_layers)
+            Block(dim, n_heads, n_kv_heads, mlp_ratio, spec) for spec in self.plan
         )
         self.norm = nn.RMSNorm(dim)
         self.reset_parameters()
@@ -116,10 +137,36 @@ class TransformerLM(nn.Module):
                 nn.init.normal_(linear.weight, std=0.02)
             for linear in writes:
                 nn.init.normal_(linear.weight, std=0.02 / math.sqrt(2 * self.n_layers))
+            if block.attn.sinks is not None:
+                block.attn.sinks.zero_()
 
-    def new_cache(self, batch: int, max_seq_len: int) -> KVCache:
-        """An empty :class:`KVCache` for ``batch`` sequences of up to ``max_seq_len`` tokens."""
+    @property
+    def encodings(self) -> tuple[Encoding, ...]:
+        """Every distinct encoding of the plan: :attr:`encoding`, then
+        :attr:`extra_encodings`."""
+        return (self.encoding, *cast(Iterable[Encoding], self.extra_encodings))
+
+    def check_positions(
+        self, positions: torch.Tensor, *, seq_len: int | None = None, batch: int | None = None
+    ) -> torch.Tensor:
+        """``positions`` checked against every encoding of the plan (each raises for what it
+        cannot take: a learned table's limit, M-RoPE's ids in a layer without M-RoPE),
+        returned as the model computes with them (integer dtypes as int64).
+
+        Shapes:
+            positions: ``[seq]``, ``[batch, seq]`` (or an encoding's own shape), unchanged.
+        """
+        return check_plan_positions(self.encodings, positions, seq_len=seq_len, batch=batch)[0]
+
+    def new_cache(self, batch: int, max_seq_len: int, *, rolling: bool = True) -> KVCache:
+        """An empty :class:`KVCache` for ``batch`` sequences of up to ``max_seq_len`` tokens.
+
+        With ``rolling`` (and a causal model), a layer with a window of ``W`` keeps only its
+        last ``W - 1`` keys and values, a layer with a chunk of ``C`` its last ``C - 1``:
+        no later query sees an older one (positions must then grow by one or more per
+        token, as they do by default). ``cache.memory()`` gives the bytes per layer."""
         p = self.embed.weight
+        keep = [self._keeps(block) if rolling else None for block in self.blocks]
         return KVCache(
             self.n_layers,
             batch,
@@ -128,7 +175,14 @@ class TransformerLM(nn.Module):
             max_seq_len,
             device=p.device,
             dtype=p.dtype,
+            keep=keep,
         )
+
+    def _keeps(self, block: nn.Module) -> int | None:
+        """How many past keys a layer's attention may still need (None: all of them)."""
+        pattern = cast(Block, block).attn.pattern
+        local = self.causal and pattern.local
+        return (pattern.window or pattern.chunk or 1) - 1 if local else None
 
     def forward(
         self,
@@ -163,37 +217,42 @@ class TransformerLM(nn.Module):
         """
         input_ids = check_input_ids(input_ids, self.vocab_size)
         b, s = input_ids.shape
-        inputs = forward_inputs(
-            self.encoding, input_ids, positions, cache, attention_mask, segment_ids
-        )
+        encodings = self.encodings
+        inputs = forward_inputs(encodings, input_ids, positions, cache, attention_mask, segment_ids)
         x = self.embed(input_ids) * math.sqrt(self.dim)
-        rotation = None
-        if self.encoding.kind == "additive":
-            x = self.encoding(x, inputs.positions)
-        elif self.encoding.kind == "rotary":  # computed once, shared by every layer
-            length = None if inputs.explicit else inputs.context.positions.k_len
-            rotation = cast(RotaryEncoding, self.encoding).rotation(inputs.positions, length)
+        if self._input_encoding is not None:
+            x = encodings[self._input_encoding](x, inputs.positions)
+        rotations = rotations_of(encodings, self._layer_encoding, inputs)
         trains = torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
-        k_len = inputs.context.positions.k_len
-        shape = AttnShape(b, self.n_heads, self.n_kv_heads, s, k_len, self.head_dim)
-        table = shared_bias(
-            self.encoding,
+        shape = AttnShape(
+            b, self.n_heads, self.n_kv_heads, s, inputs.context.positions.k_len, self.head_dim
+        )
+        options = [cast(Block, block).attn.score_options for block in self.blocks]
+        tables = layer_tables(
+            encodings,
+            self._layer_encoding,
+            options,
             inputs.context,
             shape,
             causal=self.causal,
             training=trains,
             cached=cache is not None,
         )
-        for i, block in enumerate(self.blocks):
+        contexts = {}  # a rolling cache's layers see their last keys only
+        for i, block in enumerate(cast(Iterable[Block], self.blocks)):
+            e, attn = self._layer_encoding[i], block.attn
+            seen = inputs.context.positions.k_len if cache is None else cache.visible(i, s)
+            if seen not in contexts:
+                contexts[seen] = inputs.context.last_keys(seen)
             x = block(
                 x,
-                encoding=self.encoding,
-                rotation=rotation,
-                context=inputs.context,
+                encoding=encodings[e],
+                rotation=rotations.get(e),
+                context=contexts[seen],
                 causal=self.causal,
                 cache=cache,
                 layer=i,
-                bias=table,
+                bias=tables.get((e, attn.score_options)),
             )
         if cache is not None:
             cache.advance(s)

@@ -13,6 +13,7 @@ encoding's parameters (autograd sums every layer's gradient into it).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -21,11 +22,20 @@ import torch
 from ..attn import AttentionContext, KVCache
 from ..attn.bias_blocks import shift_table
 from ..attn.bias_plan import AttnShape, plan_bias, shares_table
+from ..attn.pattern import FULL, AttnPattern
 from ..base import BiasEncoding, Encoding, RotaryEncoding
 from ..positions import arange, document_starts, from_padding, from_segments, query_offset
+from .blocks import ScoreOptions
 from .inputs import check_masks
 
-__all__ = ["ForwardInputs", "forward_inputs", "shared_bias"]
+__all__ = [
+    "ForwardInputs",
+    "check_plan_positions",
+    "forward_inputs",
+    "layer_tables",
+    "rotations_of",
+    "shared_bias",
+]
 
 
 @dataclass(frozen=True)
@@ -45,8 +55,33 @@ class ForwardInputs:
     context: AttentionContext
 
 
+def check_plan_positions(
+    encodings: Sequence[Encoding],
+    positions: torch.Tensor,
+    *,
+    seq_len: int | None = None,
+    batch: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``positions`` checked by every encoding of a model (the first's result is kept:
+    integer dtypes as int64), and their token order for the causal mask: the positions
+    themselves, or None where a rotary encoding finds none (M-RoPE's ``[3, batch, seq]``).
+
+    Shapes:
+        positions: ``[seq]``, ``[batch, seq]`` or an encoding's own shape -> both the same.
+    """
+    first, *rest = encodings
+    checked = first.check_positions(positions, seq_len=seq_len, batch=batch)
+    for enc in rest:
+        enc.check_positions(positions, seq_len=seq_len, batch=batch)
+    order: torch.Tensor | None = checked
+    for enc in encodings:
+        if enc.kind == "rotary" and order is not None:
+            order = cast(RotaryEncoding, enc).causal_positions(checked)
+    return checked, order
+
+
 def forward_inputs(
-    encoding: Encoding,
+    encodings: Sequence[Encoding],
     input_ids: torch.Tensor,
     positions: torch.Tensor | None,
     cache: KVCache | None,
@@ -60,7 +95,8 @@ def forward_inputs(
     Without positions, padding and documents imply them (each document, each unpadded
     prompt, gets the positions it has alone); otherwise the new tokens follow the cached
     ones (:func:`~posenc.positions.query_offset`). Positions with no token order of their
-    own (M-RoPE) rotate q and k only; the mask then follows the token index.
+    own (M-RoPE) rotate q and k only; the mask then follows the token index. Every one of
+    the model's ``encodings`` checks the positions (:func:`check_plan_positions`).
     """
     b, s = input_ids.shape
     device = input_ids.device
@@ -77,10 +113,7 @@ def forward_inputs(
     explicit = positions is not None
     order = None  # the positions' token order, for the causal mask and the cache
     if positions is not None:
-        positions = encoding.check_positions(positions, seq_len=s, batch=b)
-        order = positions
-        if encoding.kind == "rotary":
-            order = cast(RotaryEncoding, encoding).causal_positions(positions)
+        positions, order = check_plan_positions(encodings, positions, seq_len=s, batch=b)
     elif cache is not None and cache.explicit_positions:
         raise ValueError(
             "the cache holds explicit positions: pass positions for the new tokens too"
@@ -90,7 +123,8 @@ def forward_inputs(
         order = arange(s, device=device, offset=query_offset(s, past + s))
     q_pos = k_pos = None  # None: attention's default, the fastest causal mask
     if cache is not None:
-        k_positions = cache.update_positions(order)
+        real, ids = (None, None) if masks is None else masks  # for a rolling cache's check
+        k_positions = cache.update_positions(order, real=real, segments=ids)
         if ordered or cache.explicit_positions:
             cache.explicit_positions = True
             q_pos, k_pos = (order if order.dim() == 2 else order.expand(b, s)), k_positions
@@ -113,6 +147,19 @@ def forward_inputs(
     return ForwardInputs(order if positions is None else positions, explicit, context)
 
 
+def rotations_of(
+    encodings: Sequence[Encoding], layers: Sequence[int], inputs: ForwardInputs
+) -> dict[int, tuple[torch.Tensor, ...]]:
+    """The rotary tables of one forward, once per rotary encoding that a layer uses, by its
+    index in ``encodings`` (``layers``: each layer's index)."""
+    length = None if inputs.explicit else inputs.context.positions.k_len
+    return {
+        e: cast(RotaryEncoding, enc).rotation(inputs.positions, length)
+        for e, enc in enumerate(encodings)
+        if enc.kind == "rotary" and e in layers
+    }
+
+
 def shared_bias(
     encoding: Encoding,
     context: AttentionContext,
@@ -121,6 +168,9 @@ def shared_bias(
     causal: bool,
     training: bool,
     cached: bool,
+    pattern: AttnPattern = FULL,
+    softcap: float | None = None,
+    sinks: bool = False,
 ) -> torch.Tensor | None:
     """The bias table every layer's attention takes (``bias=`` of
     :func:`posenc.attention`), or None where :func:`~posenc.attn.bias_plan.plan_bias`
@@ -134,6 +184,8 @@ def shared_bias(
         causal: whether the model is causal.
         training: whether this forward needs gradients.
         cached: whether a KV cache is in use.
+        pattern, softcap, sinks: the layers' window or chunk, soft cap and whether they have
+            sinks (what :func:`~posenc.attn.bias_plan.plan_bias` reads of them).
 
     Returns:
         ``[heads, q_len, k_len]`` (``[batch, heads, q_len, k_len]`` for ``[batch, seq]``
@@ -163,9 +215,56 @@ def shared_bias(
         causal=causal,
         needs_grad=training,
         device=device,
+        local=pattern.local,
+        modified=softcap is not None or sinks,
+        sinks=sinks,
     )
     if plan.table == "shift":  # from its 2·seq - 1 distances
         return shift_table(bias, shape.q_len, device)
     if plan.table == "full":
         return bias.bias(context.positions.q, context.positions.k)
     return None  # computed per score or per block: no table
+
+
+def layer_tables(
+    encodings: Sequence[Encoding],
+    layers: Sequence[int],
+    options: Sequence[ScoreOptions],
+    context: AttentionContext,
+    shape: AttnShape,
+    *,
+    causal: bool,
+    training: bool,
+    cached: bool,
+) -> dict[tuple[int, ScoreOptions], torch.Tensor]:
+    """The bias tables of one forward (:func:`shared_bias`), once per bias encoding and
+    per ``(pattern, softcap, has sinks)`` of the layers that use it, by ``(encoding index,
+    options)``; layers whose runner needs no table get none.
+
+    Args:
+        encodings: the model's distinct encodings.
+        layers: each layer's index in ``encodings``.
+        options: each layer's :attr:`~posenc.models.blocks.SelfAttention.score_options`.
+        context, shape, causal, training, cached: as :func:`shared_bias`.
+    """
+    tables: dict[tuple[int, ScoreOptions], torch.Tensor] = {}
+    done = set()
+    for key in zip(layers, options, strict=True):
+        e, (pattern, softcap, sinks) = key
+        if encodings[e].kind != "bias" or key in done:
+            continue
+        done.add(key)
+        table = shared_bias(
+            encodings[e],
+            context,
+            shape,
+            causal=causal,
+            training=training,
+            cached=cached,
+            pattern=pattern,
+            softcap=softcap,
+            sinks=sinks,
+        )
+        if table is not None:
+            tables[key] = table
+    return tables
