@@ -9,7 +9,17 @@ import pytest
 import torch
 
 import posenc
-from posenc.bench import bias_attention, markdown, memory, peers, rope, suite, timing
+from posenc.bench import (
+    bias_attention,
+    markdown,
+    memory,
+    patterns,
+    peers,
+    rolling,
+    rope,
+    suite,
+    timing,
+)
 from posenc.bench.machine import FIELDS, FLAGS, cpu_info
 from posenc.cli import main
 
@@ -88,6 +98,79 @@ def test_each_case_measures_what_it_says(tiny_run):
     assert {"rope", "alibi", "t5", "sinusoidal"} <= set(train["results"])
     for s in train["results"].values():
         assert s["tokens_per_s"] == pytest.approx(1 * 8 / (s["median_ms"] / 1e3))
+
+
+def test_patterns_rows_hold_what_the_tables_read(tiny_run):
+    """Every (encoding, length) of the preset, each with the floor, the window (default
+    and explicit positions) and the chunk, the runner the chooser picked, peak memory, the
+    time per token and the growth over the previous length (None at the first)."""
+    _, out = tiny_run
+    result = json.loads(next(out.glob("*.json")).read_text())
+    preset = suite.PRESETS["tiny"]["patterns"]
+    records = result["cases"]["patterns"]
+    grid = [(r["config"]["encoding"], r["config"]["L"]) for r in records]
+    assert grid == [(e, n) for e in patterns.ENCODINGS for n in preset["lengths"]]
+    w, c = preset["window"], preset["chunk"]
+    names = {"full", f"window {w}", f"window {w}, positions", f"chunk {c}"}
+    first = min(preset["lengths"])
+    for r in records:
+        assert r["floor"] == patterns.FLOOR and set(r["results"]) == names
+        assert (r["config"]["window"], r["config"]["chunk"]) == (w, c)
+        for s in r["results"].values():
+            assert s["runner"] in ("fast", "sdpa", "flex", "math", "linear", "blocks", "flash")
+            assert s["us_per_token"] == pytest.approx(s["median_ms"] * 1e3 / r["config"]["L"])
+            assert "peak_mib" in s and "x_floor_memory" in s
+            assert (s["growth"] is None) == (r["config"]["L"] == first)
+    by_key = {(r["config"]["encoding"], r["config"]["L"]): r for r in records}
+    for (encoding, length), r in by_key.items():
+        if length != first:
+            prev = by_key[(encoding, length // 2)]["results"]["full"]["median_ms"]
+            assert r["results"]["full"]["growth"] == pytest.approx(
+                r["results"]["full"]["median_ms"] / prev
+            )
+    text = (out / f"{suite.file_stem(result)}.md").read_text()
+    assert "| encoding | implementation |" in text and "µs/token" in text
+
+
+def test_rolling_cache_holds_w_minus_1_of_l_keys(tiny_run):
+    """The rolling cache holds its last ``W - 1`` keys and values, ``(W - 1) / L`` of the
+    full cache's bytes; the windowed step over the full cache holds all of them."""
+    _, out = tiny_run
+    result = json.loads(next(out.glob("*.json")).read_text())
+    preset = suite.PRESETS["tiny"]["rolling"]
+    records = result["cases"]["rolling"]
+    assert [(r["config"]["encoding"], r["config"]["L"]) for r in records] == [
+        (e, n) for e in rolling.ENCODINGS for n in preset["lengths"]
+    ]
+    w = preset["window"]
+    for r in records:
+        n, per_token = r["config"]["L"], 2 * preset["kv_heads"] * preset["head_dim"] * 4
+        res = r["results"]
+        assert r["floor"] == rolling.FLOOR
+        assert res["full cache"]["kv_bytes"] == n * per_token
+        assert res[f"window {w}, full cache"]["kv_bytes"] == n * per_token
+        assert res[f"rolling cache {w}"]["kv_bytes"] == (w - 1) * per_token
+        assert res[f"rolling cache {w}"]["x_floor_kv"] == pytest.approx((w - 1) / n)
+        for s in res.values():
+            assert s["kv_mib"] == s["kv_bytes"] / 2**20
+    assert "KV " in (out / f"{suite.file_stem(result)}.md").read_text()
+
+
+def test_rolling_steps_attend_like_the_full_cache_with_a_window():
+    """The three steps of a row decode the same token from caches with the same history:
+    the rolling cache's output is the windowed full cache's (the keys it dropped are those
+    the window hides), and the full cache's differs (it sees them)."""
+    for encoding in rolling.ENCODINGS:
+        calls, _ = rolling.impls(encoding, 40, window=8, heads=2, kv_heads=1, head_dim=8)
+        outs = {name: [call() for _ in range(3)] for name, call in calls.items()}
+        for a, b in zip(outs["window 8, full cache"], outs["rolling cache 8"], strict=True):
+            torch.testing.assert_close(a, b)
+        assert not torch.allclose(outs["full cache"][0], outs["rolling cache 8"][0])
+
+
+def test_patterns_refuses_lengths_out_of_order():
+    with pytest.raises(ValueError, match="lengths must be increasing and distinct"):
+        patterns.run([32, 16], encodings=["nope"], measure_memory=False)
 
 
 def _fake_clock(durations):

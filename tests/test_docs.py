@@ -38,7 +38,7 @@ NOT_RUN = {
     "posenc arena run all --preset full --out runs/full --resume": "resumes the full run",
     "posenc arena report runs/full --figures docs/images": "needs the full run's directory",
     "posenc arena compare runs/a runs/b": "needs two finished runs (arena.md runs compare)",
-    "posenc bench --size small": "about 5 minutes on two cores (tests/test_bench.py runs tiny)",
+    "posenc bench --size small": "about 10 minutes on two cores (tests/test_bench.py runs tiny)",
 }
 
 

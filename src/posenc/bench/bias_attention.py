@@ -44,22 +44,11 @@ def bias_encodings() -> list[str]:
     return [n for n in registry.available() if registry.info(n).kind == "bias"]
 
 
-def _available_bytes() -> int | None:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
 def _too_big(heads: int, L: int, dtype: torch.dtype, pass_: str) -> str | None:
     """Why a materialised ``[heads, L, L]`` path should not run here, or None."""
     tensors = 3 if pass_ == "fwd" else 6  # bias, scores, probabilities (and their grads)
     need = tensors * heads * L * L * torch.finfo(dtype).bits // 8
-    free = _available_bytes()
+    free = memory.available_bytes()
     if free is not None and need > free // 2:
         return f"would need ~{need / 2**30:.1f} GiB of [heads, L, L] tensors"
     return None
@@ -121,13 +110,6 @@ def impls(
     return calls, skipped
 
 
-def _ratio(value: Any, floor: Any) -> float | None:
-    """``value / floor`` when both were measured and the floor is above zero."""
-    if isinstance(value, float) and isinstance(floor, float) and floor > 0:
-        return value / floor
-    return None
-
-
 def run(
     lengths: Sequence[int],
     encodings: Sequence[str] | None = None,
@@ -170,7 +152,7 @@ def run(
         for name, result in record["results"].items():
             mib = peak.get(name)
             result["peak_mib"] = mib
-            result["x_floor_memory"] = _ratio(mib, floor_mib)
+            result["x_floor_memory"] = memory.ratio(mib, floor_mib)
         if "error" in peak:
             record["memory_error"] = peak["error"]
         records.append(record)

@@ -5,7 +5,9 @@ ratio to the row's floor, ``12.3 ms (1.45x)``; ``—`` where the implementation 
 (the reasons are listed under the table, once each). Configuration keys with one value in
 every row are stated once, above the table. The bias case adds the extra peak memory
 (``+120 MiB``); the training case, one row per encoding and one column per length
-(:func:`transposed`), the tokens per second.
+(:func:`transposed`), the tokens per second; the patterns case the runner each call took
+(``[flex]``) and a second table of the time per token against the length
+(:func:`growth_table`); the rolling-cache case the keys and values held (``KV 8.0 MiB``).
 
 Example:
     >>> from posenc.bench.timing import row, summarise
@@ -21,13 +23,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["CASE_TITLES", "cell", "report", "spread", "table", "transposed"]
+__all__ = ["CASE_TITLES", "cell", "growth_table", "report", "spread", "table", "transposed"]
 
 CASE_TITLES = {
     "rope": "RoPE apply, q and k (tables precomputed for every implementation)",
     "decode": "RoPE decode step with a KV cache: near against far position",
     "bias": "Bias attention, causal, batch 1 (time, and peak memory against the floor)",
     "training": "TransformerLM training step (forward, backward, AdamW), against nope",
+    "patterns": "Sliding-window and chunked attention against full causal, forward, across L",
+    "rolling": "Decode step with a sliding window: rolling KV cache against the full cache",
 }
 
 
@@ -41,12 +45,17 @@ def _ms(value: float) -> str:
 
 def cell(result: Mapping[str, Any], is_floor: bool = False) -> str:
     """One implementation's cell: the median, its ratio to the floor (not on the floor
-    itself), the extra peak memory and tokens per second when recorded."""
+    itself), the runner, the extra peak memory, the KV cache and tokens per second when
+    recorded."""
     text = _ms(result["median_ms"])
     if not is_floor and result.get("x_floor") is not None:
         text += f" ({result['x_floor']:.2f}x)"
+    if result.get("runner") is not None:
+        text += f" [{result['runner']}]"
     if result.get("peak_mib") is not None:
         text += f", +{result['peak_mib']:.0f} MiB"
+    if result.get("kv_mib") is not None:
+        text += f", KV {result['kv_mib']:.1f} MiB"
     if result.get("tokens_per_s") is not None:
         text += f", {result['tokens_per_s']:,.0f} tok/s"
     return text
@@ -120,6 +129,38 @@ def transposed(records: Sequence[Mapping[str, Any]], key: str) -> str:
     return "\n".join(lines)
 
 
+def growth_table(records: Sequence[Mapping[str, Any]], key: str = "L") -> str:
+    """Time per token against ``key`` (the length): one row per (encoding, implementation),
+    one column per length, each cell ``us_per_token`` and, after the first length,
+    ``growth`` (the median over the previous length's). Flat per-token times (2x per
+    doubling) are linear growth, per-token times that double (4x) quadratic.
+
+    >>> from posenc.bench.timing import row, summarise
+    >>> rs = [row({"encoding": "e", "L": n}, {"a": summarise([n / 1e6])}, "a") for n in (2, 4)]
+    >>> for r, g in zip(rs, (None, 2.0)):
+    ...     r["results"]["a"] |= {"us_per_token": 1.0, "growth": g}
+    >>> print(growth_table(rs))
+    | encoding | implementation | L 2 | L 4 |
+    |---|---|---|---|
+    | e | a | 1.00 µs/token | 1.00 µs/token (2.00x) |
+    """
+    if not records:
+        return "(no rows)"
+    lengths = list(dict.fromkeys(r["config"][key] for r in records))
+    cells: dict[tuple[str, str], dict[Any, str]] = {}
+    for r in records:
+        for name, s in r["results"].items():
+            text = f"{s['us_per_token']:.2f} µs/token"
+            text += f" ({s['growth']:.2f}x)" if s.get("growth") is not None else ""
+            cells.setdefault((r["config"]["encoding"], name), {})[r["config"][key]] = text
+    lines = [f"| encoding | implementation | {' | '.join(f'{key} {n}' for n in lengths)} |"]
+    lines.append("|" + "---|" * (len(lengths) + 2))
+    for (encoding, name), by_length in cells.items():
+        row_cells = [by_length.get(n, "—") for n in lengths]
+        lines.append(f"| {encoding} | {name} | {' | '.join(row_cells)} |")
+    return "\n".join(lines)
+
+
 def spread(records: Sequence[Mapping[str, Any]]) -> str:
     """One line on the spread of a case: the largest interquartile range over the median of
     any cell, and where.
@@ -176,6 +217,9 @@ def report(result: Mapping[str, Any]) -> str:
     for case, records in result["cases"].items():
         text = transposed(records, "length") if case == "training" else table(records)
         out += ["", f"## {CASE_TITLES.get(case, case)}", "", text, "", spread(records)]
+        if case == "patterns":
+            out += ["", "Time per token (and over the previous length's):", ""]
+            out += [growth_table(records)]
         skips = _skips(records)
         if skips:
             out += ["", "Skipped:", *skips]

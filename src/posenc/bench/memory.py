@@ -20,7 +20,14 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["MMAP_THRESHOLD", "available", "in_subprocess", "peak_extra_mib"]
+__all__ = [
+    "MMAP_THRESHOLD",
+    "available",
+    "available_bytes",
+    "in_subprocess",
+    "peak_extra_mib",
+    "ratio",
+]
 
 #: glibc's fixed mmap threshold in the measuring process (bytes)
 MMAP_THRESHOLD = 65536
@@ -43,6 +50,29 @@ def available() -> bool:
     except OSError:
         return False
     return True
+
+
+def available_bytes() -> int | None:
+    """The memory the system could still give (``MemAvailable``), or None where unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def ratio(value: Any, floor: Any) -> float | None:
+    """``value / floor`` when both were measured (floats) and the floor is above zero.
+
+    >>> ratio(3.0, 2.0), ratio(None, 2.0), ratio(1.0, 0.0)
+    (1.5, None, None)
+    """
+    if isinstance(value, float) and isinstance(floor, float) and floor > 0:
+        return value / floor
+    return None
 
 
 def peak_extra_mib(fn: Callable[[], Any]) -> float:

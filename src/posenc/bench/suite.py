@@ -1,12 +1,16 @@
 """``posenc bench``: every benchmark case, one size preset, one JSON and one Markdown file.
 
 Cases: ``rope`` (:mod:`~posenc.bench.rope`), ``decode``
-(:mod:`~posenc.bench.decode`), ``bias`` (:mod:`~posenc.bench.bias_attention`) and
-``training`` (:mod:`~posenc.bench.training`). Sizes:
+(:mod:`~posenc.bench.decode`), ``bias`` (:mod:`~posenc.bench.bias_attention`),
+``training`` (:mod:`~posenc.bench.training`), ``patterns`` (sliding window and chunk
+against full causal, :mod:`~posenc.bench.patterns`) and ``rolling`` (a decode step with a
+rolling KV cache, :mod:`~posenc.bench.rolling`). Sizes:
 
 - ``tiny``: seconds; what the tests run (the numbers mean nothing);
-- ``small``: about five minutes on two cores; a quick look at every case;
-- ``full``: the whole ranges (RoPE seq 128..8192, bias L 1k..16k, training 256..2048).
+- ``small``: about ten minutes on two cores; a quick look at every case (patterns L
+  1k..8k);
+- ``full``: the whole ranges (RoPE seq 128..8192, bias L 1k..16k, training 256..2048,
+  patterns L 1k..32k, rolling cache L 2k..128k).
 
 The files are ``<date>-<cpu>[-<size>][-<ATEN_CPU_CAPABILITY>].json`` and ``.md`` in the
 output folder (size omitted for ``full``), so a run on the same day, machine, size and
@@ -22,13 +26,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import bias_attention, decode, markdown, peers, rope, training
+from . import bias_attention, decode, markdown, patterns, peers, rolling, rope, training
 from .machine import cpu_slug, machine
 
 __all__ = ["CASES", "FORMAT", "PRESETS", "SIZES", "file_stem", "run", "write"]
 
 FORMAT = "posenc-bench/1"
-CASES = ("rope", "decode", "bias", "training")
+CASES = ("rope", "decode", "bias", "training", "patterns", "rolling")
 SIZES = ("tiny", "small", "full")
 DEFAULT_OUT = "benchmarks/results"
 
@@ -37,6 +41,8 @@ RUNNERS: dict[str, Callable[..., list[dict[str, Any]]]] = {
     "decode": decode.run,
     "bias": bias_attention.run,
     "training": training.run,
+    "patterns": patterns.run,
+    "rolling": rolling.run,
 }
 
 #: the keyword arguments of each case's ``run`` at each size
@@ -62,6 +68,25 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             "repeat": 1,
             "warmup": 1,
         },
+        # flex attention needs FLEX_MIN_SCORES scores: these run SDPA with dense masks
+        "patterns": {
+            "lengths": [16, 32],
+            "window": 4,
+            "chunk": 8,
+            "heads": 2,
+            "head_dim": 8,
+            "repeat": 2,
+            "warmup": 1,
+        },
+        "rolling": {
+            "lengths": [32],
+            "window": 4,
+            "heads": 2,
+            "kv_heads": 1,
+            "head_dim": 8,
+            "repeat": 2,
+            "warmup": 1,
+        },
     },
     "small": {
         # posenc compiles its RoPE kernel once per shape class: a warm-up of ~10 s each
@@ -70,12 +95,21 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         # one length: a forward+backward row at L=2048 alone takes over a minute on 2 cores
         "bias": {"lengths": [1024], "repeat": 5, "warmup": 1},
         "training": {"lengths": [256, 512], "repeat": 11, "warmup": 1},
+        # window 256, chunk 512; a length compiles its flex kernels once (a few s each)
+        "patterns": {"lengths": [1024, 2048, 4096, 8192], "repeat": 3, "warmup": 1},
+        "rolling": {"lengths": [2048, 8192, 32768], "repeat": 15, "warmup": 3},
     },
     "full": {
         "rope": {"seqs": [128, 512, 2048, 8192], "head_dims": [64, 128], "repeat": 15, "warmup": 3},
         "decode": {"repeat": 30, "warmup": 5},
         "bias": {"lengths": [1024, 2048, 4096, 8192, 16384], "repeat": 5, "warmup": 1},
         "training": {"lengths": [256, 512, 1024, 2048], "repeat": 5, "warmup": 2},
+        "patterns": {
+            "lengths": [1024, 2048, 4096, 8192, 16384, 32768],
+            "repeat": 5,
+            "warmup": 1,
+        },
+        "rolling": {"lengths": [2048, 8192, 32768, 131072], "repeat": 30, "warmup": 5},
     },
 }
 

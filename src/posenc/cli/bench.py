@@ -15,7 +15,7 @@ from .app import example
 
 __all__ = ["bench_command", "register"]
 
-CASES = ("rope", "decode", "bias", "training")
+CASES = ("rope", "decode", "bias", "training", "patterns", "rolling")
 
 
 def _cases(values: list[str] | None) -> list[str]:
@@ -33,15 +33,17 @@ def bench_command(
     size: Annotated[
         str,
         typer.Option(
-            help="tiny (seconds, numbers meaningless), small (~5 min on 2 cores) or full "
-            "(RoPE seq 128..8192, bias L 1k..16k, training 256..2048; hours).",
+            help="tiny (seconds, numbers meaningless), small (~10 min on 2 cores) or full "
+            "(RoPE seq 128..8192, bias L 1k..16k, training 256..2048, patterns L 1k..32k; "
+            "hours).",
         ),
     ] = "small",
     cases: Annotated[
         list[str] | None,
         typer.Option(
-            help="Cases to run, repeated or comma-separated: rope, decode, bias, training. "
-            "Omitted: all four.",
+            help="Cases to run, repeated or comma-separated: rope, decode, bias, training, "
+            "patterns (window and chunk against full causal), rolling (a decode step with a "
+            "rolling KV cache). Omitted: all six.",
         ),
     ] = None,
     out: Annotated[
@@ -55,8 +57,9 @@ def bench_command(
         bool, typer.Option("--quiet", help="Print only the paths written, not the table.")
     ] = False,
 ) -> None:
-    """Time RoPE, a decode step, bias attention and a training step against their floors
-    and the installed peers; write the results as JSON and Markdown."""
+    """Time RoPE, a decode step, bias attention, a training step, sliding-window and
+    chunked attention and a rolling-cache decode step against their floors and the
+    installed peers; write the results as JSON and Markdown."""
     from ..bench import markdown, suite
 
     chosen = _cases(cases)
