@@ -26,14 +26,15 @@ __all__ = ["explicit_attention", "finite_values"]
 
 
 def finite_values(v: torch.Tensor) -> bool:
-    """Whether every value is finite (one read of ``v``; True while compiling, where the
-    kernels' own behaviour is kept rather than a graph break, and on the meta device,
-    which holds no values)."""
+    """Whether every value is finite: their sum is (NaN and infinities reach it). One
+    strided pass, no copy of a cache's slice (``isfinite(v).all()`` and ``aminmax`` cost
+    15-50x more on the CPU, torch 2.13); a sum that overflows only sends the call to the
+    explicit path, which is exact too. True while compiling, where the kernels' own
+    behaviour is kept rather than a graph break, and on the meta device, which holds no
+    values."""
     if torch.compiler.is_compiling() or v.device.type == "meta":
         return True
-    # the extremes are NaN or infinite when any value is; one pass, 20x faster than
-    # isfinite(v).all() on the CPU (torch 2.13)
-    return bool(torch.isfinite(torch.stack(torch.aminmax(v))).all())
+    return bool(torch.isfinite(v.sum(dtype=math_dtype(v.dtype))))
 
 
 def explicit_attention(
