@@ -188,6 +188,8 @@ def test_every_buildable_model_type_is_exact_or_refused():
         width = cos.shape[-1]
         q = torch.randn(1, 2, 6, rope.head_dim, generator=torch.Generator().manual_seed(0))
         ours, _ = rope(q, q.clone())
+        if model_type == "gpt_oss":  # tables of half the width: tests/test_hf_layer_plan.py
+            continue
         theirs, _ = apply(q[..., :width], q[..., :width].clone(), cos, sin)
         rotated = ours[..., :width]
         scores = rotated @ rotated.transpose(-1, -2)  # [1, 2, 6, 6]

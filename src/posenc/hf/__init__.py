@@ -8,6 +8,12 @@ One module per concept:
 - :mod:`~posenc.hf.layouts`: :func:`pair_layout`, the rotary pairs each model type's code
   rotates, read off transformers (never a guess);
 - :mod:`~posenc.hf.keys`: reading a config's keys, object or dict;
+- :mod:`~posenc.hf.layer_plan`: :func:`layer_plan`, a config's positional plan layer by
+  layer (windows, chunks, NoPE layers, sinks, softcaps, Llama 4's temperature), with
+  :func:`score_scale` and :func:`is_causal` for what a plan does not hold;
+- :mod:`~posenc.hf.layer_families`: how each family's layers read (one reader per family);
+- :mod:`~posenc.hf.layer_types`: each layer's attention type, ``layer_types`` or derived
+  as the config class derives it;
 - :mod:`~posenc.hf.extend`: :func:`extend_context`, a loaded causal LM (Llama family)
   rewritten for a longer context with one of the published scalings;
 - :mod:`~posenc.hf.checkpoint`: :func:`inspect_checkpoint`, what a checkpoint's
@@ -22,13 +28,14 @@ One module per concept:
 Hugging Face's halves) lives in :mod:`posenc.rotary.layouts` and is re-exported here.
 
 transformers is optional: nothing here imports it, so ``import posenc.hf`` works without it.
-Both functions duck-type the config and the model. Import the names from ``posenc.hf``.
+Every function duck-types the config and the model. Import the names from ``posenc.hf``.
 """
 
 from ..rotary.layouts import permute_for_layout
 from .checkpoint import CheckpointReport, inspect_checkpoint
 from .checkpoint_view import frequencies_figure, render_report
 from .extend import EXTEND_METHODS, extend_context, extension_updates
+from .layer_plan import is_causal, layer_plan, score_scale
 from .rope import rope_from_hf_config
 
 __all__ = [
@@ -38,7 +45,10 @@ __all__ = [
     "extension_updates",
     "frequencies_figure",
     "inspect_checkpoint",
+    "is_causal",
+    "layer_plan",
     "permute_for_layout",
     "render_report",
     "rope_from_hf_config",
+    "score_scale",
 ]

@@ -18,6 +18,7 @@ __all__ = [
     "config_getter",
     "config_head_dim",
     "config_rope_dict",
+    "nested_rope_keys",
     "rope_base_keys",
 ]
 
@@ -53,8 +54,36 @@ def config_head_dim(get: Getter) -> int:
     return hidden // heads
 
 
-def config_rope_dict(get: Getter) -> dict[str, Any]:
-    """``rope_parameters`` (transformers 5) or the legacy ``rope_scaling``, None values dropped."""
+def config_rope_dict(get: Getter, layer_type: str | None = None) -> dict[str, Any]:
+    """``rope_parameters`` (transformers 5) or the legacy ``rope_scaling``, None values dropped.
+
+    Per-layer-type ``rope_parameters`` (``{"sliding_attention": {...}, "full_attention":
+    {...}}``: Gemma 3, ModernBERT) give the dict of ``layer_type``, and raise without one;
+    a flat dict is every layer type's."""
+    params = _rope_parameters(get)
+    nested = nested_rope_keys(params)
+    if nested:
+        if layer_type is None:
+            raise ValueError(
+                f"per-layer rope_parameters (keys {nested}): pass layer_type= (one of them), "
+                "or read the whole model with posenc.hf.layer_plan"
+            )
+        if not isinstance(params.get(layer_type), Mapping):
+            raise ValueError(
+                f"rope_parameters has no dict for layer type {layer_type!r}; it has {nested}"
+            )
+        params = params[layer_type]
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def nested_rope_keys(params: Mapping[str, Any]) -> list[str]:
+    """The keys of ``params`` (a RoPE dict) whose values are dicts: the layer types of
+    per-layer-type ``rope_parameters``; empty for a flat one."""
+    return [k for k, v in params.items() if isinstance(v, Mapping)]
+
+
+def _rope_parameters(get: Getter) -> Mapping[str, Any]:
+    """``rope_parameters`` or ``rope_scaling`` (equal when both are given), or ``{}``."""
     params, legacy = get("rope_parameters"), get("rope_scaling")
     if params is not None and legacy is not None and dict(params) != dict(legacy):
         raise ValueError(
@@ -65,13 +94,7 @@ def config_rope_dict(get: Getter) -> dict[str, Any]:
         return {}
     if not isinstance(params, Mapping):
         raise ValueError(f"rope_parameters must be a dict, got {params!r}")
-    nested = [k for k, v in params.items() if isinstance(v, Mapping)]
-    if nested:
-        raise ValueError(
-            f"per-layer rope_parameters (keys {nested}) are not supported: pass a config "
-            "whose rope_parameters is one flat dict"
-        )
-    return {k: v for k, v in params.items() if v is not None}
+    return params
 
 
 def rope_base_keys(get: Getter, params: Mapping[str, Any]) -> dict[str, Any]:

@@ -9,9 +9,9 @@ an error that names it and asks for ``layout=``.
 Each entry was read by rotating a basis vector with the family's own rotary embedding and
 ``apply_rotary_pos_emb`` (transformers 5.24) and seeing which coordinate it mixes with, and
 in which direction; ``tests/test_hf_layouts.py`` reads them again from the transformers
-installed. Multi-head latent attention (DeepSeek-V2/V3 and the models built on it) rotates
-a ``qk_rope_head_dim`` slice whose layout its code picks from the config's
-``rope_interleave``.
+installed (gpt-oss's half-width tables and Llama 4's complex ones:
+``tests/test_hf_layer_plan.py``). Multi-head latent attention (DeepSeek-V2/V3 and the
+models built on it) rotates a ``qk_rope_head_dim`` slice picked by ``rope_interleave``.
 """
 
 from __future__ import annotations
@@ -69,6 +69,7 @@ HALF: frozenset[str] = frozenset(
         "glmasr_encoder",
         "gpt_neox",
         "gpt_neox_japanese",
+        "gpt_oss",
         "gradium_phonon_tts",
         "granite",
         "granite_docling",
@@ -203,9 +204,8 @@ HALF: frozenset[str] = frozenset(
     )
 )
 #: model types whose RoPE rotates pairs (2i, 2i + 1); DeepSeek-V3.2, AXK2 and dots3 rotate
-#: their attention's rope slice so whatever the config says (with
-#: ``apply_rotary_pos_emb_interleave``; their ``apply_rotary_pos_emb`` serves an indexer or
-#: an audio encoder)
+#: their attention's rope slice so whatever the config says (``apply_rotary_pos_emb_interleave``;
+#: their ``apply_rotary_pos_emb`` serves an indexer or an audio encoder)
 INTERLEAVED: frozenset[str] = frozenset(
     (
         "blt_global_transformer",
@@ -226,6 +226,8 @@ INTERLEAVED: frozenset[str] = frozenset(
         "helium",
         "hy_v4_vl",
         "hy_v4_vl_text",
+        "llama4",
+        "llama4_text",
         "moonshine",
         "moonshine_streaming",
         "pe_audio_encoder",

@@ -20,6 +20,7 @@ from .keys import (
     config_getter,
     config_head_dim,
     config_rope_dict,
+    nested_rope_keys,
     rope_base_keys,
 )
 from .layouts import pair_layout
@@ -72,7 +73,9 @@ def _mrope_keys(params: dict[str, Any], model_type: Any) -> dict[str, Any] | Non
     return {"mrope_section": section, "mrope_interleaved": interleaved}
 
 
-def rope_from_hf_config(config: Any, *, layout: str | None = None) -> RoPE:
+def rope_from_hf_config(
+    config: Any, *, layout: str | None = None, layer_type: str | None = None
+) -> RoPE:
     """The posenc :class:`~posenc.rotary.RoPE` of a Hugging Face model, from its config.
 
     Reads what transformers reads (the head size, ``rope_parameters`` or the legacy
@@ -89,6 +92,10 @@ def rope_from_hf_config(config: Any, *, layout: str | None = None) -> RoPE:
         layout: ``"half"`` or ``"interleaved"``, for a model type posenc has not read (its
             ``apply_rotary_pos_emb`` says which); None: the model type's own. A layout that
             contradicts a known model type's raises.
+        layer_type: the layer type (``"sliding_attention"``, ``"full_attention"``) whose
+            RoPE to read from per-layer-type ``rope_parameters`` (Gemma 3, ModernBERT), as
+            the family's rotary embedding reads ``rope_parameters[layer_type]``; a flat
+            dict is every type's. :func:`~posenc.hf.layer_plan` reads every layer's.
 
     Returns:
         a :class:`~posenc.rotary.RoPE` whose ``inv_freq(seq_len)`` and
@@ -101,8 +108,9 @@ def rope_from_hf_config(config: Any, *, layout: str | None = None) -> RoPE:
 
     Raises:
         ValueError: anything posenc does not know (a rope type such as ``ntk-by-parts``,
-            M-RoPE keys in another model, per-layer dicts, a model type whose pair layout it
-            has not read and no ``layout``), named, never silently dropped.
+            M-RoPE keys in another model, per-layer dicts without ``layer_type``, a model
+            type whose pair layout it has not read and no ``layout``), named, never
+            silently dropped.
 
     Example:
         >>> rope = rope_from_hf_config({"model_type": "llama", "hidden_size": 4096,
@@ -118,7 +126,9 @@ def rope_from_hf_config(config: Any, *, layout: str | None = None) -> RoPE:
     if model_type in _MROPE_MODEL_TYPES and get("text_config") is not None:
         get = config_getter(get("text_config"))  # a vision-language config: its language model's
     head_dim = config_head_dim(get)
-    params = config_rope_dict(get)
+    params = config_rope_dict(get, layer_type)
+    if layer_type is not None and nested_rope_keys(get("rope_parameters") or {}):
+        get = _nested_getter(get)
     mrope = _mrope_keys(params, model_type)
     rope_type = _rope_type(params, model_type)
     params.update(rope_base_keys(get, params))
@@ -131,6 +141,15 @@ def rope_from_hf_config(config: Any, *, layout: str | None = None) -> RoPE:
     if mrope is not None:  # Qwen's M-RoPE rotates half pairs (HALF has these model types)
         return MRoPE(head_dim=head_dim, scaling=params, **mrope)
     return RoPE(head_dim=head_dim, scaling=params, layout=pairs)
+
+
+def _nested_getter(get: Getter) -> Getter:
+    """``get`` without the top-level ``original_max_position_embeddings``: transformers reads
+    a per-layer-type dict's own (defaulted to ``max_position_embeddings``), never Phi-3's
+    top-level key."""
+    return lambda key, default=None: (
+        default if key == "original_max_position_embeddings" else get(key, default)
+    )
 
 
 def _rope_type(params: dict[str, Any], model_type: Any) -> str:
