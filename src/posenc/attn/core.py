@@ -20,7 +20,7 @@ from .backends import BACKENDS, AttnShape, plan_plain
 from .bias import bias_attention, flex_run
 from .checks import check_context, check_encoding, check_qkv, check_scale, check_table
 from .context import AttentionContext
-from .explicit import explicit_attention, finite_values
+from .explicit import explicit_attention, finite
 from .masks import zero_dead_rows
 from .pattern import AttnPattern, ScoreOptions, check_sinks, check_softcap
 
@@ -105,9 +105,9 @@ def attention(
 
     Positions decide the window and the chunk, as they decide the causal mask: explicit
     positions, packed documents and KV caches follow them. A query that may see no key at
-    all (a pad query, say) gets zeros, never NaN, and no gradient. A value no query may see
-    (a future key's, a pad's) never reaches an output, even a NaN: values that are not all
-    finite run on the ``math`` backend, which keeps them out.
+    all (a pad query, say) gets zeros, never NaN, and no gradient. A key or value a query
+    may not see (a future one, a pad's) never reaches its output, even a NaN: keys and
+    values that are not all finite run on the ``math`` backend, which keeps them out.
 
     Returns:
         ``[batch, heads, q_len, head_dim]`` in the dtype of ``q``.
@@ -138,7 +138,7 @@ def attention(
         check_table(bias, encoding, q, k.shape[2])
     check_sinks(sinks, q.shape[1], q.device)
     options = ScoreOptions(AttnPattern(window, chunk), check_softcap(softcap), sinks)
-    finite = finite_values(v)
+    all_finite = finite(k, v)
     if kind == "bias":
         enc = cast(BiasEncoding, encoding)
         return bias_attention(
@@ -152,14 +152,14 @@ def attention(
             backend=backend,
             table=bias,
             options=options,
-            finite=finite,
+            finite=all_finite,
         )
     if kind == "additive":
         raise ValueError(
             f"{cast(Encoding, encoding).info.name!r} is an additive encoding: add it to the "
             "token embeddings (enc(x)) before the first layer instead of passing it to attention"
         )
-    return _plain(q, k, v, context, causal, scale, backend, options, finite)
+    return _plain(q, k, v, context, causal, scale, backend, options, all_finite)
 
 
 def _rotate(encoding, q, k, q_positions, k_positions):

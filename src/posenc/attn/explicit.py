@@ -8,10 +8,12 @@ backend of :func:`posenc.attention` and the path of everything the fused kernels
 do: values added by the encoding (Shaw), scores changed before the softmax (softcap,
 sinks), and values that hold NaN or infinity.
 
-A value no query may see never reaches an output here. Kernels multiply a masked slot's
-probability (0) by its value, and ``0 · NaN`` is NaN: a NaN in a future key's value, a pad
-or a stale cache slot would reach every query. Here non-finite values are zeroed before
-the product, and a row that gives weight to one gets NaN, as it would with the value in.
+A key or value no query may see never reaches an output here. Kernels add the mask's
+``-inf`` to a masked slot's score and multiply its probability (0) by its value, and
+``-inf + NaN`` and ``0 · NaN`` are NaN: a NaN in a future key, a pad or a stale cache slot
+would reach every query. Here masked scores are replaced (not added to), non-finite values
+are zeroed before the product, and a row that gives weight to one gets NaN, as it would
+with the value in.
 """
 
 from __future__ import annotations
@@ -22,7 +24,14 @@ import torch
 
 from ..functional.dtypes import math_dtype
 
-__all__ = ["explicit_attention", "finite_values"]
+__all__ = ["explicit_attention", "finite", "finite_values"]
+
+
+def finite(k: torch.Tensor, v: torch.Tensor) -> bool:
+    """Whether every key and value is finite (:func:`finite_values` of each): else a
+    masked slot's NaN would reach other queries through the fused kernels, which add the
+    mask's ``-inf`` to a NaN score and multiply a zero probability by a NaN value."""
+    return finite_values(k) and finite_values(v)
 
 
 def finite_values(v: torch.Tensor) -> bool:
