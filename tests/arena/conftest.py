@@ -1,6 +1,7 @@
 """Fake arena results: every experiment, two seeds, with the shapes a real run gives
 (alibi flat past L, sinusoidal exploding, learned unable to run past L, NoPE failing
-without a causal mask, a U-shaped lost-in-the-middle curve)."""
+without a causal mask, a U-shaped lost-in-the-middle curve, layer plans with NoPE layers
+flatter than all RoPE)."""
 
 from __future__ import annotations
 
@@ -60,6 +61,32 @@ def extrapolation_ppl(encoding: str, eval_length: int, mode: str) -> float | Non
     raise AssertionError(encoding)
 
 
+#: layer-plans: perplexity at L and its growth per doubling of the length
+LAYER_PLANS = {
+    "rope": (6.0, 0.4),
+    "nope": (7.0, 0.02),
+    "nope-every-4": (6.1, 0.1),
+    "rope-local-nope-global": (6.2, 0.05),
+    "alibi": (6.3, 0.0),
+}
+
+
+def _fake_layer_plans() -> list[dict[str, Any]]:
+    out = []
+    for plan, (at_l, growth) in LAYER_PLANS.items():
+        extra: dict[str, Any] = {"n_layers": 4}
+        if plan == "rope-local-nope-global":
+            extra["window"] = L // 4
+        for seed in SEEDS:
+            for mode in ("chunks", "sliding"):
+                for n in EVAL_LENGTHS:
+                    ppl = at_l * (1 + growth) ** ((n // L).bit_length() - 1) * _jitter(seed, 0.01)
+                    out.append(
+                        _record("layer-plans", plan, seed, n, "perplexity", ppl, mode=mode, **extra)
+                    )
+    return out
+
+
 def _fake_measurements() -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for encoding in ("sinusoidal", "learned", "rope", "alibi"):
@@ -71,6 +98,7 @@ def _fake_measurements() -> list[dict[str, Any]]:
                     out.append(
                         _record("extrapolation", encoding, seed, n, "perplexity", value, mode=mode)
                     )
+    out += _fake_layer_plans()
     scale = {"none": 10.0, "linear": 3.0, "ntk": 2.0, "dynamic": 2.5, "yarn": 1.5}
     for seed in SEEDS:
         for stage in ("zero-shot", "fine-tuned"):
@@ -168,6 +196,7 @@ def _timing_key(r: dict[str, Any]) -> str | None:
         return None
     parts = {
         "extrapolation": ("lm", encoding),
+        "layer-plans": ("plan", encoding),
         "context-extension": ("extend", r.get("scaling"), f"x{r.get('factor')}"),
         "length-generalization": (r.get("task"), encoding),
         "nope-needs-causality": ("mlm", encoding),
@@ -193,6 +222,7 @@ def _fake_results() -> dict[str, Any]:
         "timings": timings,
         "experiments": [
             "extrapolation",
+            "layer-plans",
             "context-extension",
             "length-generalization",
             "nope-needs-causality",
@@ -207,7 +237,7 @@ _RESULTS = _fake_results()
 
 @pytest.fixture
 def fake_results() -> dict[str, Any]:
-    """A realistic results.json document covering all five experiments with two seeds."""
+    """A realistic results.json document covering every experiment with two seeds."""
     return copy.deepcopy(_RESULTS)
 
 

@@ -4,6 +4,7 @@ and the page as headless Chromium renders it."""
 from __future__ import annotations
 
 import re
+from html import escape
 from pathlib import Path
 
 import pytest
@@ -61,8 +62,8 @@ def test_timings_group_unit_names_over_seeds(fake_results):
     assert ["mlm", "nope", "1,400", "25.0", "2"] in rows
     assert ["kv", "rope", "1,400", "25.0", "2"] in rows
     models = list(dict.fromkeys(row[0] for row in rows))
-    assert models == ["lm", "extend", "copy", "reverse", "mlm", "kv"]
-    assert len(rows) == 4 + 10 + 6 + 3 + 1
+    assert models == ["lm", "plan", "extend", "copy", "reverse", "mlm", "kv"]
+    assert len(rows) == 4 + 5 + 10 + 6 + 3 + 1
 
 
 def test_report_of_nothing(fake_results):
@@ -169,15 +170,15 @@ def test_figure_unknown():
 
 def test_report_self_contained(html, fake_results):
     assert html.count("<img ") == len(EXPERIMENTS)
-    assert (
-        len(re.findall(r'<img src="data:image/png;base64,[A-Za-z0-9+/=]+" alt="[^"]+">', html)) == 5
-    )
+    assert len(
+        re.findall(r'<img src="data:image/png;base64,[A-Za-z0-9+/=]+" alt="[^"]+">', html)
+    ) == len(EXPERIMENTS)
     assert "http:" not in html and "https:" not in html  # no URL at all
     assert re.findall(r'src="([a-z]+):', html) == ["data"] * len(EXPERIMENTS)
     assert "<script" not in html and "url(" not in html and "<link" not in html
     assert "prefers-color-scheme: dark" in html
     for sentence in summary(fake_results):
-        assert sentence.replace("&", "&amp;") in html
+        assert escape(sentence) in html
     assert "posenc arena run --preset tiny --seeds 2" in html  # the command
     assert "tokens/s" in html and "1,400" in html  # timings: rope's 1000 + 100·4
     assert "<caption>extrapolation: perplexity (mode sliding)</caption>" in html

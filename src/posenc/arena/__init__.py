@@ -2,8 +2,9 @@
 
 ``posenc arena run EXPERIMENT|all --preset quick|full`` (or :func:`run_arena`) trains
 :class:`~posenc.models.TransformerLM` models and measures what the literature claims about
-positional encodings: ``extrapolation`` (Press et al. 2022), ``context-extension`` (Chen et
-al. 2023; Peng et al. 2023), ``length-generalization`` (Kazemnejad et al. 2023),
+positional encodings: ``extrapolation`` (Press et al. 2022), ``layer-plans`` (per-layer
+plans: NoPE every 4th layer, sliding-window RoPE with NoPE globals), ``context-extension``
+(Chen et al. 2023; Peng et al. 2023), ``length-generalization`` (Kazemnejad et al. 2023),
 ``nope-needs-causality`` (Haviv et al. 2022) and ``lost-in-the-middle`` (Liu et al. 2023).
 A run writes ``results.json``, ``results.csv`` and a self-contained ``report.html``, resumes
 after a crash, and trains under ``torchrun`` with DistributedDataParallel unchanged.

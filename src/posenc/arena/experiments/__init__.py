@@ -22,6 +22,7 @@ from __future__ import annotations
 from . import (
     context_extension,
     extrapolation,
+    layer_plans,
     length_generalization,
     lost_in_the_middle,
     nope_causality,
@@ -35,6 +36,7 @@ EXPERIMENTS: dict[str, Experiment] = {
     e.name: e
     for e in (
         extrapolation.EXPERIMENT,
+        layer_plans.EXPERIMENT,
         context_extension.EXPERIMENT,
         length_generalization.EXPERIMENT,
         nope_causality.EXPERIMENT,

@@ -198,17 +198,18 @@ def _best_at(rows: list[dict[str, Any]], metric: str | None, longest: int) -> li
     return [f"Lowest {metric}: " + "; ".join(parts) + "."] if parts else []
 
 
-def figure(measured: Rows) -> Any:
+def figure(
+    measured: Rows, title: str = "Extrapolation: trained at L, evaluated at longer lengths"
+) -> Any:
     """Perplexity against evaluation length per encoding, log-log, one panel per mode
     (chunks, sliding); the training length dashed; encodings that cannot run past it listed
-    in the legend as ``(cannot run past L)``."""
+    in the legend as ``(cannot run past L)``. ``title`` heads it (``layer-plans`` draws its
+    plans with its own)."""
     from matplotlib.ticker import NullLocator
 
     rows, metric = measured.metric()
     modes = plotting.values(rows, "mode")
-    fig, axes = plotting.new_figure(
-        len(modes), "Extrapolation: trained at L, evaluated at longer lengths"
-    )
+    fig, axes = plotting.new_figure(len(modes), title)
     colors = plotting.colors(rows, "encoding")
     for ax, mode in zip(axes, modes, strict=False):
         here = [r for r in rows if r.get("mode") == mode]

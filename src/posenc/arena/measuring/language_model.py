@@ -26,6 +26,7 @@ __all__ = [
     "encoding_spec",
     "language_model",
     "lm_records",
+    "train_language_model",
     "validation_loss",
     "validation_windows",
 ]
@@ -57,17 +58,24 @@ def cannot_run_note(e: PositionOutOfRangeError) -> str:
 def language_model(ctx: RunContext, encoding: str, seed: int) -> TransformerLM:
     """The causal byte-level model with ``encoding``, trained with ``seed`` at the preset's
     length L on the training bytes (unit ``train--lm--<encoding>--seed<seed>``)."""
+    length = ctx.preset.train_length
+    model = ctx.new_model(ctx.preset.model, encoding_spec(encoding, length), seed, VOCAB_SIZE)
+    return train_language_model(ctx, unit_name("train", "lm", encoding, f"seed{seed}"), model, seed)
+
+
+def train_language_model(
+    ctx: RunContext, name: str, model: TransformerLM, seed: int
+) -> TransformerLM:
+    """``model`` (causal, byte-level) trained by unit ``name`` as :func:`language_model`
+    trains: the same training bytes, batches of ``seed``, length L and recipe
+    (``preset.lm``), so models of other shapes (``layer-plans``) get the same budget."""
     preset = ctx.preset
-    length = preset.train_length
-    model = ctx.new_model(preset.model, encoding_spec(encoding, length), seed, VOCAB_SIZE)
     train_bytes = ctx.corpus.train
 
     def make_batch(generator: torch.Generator) -> TaskBatch:
-        return lm_batch(train_bytes, preset.lm.batch_size, length, generator)
+        return lm_batch(train_bytes, preset.lm.batch_size, preset.train_length, generator)
 
-    return ctx.trained(
-        unit_name("train", "lm", encoding, f"seed{seed}"), model, make_batch, preset.lm, seed
-    )
+    return ctx.trained(name, model, make_batch, preset.lm, seed)
 
 
 def _where(ctx: RunContext) -> dict[str, int]:

@@ -114,7 +114,7 @@ def _header(results: Mapping[str, Any]) -> str:
 
 
 #: the models a run trains, in the order the timings show them (a unit's first name part)
-_MODELS = ("lm", "extend", "copy", "reverse", "mlm", "kv")
+_MODELS = ("lm", "plan", "extend", "copy", "reverse", "mlm", "kv")
 
 
 def _timings(results: Mapping[str, Any]) -> str:

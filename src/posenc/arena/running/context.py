@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from ... import registry
-from ...models import TransformerLM
+from ...models import LayerPlan, TransformerLM
 from ..data.corpus import Corpus, load_corpus
 from ..data.tasks import TaskBatch
 from ..files.atomic import atomic_write_json, read_json
@@ -157,16 +157,25 @@ class RunContext:
     def new_model(
         self,
         size: ModelSize,
-        encoding: str | Mapping[str, Any],
+        encoding: str | Mapping[str, Any] | LayerPlan,
         seed: int,
         vocab_size: int,
         causal: bool = True,
     ) -> TransformerLM:
-        """A fresh :class:`TransformerLM` initialised from ``seed`` (global RNG untouched)."""
+        """A fresh :class:`TransformerLM` initialised from ``seed`` (global RNG untouched):
+        ``encoding`` in every layer, or, given a :class:`~posenc.models.LayerPlan` of
+        ``size.n_layers`` layers, that plan."""
+        plan, spec = (encoding, None) if isinstance(encoding, LayerPlan) else (None, encoding)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             model = TransformerLM(
-                vocab_size, size.dim, size.n_layers, size.n_heads, encoding=encoding, causal=causal
+                vocab_size,
+                size.dim,
+                size.n_layers,
+                size.n_heads,
+                encoding=spec,
+                causal=causal,
+                plan=plan,
             )
         return model.to(self.place.device)
 
