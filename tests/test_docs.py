@@ -30,7 +30,7 @@ BLOCK = re.compile(r"```(python|sh|bash|console)\n(.*?)```", re.S)
 
 #: documented commands that are not run here, each with the reason
 NOT_RUN = {
-    "posenc arena run all --preset quick": "the quick preset takes about 4 minutes",
+    "posenc arena run all --preset quick": "the quick preset takes about 6 minutes",
     "posenc arena run extrapolation --encodings rope alibi --corpus my_texts/": (
         "the quick preset on a reader's own text folder: minutes, and no such folder here"
     ),

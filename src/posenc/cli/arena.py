@@ -20,7 +20,7 @@ __all__ = ["EXTRAS", "compare_command", "demo_command", "register", "report_comm
 #: what to install when an import of the arena fails
 EXTRAS = "the arena needs its extras: pip install 'posenc[arena]' (and for --hf-model 'posenc[hf]')"
 
-_PRESET = "quick (<= 5 min on 2 cores), full (hours, 3 seeds) or tiny (seconds, for tests)"
+_PRESET = "quick (about 6 min on 2 cores), full (hours, 3 seeds) or tiny (seconds, for tests)"
 _OUT = "The run directory (default: runs/arena-<preset>-<time>)."
 _SEEDS = "Replace the preset's seeds (one or more)."
 _ENCODINGS = "Replace the preset's encodings (one or more names)."

@@ -1,6 +1,6 @@
 """Presets: how big, how long and on what the arena trains (``--preset quick|full``).
 
-``quick`` runs every experiment in at most 5 minutes on 2 CPU cores with its conclusions
+``quick`` runs every experiment in about 6 minutes on 2 CPU cores with its conclusions
 already visible; ``full`` is the real run (3 seeds, longer training; hours, resumable);
 ``tiny`` is for the tests (seconds). The quick sizes and steps were chosen by measuring
 step times and what each experiment learns in them (README, "The arena").
