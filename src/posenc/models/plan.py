@@ -17,6 +17,7 @@ from dataclasses import dataclass, fields
 from typing import Any, cast
 
 from ..attn.temperature import QueryTemperature
+from ..config import check_int
 from .spec import EncodingSpec, LayerSpec, at_layer, describe_encoding, encoding_kind
 
 __all__ = ["LayerPlan"]
@@ -40,10 +41,8 @@ def _layer(i: int, spec: Any) -> LayerSpec:
 
 
 def _count(name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    """``value``, checked by :func:`~posenc.config.check_int`."""
+    check_int(name, value, minimum=minimum)
     return value
 
 
