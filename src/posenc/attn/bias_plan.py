@@ -11,6 +11,9 @@ picks, in order:
 ============  =====================================================  ===================
 runner        where                                                  module
 ============  =====================================================  ===================
+``math`` or   keys or values not all finite (``math``); softcap or   :mod:`.explicit`
+``flex``      sinks (:func:`~.backends.explicit_runner`: flex at
+              inference where it pays, never for sinks)
 ``shaw``      training on the CPU, ``relative_tables``, no masks,    :mod:`.shaw_grad`
               keys in index order (or not causal), not compiling
 ``math``      the encoding adds to the values (Shaw's values)        :mod:`.bias`
@@ -25,9 +28,9 @@ runner        where                                                  module
 ``sdpa``      everything else: SDPA with the materialised bias       :mod:`.bias`
 ============  =====================================================  ===================
 
-With masks and flex available, flex comes before ``linear``: its block mask skips whole
-blocks, where the fused path would need the dense mask. The decision never reads the
-encoding's name, only what it declares.
+A window or chunk (:mod:`.pattern`) counts as a mask. With masks and flex available, flex
+comes before ``linear``: its block mask skips whole blocks, where the fused path would
+need the dense mask. The decision never reads the encoding's name, only what it declares.
 """
 
 from __future__ import annotations
