@@ -24,7 +24,7 @@ import torch
 
 from ..functional.dtypes import math_dtype
 
-__all__ = ["explicit_attention", "finite", "finite_values"]
+__all__ = ["explicit_attention", "finite", "finite_values", "probabilities"]
 
 
 def finite(k: torch.Tensor, v: torch.Tensor) -> bool:
@@ -44,6 +44,33 @@ def finite_values(v: torch.Tensor) -> bool:
     if torch.compiler.is_compiling() or v.device.type == "meta":
         return True
     return bool(torch.isfinite(v.sum(dtype=math_dtype(v.dtype))))
+
+
+def probabilities(
+    scores: torch.Tensor,
+    *,
+    allowed: torch.Tensor | None = None,
+    softcap: float | None = None,
+    sinks: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The attention probabilities of scaled (and biased) ``scores``: soft-capped, masked,
+    the softmax over the keys and the heads' sink logits, the sinks' column left out (a
+    row then sums to ``1 - p_sink``); a row that sees no key gets zeros.
+
+    Shapes:
+        scores ``[b, h, q_len, k_len]``; allowed broadcastable to it; sinks ``[h]`` -> the
+        shape of ``scores``, in its dtype.
+    """
+    if softcap is not None:
+        scores = softcap * torch.tanh(scores / softcap)
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    if sinks is None:
+        probs = scores.softmax(dim=-1)
+    else:
+        sink = sinks.to(scores.dtype).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+        probs = torch.cat((scores, sink), dim=-1).softmax(dim=-1)[..., :-1]
+    return probs.nan_to_num(0.0)  # a row that sees no key: zeros, as from the kernels
 
 
 def explicit_attention(
@@ -86,16 +113,7 @@ def explicit_attention(
     scores = (q.to(dtype) @ k.to(dtype).transpose(-1, -2)) * scale  # [b, h, q_len, k_len]
     if bias is not None:
         scores = scores + bias.to(dtype)
-    if softcap is not None:
-        scores = softcap * torch.tanh(scores / softcap)
-    if allowed is not None:
-        scores = scores.masked_fill(~allowed, float("-inf"))
-    if sinks is None:
-        probs = scores.softmax(dim=-1)
-    else:
-        sink = sinks.to(dtype).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
-        probs = torch.cat((scores, sink), dim=-1).softmax(dim=-1)[..., :-1]
-    probs = probs.nan_to_num(0.0)  # a row that sees no key: zeros, as from the kernels
+    probs = probabilities(scores, allowed=allowed, softcap=softcap, sinks=sinks)
     v = v.to(dtype)
     bad = ~torch.isfinite(v).all(dim=-1, keepdim=True)  # [b, h, k_len, 1]
     out = probs @ v.masked_fill(bad, 0.0)

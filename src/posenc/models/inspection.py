@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from ..attn import AttentionContext
+from ..attn.explicit import probabilities
 from ..base import BiasEncoding, Encoding
 from .blocks import Block, SelfAttention
 from .lm import TransformerLM
@@ -121,15 +122,7 @@ def layer_probabilities(
         p = context.positions
         bias = cast(BiasEncoding, encoding).bias(p.q, p.k, q=q, scale=scale)
         scores = scores + bias.float()  # [(b,) h, s, s] broadcasts
-    if attn.softcap is not None:
-        scores = attn.softcap * torch.tanh(scores / attn.softcap)
     allowed = context.allowed(causal, attn.pattern)
     mask, dead = (None, None) if allowed is None else allowed
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    if attn.sinks is None:
-        probs = scores.softmax(dim=-1)
-    else:  # one more logit per head, with no value: [b, h, s, s + 1], its column dropped
-        sink = attn.sinks.float().view(1, heads, 1, 1).expand(*scores.shape[:-1], 1)
-        probs = torch.cat((scores, sink), dim=-1).softmax(dim=-1)[..., :-1]
+    probs = probabilities(scores, allowed=mask, softcap=attn.softcap, sinks=attn.sinks)
     return probs if dead is None else probs.masked_fill(dead, 0.0)  # no key seen: zeros
