@@ -459,3 +459,39 @@ def test_figure_of_a_scaled_checkpoint_marks_its_own_reach_not_the_target(tmp_pa
     assert set(drawn) == {"checkpoint (llama3)", "none"}
     expected = 2 * math.pi / report.rotary.rope.inv_freq(131072)
     assert torch.equal(torch.as_tensor(drawn["checkpoint (llama3)"]), expected)
+
+
+def test_every_model_type_with_a_read_layout_is_inspected_as_rotary():
+    """The rotary model types are the layout table's (and M-RoPE's): an interleaved family
+    (Cohere) is reported with its layout, and the model types read by hand stay in."""
+    from posenc.hf.layouts import HALF, INTERLEAVED, MLA_BY_FLAG
+    from posenc.hf.model_types import ROTARY_MODEL_TYPES
+
+    assert set(HALF | INTERLEAVED | MLA_BY_FLAG) <= set(ROTARY_MODEL_TYPES)
+    assert {"llama", "qwen2_vl", "deepseek_v3", "gpt_neox", "cohere", "glm4"} <= set(
+        ROTARY_MODEL_TYPES
+    )
+
+
+@pytest.mark.parametrize(
+    ("model_type", "config", "layout", "note"),
+    [
+        ("cohere", {}, "interleaved", None),
+        ("olmo2", {}, "half", None),
+        ("cohere2", {"num_hidden_layers": 4}, "interleaved", "3 x rope window 4096, 1 x nope"),
+        ("phi3", {"sliding_window": 2047}, "half", "its layer plan is not read"),
+    ],
+)
+def test_a_model_whose_layers_differ_says_so(tmp_path, model_type, config, layout, note):
+    """Beyond the RoPE read from the top level, the report notes a plan whose layers differ
+    (Cohere2's NoPE global layers) and a window it cannot read per layer (Phi-3's)."""
+    import transformers
+
+    transformers.AutoConfig.for_model(model_type, **config).save_pretrained(tmp_path)
+    report = inspect_checkpoint(tmp_path)
+    assert report.encoding == "rope" and report.rotary.layout == layout
+    notes = " ".join(report.notes)
+    if note is None:
+        assert "layer" not in notes
+    else:
+        assert note in notes

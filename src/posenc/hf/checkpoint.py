@@ -22,6 +22,7 @@ from typing import Any
 from ..rotary.mrope import MRoPE
 from ..rotary.rope import RoPE
 from .extend import EXTEND_METHODS, extension_updates
+from .layouts import MLA_BY_FLAG
 from .model_types import NonRotary, non_rotary, rotary_config
 from .rope import rope_from_hf_config
 
@@ -228,10 +229,11 @@ def _rotary_facts(rope: RoPE, language: dict[str, Any], model_type: str) -> Rota
     extended = None if rope_type in ("default", "dynamic") else max_positions
     seq_len = extended if extended is not None else original
     inv_freq = rope.inv_freq(seq_len)
-    if c.layout == "interleaved":
-        reason = f"model_type {model_type!r} keeps DeepSeek's interleaved q/k pairs"
-    elif model_type in ("deepseek_v2", "deepseek_v3"):
-        reason = "rope_interleave is false"
+    if model_type in MLA_BY_FLAG:
+        flag = "true" if c.layout == "interleaved" else "false"
+        reason = f"model_type {model_type!r}: rope_interleave is {flag} (latent attention)"
+    elif c.layout == "interleaved":
+        reason = f"model_type {model_type!r} rotates pairs (2i, 2i + 1), read off its code"
     else:
         reason = "Hugging Face's Llama-family pairs (i, i + d/2)"
     mrope = rope.config.mrope_section if isinstance(rope, MRoPE) else None

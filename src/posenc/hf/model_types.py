@@ -10,26 +10,19 @@ import dataclasses
 from typing import Any
 
 from ..config import check_int
+from ..models.spec import describe_encoding
+from .layouts import HALF, INTERLEAVED, MLA_BY_FLAG
 from .rope import _MROPE_MODEL_TYPES
 
 __all__ = ["KNOWN_MODEL_TYPES", "NonRotary", "non_rotary", "rotary_config"]
 
-#: model types whose rotary embedding rope_from_hf_config reproduces (transformers' Llama
-#: family with half pairs, GPT-NeoX's partial rotary, DeepSeek's interleaved MLA, M-RoPE)
-ROTARY_MODEL_TYPES = (
-    "llama",
-    "mistral",
-    "mixtral",
-    "qwen2",
-    "qwen2_moe",
-    "qwen3",
-    "qwen3_moe",
-    "phi3",
-    "gemma",
-    "gpt_neox",
-    "deepseek_v2",
-    "deepseek_v3",
-    *sorted(_MROPE_MODEL_TYPES),
+#: model types whose rotary embedding rope_from_hf_config reads: every type whose pair
+#: layout posenc.hf.layouts has read off transformers' code (half, interleaved, latent
+#: attention by its flag) and the M-RoPE ones; rope_from_hf_config refuses, by name, what
+#: a config of one of them holds that it does not take (per-layer rope_parameters: see
+#: posenc.hf.layer_plan)
+ROTARY_MODEL_TYPES: tuple[str, ...] = tuple(
+    sorted(HALF | INTERLEAVED | MLA_BY_FLAG | set(_MROPE_MODEL_TYPES))
 )
 
 #: model type -> (encoding, what it reads); the non-rotary ones
@@ -82,8 +75,9 @@ def non_rotary(config: dict[str, Any], model_type: Any) -> NonRotary | None:
     if model_type not in OTHER_MODEL_TYPES:
         which = f"model_type {model_type!r}" if model_type else "a config without model_type"
         raise ValueError(
-            f"posenc does not know {which}; it knows the rotary "
-            f"{list(ROTARY_MODEL_TYPES)} and {sorted(OTHER_MODEL_TYPES)}"
+            f"posenc does not know {which}; it knows {len(ROTARY_MODEL_TYPES)} rotary model "
+            "types (posenc.hf.layouts: llama, mistral, qwen2, gemma, cohere, deepseek_v3, "
+            f"...) and {sorted(OTHER_MODEL_TYPES)}"
         )
     encoding = OTHER_MODEL_TYPES[model_type]
     if encoding == "alibi":
@@ -136,9 +130,41 @@ def rotary_config(config: dict[str, Any], model_type: Any) -> tuple[dict[str, An
     """The config as :func:`~posenc.hf.rope_from_hf_config` reads it, and notes on what
     the RoPE alone does not show."""
     notes: list[str] = []
+    plan = plan_note(config)
+    if plan is not None:
+        notes.append(plan)
     if model_type in ("deepseek_v2", "deepseek_v3"):
         notes.append(
             "DeepSeek's attention also multiplies its softmax scale by "
             "yarn_mscale(factor, mscale_all_dim)^2 under yarn: part of the attention, not the RoPE"
         )
     return config, notes
+
+
+def plan_note(config: dict[str, Any]) -> str | None:
+    """What the RoPE alone does not show of a model whose layers differ: its layer plan
+    (:func:`~posenc.hf.layer_plan`) counted by encoding and pattern, or why it is not read;
+    None for a model whose every layer is the same."""
+    from collections import Counter
+
+    from .layer_plan import layer_plan  # reads the models' plans: only here
+
+    try:
+        plan = layer_plan(config)
+    except ValueError as e:
+        return f"its layer plan is not read (posenc.hf.layer_plan: {e})"
+    rows = Counter(_kind(spec) for spec in plan)
+    if len(rows) == 1 and not any(spec.sinks or spec.softcap for spec in plan):
+        return None
+    kinds = ", ".join(f"{n} x {kind}" for kind, n in rows.items())
+    return (
+        f"the layers differ: {kinds} of {len(plan)} layers; the RoPE above is the one read "
+        "from the top level; posenc.hf.layer_plan(config) gives every layer's"
+    )
+
+
+def _kind(spec: Any) -> str:
+    """``"rope window 128"``, ``"nope full"``: a layer's encoding by name and its pattern."""
+    encoding = spec.encoding
+    name = "nope" if encoding is None else getattr(getattr(encoding, "info", None), "name", None)
+    return f"{name or describe_encoding(encoding)} {spec.pattern.describe()}"
