@@ -790,3 +790,42 @@ def test_extension_updates_treats_legacy_mrope_as_unscaled():
         "original_max_position_embeddings": 32768,
     }
     assert updates["max_position_embeddings"] == 65536
+
+
+@pytest.mark.parametrize("model_type", ["gptj", "codegen"])
+@pytest.mark.parametrize("rotary_dim", [16, 64])
+def test_gptj_and_codegen_rotate_their_rotary_dim_as_their_own_code(model_type, rotary_dim):
+    """GPT-J and CodeGen rotate the leading ``rotary_dim`` channels of a head in pairs
+    (2i, 2i + 1) with base 10000 (``create_sinusoidal_positions`` and
+    ``apply_rotary_pos_emb(x, sin, cos)`` of their modeling modules); the rest passes."""
+    import importlib
+
+    module = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
+    config = transformers.AutoConfig.for_model(
+        model_type, n_embd=256, n_head=4, rotary_dim=rotary_dim
+    )
+    rope = rope_from_hf_config(config)
+    assert (rope.config.layout, rope.config.rotary_dim, rope.config.base) == (
+        "interleaved",
+        rotary_dim,
+        10000.0,
+    )
+    q = torch.randn(1, 4, 9, 64, generator=torch.Generator().manual_seed(0))
+    ours, _ = rope(q, q.clone())
+    table = module.create_sinusoidal_positions(16, rotary_dim)[torch.arange(9)][None]
+    sin, cos = torch.split(table, table.shape[-1] // 2, dim=-1)  # as their attention does
+    x = q.transpose(1, 2)  # [batch, seq, heads, head_dim], their layout
+    turned = module.apply_rotary_pos_emb(x[..., :rotary_dim], sin, cos)
+    theirs = torch.cat((turned, x[..., rotary_dim:]), dim=-1).transpose(1, 2)
+    # float32 angles on both sides at positions < 9: rounding apart, while a wrong pair or
+    # rotary_dim moves a channel by O(1)
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-5)
+
+
+def test_rotary_dim_is_read_only_where_the_code_reads_it():
+    config = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 2}
+    with pytest.raises(ValueError, match=r"rotary_dim=16.*'gptj'"):
+        rope_from_hf_config({**config, "rotary_dim": 16})
+    gptj = {"model_type": "gptj", "n_embd": 64, "n_head": 2, "rotary_dim": 16}
+    with pytest.raises(ValueError, match="both rotary_dim and partial_rotary_factor"):
+        rope_from_hf_config({**gptj, "partial_rotary_factor": 0.5})

@@ -38,19 +38,23 @@ def config_getter(config: Any) -> Getter:
 
 
 def config_head_dim(get: Getter) -> int:
-    """The rotary head size: ``qk_rope_head_dim`` (MLA), ``head_dim``, or hidden / heads."""
+    """The rotary head size: ``qk_rope_head_dim`` (MLA), ``head_dim``, or hidden / heads
+    (``hidden_size`` and ``num_attention_heads``, or GPT-J's ``n_embd`` and ``n_head``)."""
     for key in ("qk_rope_head_dim", "head_dim"):
         if get(key) is not None:
             check_int(key, get(key))
             return get(key)
-    hidden, heads = get("hidden_size"), get("num_attention_heads")
+    names = ("hidden_size", "num_attention_heads")
+    if get(names[0]) is None and get(names[1]) is None:  # GPT-J's and CodeGen's config.json
+        names = ("n_embd", "n_head")
+    hidden, heads = get(names[0]), get(names[1])
     if hidden is None or heads is None:
         raise ValueError(
             "the config has neither head_dim nor hidden_size and num_attention_heads; "
             "cannot tell the head size"
         )
-    check_int("hidden_size", hidden)
-    check_int("num_attention_heads", heads)
+    check_int(names[0], hidden)
+    check_int(names[1], heads)
     return hidden // heads
 
 

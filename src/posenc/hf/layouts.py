@@ -203,15 +203,16 @@ HALF: frozenset[str] = frozenset(
         "zaya",
     )
 )
-#: model types whose RoPE rotates pairs (2i, 2i + 1); DeepSeek-V3.2, AXK2 and dots3 rotate
-#: their attention's rope slice so whatever the config says (``apply_rotary_pos_emb_interleave``;
-#: their ``apply_rotary_pos_emb`` serves an indexer or an audio encoder)
+#: model types whose RoPE rotates pairs (2i, 2i + 1) (GPT-J's and CodeGen's ``(x, sin, cos)``
+#: apply: tests/test_hf.py); DeepSeek-V3.2, AXK2 and dots3 rotate their rope slice so
+#: whatever the config says (their ``apply_rotary_pos_emb`` serves an indexer or an encoder)
 INTERLEAVED: frozenset[str] = frozenset(
     (
         "blt_global_transformer",
         "blt_local_decoder",
         "blt_local_encoder",
         "blt_patcher",
+        "codegen",
         "cohere",
         "cohere2",
         "cohere2_moe",
@@ -223,6 +224,7 @@ INTERLEAVED: frozenset[str] = frozenset(
         "glm4",
         "glm_ocr",
         "glm_ocr_text",
+        "gptj",
         "helium",
         "hy_v4_vl",
         "hy_v4_vl_text",
@@ -275,14 +277,9 @@ def pair_layout(model_type: Any, rope_interleave: Any = None, given: str | None 
         raise ValueError(f"layout must be 'half' or 'interleaved', got {given!r}")
     if model_type in REFUSED:
         raise ValueError(f"model_type {model_type!r}: {REFUSED[model_type]}; posenc refuses it")
+    known = "interleaved" if model_type in INTERLEAVED else "half" if model_type in HALF else None
     if model_type in MLA_BY_FLAG:
-        known: str | None = "half" if rope_interleave is False else "interleaved"
-    elif model_type in INTERLEAVED:
-        known = "interleaved"
-    elif model_type in HALF:
-        known = "half"
-    else:
-        known = None
+        known = "half" if rope_interleave is False else "interleaved"
     if known is not None and given not in (None, known):
         raise ValueError(
             f"layout={given!r} contradicts model_type {model_type!r}, whose code rotates "

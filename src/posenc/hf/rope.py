@@ -140,7 +140,32 @@ def rope_from_hf_config(
     pairs = pair_layout(model_type, get("rope_interleave"), layout)
     if mrope is not None:  # Qwen's M-RoPE rotates half pairs (HALF has these model types)
         return MRoPE(head_dim=head_dim, scaling=params, **mrope)
-    return RoPE(head_dim=head_dim, scaling=params, layout=pairs)
+    rotary_dim = _rotary_dim(get, model_type, params)
+    return RoPE(head_dim=head_dim, scaling=params, layout=pairs, rotary_dim=rotary_dim)
+
+
+#: model types that rotate the leading ``rotary_dim`` channels of a head (GPT-J's name;
+#: None: all of them), with the fixed base 10000 of their code
+ROTARY_DIM_TYPES = ("gptj", "codegen")
+
+
+def _rotary_dim(get: Getter, model_type: Any, params: dict[str, Any]) -> int | None:
+    """GPT-J's and CodeGen's ``rotary_dim`` (None: the whole head, or a model type that
+    has no such key); a ``rotary_dim`` in another model type's config, which its code would
+    not read the same way, raises rather than being dropped."""
+    rotary_dim = get("rotary_dim")
+    if rotary_dim is None:
+        return None
+    if model_type not in ROTARY_DIM_TYPES:
+        raise ValueError(
+            f"the config sets rotary_dim={rotary_dim!r}, which posenc reads for "
+            f"{list(ROTARY_DIM_TYPES)} only (model_type {model_type!r}): pass a config "
+            "with partial_rotary_factor, or build posenc.create('rope', rotary_dim=...)"
+        )
+    if "partial_rotary_factor" in params:
+        raise ValueError("the config sets both rotary_dim and partial_rotary_factor: give one")
+    check_int("rotary_dim", rotary_dim, minimum=2, even=True)
+    return int(rotary_dim)
 
 
 def _nested_getter(get: Getter) -> Getter:
