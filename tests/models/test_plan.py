@@ -342,9 +342,9 @@ def test_one_bias_table_per_encoding_pattern_softcap_and_sinks(monkeypatch):
     asked = []
     real = shared_module.shared_bias
 
-    def counted(encoding, *args, pattern, softcap, sinks, **kwargs):
-        asked.append((encoding.info.name, pattern, softcap, sinks))
-        return real(encoding, *args, pattern=pattern, softcap=softcap, sinks=sinks, **kwargs)
+    def counted(encoding, *args, traits, **kwargs):
+        asked.append((encoding.info.name, traits.pattern, traits.softcap, traits.sinks))
+        return real(encoding, *args, traits=traits, **kwargs)
 
     monkeypatch.setattr(shared_module, "shared_bias", counted)
     plan = [

@@ -16,6 +16,7 @@ import torch
 
 from ..positions import AttnPositions
 from .flex import flex_available
+from .pattern import PLAIN_TRAITS, ScoreTraits
 
 __all__ = [
     "BACKENDS",
@@ -61,10 +62,7 @@ def plan_plain(
     needs_grad: bool,
     device: torch.device,
     backend: str = "auto",
-    local: bool = False,
-    modified: bool = False,
-    finite: bool = True,
-    sinks: bool = False,
+    traits: ScoreTraits = PLAIN_TRAITS,
 ) -> PlainRunner:
     """The backend of attention without a bias (rotary encodings, ``none``): ``fast``
     (SDPA with its own causal mask: default positions, one query or as many as keys, no
@@ -72,9 +70,10 @@ def plan_plain(
     ``O(L·W)``; and softcap or sinks at inference), ``math`` (softcap or sinks otherwise,
     non-finite values) or ``sdpa`` (SDPA with the dense mask). The arguments are those of
     :func:`plan_bias`."""
-    explicit = explicit_runner(shape, device, backend, needs_grad, modified, finite, sinks)
+    explicit = explicit_runner(shape, device, backend, needs_grad, traits)
     if explicit is not None:
         return explicit
+    local = traits.pattern.local
     cpu_training = device.type == "cpu" and needs_grad
     if backend == "flex":
         check_flex(cpu_training)
@@ -92,16 +91,15 @@ def explicit_runner(
     device: torch.device,
     backend: str,
     needs_grad: bool,
-    modified: bool,
-    finite: bool,
-    sinks: bool,
+    traits: ScoreTraits,
 ) -> Literal["math", "flex"] | None:
     """``math`` or ``flex`` where only they run the call (softcap or sinks; non-finite
     values: ``math``), else None."""
-    if not finite:
+    if not traits.finite:
         return "math"
-    if not modified:
+    if not traits.modified:
         return None
+    sinks = traits.sinks
     if backend == "sdpa":
         raise ValueError(
             "softcap and sinks change the scores before the softmax, which SDPA cannot: "

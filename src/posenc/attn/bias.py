@@ -83,10 +83,7 @@ def bias_attention(
         needs_grad=needs_grad,
         device=q.device,
         backend=backend,
-        local=options.pattern.local,
-        modified=options.modified,
-        finite=finite,
-        sinks=options.sinks is not None,
+        traits=options.traits(finite),
     )
     run = _RUNNERS[plan.runner]
     return run(q, k, v, encoding, context, plan, causal, scale, table, options)

@@ -45,6 +45,7 @@ from ..positions import AttnPositions
 from .backends import BACKENDS, FLEX_MIN_SCORES, AttnShape, check_flex, explicit_runner, flex_pays
 from .bias_grad import bias_flash_available
 from .linear_bias import MAX_WIDTH_RATIO, SMALL_Q, linear_bias_blocks, linear_bias_runs
+from .pattern import PLAIN_TRAITS, ScoreTraits
 
 __all__ = [
     "BACKENDS",
@@ -89,10 +90,7 @@ def plan_bias(
     needs_grad: bool,
     device: torch.device,
     backend: str = "auto",
-    local: bool = False,
-    modified: bool = False,
-    finite: bool = True,
-    sinks: bool = False,
+    traits: ScoreTraits = PLAIN_TRAITS,
 ) -> BiasPlan:
     """The backend for ``encoding``'s attention over these inputs.
 
@@ -106,23 +104,20 @@ def plan_bias(
             given table require grad).
         device: where the inputs are.
         backend: one of :data:`BACKENDS` (checked by :func:`posenc.attention`).
-        local: whether a window or chunk hides keys (:class:`~posenc.attn.pattern.AttnPattern`):
-            the runners then take it as a mask.
-        modified: whether softcap or sinks change the scores or the softmax: only ``math``
-            and ``flex`` run them.
-        finite: whether every value is finite; else only ``math`` keeps a value no query
-            may see out of every output (:mod:`~posenc.attn.explicit`).
-        sinks: whether sinks are given (only ``math`` runs them).
+        traits: the call's window or chunk (taken as a mask), softcap and sinks (only
+            ``math`` and ``flex`` run them; sinks ``math`` alone), and whether its keys and
+            values are finite (else only ``math`` keeps a masked slot out of every output:
+            :mod:`~posenc.attn.explicit`).
 
     Raises:
         ValueError: for a backend that cannot run this encoding or these inputs.
     """
     compiling = torch.compiler.is_compiling()
     cpu_training = device.type == "cpu" and needs_grad
-    masked = masked or local
+    masked = masked or traits.pattern.local
     if encoding.adds_to_values and backend not in ("auto", "math"):
         raise ValueError(f"{encoding.info.name!r} adds to the values: only backend='math' runs it")
-    explicit = explicit_runner(shape, device, backend, needs_grad, modified, finite, sinks)
+    explicit = explicit_runner(shape, device, backend, needs_grad, traits)
     if explicit == "flex" and encoding.adds_to_values:  # flex has no value term
         explicit = "math"
     if explicit is not None:

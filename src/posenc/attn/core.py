@@ -198,10 +198,7 @@ def _plain(
         needs_grad=needs_grad,
         device=q.device,
         backend=backend,
-        local=options.pattern.local,
-        modified=options.modified,
-        finite=finite,
-        sinks=options.sinks is not None,
+        traits=options.traits(finite),
     )
     q_len, k_len = q.shape[2], k.shape[2]
     gqa = q.shape[1] != k.shape[1]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -29,8 +30,10 @@ from ..config import check_int
 __all__ = [
     "FULL",
     "PLAIN",
+    "PLAIN_TRAITS",
     "AttnPattern",
     "ScoreOptions",
+    "ScoreTraits",
     "check_sinks",
     "check_softcap",
     "pattern_mask",
@@ -135,14 +138,41 @@ class ScoreOptions:
     softcap: float | None = None
     sinks: torch.Tensor | None = None
 
-    @property
-    def modified(self) -> bool:
-        """Whether the scores or the softmax change (softcap, sinks): fused SDPA cannot."""
-        return self.softcap is not None or self.sinks is not None
+    def traits(self, finite: bool = True) -> ScoreTraits:
+        """What the backend choice reads of these options (whether sinks are given, not
+        their values), with whether the keys and values are ``finite``."""
+        return ScoreTraits(self.pattern, self.softcap, self.sinks is not None, finite)
 
 
 #: no pattern, no cap, no sinks
 PLAIN = ScoreOptions()
+
+
+class ScoreTraits(NamedTuple):
+    """What the backend choice (:func:`~posenc.attn.bias_plan.plan_bias`,
+    :func:`~posenc.attn.backends.plan_plain`) reads of a call beyond its sizes, positions
+    and masks; hashable, so a model keys its shared bias tables by it.
+
+    Attributes:
+        pattern: the window or chunk (a local one counts as a mask).
+        softcap: the soft cap, or None.
+        sinks: whether sinks are given.
+        finite: whether every key and value is finite (else only ``math`` runs the call).
+    """
+
+    pattern: AttnPattern = FULL
+    softcap: float | None = None
+    sinks: bool = False
+    finite: bool = True
+
+    @property
+    def modified(self) -> bool:
+        """Whether the scores or the softmax change (softcap, sinks): fused SDPA cannot."""
+        return self.softcap is not None or self.sinks
+
+
+#: a call with no pattern, cap or sinks, whose keys and values are finite
+PLAIN_TRAITS = ScoreTraits()
 
 
 def check_softcap(softcap: float | None) -> float | None:

@@ -34,6 +34,7 @@ import torch
 from ..attn import attention
 from ..attn.backends import AttnShape, plan_plain
 from ..attn.bias_plan import plan_bias
+from ..attn.pattern import AttnPattern, ScoreTraits
 from ..base import BiasEncoding, Encoding
 from ..builder import build
 from ..positions import AttnPositions
@@ -62,7 +63,7 @@ def _runner(enc: Encoding, q: torch.Tensor, kwargs: dict[str, Any]) -> str:
         L, L, 1, q.device, kwargs.get("q_positions"), kwargs.get("k_positions")
     )
     shape = AttnShape.of(q, q)
-    local = "window" in kwargs or "chunk" in kwargs
+    traits = ScoreTraits(AttnPattern(kwargs.get("window"), kwargs.get("chunk")))
     if isinstance(enc, BiasEncoding):
         plan = plan_bias(
             enc,
@@ -72,11 +73,13 @@ def _runner(enc: Encoding, q: torch.Tensor, kwargs: dict[str, Any]) -> str:
             causal=True,
             needs_grad=False,
             device=q.device,
-            local=local,
+            traits=traits,
         )
         return plan.runner
     device = q.device
-    return plan_plain(shape, positions, masked=False, needs_grad=False, device=device, local=local)
+    return plan_plain(
+        shape, positions, masked=False, needs_grad=False, device=device, traits=traits
+    )
 
 
 def impls(

@@ -7,10 +7,13 @@ and learned absolute positions (GPT-2, OPT).
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from typing import Any
 
+from ..base import Encoding
 from ..config import check_int
-from ..models.spec import describe_encoding
+from ..models.spec import LayerSpec, describe_encoding
+from .layer_plan import layer_plan
 from .layouts import HALF, INTERLEAVED, MLA_BY_FLAG
 from .rope import _MROPE_MODEL_TYPES
 
@@ -145,10 +148,6 @@ def plan_note(config: dict[str, Any]) -> str | None:
     """What the RoPE alone does not show of a model whose layers differ: its layer plan
     (:func:`~posenc.hf.layer_plan`) counted by encoding and pattern, or why it is not read;
     None for a model whose every layer is the same."""
-    from collections import Counter
-
-    from .layer_plan import layer_plan  # reads the models' plans: only here
-
     try:
         plan = layer_plan(config)
     except ValueError as e:
@@ -163,8 +162,8 @@ def plan_note(config: dict[str, Any]) -> str | None:
     )
 
 
-def _kind(spec: Any) -> str:
+def _kind(spec: LayerSpec) -> str:
     """``"rope window 128"``, ``"nope full"``: a layer's encoding by name and its pattern."""
-    encoding = spec.encoding
-    name = "nope" if encoding is None else getattr(getattr(encoding, "info", None), "name", None)
-    return f"{name or describe_encoding(encoding)} {spec.pattern.describe()}"
+    encoding = spec.encoding  # layer_plan gives built encodings, or None
+    name = encoding.info.name if isinstance(encoding, Encoding) else describe_encoding(encoding)
+    return f"{name} {spec.pattern.describe()}"

@@ -17,15 +17,11 @@ import torch
 from torch import nn
 
 from ..attn import AttentionContext, KVCache, attention
-from ..attn.pattern import AttnPattern
+from ..attn.pattern import ScoreTraits
 from ..base import Encoding, RotaryEncoding
 from .spec import LayerSpec
 
-__all__ = ["Block", "ScoreOptions", "SelfAttention"]
-
-#: what decides a layer's bias backend and table besides its encoding (see
-#: :attr:`SelfAttention.score_options`)
-ScoreOptions = tuple[AttnPattern, float | None, bool]
+__all__ = ["Block", "SelfAttention"]
 
 
 class SelfAttention(nn.Module):
@@ -63,10 +59,10 @@ class SelfAttention(nn.Module):
         self.sinks = nn.Parameter(torch.zeros(n_heads)) if spec.sinks else None
 
     @property
-    def score_options(self) -> ScoreOptions:
-        """``(pattern, softcap, has sinks)``: what besides the encoding decides how a bias
-        runs in this layer (:func:`~posenc.models.shared.shared_bias`)."""
-        return (self.pattern, self.softcap, self.sinks is not None)
+    def score_traits(self) -> ScoreTraits:
+        """What besides the encoding decides how a bias runs in this layer (its pattern,
+        softcap, whether it has sinks: :func:`~posenc.models.shared.shared_bias`)."""
+        return ScoreTraits(self.pattern, self.softcap, self.sinks is not None)
 
     def extra_repr(self) -> str:
         parts = [] if not self.pattern.local else [self.pattern.describe()]

@@ -227,11 +227,11 @@ class TransformerLM(nn.Module):
         shape = AttnShape(
             b, self.n_heads, self.n_kv_heads, s, inputs.context.positions.k_len, self.head_dim
         )
-        options = [cast(Block, block).attn.score_options for block in self.blocks]
+        traits = [cast(Block, block).attn.score_traits for block in self.blocks]
         tables = layer_tables(
             encodings,
             self._layer_encoding,
-            options,
+            traits,
             inputs.context,
             shape,
             causal=self.causal,
@@ -252,7 +252,7 @@ class TransformerLM(nn.Module):
                 causal=self.causal,
                 cache=cache,
                 layer=i,
-                bias=tables.get((e, attn.score_options)),
+                bias=tables.get((e, attn.score_traits)),
             )
         if cache is not None:
             cache.advance(s)

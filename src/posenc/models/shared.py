@@ -22,10 +22,9 @@ import torch
 from ..attn import AttentionContext, KVCache
 from ..attn.bias_blocks import shift_table
 from ..attn.bias_plan import AttnShape, plan_bias, shares_table
-from ..attn.pattern import FULL, AttnPattern
+from ..attn.pattern import PLAIN_TRAITS, ScoreTraits
 from ..base import BiasEncoding, Encoding, RotaryEncoding
 from ..positions import arange, document_starts, from_padding, from_segments, query_offset
-from .blocks import ScoreOptions
 from .inputs import check_masks
 
 __all__ = [
@@ -168,9 +167,7 @@ def shared_bias(
     causal: bool,
     training: bool,
     cached: bool,
-    pattern: AttnPattern = FULL,
-    softcap: float | None = None,
-    sinks: bool = False,
+    traits: ScoreTraits = PLAIN_TRAITS,
 ) -> torch.Tensor | None:
     """The bias table every layer's attention takes (``bias=`` of
     :func:`posenc.attention`), or None where :func:`~posenc.attn.bias_plan.plan_bias`
@@ -184,8 +181,8 @@ def shared_bias(
         causal: whether the model is causal.
         training: whether this forward needs gradients.
         cached: whether a KV cache is in use.
-        pattern, softcap, sinks: the layers' window or chunk, soft cap and whether they have
-            sinks (what :func:`~posenc.attn.bias_plan.plan_bias` reads of them).
+        traits: the layers' window or chunk, soft cap and whether they have sinks (what
+            :func:`~posenc.attn.bias_plan.plan_bias` reads of them).
 
     Returns:
         ``[heads, q_len, k_len]`` (``[batch, heads, q_len, k_len]`` for ``[batch, seq]``
@@ -215,9 +212,7 @@ def shared_bias(
         causal=causal,
         needs_grad=training,
         device=device,
-        local=pattern.local,
-        modified=softcap is not None or sinks,
-        sinks=sinks,
+        traits=traits,
     )
     if plan.table == "shift":  # from its 2·seq - 1 distances
         return shift_table(bias, shape.q_len, device)
@@ -229,28 +224,28 @@ def shared_bias(
 def layer_tables(
     encodings: Sequence[Encoding],
     layers: Sequence[int],
-    options: Sequence[ScoreOptions],
+    traits: Sequence[ScoreTraits],
     context: AttentionContext,
     shape: AttnShape,
     *,
     causal: bool,
     training: bool,
     cached: bool,
-) -> dict[tuple[int, ScoreOptions], torch.Tensor]:
+) -> dict[tuple[int, ScoreTraits], torch.Tensor]:
     """The bias tables of one forward (:func:`shared_bias`), once per bias encoding and
-    per ``(pattern, softcap, has sinks)`` of the layers that use it, by ``(encoding index,
-    options)``; layers whose runner needs no table get none.
+    per :class:`~posenc.attn.pattern.ScoreTraits` of the layers that use it, by
+    ``(encoding index, traits)``; layers whose runner needs no table get none.
 
     Args:
         encodings: the model's distinct encodings.
         layers: each layer's index in ``encodings``.
-        options: each layer's :attr:`~posenc.models.blocks.SelfAttention.score_options`.
+        traits: each layer's :attr:`~posenc.models.blocks.SelfAttention.score_traits`.
         context, shape, causal, training, cached: as :func:`shared_bias`.
     """
-    tables: dict[tuple[int, ScoreOptions], torch.Tensor] = {}
+    tables: dict[tuple[int, ScoreTraits], torch.Tensor] = {}
     done = set()
-    for key in zip(layers, options, strict=True):
-        e, (pattern, softcap, sinks) = key
+    for key in zip(layers, traits, strict=True):
+        e, layer_traits = key
         if encodings[e].kind != "bias" or key in done:
             continue
         done.add(key)
@@ -261,9 +256,7 @@ def layer_tables(
             causal=causal,
             training=training,
             cached=cached,
-            pattern=pattern,
-            softcap=softcap,
-            sinks=sinks,
+            traits=layer_traits,
         )
         if table is not None:
             tables[key] = table
