@@ -166,3 +166,38 @@ def test_mrope_ids_rotate_and_the_mask_follows_token_order(model_tol):
         assert positions[0, 0, 7] == 7 + delta.item()
     with pytest.raises(ValueError, match=r"positions has 7 positions.*sequence has 8"):
         model(ids, positions=positions[..., :7])
+
+
+def test_head_is_untied_by_default_and_tied_on_request():
+    untied, tied = lm("rope"), lm("rope", tie_embeddings=True)
+    assert untied.head is not None and untied.head.weight.shape == (41, 32)
+    assert untied.head.weight.data_ptr() != untied.embed.weight.data_ptr()
+    assert tied.head is None and "head.weight" not in tied.state_dict()
+    # a tied model's logits are the final hidden state against the embedding matrix
+    ids = torch.randint(0, 41, (2, 7))
+    hidden = {}
+    tied.norm.register_forward_hook(lambda m, i, o: hidden.setdefault("h", o))
+    torch.testing.assert_close(tied(ids), hidden["h"] @ tied.embed.weight.T)
+    with pytest.raises(TypeError, match="tie_embeddings must be a bool"):
+        lm("rope", tie_embeddings=1)
+
+
+def test_init_keeps_unit_scale_and_divides_residual_writes():
+    """Every linear at fan_in ** -0.5, the writes to the residual stream further divided by
+    sqrt(2 n_layers); embeddings of unit variance once scaled by sqrt(dim). Sample standard
+    deviations of thousands of draws are within 10% of the target (n >= 4096 entries: the
+    relative error of a sample std is about 1 / sqrt(2 n) < 1.2%)."""
+    torch.manual_seed(0)
+    model = lm("nope", dim=64, n_layers=3, vocab_size=256)
+    block = model.blocks[0]
+    (qkv, up), (out, down) = block.projections()
+    for linear, target in [
+        (qkv, 64**-0.5),
+        (up, 64**-0.5),
+        (out, 64**-0.5 / 6**0.5),
+        (down, 256**-0.5 / 6**0.5),
+        (model.head, 64**-0.5),
+    ]:
+        assert linear.weight.std().item() == pytest.approx(target, rel=0.1)
+    scaled = model.embed.weight * 64**0.5
+    assert scaled.std().item() == pytest.approx(1.0, rel=0.1)

@@ -13,6 +13,7 @@ One module per concept:
   once per distinct spec;
 - :mod:`~posenc.models.blocks`: :class:`SelfAttention` (grouped-query heads) and the
   pre-norm :class:`Block`;
+- :mod:`~posenc.models.init`: the standard deviations the weights start from;
 - :mod:`~posenc.models.inputs`: the checks on token ids and on the padding and document
   masks;
 - :mod:`~posenc.models.shared`: what one forward computes once for every layer: the

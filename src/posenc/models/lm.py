@@ -24,6 +24,7 @@ from ..base import Encoding
 from ..config import check_int
 from .blocks import Block
 from .generation import generate
+from .init import init_weights
 from .inputs import check_input_ids
 from .plan import LayerPlan
 from .routing import build_routing, resolve_plan
@@ -64,8 +65,14 @@ class TransformerLM(nn.Module):
             with one encoding). :attr:`encodings` lists them all;
             :meth:`check_positions` checks positions against every one.
 
-    Token embeddings are scaled by ``sqrt(dim)`` (Vaswani et al. 2017) and tied to the output
-    head.
+        tie_embeddings: compute the logits with the token embedding matrix instead of a
+            head of their own (GPT-2's and Gemma's tie; Llama's default is untied). Off by
+            default: with the embeddings at unit scale, a tied head starts out predicting each
+            input token again (its logit is ``sqrt(dim)``), and the model then fails to learn
+            in-context retrieval at the arena's sizes (docs/arena.md, "The model").
+
+    Token embeddings are scaled by ``sqrt(dim)`` (Vaswani et al. 2017), so they enter the
+    residual stream at unit scale, the scale of the sinusoidal and the other additive tables.
 
     Shapes:
         input_ids: ``[batch, seq]`` -> logits ``[batch, seq, vocab_size]``.
@@ -82,6 +89,7 @@ class TransformerLM(nn.Module):
     embed: nn.Embedding
     blocks: nn.ModuleList
     norm: nn.RMSNorm
+    head: nn.Linear | None
 
     def __init__(
         self,
@@ -95,6 +103,7 @@ class TransformerLM(nn.Module):
         causal: bool = True,
         *,
         plan: LayerPlan | Sequence[LayerSpec] | None = None,
+        tie_embeddings: bool = False,
     ) -> None:
         super().__init__()
         for name, value in (
@@ -124,21 +133,16 @@ class TransformerLM(nn.Module):
             Block(dim, n_heads, n_kv_heads, mlp_ratio, spec) for spec in self.plan
         )
         self.norm = nn.RMSNorm(dim)
+        if not isinstance(tie_embeddings, bool):
+            raise TypeError(f"tie_embeddings must be a bool, got {type(tie_embeddings).__name__}")
+        self.head = None if tie_embeddings else nn.Linear(dim, vocab_size, bias=False)
         self.reset_parameters()
 
-    @torch.no_grad()
     def reset_parameters(self) -> None:
-        """Unit-variance token embeddings after scaling; GPT-2 style projections, with the
-        residual outputs scaled down by ``sqrt(2 * n_layers)``."""
-        nn.init.normal_(self.embed.weight, std=self.dim**-0.5)
-        for block in cast(Iterable[Block], self.blocks):
-            reads, writes = block.projections()
-            for linear in reads:
-                nn.init.normal_(linear.weight, std=0.02)
-            for linear in writes:
-                nn.init.normal_(linear.weight, std=0.02 / math.sqrt(2 * self.n_layers))
-            if block.attn.sinks is not None:
-                block.attn.sinks.zero_()
+        """Draw the weights again (:func:`~posenc.models.init.init_weights`: every linear at
+        ``fan_in ** -0.5``, residual writes divided by ``sqrt(2 * n_layers)``, token
+        embeddings of unit variance once scaled)."""
+        init_weights(self.embed, cast(Iterable[Block], self.blocks), self.head, self.n_layers)
 
     @property
     def encodings(self) -> tuple[Encoding, ...]:
@@ -256,7 +260,8 @@ class TransformerLM(nn.Module):
             )
         if cache is not None:
             cache.advance(s)
-        return F.linear(self.norm(x), self.embed.weight)  # tied head
+        head = self.embed.weight if self.head is None else self.head.weight
+        return F.linear(self.norm(x), head)
 
     @torch.no_grad()
     def generate(
