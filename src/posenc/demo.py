@@ -3,8 +3,9 @@
 It prints (a) every registered encoding, (b) the source article's worked example computed
 for real, and (c) runs the arena's quick preset (:mod:`posenc.arena`): small models trained
 with each encoding on the Python standard library and on synthetic tasks, measured for
-extrapolation, context extension, length generalisation, NoPE against causality and lost in
-the middle; it prints the tables and the path of the report.
+extrapolation, layer plans, context extension, length generalisation and NoPE against
+causality (lost in the middle is left out of the quick preset, with one line that says why
+and where the standard run's results are); it prints the tables and the path of the report.
 """
 
 from __future__ import annotations

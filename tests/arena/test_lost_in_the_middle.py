@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 import torch
 
-from posenc.arena.data.tasks import kv_length
+from posenc.arena.data.tasks import kv_batch, kv_length
 from posenc.arena.experiments import lost_in_the_middle as litm
 from posenc.arena.measuring import hf_probe
+from posenc.arena.measuring.evaluate import task_accuracy
 from posenc.arena.running.context import RunContext
-from posenc.arena.running.presets import TINY
+from posenc.arena.running.presets import QUICK, TINY
 
 ENCODINGS = list(TINY.encodings or ())
 
@@ -52,14 +53,31 @@ def test_tiny_run(tmp_path: Path) -> None:
             assert 0.0 <= r["value"] <= 1.0 and "note" not in r
     # learned runs on the training contexts in both placements, and on none of the longer ones
     learned = {(r["n_pairs"], r["value"] is None) for r in records if r["encoding"] == "learned"}
-    assert learned == {(3, False), (5, True)}
+    assert learned == {(3, False), (8, True)}
 
 
-@pytest.mark.parametrize("n", [2, 3, 8, 16, 32])
-def test_training_rows_ask_several_keys_and_stay_shorter_than_twice_the_pairs(n: int) -> None:
-    m = litm.train_queries(n)
-    assert 1 <= m <= n and (m > 1) == (n >= 4)
-    assert kv_length(n, True, m) < kv_length(min(2 * n, 64), False)
+@pytest.mark.parametrize("n", [2, 3, 8, 16])
+def test_training_rows_ask_every_key(n: int) -> None:
+    """Every pair is asked once per training row, so a row of n pairs (5n + 2 tokens) is
+    longer than an evaluation row of 2n (4n + 3) and shorter than one of 4n (8n + 3)."""
+    assert litm.train_queries(n) == n
+    assert kv_length(2 * n, False) < litm.kv_train_length(n) < kv_length(4 * n, False)
+
+
+@pytest.mark.slow
+def test_the_quick_recipe_learns_retrieval(tmp_path: Path) -> None:
+    """The quick preset's key-value model (RoPE, 2,000 steps of batch 64; about 2 minutes on
+    2 cores) learns retrieval in distribution: accuracy at least 0.9 over the gold positions,
+    where answering a random value of the context scores 1/8. No recipe of a few hundred
+    steps was found to leave chance (docs/arena.md, "The model"), so this one is slow."""
+    ctx = RunContext(QUICK, tmp_path)
+    model = litm.kv_model(ctx, "rope", seed=0)
+    generator = torch.Generator().manual_seed(7)
+    scores = [
+        task_accuracy(model, kv_batch(64, QUICK.kv_pairs, generator, gold=g))
+        for g in range(QUICK.kv_pairs)
+    ]
+    assert min(scores) > 0.5 and sum(scores) / len(scores) >= 0.9, scores
 
 
 # -- the Hugging Face probe -----------------------------------------------------------------

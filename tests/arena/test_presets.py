@@ -58,3 +58,19 @@ def test_learning_rate_warms_up_then_decays_to_its_floor() -> None:
     # non-increasing after the warm-up (up to the rounding of cos(0) = 1)
     assert all(a >= b * (1 - 1e-12) for a, b in itertools.pairwise(rates[9:]))
     assert learning_rate(100, config) == pytest.approx(1e-3)  # the floor at the end
+
+
+def test_all_leaves_out_what_a_preset_leaves_out_and_a_name_still_runs_it() -> None:
+    from posenc.arena.experiments import NAMES
+    from posenc.arena.running.launch import experiment_names
+
+    quick = get_preset("quick")
+    left = tuple(name for name, _ in quick.left_out)
+    assert left == ("lost-in-the-middle",) and all(why for _, why in quick.left_out)
+    assert experiment_names(["all"], left) == [n for n in NAMES if n != "lost-in-the-middle"]
+    assert experiment_names(["lost-in-the-middle"], left) == ["lost-in-the-middle"]
+    # the standard preset runs every experiment, with three seeds
+    standard = get_preset("standard")
+    assert standard.left_out == () and len(standard.seeds) == 3
+    assert standard.task_train_lengths == (1, 20) and standard.task_test_lengths == (21, 40)
+    assert standard.kv_test_pairs == (8, 16, 32)  # 1x, 2x and 4x the trained pairs

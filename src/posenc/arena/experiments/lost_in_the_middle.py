@@ -13,8 +13,6 @@ the same probe runs as text prompts on a local Hugging Face model (:mod:`.hf_pro
 from __future__ import annotations
 
 import functools
-import statistics
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -29,12 +27,15 @@ from ..reporting import plotting
 from ..reporting.rows import Rows
 from ..running.context import RunContext, unit_name
 from .base import Experiment, Layout
+from .kv_curves import MIN_GAP, Curve, Shape, kv_curves
 
 __all__ = [
     "EXPERIMENT",
+    "MIN_GAP",
     "MODES",
     "NAME",
     "Curve",
+    "Shape",
     "figure",
     "kv_curves",
     "kv_model",
@@ -48,8 +49,6 @@ NAME = "lost-in-the-middle"
 
 #: query placements: the key line after the pairs only, or before them too
 MODES = KV_MODES
-# The middle is "lost" when its accuracy is this far below both ends.
-_U_MARGIN = 0.05
 
 
 def run(ctx: RunContext) -> None:
@@ -66,9 +65,13 @@ def run(ctx: RunContext) -> None:
 
 
 def train_queries(n_pairs: int) -> int:
-    """Queries per training row of ``n_pairs`` pairs (multi-query recall: more supervision per
-    row; a training row stays shorter than an evaluation row of twice the pairs)."""
-    return max(1, n_pairs // 2)
+    """Queries per training row of ``n_pairs`` pairs: every pair once (multi-query recall, the
+    most supervision a row holds). Measured at 8 pairs: with half of them asked, no phase
+    change in 2,000 steps; with all of them, one near step 1,000 (docs/arena.md). A
+    training row (``5 n + 2`` tokens) is then longer than an evaluation row of ``2 n``
+    pairs (``4 n + 3``): twice the pairs is a longer context in pairs, not in positions; four
+    times (``8 n + 3``) is both."""
+    return n_pairs
 
 
 def kv_train_length(n_pairs: int) -> int:
@@ -83,7 +86,7 @@ def kv_model(ctx: RunContext, encoding: str, seed: int) -> TransformerLM:
     preset = ctx.preset
     n, m = preset.kv_pairs, train_queries(preset.kv_pairs)
     spec = encoding_spec(encoding, kv_train_length(n))
-    model = ctx.new_model(preset.task_model, spec, seed, KV_VOCAB)
+    model = ctx.new_model(preset.kv_model, spec, seed, KV_VOCAB)
     config = preset.kv
 
     def make_batch(generator: torch.Generator) -> TaskBatch:
@@ -156,79 +159,51 @@ def figure(measured: Rows) -> Any:
     return fig
 
 
-@dataclass(frozen=True)
-class Curve:
-    """One encoding's key-value retrieval in a run, per query placement (``mode``) at the
-    trained (smallest) number of pairs: mean accuracy over seeds by gold position."""
-
-    mode: str | None
-    n_pairs: int
-    encoding: str
-    accuracy: dict[int, float]
-
-    @property
-    def mean(self) -> float:
-        """The accuracy averaged over gold positions."""
-        return statistics.fmean(self.accuracy.values())
-
-    @property
-    def learned(self) -> bool:
-        """Mean accuracy ≥ 1.5× a random value of the context's (1/n_pairs): a curve to read."""
-        return self.mean >= 1.5 / self.n_pairs
-
-    def ends(self) -> tuple[float, float, float]:
-        """The accuracy at the first, middle and last gold position."""
-        first, *_, last = positions = sorted(self.accuracy)
-        middle = min(positions, key=lambda p: (abs(p - (first + last) / 2), p))
-        return self.accuracy[first], self.accuracy[middle], self.accuracy[last]
-
-
-def kv_curves(measured: Rows) -> tuple[list[Curve], str | None]:
-    """A run's lost-in-the-middle curves (encodings with at least three gold positions that
-    ran, query-last placement first) and their metric; ``([], None)`` without the experiment."""
-    rows, metric = measured.metric()
-    out = []
-    for mode in sorted({r.get("mode") for r in rows}, key=str, reverse=True):
-        here = [r for r in rows if r.get("mode") == mode]
-        n_pairs = min((r.get("n_pairs") or 0) for r in here)  # the trained number
-        here = [r for r in here if (r.get("n_pairs") or 0) == n_pairs]
-        for encoding in dict.fromkeys(r["encoding"] for r in here):
-            at = {
-                r["gold_position"]: r["mean"]
-                for r in here
-                if r["encoding"] == encoding and r["mean"] is not None
-            }
-            if len(at) >= 3:
-                out.append(Curve(mode, n_pairs, encoding, at))
-    return out, metric
+_SHAPES = {
+    "U": "U (both ends above the middle)",
+    "recency": "recency (last above first)",
+    "primacy": "primacy (first above last)",
+    "flat": "flat",
+}
 
 
 def summary(measured: Rows) -> list[str]:
-    """Per query placement, at the trained number of pairs: the accuracy at the first, middle
-    and last gold position per encoding (U-shaped or not), or that retrieval was not learned
-    (mean accuracy under 1.5x that of answering a random value of the context)."""
+    """How well each encoding learned retrieval at the trained number of pairs (mean and seed
+    range), then per query placement and longer context, each curve's shape as
+    :meth:`Curve.shape` judges it, or that retrieval was not learned (mean accuracy under
+    1.5x that of answering a random value of the context)."""
     curves, metric = kv_curves(measured)
-    out = []
+    if not curves:
+        return []
+    seeds = max(len(c.by_seed) for c in curves)
+    where = f"{metric}, " + ("one seed, so no seed spread" if seeds <= 1 else f"{seeds} seeds")
+    trained = [c for c in curves if c.n_pairs == c.trained_pairs]
+    out = [
+        f"Retrieval in distribution ({where}; {trained[0].n_pairs} pairs, mean ± seed range): "
+        + "; ".join(f"{c.encoding} {c.mode} {c.mean:.2f} ± {c.spread:.2f}" for c in trained)
+        + "."
+    ]
     for mode, n_pairs in dict.fromkeys((c.mode, c.n_pairs) for c in curves):
+        here = [c for c in curves if (c.mode, c.n_pairs) == (mode, n_pairs)]
         parts, unlearned = [], []
-        for c in curves:
-            if (c.mode, c.n_pairs) != (mode, n_pairs):
-                continue
+        for c in here:
             if not c.learned:
                 unlearned.append(f"{c.encoding} {c.mean:.2f}")
                 continue
-            a, m, z = c.ends()
-            shape = "U-shaped" if m < min(a, z) - _U_MARGIN else "no U"
-            parts.append(f"{c.encoding} first {a:.2f}, middle {m:.2f}, last {z:.2f} ({shape})")
+            s = c.shape()
+            parts.append(
+                f"{c.encoding} {_SHAPES[s.name]}: first {s.first:.2f}, middle {s.middle:.2f}, "
+                f"last {s.last:.2f}"
+            )
         if unlearned:
             parts.append(
-                f"not learned at this budget, so no curve to read ({metric} {', '.join(unlearned)}"
-                f"; answering a random value of the context scores {1 / n_pairs:.2f})"
+                f"not learned, so no curve to read: {', '.join(unlearned)} (a random value of "
+                f"the context scores {1 / n_pairs:.2f})"
             )
-        if parts:
-            out.append(
-                f"Lost in the middle ({mode}, {n_pairs} pairs, {metric}): " + "; ".join(parts) + "."
-            )
+        margin = f"gaps read where above max({MIN_GAP}, seed range)"
+        out.append(
+            f"Lost in the middle ({mode}, {n_pairs} pairs, {margin}): " + "; ".join(parts) + "."
+        )
     return out
 
 

@@ -28,8 +28,9 @@ from .progress import Progress
 __all__ = ["default_run_dir", "experiment_names", "run_arena"]
 
 
-def experiment_names(requested: Sequence[str]) -> list[str]:
-    """The experiments to run, in report order: ``["all"]`` means every one.
+def experiment_names(requested: Sequence[str], left_out: Sequence[str] = ()) -> list[str]:
+    """The experiments to run, in report order: ``["all"]`` means every one but those in
+    ``left_out`` (a preset's :attr:`~.presets.Preset.left_out`); a named one always runs.
 
     Raises:
         ValueError: for an unknown name (listing the known ones) or none at all.
@@ -37,7 +38,7 @@ def experiment_names(requested: Sequence[str]) -> list[str]:
     if not requested:
         raise ValueError(f"name an experiment: one or more of {[*EXPERIMENTS, 'all']}")
     if "all" in requested:
-        return list(EXPERIMENTS)
+        return [name for name in EXPERIMENTS if name not in left_out]
     for name in requested:
         get(name)  # raises for an unknown name
     return [name for name in EXPERIMENTS if name in requested]
@@ -99,12 +100,14 @@ def run_arena(
     encodings: Sequence[str] | None = None,
     hf_model: str | Path | None = None,
     bars: bool = True,
+    device: str = "auto",
+    bf16: bool = False,
 ) -> Path:
     """Run ``experiments`` (names, or ``["all"]``) and write results, report and table.
 
     Args:
         experiments: experiment names, keys of :data:`~posenc.arena.experiments.EXPERIMENTS`.
-        preset: ``"quick"``, ``"full"``, ``"tiny"`` or a :class:`Preset`.
+        preset: ``"quick"``, ``"standard"``, ``"full"``, ``"tiny"`` or a :class:`Preset`.
         corpus: a text file or folder (None: the Python standard library).
         out: the run directory (default: ``runs/arena-<preset>-<time>``).
         resume: continue the run in ``out`` (finished units are loaded, an unfinished
@@ -113,12 +116,16 @@ def run_arena(
         encodings: replace the preset's encodings (1-D ones; checked before any training).
         hf_model: a local Hugging Face causal LM directory for the lost-in-the-middle probe.
         bars: draw progress bars.
+        device: ``"auto"`` (CUDA when present), ``"cpu"`` or ``"cuda"``, chosen once for the
+            whole run (:func:`~.distributed.world`).
+        bf16: train under bfloat16 autocast.
 
     Returns:
         the run directory.
     """
-    names = experiment_names(experiments)
     chosen = get_preset(preset) if isinstance(preset, str) else preset
+    left_out = dict(chosen.left_out) if "all" in experiments else {}
+    names = experiment_names(experiments, tuple(left_out))
     if seeds is not None:
         chosen = dataclasses.replace(chosen, seeds=tuple(seeds))
     if encodings is not None:
@@ -126,12 +133,12 @@ def run_arena(
         # the synthetic tasks too run every encoding named (context-extension always adds
         # rope, nope-needs-causality nope, sinusoidal and rope: the encodings they compare)
         chosen = dataclasses.replace(chosen, encodings=tuple(encodings), task_encodings=None)
-    place = world()
+    place = world(device)
     if resume and out is None:
         raise ValueError("--resume continues the run in --out: name its directory")
     run_dir = Path(out) if out is not None else default_run_dir(chosen.name, place)
     with Progress(bars=bars, echo=place.is_main) as progress:
-        ctx = RunContext(chosen, run_dir, corpus, progress, hf_model, place)
+        ctx = RunContext(chosen, run_dir, corpus, progress, hf_model, place, bf16=bf16)
         config = ctx.config()
         names, started = _start(run_dir, config, names, resume)
         place.barrier()  # every process has checked run.json before rank 0 writes it
@@ -148,6 +155,8 @@ def run_arena(
                 },
             )
         place.barrier()
+        for name, why in left_out.items():
+            progress.print(f"{name}: not in the {chosen.name} preset's `all`: {why}")
         start = time.perf_counter()
         for name in names:
             progress.print(f"== {name}")
