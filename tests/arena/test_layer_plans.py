@@ -154,7 +154,7 @@ def test_summary_one_seed():
         "one seed, so no seed spread to judge these gaps by."
     )
     assert "<" not in lowest and "≈" not in lowest
-    assert retrieval == lp.RETRIEVAL and "waits for the arena's retrieval fix" in retrieval
+    assert retrieval == lp.RETRIEVAL and "not per layer plan" in retrieval
 
 
 def test_summary_orders_only_beyond_the_seed_spread():

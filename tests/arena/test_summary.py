@@ -21,10 +21,11 @@ def test_summary_other_experiments(fake_results):
     assert "Context extension ×4: best zero-shot yarn" in text
     assert "best fine-tuned yarn" in text and "with none" in text
     assert "Length generalisation (copy, trained up to 16): at 16 the best is rope" in text
-    assert "at 32 the best is alibi (0.80)" in text
+    assert "at 32 the best is alibi (0.80), ahead of nope (0.60)" in text
     assert "NoPE works causally" in text and "NoPE fails bidirectionally" in text
-    assert "rope first 0.90, middle 0.63, last 0.90 (U-shaped)" in text
-    assert "hf:sshleifer/tiny-gpt2 first 0.72" in text
+    assert "rope U (both ends above the middle): first 0.90, middle 0.63, last 0.90" in text
+    assert "hf:sshleifer/tiny-gpt2 U (both ends above the middle): first 0.72" in text
+    assert "Retrieval in distribution (accuracy, 2 seeds; 4 pairs" in text
 
 
 def test_summary_says_what_was_not_learned(fake_results):
@@ -36,7 +37,7 @@ def test_summary_says_what_was_not_learned(fake_results):
         if m["experiment"] == "length-generalization" and m["eval_length"] > m["train_length"]:
             m["value"] = 0.0
     text = "\n".join(summary(fake_results))
-    assert "not learned at this budget, so no curve to read (accuracy rope 0.01;" in text
+    assert "not learned, so no curve to read: rope 0.01 (a random value" in text
     assert "no encoding gets a whole string right at 32" in text
 
 

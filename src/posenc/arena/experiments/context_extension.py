@@ -29,7 +29,7 @@ from ..measuring.language_model import (
     validation_windows,
 )
 from ..reporting import plotting
-from ..reporting.rows import Rows, significant
+from ..reporting.rows import Rows, leader, significant
 from ..running.context import RunContext, unit_name
 from ..running.progress import Task
 from ..running.training import TrainConfig
@@ -210,7 +210,7 @@ def summary(measured: Rows) -> list[str]:
                 continue
             best = min(here, key=lambda r: r["mean"])
             none = next((r for r in here if r.get("scaling") == "none"), None)
-            text = f"best {stage} {best.get('scaling')} ({metric} {significant(best['mean'])}"
+            text = f"best {stage} {leader(here, key='scaling')} ({metric}"
             if none is not None and best is not none:
                 text += (
                     f" vs {significant(none['mean'])} with none, ×{best['mean'] / none['mean']:.2g}"

@@ -23,7 +23,7 @@ from ..measuring.language_model import (
     validation_windows,
 )
 from ..reporting import plotting
-from ..reporting.rows import Rows, significant
+from ..reporting.rows import Rows, leader, significant
 from ..running.context import RunContext, unit_name
 from .base import Experiment, Layout
 
@@ -193,8 +193,7 @@ def _best_at(rows: list[dict[str, Any]], metric: str | None, longest: int) -> li
     for length, what in ((train, "at L"), (longest, f"at {longest} tokens")):
         ran = [r for r in rows if r["eval_length"] == length and r["mean"] is not None]
         if ran:
-            best = min(ran, key=lambda r: r["mean"])
-            parts.append(f"{what} {best['encoding']} ({significant(best['mean'])})")
+            parts.append(f"{what} {leader(ran)}")
     return [f"Lowest {metric}: " + "; ".join(parts) + "."] if parts else []
 
 

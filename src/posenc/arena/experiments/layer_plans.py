@@ -11,15 +11,14 @@ Perplexity and bits per byte are measured at each length in both of Press et al.
 on the validation bytes every language-model experiment scores. The five plans run
 whatever ``--encodings`` names; their models are the units ``train--plan--<plan>--seed<k>``.
 
-Key-value retrieval by position waits for the arena's retrieval fix (its models do not
-learn retrieval yet, see ``lost-in-the-middle``); this experiment does not measure it.
+Key-value retrieval by position is measured per encoding by ``lost-in-the-middle``; this
+experiment does not measure it per plan.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -32,7 +31,7 @@ from ..measuring.language_model import (
     validation_loss,
     validation_windows,
 )
-from ..reporting.rows import Rows, significant
+from ..reporting.rows import Rows, ordering, significant
 from ..running.context import RunContext, unit_name
 from ..running.presets import ModelSize, Preset
 from . import extrapolation
@@ -68,8 +67,8 @@ PLANS: dict[str, Callable[[int, int], LayerPlan]] = {
     "alibi": lambda n, w: LayerPlan.uniform(n, "alibi"),
 }
 RETRIEVAL = (
-    "Key-value retrieval by position is not measured here yet: it waits for the arena's "
-    "retrieval fix (its models do not learn retrieval at these budgets)."
+    "Key-value retrieval by position is measured per encoding (lost-in-the-middle), not per "
+    "layer plan: a plan's retrieval model is the next step."
 )
 
 
@@ -147,17 +146,6 @@ def _judged(measured: Rows) -> tuple[list[dict[str, Any]], str | None, str | Non
     return [r for r in rows if r.get("mode") == mode], metric, mode
 
 
-def _order(rows: list[dict[str, Any]]) -> str:
-    """``rows`` (one length, several seeds) from lowest mean up: ``<`` where the gap is
-    wider than the two plans' seed standard deviations added, ``≈`` where it is not."""
-    ran = sorted(rows, key=lambda r: r["mean"])
-    text = f"{ran[0]['encoding']} {significant(ran[0]['mean'])}"
-    for a, b in itertools.pairwise(ran):
-        sep = "<" if b["mean"] - a["mean"] > a["std"] + b["std"] else "≈"
-        text += f" {sep} {b['encoding']} {significant(b['mean'])}"
-    return text
-
-
 def summary(measured: Rows) -> list[str]:
     """Each plan at L and at the longest length (chunks mode), which stayed flat, the order
     at both lengths where the seeds support one (with one seed: the lowest, said to rest on
@@ -210,7 +198,7 @@ def summary(measured: Rows) -> list[str]:
         out.append(
             f"In order ({metric}; '<': a gap wider than the two plans' seed standard deviations "
             "added, '≈': not): "
-            + "; ".join(f"at {n}: {_order(here)}" for n, here in at.items() if here)
+            + "; ".join(f"at {n}: {ordering(here)}" for n, here in at.items() if here)
             + "."
         )
     out.append(RETRIEVAL)

@@ -31,7 +31,7 @@ from ..data.tasks import (
 from ..measuring.evaluate import task_accuracies
 from ..measuring.language_model import cannot_run_note, encoding_spec
 from ..reporting import plotting
-from ..reporting.rows import Rows
+from ..reporting.rows import Rows, leader, ordering
 from ..running.context import RunContext, unit_name
 from .base import Experiment, Layout
 
@@ -141,6 +141,10 @@ def figure(measured: Rows) -> Any:
     return fig
 
 
+def _two(value: float) -> str:
+    return f"{value:.2f}"
+
+
 def summary(measured: Rows) -> list[str]:
     """Per task, the best encoding at the longest training length and at the longest test
     length (exact match), and the best per token there."""
@@ -155,12 +159,11 @@ def summary(measured: Rows) -> list[str]:
         best = max(ran, key=lambda r: r["mean"])
         train = max(r["train_length"] for r in here)
         learned = [r for r in here if r["eval_length"] == train and r["mean"] is not None]
-        fit = max(learned, key=lambda r: r["mean"]) if learned else None
         text = f"Length generalisation ({task}, trained up to {train}): "
-        if fit is not None:
-            text += f"at {train} the best is {fit['encoding']} ({metric} {fit['mean']:.2f}); "
+        if learned:
+            text += f"at {train} the best is {leader(learned, lower=False, fmt=_two)} ({metric}); "
         if best["mean"] > 0:
-            text += f"at {longest} the best is {best['encoding']} ({best['mean']:.2f})"
+            text += f"at {longest} the best is {leader(ran, lower=False, fmt=_two)}"
         else:
             text += f"no encoding gets a whole string right at {longest}"
         tokens = [
@@ -169,8 +172,7 @@ def summary(measured: Rows) -> list[str]:
             if r.get("task") == task and r["eval_length"] == longest and r["mean"] is not None
         ]
         if tokens:
-            top = max(tokens, key=lambda r: r["mean"])
-            text += f"; per token, {top['encoding']} keeps the most ({top['mean']:.2f})"
+            text += f"; per token there: {ordering(tokens, lower=False, fmt=_two)}"
         out.append(text + ".")
     return out
 

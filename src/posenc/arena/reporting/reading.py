@@ -11,7 +11,7 @@ from typing import Any
 
 from ..experiments import extrapolation, lost_in_the_middle
 from ..experiments.extrapolation import Extrapolation
-from ..experiments.lost_in_the_middle import Curve
+from ..experiments.kv_curves import Curve
 from .panels import experiment_rows
 from .results import load_results
 
@@ -44,8 +44,8 @@ class Measurements:
         return extrapolation.extrapolations(rows)
 
     def kv_curves(self) -> tuple[list[Curve], str | None]:
-        """The run's lost-in-the-middle curves at the trained number of pairs, and their
-        metric; ``([], None)`` without the experiment."""
+        """The run's lost-in-the-middle curves (every query placement and number of pairs),
+        and their metric; ``([], None)`` without the experiment."""
         rows = experiment_rows(self.results["measurements"], lost_in_the_middle.NAME)
         return lost_in_the_middle.kv_curves(rows)
 

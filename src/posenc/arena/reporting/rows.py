@@ -8,13 +8,14 @@ aggregates records itself. :func:`sort_key` is the order tables and figures show
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .records import Records, aggregate
 
-__all__ = ["Rows", "significant", "sort_key"]
+__all__ = ["Rows", "leader", "ordering", "separated", "significant", "sort_key"]
 
 # Known values of the categorical keys, in the order tables and figures show them.
 _ORDER = (
@@ -49,6 +50,63 @@ def sort_key(value: Any) -> tuple[int, Any]:
 def significant(value: float) -> str:
     """Three significant digits, without an exponent up to a million (thousands whole)."""
     return f"{value:,.0f}" if 1e3 <= abs(value) < 1e6 else f"{value:.3g}"
+
+
+def _best_first(rows: Sequence[dict[str, Any]], lower: bool) -> list[dict[str, Any]]:
+    """The rows that ran, best mean first (ties in their given order)."""
+    sign = 1 if lower else -1
+    return sorted((r for r in rows if r["mean"] is not None), key=lambda r: sign * r["mean"])
+
+
+def separated(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two aggregated rows' means differ by more than their seed standard deviations
+    added (never with one seed each: there is no spread to judge by)."""
+    if max(a["n"], b["n"]) <= 1:
+        return False
+    return abs(a["mean"] - b["mean"]) > a["std"] + b["std"]
+
+
+def ordering(
+    rows: Sequence[dict[str, Any]],
+    *,
+    lower: bool = True,
+    key: str = "encoding",
+    fmt: Callable[[float], str] = significant,
+) -> str:
+    """``rows`` (one measurement each, means over seeds) best first: ``a 1.2 < b 1.5 ≈ c 1.6``
+    (``>`` when higher is better) where :func:`separated`, ``≈`` where not."""
+    ran = _best_first(rows, lower)
+    if not ran:
+        return ""
+    text = f"{ran[0][key]} {fmt(ran[0]['mean'])}"
+    for a, b in itertools.pairwise(ran):
+        sign = ("<" if lower else ">") if separated(a, b) else "≈"
+        text += f" {sign} {b[key]} {fmt(b['mean'])}"
+    return text
+
+
+def leader(
+    rows: Sequence[dict[str, Any]],
+    *,
+    lower: bool = True,
+    key: str = "encoding",
+    fmt: Callable[[float], str] = significant,
+) -> str:
+    """The best of ``rows`` and whether the seeds support it: ``rope (5.1), ahead of alibi
+    (5.6) by more than the seed spread``, ``..., not separated from alibi (5.2) at this
+    budget``, or ``..., one seed`` when there is no spread to judge by."""
+    ran = _best_first(rows, lower)
+    if not ran:
+        return ""
+    best = ran[0]
+    text = f"{best[key]} ({fmt(best['mean'])})"
+    if len(ran) == 1:
+        return text
+    runner = ran[1]
+    if max(best["n"], runner["n"]) <= 1:
+        return text + ", one seed"
+    gap = "ahead of" if separated(best, runner) else "not separated at this budget from"
+    return text + f", {gap} {runner[key]} ({fmt(runner['mean'])})"
 
 
 @dataclass(frozen=True)
