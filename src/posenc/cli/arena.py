@@ -20,7 +20,12 @@ __all__ = ["EXTRAS", "compare_command", "demo_command", "register", "report_comm
 #: what to install when an import of the arena fails
 EXTRAS = "the arena needs its extras: pip install 'posenc[arena]' (and for --hf-model 'posenc[hf]')"
 
-_PRESET = "quick (about 6 min on 2 cores), full (hours, 3 seeds) or tiny (seconds, for tests)"
+_PRESET = (
+    "quick (about 6 min on 2 cores), standard (about 45 min, 3 seeds), full (hours, 3 seeds; "
+    "for a GPU) or tiny (seconds, for tests)"
+)
+_DEVICE = "auto (CUDA when torch sees a GPU), cpu or cuda: where every model trains."
+_BF16 = "Train under bfloat16 autocast (weights and optimizer stay float32)."
 _OUT = "The run directory (default: runs/arena-<preset>-<time>)."
 _SEEDS = "Replace the preset's seeds (one or more)."
 _ENCODINGS = "Replace the preset's encodings (one or more names)."
@@ -45,6 +50,8 @@ def run_command(
         typer.Option(metavar="DIR", help="A local Hugging Face causal LM directory to probe."),
     ] = None,
     no_progress: Annotated[bool, typer.Option("--no-progress", help=_NO_PROGRESS)] = False,
+    device: Annotated[str, typer.Option(metavar="DEVICE", help=_DEVICE)] = "auto",
+    bf16: Annotated[bool, typer.Option("--bf16", help=_BF16)] = False,
 ) -> None:
     """Train small models with every encoding and measure them."""
     with needs_extra(EXTRAS):
@@ -60,6 +67,8 @@ def run_command(
             encodings=encodings or None,
             hf_model=hf_model,
             bars=not no_progress,
+            device=device,
+            bf16=bf16,
         )
 
 

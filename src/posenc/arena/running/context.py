@@ -86,6 +86,7 @@ class RunContext:
         progress: the progress bars and printed lines.
         hf_model: ``--hf-model``, a local Hugging Face causal LM directory, or None.
         place: the processes (default: :func:`~posenc.arena.running.distributed.world`).
+        bf16: train under bfloat16 autocast (``--bf16``; the evaluations stay float32).
     """
 
     def __init__(
@@ -96,8 +97,12 @@ class RunContext:
         progress: Progress | None = None,
         hf_model: str | Path | None = None,
         place: World | None = None,
+        bf16: bool = False,
     ) -> None:
+        if not isinstance(bf16, bool):
+            raise TypeError(f"bf16 must be a bool, got {type(bf16).__name__}")
         self.preset = preset
+        self.bf16 = bf16
         self.run_dir = Path(run_dir)
         self.corpus_path = corpus
         self.hf_model = None if hf_model is None else Path(hf_model)
@@ -207,6 +212,7 @@ class RunContext:
                 label=name.removeprefix("train--"),
                 progress=self.progress,
                 place=self.place,
+                autocast=torch.bfloat16 if self.bf16 else None,
             )
             timing = {
                 "seconds": round(result.seconds, 3),
@@ -233,6 +239,8 @@ class RunContext:
             "corpus": None if self.corpus_path is None else str(self.corpus_path),
             "hf_model": None if self.hf_model is None else str(self.hf_model),
             "world_size": self.place.size,
+            "device": self.place.device.type,
+            "bf16": self.bf16,
             # what else decides the numbers bit for bit: a resume must match them
             "torch_threads": torch.get_num_threads(),
             "corpus_sha256": self.corpus.sha256(),

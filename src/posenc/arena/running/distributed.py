@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-__all__ = ["World", "world"]
+__all__ = ["DEVICES", "World", "world"]
 
 
 @dataclass(frozen=True)
@@ -69,21 +69,32 @@ class World:
             dist.barrier()
 
 
-def world() -> World:
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def world(device: str = "auto") -> World:
     """This process's :class:`World`, joining the process group on first use under ``torchrun``.
 
-    The backend follows the device: nccl when CUDA is available, gloo otherwise.
+    Args:
+        device: ``"auto"`` (CUDA when torch sees a GPU, else the CPU), ``"cpu"`` or
+            ``"cuda"`` (refused where torch sees no GPU). The backend follows the device:
+            nccl on CUDA, gloo on the CPU.
     """
+    if device not in DEVICES:
+        raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device: 'cuda' was asked for, but torch sees no CUDA device here")
+    cuda = torch.cuda.is_available() and device != "cpu"
     size = int(os.environ.get("WORLD_SIZE", "1"))
     if size == 1:
-        return World(0, 1, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+        return World(0, 1, torch.device("cuda" if cuda else "cpu"))
     rank = int(os.environ["RANK"])
-    if torch.cuda.is_available():
+    if cuda:
         local = int(os.environ.get("LOCAL_RANK", "0"))
         torch.cuda.set_device(local)
-        device = torch.device("cuda", local)
+        place = torch.device("cuda", local)
     else:
-        device = torch.device("cpu")
+        place = torch.device("cpu")
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    return World(rank, size, device)
+        dist.init_process_group("nccl" if place.type == "cuda" else "gloo")
+    return World(rank, size, place)

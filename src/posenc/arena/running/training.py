@@ -146,6 +146,7 @@ def train_model(
     label: str = "train",
     progress: Progress | None = None,
     place: World | None = None,
+    autocast: torch.dtype | None = None,
 ) -> TrainResult:
     """Train ``model`` in place for ``config.steps`` steps, resuming from ``checkpoint_dir``.
 
@@ -161,6 +162,9 @@ def train_model(
         label: the progress bar's description.
         progress: the run's progress bars (None: none).
         place: the processes (default: :func:`~posenc.arena.running.distributed.world`).
+        autocast: a dtype to run the forward and the loss in under ``torch.autocast`` on the
+            place's device (``torch.bfloat16``); None: float32 throughout. The weights, the
+            gradients and the optimizer stay float32.
 
     Returns:
         the losses of every step (those before a resume come from the checkpoint), the time
@@ -183,7 +187,8 @@ def train_model(
             group["lr"] = learning_rate(step, config)
         batch = make_batch(step_generator(seed, step))
         local = TaskBatch(batch.inputs[rows].to(place.device), batch.targets[rows].to(place.device))
-        loss = scored_loss(net, local, place)
+        with torch.autocast(place.device.type, dtype=autocast, enabled=autocast is not None):
+            loss = scored_loss(net, local, place)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if config.grad_clip > 0:
