@@ -236,20 +236,24 @@ def test_lost_in_the_middle_only_where_it_was_learned(
     lines = _advice(["general-llm"], run_dir)["general-llm"].evidence
     line = next(x for x in lines if x.startswith("lost in the middle"))
     for mode in ("query-last", "query-first"):
-        at = [
-            _mean(
+
+        def at(n_pairs: int, gold: int, mode: str = mode) -> float:
+            return _mean(
                 results,
                 experiment="lost-in-the-middle",
                 encoding="rope",
                 mode=mode,
-                n_pairs=4,
-                gold_position=g,
+                n_pairs=n_pairs,
+                gold_position=gold,
             )
-            for g in range(4)
-        ]
-        # first, middle (of 0..3 the nearer-lower to 1.5: 1), last
+
+        trained = sum(at(4, g) for g in range(4)) / 4
+        assert f"rope {mode} 4 pairs (trained): {trained:.2f}" in line
+        # at 8 pairs: the first, the middle half (positions 2..5) and the last
+        middle = sum(at(8, g) for g in range(2, 6)) / 4
         assert (
-            f"rope {mode} 4 pairs: first {at[0]:.2f}, middle {at[1]:.2f}, last {at[3]:.2f}" in line
+            f"rope {mode} 8 pairs: U, first {at(8, 0):.2f}, middle {middle:.2f}, "
+            f"last {at(8, 7):.2f}" in line
         )
     # at chance (1/n_pairs) retrieval was not learned: no curve is read into it
     for m in results["measurements"]:
@@ -356,11 +360,20 @@ def test_command_narrows_and_uses_the_newest_run(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    import posenc.guide.advice as advice
+
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(advice, "PUBLISHED", (tmp_path / "not-installed.json",))
     code, out, _ = _posenc(["guide", "--vision"], capsys)
     assert code == 0
     assert out == render(guide(["vision"]))
     assert "no arena run found" in out
+    # without a run here, the published standard results give the numbers
+    published = tmp_path / "published.json"
+    published.write_text(json.dumps(results))
+    monkeypatch.setattr(advice, "PUBLISHED", (tmp_path / "not-installed.json", published))
+    code, out, _ = _posenc(["guide", "--general-llm"], capsys)
+    assert code == 0 and f"Evidence: the arena run {published}" in " ".join(out.split())
     newest = _touch_run(tmp_path, "arena-quick-1", 1_000_000.0, results)
     code, out, _ = _posenc(["guide", "--need-extrapolation", "--simple"], capsys)
     assert code == 0

@@ -8,14 +8,15 @@ from typing import Annotated, Any
 
 import typer
 
-from ..guide import FLAGS, NEEDS, find_run, guide, render
+from ..guide import FLAGS, NEEDS, find_run, guide, published_run, render
 from .app import example
 
 __all__ = ["register"]
 
 _RUN_HELP = (
     "An arena run directory (or its results.json) whose numbers back the answers; default: "
-    "the newest runs/arena-*/ here with a results.json."
+    "the newest runs/arena-*/ here with a results.json, else the standard preset's published "
+    "results (docs/results/standard/)."
 )
 
 
@@ -61,5 +62,5 @@ def register(app: typer.Typer) -> None:
             "time-series": time_series,
         }
         needs = [need for need, on in chosen.items() if on]
-        where = run if run is not None else find_run()
+        where = run if run is not None else find_run() or published_run()
         typer.echo(render(guide(needs, where), where), nl=False)

@@ -13,7 +13,7 @@ True
 
 from __future__ import annotations
 
-from .advice import Advice, find_run, guide, when_to_use
+from .advice import Advice, find_run, guide, published_run, when_to_use
 from .measured import evidence
 from .situations import FLAGS, NEEDS, SITUATIONS, Situation
 from .text import NO_RUN_HINT, render
@@ -28,6 +28,7 @@ __all__ = [
     "evidence",
     "find_run",
     "guide",
+    "published_run",
     "render",
     "when_to_use",
 ]

@@ -1,6 +1,7 @@
 """The guide's answers: :func:`guide` picks the situations a reader's needs select and
 attaches an arena run's numbers to them; :func:`when_to_use` lists the situations that
-recommend one encoding; :func:`find_run` finds the newest arena run under a directory."""
+recommend one encoding; :func:`find_run` finds the newest arena run under a directory, and
+:func:`published_run` the standard preset's results that ship with posenc."""
 
 from __future__ import annotations
 
@@ -12,7 +13,14 @@ from ..registry import available
 from .measured import evidence
 from .situations import NEEDS, SITUATIONS, Situation
 
-__all__ = ["Advice", "find_run", "guide", "when_to_use"]
+__all__ = ["PUBLISHED", "Advice", "find_run", "guide", "published_run", "when_to_use"]
+
+#: where the standard preset's published results are: in the wheel (``pyproject.toml``
+#: force-includes them), then in a source checkout (``docs/results/standard/``)
+PUBLISHED = (
+    Path(__file__).with_name("standard_results.json"),
+    Path(__file__).resolve().parents[3] / "docs" / "results" / "standard" / "results.json",
+)
 
 
 @dataclass(frozen=True)
@@ -80,3 +88,10 @@ def find_run(root: str | Path = ".") -> Path | None:
     if not runs:
         return None
     return max(runs, key=lambda d: ((d / "results.json").stat().st_mtime_ns, d.name))
+
+
+def published_run() -> Path | None:
+    """The results of the standard arena preset published with posenc (a run of ``posenc
+    arena run all --preset standard``, :data:`PUBLISHED`), or None where they are not
+    installed. The guide reads them when no newer run is found."""
+    return next((p for p in PUBLISHED if p.is_file()), None)

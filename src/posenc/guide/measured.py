@@ -130,17 +130,22 @@ def _nope(run: Measurements, names: Sequence[str]) -> list[str]:
 
 
 def _lost_in_the_middle(run: Measurements, names: Sequence[str]) -> list[str]:
-    """First, middle and last accuracy of the named encodings, where retrieval was learned
-    (the curve's ``learned``, as the report judges it); nothing where it was not."""
+    """The named encodings' retrieval curves where it was learned (the curve's ``learned``,
+    as the report judges it): at the trained number of pairs their mean, at more pairs their
+    shape (U, recency, primacy or flat) with the first, middle and last accuracy."""
     curves, metric = run.kv_curves()
     parts = []
     for c in curves:
-        if c.encoding in names and c.learned:
-            a, m, z = c.ends()
-            parts.append(
-                f"{c.encoding} {c.mode} {c.n_pairs} pairs: first {a:.2f}, middle {m:.2f}, "
-                f"last {z:.2f}"
-            )
+        if c.encoding not in names or not c.learned:
+            continue
+        where = f"{c.encoding} {c.mode} {c.n_pairs} pairs"
+        if c.n_pairs == c.trained_pairs:
+            parts.append(f"{where} (trained): {c.mean:.2f}")
+            continue
+        s = c.shape()
+        parts.append(
+            f"{where}: {s.name}, first {s.first:.2f}, middle {s.middle:.2f}, last {s.last:.2f}"
+        )
     if not parts:
         return []
     return [f"lost in the middle ({metric} by gold position): " + "; ".join(parts) + "."]
