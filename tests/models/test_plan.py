@@ -250,7 +250,8 @@ def reference_logits(model, plan, ids, causal=True):
         out = (probs @ v).transpose(1, 2).reshape(b, s, h * hd)
         x = x + out @ attn.out.weight.T
         x = x + block.mlp(block.mlp_norm(x))
-    return F.linear(model.norm(x), model.embed.weight)
+    head = model.embed.weight if model.head is None else model.head.weight
+    return F.linear(model.norm(x), head)
 
 
 @pytest.mark.parametrize("name", list(PLANS))
@@ -279,7 +280,7 @@ def test_encoding_is_the_plan_with_one_encoding_everywhere():
     torch.manual_seed(1)
     planned = TransformerLM(VOCAB, DIM, 2, HEADS, plan=LayerPlan.uniform(2, "t5"))
     assert plain.plan == planned.plan == LayerPlan([LayerSpec("t5")] * 2)
-    # the keys arena checkpoints hold: the encoding's under "encoding.", nothing new
+    # the keys arena checkpoints hold: the encoding's under "encoding.", the untied head last
     assert list(plain.state_dict()) == list(planned.state_dict()) == [
         "encoding.weight",
         "embed.weight",
@@ -287,6 +288,7 @@ def test_encoding_is_the_plan_with_one_encoding_everywhere():
             "attn_norm.weight", "attn.qkv.weight", "attn.out.weight", "mlp_norm.weight",
             "mlp.0.weight", "mlp.2.weight")),
         "norm.weight",
+        "head.weight",
     ]  # fmt: skip
     ids = torch.randint(0, VOCAB, (2, 7))
     torch.testing.assert_close(plain(ids), planned(ids), rtol=0, atol=0)
