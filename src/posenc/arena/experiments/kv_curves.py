@@ -47,6 +47,8 @@ class Curve:
     Attributes:
         trained_pairs: the number of pairs it was trained with (the mode's fewest).
         by_seed: ``{seed: {gold position: accuracy}}`` over the seeds that ran.
+        in_distribution: the encoding's mean accuracy at ``trained_pairs`` in this mode
+            (this curve's own mean when it is that curve).
     """
 
     mode: str | None
@@ -54,6 +56,7 @@ class Curve:
     encoding: str
     trained_pairs: int
     by_seed: dict[int, dict[int, float]]
+    in_distribution: float | None = None
 
     @property
     def accuracy(self) -> dict[int, float]:
@@ -74,8 +77,12 @@ class Curve:
 
     @property
     def learned(self) -> bool:
-        """Mean accuracy ≥ 1.5× a random value of the context's (1/n_pairs): a curve to read."""
-        return self.mean >= 1.5 / self.n_pairs
+        """Whether retrieval was learned, so the curve is one to read: mean accuracy at the
+        trained number of pairs at least 1.5x that of answering a random value of the context
+        (1 / trained_pairs). A model at chance there is not read at more pairs, where chance
+        is lower still."""
+        trained = self.mean if self.in_distribution is None else self.in_distribution
+        return trained >= 1.5 / self.trained_pairs
 
     def ends(self) -> tuple[float, float, float]:
         """Mean accuracy at the first gold position, over the middle half, and at the last."""
@@ -117,6 +124,7 @@ def kv_curves(measured: Rows) -> tuple[list[Curve], str | None]:
     for mode in sorted({r.get("mode") for r in rows}, key=str, reverse=True):
         here = [r for r in rows if r.get("mode") == mode]
         counts = sorted({r.get("n_pairs") or 0 for r in here})
+        trained: dict[str, float] = {}  # encoding -> its mean at the trained pairs
         for n_pairs in counts:
             at = [r for r in here if (r.get("n_pairs") or 0) == n_pairs]
             for encoding in dict.fromkeys(r["encoding"] for r in at):
@@ -128,5 +136,9 @@ def kv_curves(measured: Rows) -> tuple[list[Curve], str | None]:
                         if value is not None:
                             by_seed.setdefault(seed, {})[r["gold_position"]] = float(value)
                 if by_seed and min(len(c) for c in by_seed.values()) >= 3:
-                    out.append(Curve(mode, n_pairs, encoding, counts[0], by_seed))
+                    curve = Curve(
+                        mode, n_pairs, encoding, counts[0], by_seed, trained.get(encoding)
+                    )
+                    trained.setdefault(encoding, curve.mean)
+                    out.append(curve)
     return out, metric

@@ -196,9 +196,11 @@ def summary(measured: Rows) -> list[str]:
                 f"last {s.last:.2f}"
             )
         if unlearned:
+            trained_pairs = here[0].trained_pairs
             parts.append(
-                f"not learned, so no curve to read: {', '.join(unlearned)} (a random value of "
-                f"the context scores {1 / n_pairs:.2f})"
+                f"not learned, so no curve to read: {', '.join(unlearned)} (at "
+                f"{trained_pairs} pairs a random value of the context scores "
+                f"{1 / trained_pairs:.2f})"
             )
         margin = f"gaps read where above max({MIN_GAP}, seed range)"
         out.append(
