@@ -35,7 +35,12 @@ ROOT = Path(__file__).resolve().parent.parent
 #: modules of the optional extras that ``import posenc`` must leave alone
 OPTIONAL = ("transformers", "matplotlib")
 #: what the installed package must contain besides its modules
-WHEEL_FILES = ("posenc/__init__.py", "posenc/py.typed", "posenc/cli/__init__.py")
+WHEEL_FILES = (
+    "posenc/__init__.py",
+    "posenc/py.typed",
+    "posenc/cli/__init__.py",
+    "posenc/guide/standard_results.json",  # the published standard run, read by the guide
+)
 SDIST_FILES = ("pyproject.toml", "README.md", "src/posenc/__init__.py", "src/posenc/py.typed")
 #: names of the distributions that mark a GPU build of torch; never pulled into the check
 GPU_PREFIXES = ("nvidia-", "triton")

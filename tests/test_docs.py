@@ -35,6 +35,18 @@ NOT_RUN = {
         "the quick preset on a reader's own text folder: minutes, and no such folder here"
     ),
     "posenc arena run all --preset full --out runs/full": "the full preset takes hours",
+    "posenc arena run lost-in-the-middle --preset quick": (
+        "about 6 minutes (tests/arena/test_lost_in_the_middle.py trains its recipe, slow)"
+    ),
+    "posenc arena run all --preset standard --out runs/standard": (
+        "the standard preset takes about 45 minutes; docs/results/standard/ is its run"
+    ),
+    "posenc arena report docs/results/standard --figures docs/results/standard/figures": (
+        "rewrites the published report and figures in the source tree"
+    ),
+    "posenc arena run all --preset full --device cuda --bf16 --out runs/full-gpu": (
+        "needs a GPU and hours (tests/arena/test_device.py runs --bf16 on the CPU, tiny)"
+    ),
     "posenc arena run all --preset full --out runs/full --resume": "resumes the full run",
     "posenc arena report runs/full --figures docs/images": "needs the full run's directory",
     "posenc arena compare runs/a runs/b": "needs two finished runs (arena.md runs compare)",
