@@ -3,12 +3,14 @@ quick|standard|full``).
 
 ``quick`` runs every experiment but ``lost-in-the-middle`` in about 6 minutes on 2 CPU cores
 with its conclusions already visible (the demo); ``standard`` runs all of them with 3 seeds
-in about 45 minutes (its results are published in ``docs/results/standard/``); ``full`` is
+(aimed at 45 minutes; the published run, ``docs/results/standard/``, took 78 on 2 cores
+shared with other jobs); ``full`` is
 the real run (3 seeds, longer training; hours, resumable, for a GPU); ``tiny`` is for the
 tests (seconds). The quick sizes and steps were chosen by measuring
 step times and what each experiment learns in them (README, "The arena").
 ``quick`` trains the synthetic tasks of ``length-generalization`` on strings of 1-5 symbols
-and tests 6-10 (``full``: the issue's 1-20 / 21-40), on five encodings only.
+and tests 6-10 (``standard`` and ``full``: Kazemnejad et al.'s 1-20 / 21-40), on five
+encodings only.
 """
 
 from __future__ import annotations
