@@ -15,6 +15,8 @@ One module per concept: :mod:`~posenc.positions.checks` (validation, defaults, t
 mask), :mod:`~posenc.positions.grid` (image grids and the grid encodings' mixin),
 :mod:`~posenc.positions.multimodal` (M-RoPE ids of text with images and videos, the
 checks of its inputs in :mod:`~posenc.positions.multimodal_inputs`),
+:mod:`~posenc.positions.tmrope` (TMRoPE ids of text with images, videos and audio on one
+clock, Qwen-Omni),
 :mod:`~posenc.positions.padding` (padded and packed batches) and
 :mod:`~posenc.positions.record` (the positions of one attention call, and the default
 that places queries last among the keys). Import the names from
@@ -39,6 +41,7 @@ from .padding import (
     from_segments,
 )
 from .record import AttnPositions, query_offset
+from .tmrope import tmrope
 
 __all__ = [
     "AttnPositions",
@@ -60,4 +63,5 @@ __all__ = [
     "multimodal",
     "position_at",
     "query_offset",
+    "tmrope",
 ]

@@ -1,5 +1,6 @@
-"""The checks on the inputs of :func:`~posenc.positions.multimodal`: token ids, the kept
-tokens, the items' patch grids and the videos' temporal id steps (Qwen2-VL, Qwen2.5-VL).
+"""The checks on the inputs of :func:`~posenc.positions.multimodal` and
+:func:`~posenc.positions.tmrope`: token ids, the kept tokens, the items' patch grids and the
+videos' temporal id steps (Qwen2-VL, Qwen2.5-VL) or seconds per patch (Qwen-Omni).
 
 Each raises a ``TypeError`` or ``ValueError`` that names the argument.
 """
@@ -12,7 +13,14 @@ import torch
 
 from ..config import MAX_POSITION, check_float, check_int
 
-__all__ = ["check_grid_thw", "check_ids", "intervals", "kept_tokens"]
+__all__ = [
+    "check_distinct_ids",
+    "check_grid_thw",
+    "check_ids",
+    "intervals",
+    "kept_tokens",
+    "seconds_per_grid",
+]
 
 
 def check_ids(
@@ -115,3 +123,35 @@ def intervals(
             f"largest position), got {float(steps.max()):g}"
         )
     return steps
+
+
+def check_distinct_ids(tokens: dict[str, Any]) -> None:
+    """Raise unless the named token ids are integers >= 0, no two the same."""
+    for name, value in tokens.items():
+        check_int(name, value, minimum=0)
+    if len(set(tokens.values())) != len(tokens):
+        raise ValueError(f"the token ids must differ, got {tokens}")
+
+
+def seconds_per_grid(seconds: Any, n_videos: int) -> torch.Tensor:
+    """``[n_videos]`` seconds per temporal patch (Qwen-Omni's ``second_per_grids``), float32
+    as transformers multiplies them; required when there are videos."""
+    if seconds is None:
+        if n_videos:
+            raise ValueError(
+                "video_grid_thw given without second_per_grids: TMRoPE places frames by "
+                "time, so each video needs its seconds per temporal patch"
+            )
+        return torch.zeros(0)
+    values = torch.as_tensor(seconds).detach().cpu()
+    if values.dtype == torch.bool or values.is_complex() or values.dim() != 1:
+        raise ValueError(f"second_per_grids must be [n_videos] real numbers, got {values!r}")
+    if values.numel() != n_videos:
+        raise ValueError(
+            f"second_per_grids has {values.numel()} values for {n_videos} videos "
+            "(video_grid_thw rows)"
+        )
+    values = values.float()
+    if n_videos and not bool((torch.isfinite(values) & (values > 0)).all()):
+        raise ValueError(f"second_per_grids must be finite and > 0, got {values.tolist()}")
+    return values
