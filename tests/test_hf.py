@@ -30,10 +30,16 @@ from transformers.models.llama.modeling_llama import (  # noqa: E402
     LlamaRotaryEmbedding,
     apply_rotary_pos_emb,
 )
+from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import (  # noqa: E402
+    Qwen2_5OmniRotaryEmbedding,
+)
 from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import (  # noqa: E402
     Qwen2_5_VLRotaryEmbedding,
 )
 from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLRotaryEmbedding  # noqa: E402
+from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import (  # noqa: E402
+    Qwen3OmniMoeThinkerTextRotaryEmbedding,
+)
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextRotaryEmbedding  # noqa: E402
 
 HEAD_DIM = 16  # of the tiny model: hidden 64, 4 heads
@@ -535,23 +541,84 @@ MROPE_CONFIGS = {  # config.json of real models, trimmed to the keys that matter
     },
 }
 
+OMNI_CONFIGS = {  # Qwen-Omni: the language model inside the thinker (trimmed config.json)
+    "qwen2.5-omni-7b": {
+        "architectures": ["Qwen2_5OmniModel"],
+        "model_type": "qwen2_5_omni",
+        "thinker_config": {
+            "model_type": "qwen2_5_omni_thinker",
+            "position_id_per_seconds": 25,
+            "seconds_per_chunk": 2,
+            "text_config": {
+                "model_type": "qwen2_5_omni_text",
+                "hidden_size": 3584,
+                "num_attention_heads": 28,
+                "num_hidden_layers": 28,
+                "num_key_value_heads": 4,
+                "max_position_embeddings": 32768,
+                "rope_scaling": {
+                    "mrope_section": [16, 24, 24],
+                    "rope_type": "default",
+                    "type": "default",
+                },
+                "rope_theta": 1000000.0,
+                "use_sliding_window": False,
+            },
+        },
+    },
+    "qwen3-omni-30b-a3b": {
+        "architectures": ["Qwen3OmniMoeForConditionalGeneration"],
+        "model_type": "qwen3_omni_moe",
+        "thinker_config": {
+            "model_type": "qwen3_omni_moe_thinker",
+            "position_id_per_seconds": 13,
+            "text_config": {
+                "model_type": "qwen3_omni_moe_text",
+                "head_dim": 128,
+                "hidden_size": 2048,
+                "num_attention_heads": 32,
+                "num_hidden_layers": 48,
+                "num_key_value_heads": 4,
+                "max_position_embeddings": 65536,
+                "rope_scaling": {
+                    "interleaved": True,
+                    "mrope_interleaved": True,
+                    "mrope_section": [24, 20, 20],
+                    "rope_type": "default",
+                },
+                "rope_theta": 1000000,
+            },
+        },
+    },
+}
+MROPE_CONFIGS.update(OMNI_CONFIGS)
+
 MROPE_EXPECTED = {  # (head_dim, base, mrope_section, interleaved) read by hand from above
     "qwen2-vl-7b": (128, 1e6, (16, 24, 24), False),
     "qwen2.5-vl-7b": (128, 1e6, (16, 24, 24), False),
     "qwen3-vl-8b": (128, 5e6, (24, 20, 20), True),
+    "qwen2.5-omni-7b": (128, 1e6, (16, 24, 24), False),
+    "qwen3-omni-30b-a3b": (128, 1e6, (24, 20, 20), True),
 }
 
 MROPE_ROTARY = {
     "qwen2_vl": Qwen2VLRotaryEmbedding,
     "qwen2_5_vl": Qwen2_5_VLRotaryEmbedding,
     "qwen3_vl": Qwen3VLTextRotaryEmbedding,
+    "qwen2_5_omni": Qwen2_5OmniRotaryEmbedding,
+    "qwen3_omni_moe": Qwen3OmniMoeThinkerTextRotaryEmbedding,
 }
+
+
+def language(hf_config):
+    """The language model's config of a transformers VL or Omni config."""
+    return getattr(hf_config, "thinker_config", hf_config).text_config
 
 
 def assert_rotates_as(mrope, hf_config):
     """posenc's cos/sin equal the model's own rotary embedding on random [3, b, s] ids (up
     to the error of transformers' float32 angles, below 64 rad: see hf_table_n)."""
-    rotary = MROPE_ROTARY[hf_config.model_type](hf_config.text_config)
+    rotary = MROPE_ROTARY[hf_config.model_type](language(hf_config))
     positions = torch.randint(0, 64, (3, 2, 10))
     cos_hf, sin_hf = rotary(torch.zeros(1), positions)
     cos, sin = mrope.rotation(positions)
@@ -571,7 +638,7 @@ def test_mrope_configs_match_transformers(name):
     assert (c.head_dim, c.base, c.mrope_section, c.mrope_interleaved) == MROPE_EXPECTED[name]
     assert c.layout == "half" and c.scaling.rope_type == "default"
     assert rope_from_hf_config(hf_config).config == c  # the config object reads the same
-    assert rope_from_hf_config(hf_config.text_config).config == c  # and its text config
+    assert rope_from_hf_config(language(hf_config)).config == c  # and its text config
     assert_rotates_as(mrope, hf_config)
 
 

@@ -68,6 +68,41 @@ def real_configs():
                 },
             }
         ),
+        "qwen2.5-omni-7b": T.Qwen2_5OmniConfig(
+            thinker_config={
+                "position_id_per_seconds": 25,
+                "seconds_per_chunk": 2,
+                "text_config": {
+                    "hidden_size": 3584,
+                    "num_attention_heads": 28,
+                    "num_key_value_heads": 4,
+                    "max_position_embeddings": 32768,
+                    "rope_parameters": {
+                        "rope_type": "default",
+                        "mrope_section": [16, 24, 24],
+                        "rope_theta": 1000000.0,
+                    },
+                },
+            }
+        ),
+        "qwen3-omni-30b-a3b": T.Qwen3OmniMoeConfig(
+            thinker_config={
+                "position_id_per_seconds": 13,
+                "text_config": {
+                    "head_dim": 128,
+                    "hidden_size": 2048,
+                    "num_attention_heads": 32,
+                    "max_position_embeddings": 65536,
+                    "rope_parameters": {
+                        "rope_type": "default",
+                        "mrope_interleaved": True,
+                        "interleaved": True,
+                        "mrope_section": [24, 20, 20],
+                        "rope_theta": 1000000.0,
+                    },
+                },
+            }
+        ),
         "mistral-7b": T.MistralConfig(
             hidden_size=4096,
             num_attention_heads=32,
@@ -120,6 +155,8 @@ ROTARY = {
     "llama-3.1-8b": ("rope", 128, 128, 500000.0, "half", "llama3", 8192, 131072),
     "qwen2-7b": ("rope", 128, 128, 1e6, "half", "default", 131072, None),
     "qwen2-vl-7b": ("mrope", 128, 128, 1e6, "half", "default", 32768, None),
+    "qwen2.5-omni-7b": ("mrope", 128, 128, 1e6, "half", "default", 32768, None),
+    "qwen3-omni-30b-a3b": ("mrope", 128, 128, 1e6, "half", "default", 65536, None),
     "mistral-7b": ("rope", 128, 128, 10000.0, "half", "default", 32768, None),
     "phi-3-mini-128k": ("rope", 96, 96, 10000.0, "half", "longrope", 4096, 131072),
     "deepseek-v3": ("rope", 64, 64, 10000.0, "interleaved", "yarn", 4096, 163840),
@@ -177,6 +214,17 @@ def test_rotary_checkpoints(name, saved):
 def test_checkpoint_specifics(saved):
     qwen = inspect_checkpoint(saved["qwen2-vl-7b"]).rotary
     assert isinstance(qwen.rope, MRoPE) and qwen.mrope_section == (16, 24, 24)
+    for name, clock, family in (
+        ("qwen2.5-omni-7b", "position_id_per_seconds=25, seconds_per_chunk=2", "qwen2_5_omni"),
+        ("qwen3-omni-30b-a3b", "position_id_per_seconds=13", "qwen3_omni_moe"),
+    ):
+        omni = inspect_checkpoint(saved[name])
+        assert omni.rotary.mrope_section == (
+            (16, 24, 24) if family == "qwen2_5_omni" else (24, 20, 20)
+        )
+        assert omni.rotary.rope.config.mrope_interleaved == (family == "qwen3_omni_moe")
+        tmrope = [note for note in omni.notes if "TMRoPE" in note]
+        assert len(tmrope) == 1 and clock in tmrope[0] and repr(family) in tmrope[0]
     phi = inspect_checkpoint(saved["phi-3-mini-128k"]).rotary
     assert phi.scaling["long_factor"] == tuple(PHI3_LONG)
     assert phi.scaling["short_factor"] == tuple(PHI3_SHORT)

@@ -24,7 +24,7 @@ from ..rotary.rope import RoPE
 from .extend import EXTEND_METHODS, extension_updates
 from .layouts import MLA_BY_FLAG
 from .model_types import NonRotary, non_rotary, rotary_config
-from .rope import rope_from_hf_config
+from .rope import language_config, language_path, rope_from_hf_config
 
 __all__ = ["CheckpointReport", "ExtensionPlan", "RotaryFacts", "inspect_checkpoint"]
 
@@ -179,8 +179,7 @@ def inspect_checkpoint(path: str | Path, target: int | None = None) -> Checkpoin
         return _non_rotary_report(file, model_type, other, target)
     config, notes = rotary_config(raw, model_type)
     rope = rope_from_hf_config(config)
-    text = config.get("text_config") if isinstance(rope, MRoPE) else None
-    language = text if isinstance(text, dict) else config
+    language = language_config(config)
     facts = _rotary_facts(rope, language, model_type)
     build = f"config = json.load(open({str(file)!r}))\n"
     build += "rope = posenc.hf.rope_from_hf_config(config)"
@@ -281,7 +280,9 @@ def _plans(
             refused.append(f"{method}: {error}")
             continue
         updated = copy.deepcopy(config)
-        into = updated["text_config"] if language is not config else updated
+        into = updated
+        for key in language_path(config):
+            into = into[key]
         into.update(copy.deepcopy(updates))
         into.pop("rope_scaling", None)  # rope_parameters replaces it, as in transformers 5
         try:

@@ -39,7 +39,7 @@ from ..models.spec import LayerSpec
 from .keys import config_head_dim
 from .layer_families import COMPOSITE, FAMILIES, Family
 from .layer_types import FULL, ConfigKeys
-from .rope import rope_from_hf_config
+from .rope import language_path, rope_from_hf_config
 
 __all__ = ["PATTERN_KEYS", "is_causal", "layer_plan", "score_scale"]
 
@@ -79,7 +79,8 @@ def layer_plan(config: Any, *, layout: str | None = None) -> LayerPlan:
     Args:
         config: a transformers config object, or its ``config.json`` dict (whose absent keys
             are errors, never the config class's defaults); a language model's config (of a
-            composite one, its ``text_config``).
+            composite one, its ``text_config``; of an M-RoPE one, its language model's is
+            read, :func:`~posenc.hf.rope.language_path`).
         layout: the RoPE pair layout of a model type posenc has not read (as
             :func:`~posenc.hf.rope_from_hf_config`).
 
@@ -171,8 +172,8 @@ def _uniform(keys: ConfigKeys, layout: str | None) -> LayerPlan:
     """One RoPE on every layer of a model type posenc has not read, when the config sets
     none of :data:`PATTERN_KEYS` and only full ``layer_types``."""
     checked = [keys]
-    if keys.get("text_config") is not None:  # M-RoPE models: rope_from_hf_config reads it
-        checked.append(ConfigKeys(keys.get("text_config")))
+    for key in language_path(keys.config):  # M-RoPE models: rope_from_hf_config reads it
+        checked.append(ConfigKeys(checked[-1].get(key)))
     for part in checked:
         for key in PATTERN_KEYS:
             if part.get(key) not in (None, False):

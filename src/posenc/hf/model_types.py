@@ -13,6 +13,7 @@ from typing import Any
 from ..base import Encoding
 from ..config import check_int
 from ..models.spec import LayerSpec, describe_encoding
+from ..positions.tmrope import TMROPE_FAMILIES
 from .layer_plan import layer_plan
 from .layouts import HALF, INTERLEAVED, MLA_BY_FLAG
 from .rope import _MROPE_MODEL_TYPES
@@ -136,12 +137,31 @@ def rotary_config(config: dict[str, Any], model_type: Any) -> tuple[dict[str, An
     plan = plan_note(config)
     if plan is not None:
         notes.append(plan)
+    omni = _omni_note(config, model_type)
+    if omni is not None:
+        notes.append(omni)
     if model_type in ("deepseek_v2", "deepseek_v3"):
         notes.append(
             "DeepSeek's attention also multiplies its softmax scale by "
             "yarn_mscale(factor, mscale_all_dim)^2 under yarn: part of the attention, not the RoPE"
         )
     return config, notes
+
+
+def _omni_note(config: dict[str, Any], model_type: Any) -> str | None:
+    """How a Qwen-Omni model numbers its audio, images and video (TMRoPE), with the
+    clock its thinker config gives; None for any other model."""
+    family = next((f for f in TMROPE_FAMILIES if str(model_type).startswith(f)), None)
+    if family is None:
+        return None
+    thinker = config.get("thinker_config") or config
+    clock = {k: thinker.get(k) for k in ("position_id_per_seconds", "seconds_per_chunk")}
+    given = ", ".join(f"{k}={v!r}" for k, v in clock.items() if v is not None)
+    given = given or "no clock in this config"
+    return (
+        f"its multimodal ids are TMRoPE's, audio and video on one clock ({given}): "
+        f"posenc.positions.tmrope(input_ids, ..., model_type={family!r})"
+    )
 
 
 def plan_note(config: dict[str, Any]) -> str | None:

@@ -25,7 +25,7 @@ from .keys import (
 )
 from .layouts import pair_layout
 
-__all__ = ["rope_from_hf_config"]
+__all__ = ["language_config", "language_path", "rope_from_hf_config"]
 
 #: scalings whose original context length transformers reads from a top-level
 #: ``original_max_position_embeddings`` when the config has one (Phi-3), else from
@@ -36,14 +36,46 @@ _ORIGINAL_FROM_CONFIG = ("yarn", "llama3", "longrope")
 #: sections interleave, the mrope_section transformers uses when the config has none)
 _MROPE_MODEL_TYPES = {
     f"{name}{suffix}": layout
-    for name, layout in (
-        ("qwen2_vl", (False, (16, 24, 24))),
-        ("qwen2_5_vl", (False, (16, 24, 24))),
-        ("qwen3_vl", (True, (24, 20, 20))),
-        ("qwen3_vl_moe", (True, (24, 20, 20))),
+    for name, layout, suffixes in (
+        ("qwen2_vl", (False, (16, 24, 24)), ("", "_text")),
+        ("qwen2_5_vl", (False, (16, 24, 24)), ("", "_text")),
+        ("qwen3_vl", (True, (24, 20, 20)), ("", "_text")),
+        ("qwen3_vl_moe", (True, (24, 20, 20)), ("", "_text")),
+        ("qwen2_5_omni", (False, (16, 24, 24)), ("", "_thinker", "_text", "_talker")),
+        ("qwen3_omni_moe", (True, (24, 20, 20)), ("", "_thinker", "_text", "_talker_text")),
     )
-    for suffix in ("", "_text")
+    for suffix in suffixes
 }
+
+#: the keys down from a composite M-RoPE config to its language model's, in order (a
+#: Qwen-Omni config holds a thinker, which holds the text model)
+_LANGUAGE_KEYS = ("thinker_config", "text_config")
+
+
+def language_path(config: Any) -> tuple[str, ...]:
+    """The keys from an M-RoPE model's config down to its language model's config:
+    ``("thinker_config", "text_config")`` for Qwen-Omni, ``("text_config",)`` for Qwen-VL,
+    ``()`` for a text config or any other model.
+
+    Example:
+        >>> language_path({"model_type": "qwen2_5_omni", "thinker_config": {
+        ...     "model_type": "qwen2_5_omni_thinker", "text_config": {"head_dim": 128}}})
+        ('thinker_config', 'text_config')
+    """
+    path: list[str] = []
+    get = config_getter(config)
+    for key in _LANGUAGE_KEYS:
+        if get("model_type") in _MROPE_MODEL_TYPES and get(key) is not None:
+            path.append(key)
+            get = config_getter(get(key))
+    return tuple(path)
+
+
+def language_config(config: Any) -> Any:
+    """The language model's config inside ``config`` (:func:`language_path`)."""
+    for key in language_path(config):
+        config = config_getter(config)(key)
+    return config
 
 
 def _mrope_keys(params: dict[str, Any], model_type: Any) -> dict[str, Any] | None:
@@ -64,12 +96,15 @@ def _mrope_keys(params: dict[str, Any], model_type: Any) -> dict[str, Any] | Non
     for key in legacy:  # Qwen2-VL's legacy "mrope" type: default frequencies in sections
         params[key] = "default"
     section = params.pop("mrope_section", default_section)
-    flag = params.pop("mrope_interleaved", interleaved)
-    if flag != interleaved:
-        raise ValueError(
-            f"mrope_interleaved={flag!r} conflicts with model_type {model_type!r}, whose "
-            f"transformers rotary embedding {'always' if interleaved else 'never'} interleaves"
-        )
+    # Qwen3-Omni's configs also carry "interleaved", which its config class ignores
+    names = ("mrope_interleaved", "interleaved") if interleaved else ("mrope_interleaved",)
+    for name in names:
+        flag = params.pop(name, interleaved)
+        if flag != interleaved:
+            raise ValueError(
+                f"{name}={flag!r} conflicts with model_type {model_type!r}, whose transformers "
+                f"rotary embedding {'always' if interleaved else 'never'} interleaves"
+            )
     return {"mrope_section": section, "mrope_interleaved": interleaved}
 
 
@@ -81,7 +116,8 @@ def rope_from_hf_config(
     Reads what transformers reads (the head size, ``rope_parameters`` or the legacy
     ``rope_scaling``, the top-level ``rope_theta`` and ``partial_rotary_factor``) and fills
     in what posenc's strict scaling records need the way transformers uses it. M-RoPE
-    models (Qwen2-VL, Qwen2.5-VL, Qwen3-VL) give an :class:`~posenc.rotary.MRoPE`. The
+    models (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen2.5-Omni, Qwen3-Omni: their language
+    model's config, :func:`language_path`) give an :class:`~posenc.rotary.MRoPE`. The
     pair layout is the one the model type's code rotates
     (:func:`~posenc.hf.layouts.pair_layout`), never a guess. Every rule, with the reasons:
     ``docs/design-notes.md``, "Reading a Hugging Face config".
@@ -123,8 +159,7 @@ def rope_from_hf_config(
     """
     get = config_getter(config)
     model_type = get("model_type")
-    if model_type in _MROPE_MODEL_TYPES and get("text_config") is not None:
-        get = config_getter(get("text_config"))  # a vision-language config: its language model's
+    get = config_getter(language_config(config))  # a multimodal config: its language model's
     head_dim = config_head_dim(get)
     params = config_rope_dict(get, layer_type)
     if layer_type is not None and nested_rope_keys(get("rope_parameters") or {}):
