@@ -17,7 +17,7 @@ def test_registry_names_every_figure():
         *("permutation", "heatmap", "rotation", "bias", "decay", "frequencies"),
         *("similarity", "grid", "mrope-ids", "attention"),
     ]
-    assert PLOTS["mrope-ids"] == "grid"
+    assert PLOTS["mrope-ids"] == "multimodal"
 
 
 @pytest.mark.parametrize("name", ["permutation", "heatmap", "rotation"])

@@ -1,10 +1,10 @@
-"""posenc.plot.grid: a patch's similarity on the grid, and M-RoPE's (t, h, w) ids."""
+"""posenc.plot.grid: a patch's similarity on the grid."""
 
 import pytest
 import torch
 
 import posenc
-from posenc.plot.grid import grid, mrope_ids
+from posenc.plot.grid import grid
 
 pytest.importorskip("matplotlib")
 
@@ -51,32 +51,11 @@ def test_the_list_of_grid_encodings():
     assert grid_encodings() == GRID_ENCODINGS
 
 
-def test_mrope_ids_are_drawn():
-    """text 4, image 2x3, video 2x2x2, text 4: the rules of Qwen2-VL's ids."""
-    fig = mrope_ids()
-    ax, data = _image(fig)
-    text = [0, 1, 2, 3]
-    after = [9, 10, 11, 12]
-    expected = [
-        text + [4] * 6 + [7] * 4 + [8] * 4 + after,
-        text + [4, 4, 4, 5, 5, 5] + [7, 7, 8, 8] * 2 + after,
-        text + [4, 5, 6] * 2 + [7, 8] * 4 + after,
-    ]
-    assert data.tolist() == expected
-    assert "M-RoPE" in _title(fig) and ax.get_xlabel()
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["t", "h", "w"]
-
-
-def test_mrope_ids_without_text():
-    _, data = _image(mrope_ids(text=0, image=(1, 2), video=(1, 1, 1)))
-    assert data.tolist() == [[0, 0, 2], [0, 0, 2], [0, 1, 2]]
-
-
 @pytest.mark.parametrize("suffix", [".png", ".svg"])
 def test_saves(tmp_path, suffix):
     from posenc.plot.common import save
 
-    for i, fig in enumerate((grid(grid=(3, 3), patch=(1, 1), dim=16), mrope_ids())):
+    for i, fig in enumerate((grid(grid=(3, 3), patch=(1, 1), dim=16),)):
         assert save(fig, tmp_path / f"f{i}{suffix}").stat().st_size > 0
 
 
@@ -95,18 +74,3 @@ def test_saves(tmp_path, suffix):
 def test_grid_bad_input(kwargs, word):
     with pytest.raises(ValueError, match=word):
         grid(**kwargs)
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "word"),
-    [
-        ({"text": -1}, "text"),
-        ({"image": (2,)}, "image"),
-        ({"image": (2, 0)}, "image"),
-        ({"video": (0, 1, 1)}, "video"),
-        ({"video": "abc"}, "video"),
-    ],
-)
-def test_mrope_ids_bad_input(kwargs, word):
-    with pytest.raises(ValueError, match=word):
-        mrope_ids(**kwargs)

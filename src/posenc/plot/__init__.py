@@ -11,7 +11,7 @@ decay          RoPE's long-term decay bound against relative distance, per base 
 frequencies    the wavelength of each rotary pair under each context-extension scaling
 similarity     the similarity of the encodings of every pair of positions
 grid           the similarity of one patch to every other on the grid of a 2-D encoding
-mrope-ids      the (t, h, w) ids of a text + image + video sequence (M-RoPE)
+mrope-ids      the (t, h, w) ids of text, an image and a video (M-RoPE), with audio (TMRoPE)
 attention      a trained arena model's attention on a text, one image per layer and head
 =============  ==============================================================================
 
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["PLOTS", "get", "save"]
 
 #: figure name -> its module in this package; the module's function has the figure's name
-#: (``mrope-ids`` -> ``grid.mrope_ids``)
+#: (``mrope-ids`` -> ``multimodal.mrope_ids``)
 PLOTS: dict[str, str] = {
     "permutation": "permutation",
     "heatmap": "heatmap",
@@ -45,7 +45,7 @@ PLOTS: dict[str, str] = {
     "frequencies": "frequencies",
     "similarity": "similarity",
     "grid": "grid",
-    "mrope-ids": "grid",
+    "mrope-ids": "multimodal",
     "attention": "attention",
 }
 

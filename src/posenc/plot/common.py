@@ -8,7 +8,7 @@ notebooks), so importing :mod:`posenc.plot` does not import it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +20,15 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["SUFFIXES", "check_encoding", "check_number", "check_size", "new_figure", "save"]
+__all__ = [
+    "SUFFIXES",
+    "check_encoding",
+    "check_number",
+    "check_size",
+    "check_sizes",
+    "new_figure",
+    "save",
+]
 
 #: the file formats :func:`save` writes, by suffix
 SUFFIXES = (".png", ".svg")
@@ -89,6 +97,15 @@ def check_size(name: str, value: Any, *, minimum: int = 1, even: bool = False) -
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
     check_int(name, value, minimum=minimum, even=even)
+
+
+def check_sizes(name: str, value: Any, n: int, minimum: int = 1) -> tuple[int, ...]:
+    """``value`` as a tuple of ``n`` ints >= ``minimum``, else an error naming ``name``."""
+    if not isinstance(value, Sequence) or isinstance(value, str) or len(value) != n:
+        raise ValueError(f"{name} must be a tuple of {n} ints, got {value!r}")
+    for i, item in enumerate(value):
+        check_size(f"{name}[{i}]", item, minimum=minimum)
+    return tuple(value)
 
 
 def check_number(name: str, value: Any) -> None:
