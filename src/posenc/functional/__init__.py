@@ -15,6 +15,7 @@ from .dtypes import math_dtype, wide_dtype
 from .fire import FIRE_EPS, fire_input, fire_mlp, fire_psi
 from .grid import GRID_ORDERS, RESAMPLE_MODES, grid_table_index, resample_grid_table, sincos_2d
 from .kerple import KERPLE_VARIANTS, clamp_straight_through, kerple_bias
+from .latent import join_latent_heads, mla_softmax_scale
 from .mrope import (
     MROPE_AXES,
     check_mrope_section,
@@ -71,8 +72,10 @@ __all__ = [
     "fire_mlp",
     "fire_psi",
     "grid_table_index",
+    "join_latent_heads",
     "kerple_bias",
     "math_dtype",
+    "mla_softmax_scale",
     "mrope_axis",
     "mrope_cos_sin",
     "resample_grid_table",

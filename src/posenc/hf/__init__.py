@@ -5,6 +5,9 @@ One module per concept:
 - :mod:`~posenc.hf.rope`: :func:`rope_from_hf_config`, a transformers config (the object
   or its ``config.json`` dict) as the :class:`~posenc.rotary.RoPE` that reproduces the
   model's rotary embedding;
+- :mod:`~posenc.hf.latent`: :func:`latent_rope_from_hf_config`, a multi-head latent
+  attention model's (DeepSeek-V2/V3) decoupled RoPE and softmax scale as a
+  :class:`~posenc.rotary.LatentRoPE`;
 - :mod:`~posenc.hf.layouts`: :func:`pair_layout`, the rotary pairs each model type's code
   rotates, read off transformers (never a guess);
 - :mod:`~posenc.hf.keys`: reading a config's keys, object or dict;
@@ -35,6 +38,7 @@ from ..rotary.layouts import permute_for_layout
 from .checkpoint import CheckpointReport, inspect_checkpoint
 from .checkpoint_view import frequencies_figure, render_report
 from .extend import EXTEND_METHODS, extend_context, extension_updates
+from .latent import latent_rope_from_hf_config
 from .layer_plan import is_causal, layer_plan, score_scale
 from .rope import rope_from_hf_config
 
@@ -46,6 +50,7 @@ __all__ = [
     "frequencies_figure",
     "inspect_checkpoint",
     "is_causal",
+    "latent_rope_from_hf_config",
     "layer_plan",
     "permute_for_layout",
     "render_report",

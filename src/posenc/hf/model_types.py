@@ -143,7 +143,8 @@ def rotary_config(config: dict[str, Any], model_type: Any) -> tuple[dict[str, An
     if model_type in ("deepseek_v2", "deepseek_v3"):
         notes.append(
             "DeepSeek's attention also multiplies its softmax scale by "
-            "yarn_mscale(factor, mscale_all_dim)^2 under yarn: part of the attention, not the RoPE"
+            "yarn_mscale(factor, mscale_all_dim)^2 under yarn: part of the attention, not the "
+            "RoPE (posenc.hf.latent_rope_from_hf_config gives it with the decoupled RoPE)"
         )
     return config, notes
 

@@ -1,12 +1,14 @@
 """Rotary encodings: rotate queries and keys inside every attention layer."""
 
 from .axial import RoPE2D, RoPEMixed
+from .latent import LatentRoPE
 from .layouts import layout_permutation, permute_for_layout
 from .mrope import MRoPE
 from .rope import RoPE
 from .xpos import XPos
 
 __all__ = [
+    "LatentRoPE",
     "MRoPE",
     "RoPE",
     "RoPE2D",
