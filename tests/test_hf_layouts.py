@@ -154,6 +154,18 @@ def test_multi_head_latent_attention_follows_rope_interleave():
     assert rope_from_hf_config({**config, "rope_interleave": False}).config.layout == "half"
 
 
+def test_every_flagged_latent_attention_reads_its_flag():
+    """A model type is in MLA_BY_FLAG only if its modeling code reads ``rope_interleave``;
+    DeepSeek-V2's does not (complex pairs always): interleaved even with the flag false."""
+    for model_type in MLA_BY_FLAG:
+        package = transformers.CONFIG_MAPPING[model_type].__module__.split(".")[2]
+        module = importlib.import_module(f"transformers.models.{package}.modeling_{package}")
+        assert "rope_interleave" in inspect.getsource(module), model_type
+    v2 = importlib.import_module("transformers.models.deepseek_v2.modeling_deepseek_v2")
+    assert "rope_interleave" not in inspect.getsource(v2)
+    assert pair_layout("deepseek_v2", rope_interleave=False) == "interleaved"
+
+
 def test_an_unread_model_type_needs_layout_and_a_known_one_refuses_another():
     config = {"model_type": "my_model", "head_dim": 16, "rope_theta": 10000.0}
     with pytest.raises(ValueError, match=r"model_type 'my_model'.*pass layout='half'"):

@@ -3,7 +3,8 @@
 section 2.1.3).
 
 The RoPE of the ``qk_rope_head_dim`` slice is :func:`~posenc.hf.rope_from_hf_config`'s
-(its pair layout the ``rope_interleave`` flag's, :data:`~posenc.hf.layouts.MLA_BY_FLAG`);
+(its pair layout the ``rope_interleave`` flag's, :data:`~posenc.hf.layouts.MLA_BY_FLAG`,
+DeepSeek-V2's always interleaved);
 this adds the slice sizes and, through :class:`~posenc.rotary.LatentRoPE`, the softmax
 scale with DeepSeek's ``mscale_all_dim`` temperature.
 """
@@ -15,7 +16,7 @@ from typing import Any
 from ..config import check_int
 from ..rotary.latent import LatentRoPE
 from .keys import config_getter
-from .layouts import MLA_BY_FLAG
+from .layouts import LATENT_ATTENTION
 from .rope import rope_from_hf_config
 
 __all__ = ["latent_rope_from_hf_config"]
@@ -29,11 +30,12 @@ def latent_rope_from_hf_config(config: Any) -> LatentRoPE:
     scale's temperature, as transformers' attention multiplies ``qk_head_dim ** -0.5`` by
     ``yarn_get_mscale(factor, mscale_all_dim) ** 2``). Equal to transformers' DeepSeek-V3
     attention (``tests/rotary/test_latent.py``); the other model types of
-    :data:`~posenc.hf.layouts.MLA_BY_FLAG` share its rotation and scale in transformers 5.24.
+    :data:`~posenc.hf.layouts.LATENT_ATTENTION` share its rotation and scale in transformers 5.24.
 
     Args:
         config: a transformers config object or its ``config.json`` dict, of a model type
-            in :data:`~posenc.hf.layouts.MLA_BY_FLAG` (``deepseek_v2``, ``deepseek_v3``, ...).
+            in :data:`~posenc.hf.layouts.LATENT_ATTENTION` (``deepseek_v2``, ``deepseek_v3``,
+            ...).
 
     Raises:
         ValueError: another model type, a missing or invalid ``qk_nope_head_dim`` or
@@ -52,10 +54,10 @@ def latent_rope_from_hf_config(config: Any) -> LatentRoPE:
     """
     get = config_getter(config)
     model_type = get("model_type")
-    if model_type not in MLA_BY_FLAG:
+    if model_type not in LATENT_ATTENTION:
         raise ValueError(
             f"model_type {model_type!r} has no latent attention that posenc has read; "
-            f"accepted: {sorted(MLA_BY_FLAG)} (other rotary models: rope_from_hf_config)"
+            f"accepted: {sorted(LATENT_ATTENTION)} (other rotary models: rope_from_hf_config)"
         )
     sizes = {}
     for key in ("qk_nope_head_dim", "qk_rope_head_dim"):

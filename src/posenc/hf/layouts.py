@@ -235,6 +235,7 @@ INTERLEAVED: frozenset[str] = frozenset(
         "pe_audio_encoder",
         "pe_audio_video_encoder",
         "pe_video_encoder",
+        "deepseek_v2",
         "deepseek_v32",
         "axk2",
         "dots3_note",
@@ -244,8 +245,11 @@ INTERLEAVED: frozenset[str] = frozenset(
 #: multi-head latent attention: interleaved when the config's ``rope_interleave`` is true
 #: (transformers' default), else half
 MLA_BY_FLAG: frozenset[str] = frozenset(
-    ("deepseek_v2", "deepseek_v3", "mistral4", "glm4_moe_lite", "youtu", "axk1")
+    ("deepseek_v3", "mistral4", "glm4_moe_lite", "youtu", "axk1")
 )
+#: every model type with multi-head latent attention: those of :data:`MLA_BY_FLAG` and
+#: DeepSeek-V2, whose code rotates complex pairs (2i, 2i + 1) whatever ``rope_interleave`` says
+LATENT_ATTENTION: frozenset[str] = MLA_BY_FLAG | {"deepseek_v2"}
 #: model types whose rotation posenc's RoPE does not express, and why
 REFUSED: dict[str, str] = {
     "nanochat": "its apply_rotary_pos_emb rotates by -θ (the sign of sin flipped)",
