@@ -451,8 +451,8 @@ def test_dynamic_takes_max_position_embeddings_as_original():
             r"M-RoPE keys \['mrope_section'\]",
         ),
         (
-            {"model_type": "glm4v", "rope_scaling": {"mrope_section": [2, 3, 3]}},
-            "model_type 'glm4v'",
+            {"model_type": "my_vlm", "rope_scaling": {"mrope_section": [2, 3, 3]}},
+            "model_type 'my_vlm'",
         ),
         (
             {

@@ -12,6 +12,10 @@ import torch
 from posenc.positions import multimodal
 
 transformers = pytest.importorskip("transformers")
+from transformers.models.ernie4_5_vl_moe.modeling_ernie4_5_vl_moe import (  # noqa: E402
+    Ernie4_5_VLMoeModel,
+)
+from transformers.models.glm4v.modeling_glm4v import Glm4vModel  # noqa: E402
 from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLModel  # noqa: E402
 from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel  # noqa: E402
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLModel  # noqa: E402
@@ -23,8 +27,10 @@ IDS = {"image_token_id": IMAGE, "video_token_id": VIDEO}
 
 def hf_get_rope_index(model_cls, input_ids, tokens_per_second=None, **kwargs):
     """transformers' ``get_rope_index``, called on a stub that carries only the config it
-    reads (no model weights)."""
-    vision = SimpleNamespace(spatial_merge_size=MERGE, tokens_per_second=tokens_per_second)
+    reads (no model weights; ERNIE's vision merges 2 frames into one temporal patch)."""
+    vision = SimpleNamespace(
+        spatial_merge_size=MERGE, tokens_per_second=tokens_per_second, temporal_merge_size=2
+    )
     stub = SimpleNamespace(config=SimpleNamespace(vision_config=vision))
     stub.get_vision_position_ids = model_cls.get_vision_position_ids.__get__(stub)
     token_types = (input_ids == IMAGE).int() + 2 * (input_ids == VIDEO).int()
@@ -200,6 +206,58 @@ def test_qwen3_vl_frames_split_by_timestamps_equal_transformers():
     positions, deltas = multimodal(
         ids, image_grid, torch.tensor(frames), **IDS, vision_start_token_id=START
     )
+    assert torch.equal(positions, expected) and torch.equal(deltas, expected_deltas)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_glm4v_frames_split_by_timestamps_equal_transformers(seed):
+    """GLM-4V numbers each frame as its own item after its timestamp: one grid row per
+    frame (t = 1), as its get_rope_index splits them; padded rows of images and videos."""
+    rng = random.Random(seed)
+    rows, images, videos, frames = [], [], [], []
+    for _ in range(3):
+        row = [rng.randint(1, 80)]
+        for _ in range(rng.randint(1, 3)):
+            h, w = rng.randint(1, 3), rng.randint(1, 3)
+            if rng.random() < 0.5:
+                images.append((1, h * MERGE, w * MERGE))
+                row += [START] + [IMAGE] * (h * w) + [END]
+                continue
+            t = rng.randint(1, 3)
+            videos.append((t, h * MERGE, w * MERGE))
+            frames += [(1, h * MERGE, w * MERGE)] * t
+            for _ in range(t):  # a timestamp token, then the frame
+                row += [rng.randint(1, 80), START] + [VIDEO] * (h * w) + [END]
+        rows.append(row)
+    width = max(map(len, rows))
+    ids = torch.full((3, width), PAD)
+    mask = torch.zeros(3, width, dtype=torch.long)
+    for b, row in enumerate(rows):
+        ids[b, width - len(row) :], mask[b, width - len(row) :] = torch.tensor(row), 1
+    image_grid = torch.tensor(images, dtype=torch.long).reshape(-1, 3)
+    expected, expected_deltas = hf_get_rope_index(
+        Glm4vModel, ids, image_grid_thw=image_grid,
+        video_grid_thw=torch.tensor(videos, dtype=torch.long).reshape(-1, 3),
+        attention_mask=mask,
+    )  # fmt: skip
+    positions, deltas = multimodal(
+        ids, image_grid, torch.tensor(frames, dtype=torch.long).reshape(-1, 3), **IDS,
+        attention_mask=mask,
+    )  # fmt: skip
+    assert torch.equal(positions, expected) and torch.equal(deltas, expected_deltas)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_ernie_4_5_vl_merged_frames_equal_transformers(seed):
+    """ERNIE-4.5-VL merges two frames into one temporal patch: its grid's t over 2 is
+    multimodal's t; with no more patches than merged rows or columns, the ids agree."""
+    ids, mask, image_grid, video_grid, _, _ = random_batch(random.Random(seed), batch=3)
+    doubled = video_grid * torch.tensor([2, 1, 1])  # frames before the temporal merge
+    expected, expected_deltas = hf_get_rope_index(
+        Ernie4_5_VLMoeModel, ids, image_grid_thw=image_grid, video_grid_thw=doubled,
+        attention_mask=mask,
+    )  # fmt: skip
+    positions, deltas = multimodal(ids, image_grid, video_grid, **IDS, attention_mask=mask)
     assert torch.equal(positions, expected) and torch.equal(deltas, expected_deltas)
 
 

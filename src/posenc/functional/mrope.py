@@ -11,6 +11,11 @@ own axis ``a(i)`` times its usual RoPE frequency. Two ways of sharing out exist:
   ...: pair i follows h when ``i % 3 == 1`` and ``i < 3 s_h``, w when ``i % 3 == 2`` and
   ``i < 3 s_w``, t otherwise; every axis then spans the whole frequency range.
 
+Spatial first (ERNIE-4.5-VL; Baidu 2025, "ERNIE 4.5 Technical Report") puts the temporal
+pairs last, the low frequencies: sectioned, the first ``s_h`` pairs follow h, the next
+``s_w`` w, the last ``s_t`` t; interleaved, the first ``s_h + s_w`` pairs alternate h, w, h,
+w, ... (``s_h = s_w``) and the last ``s_t`` follow t.
+
 Text tokens have equal ids on the three axes, so for text M-RoPE is plain 1-D RoPE. The
 pairs are the pairs of the RoPE layout (``half`` in Hugging Face's Qwen models); sharing
 out acts on pair indices and is the same in either layout.
@@ -59,7 +64,9 @@ def default_mrope_section(n_pairs: int, interleaved: bool = False) -> tuple[int,
     return section
 
 
-def check_mrope_section(section: Sequence[int], n_pairs: int, interleaved: bool = False) -> None:
+def check_mrope_section(
+    section: Sequence[int], n_pairs: int, interleaved: bool = False, spatial_first: bool = False
+) -> None:
     """Raise unless ``section`` is three ints >= 0 that share out ``n_pairs`` pairs."""
     if isinstance(section, (str, bytes)) or not isinstance(section, Sequence) or len(section) != 3:
         raise ValueError(
@@ -75,7 +82,13 @@ def check_mrope_section(section: Sequence[int], n_pairs: int, interleaved: bool 
             f"mrope_section {list(section)} sums to {sum(section)}, but there are {n_pairs} "
             f"rotary pairs (rotary_dim / 2): the sections must add up to them"
         )
-    if interleaved:
+    if interleaved and spatial_first:
+        if section[1] != section[2]:
+            raise ValueError(
+                f"interleaved spatial-first mrope_section {list(section)} alternates height "
+                "and width pairs: they must be as many (s_h == s_w)"
+            )
+    elif interleaved:
         # h takes pairs 1, 4, ..., 3 s_h - 2 and w takes 2, 5, ..., 3 s_w - 1: they must exist
         _, s_h, s_w = section
         if 3 * s_h - 2 >= n_pairs or 3 * s_w - 1 >= n_pairs:
@@ -86,7 +99,10 @@ def check_mrope_section(section: Sequence[int], n_pairs: int, interleaved: bool 
 
 
 def mrope_axis(
-    section: Sequence[int], interleaved: bool = False, device: torch.device | str | None = None
+    section: Sequence[int],
+    interleaved: bool = False,
+    device: torch.device | str | None = None,
+    spatial_first: bool = False,
 ) -> torch.Tensor:
     """The axis (0 temporal, 1 height, 2 width) whose position rotates each pair.
 
@@ -98,10 +114,17 @@ def mrope_axis(
         [0, 0, 1, 1, 1, 2, 2, 2]
         >>> mrope_axis((4, 2, 2), interleaved=True).tolist()
         [0, 1, 2, 0, 1, 2, 0, 0]
+        >>> mrope_axis((2, 2, 2), interleaved=True, spatial_first=True).tolist()
+        [1, 2, 1, 2, 0, 0]
     """
     pair = torch.arange(sum(section), device=device)
+    s_t, s_h, s_w = section
+    if spatial_first:  # h and w (in blocks or alternating), then the temporal pairs
+        spatial = pair < s_h + s_w
+        width = (pair % 2 == 1) if interleaved else (pair >= s_h)
+        return torch.where(spatial, 1 + width.long(), 0)
     if not interleaved:  # s_t temporal pairs, then s_h height pairs, then s_w width pairs
-        return (pair >= section[0]).long() + (pair >= section[0] + section[1]).long()
+        return (pair >= s_t).long() + (pair >= s_t + s_h).long()
     height = (pair % 3 == 1) & (pair < 3 * section[1])
     width = (pair % 3 == 2) & (pair < 3 * section[2])
     return height.long() + 2 * width.long()

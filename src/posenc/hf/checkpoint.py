@@ -24,7 +24,8 @@ from ..rotary.rope import RoPE
 from .extend import EXTEND_METHODS, extension_updates
 from .layouts import MLA_BY_FLAG
 from .model_types import NonRotary, non_rotary, rotary_config
-from .rope import language_config, language_path, rope_from_hf_config
+from .mrope_families import language_config, language_path
+from .rope import rope_from_hf_config
 
 __all__ = ["CheckpointReport", "ExtensionPlan", "RotaryFacts", "inspect_checkpoint"]
 

@@ -39,7 +39,8 @@ from ..models.spec import LayerSpec
 from .keys import config_head_dim
 from .layer_families import COMPOSITE, FAMILIES, Family
 from .layer_types import FULL, ConfigKeys
-from .rope import language_path, rope_from_hf_config
+from .mrope_families import language_path
+from .rope import rope_from_hf_config
 
 __all__ = ["PATTERN_KEYS", "is_causal", "layer_plan", "score_scale"]
 
@@ -80,7 +81,7 @@ def layer_plan(config: Any, *, layout: str | None = None) -> LayerPlan:
         config: a transformers config object, or its ``config.json`` dict (whose absent keys
             are errors, never the config class's defaults); a language model's config (of a
             composite one, its ``text_config``; of an M-RoPE one, its language model's is
-            read, :func:`~posenc.hf.rope.language_path`).
+            read, :func:`~posenc.hf.mrope_families.language_path`).
         layout: the RoPE pair layout of a model type posenc has not read (as
             :func:`~posenc.hf.rope_from_hf_config`).
 

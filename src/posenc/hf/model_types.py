@@ -16,7 +16,7 @@ from ..models.spec import LayerSpec, describe_encoding
 from ..positions.tmrope import TMROPE_FAMILIES
 from .layer_plan import layer_plan
 from .layouts import HALF, INTERLEAVED, MLA_BY_FLAG
-from .rope import _MROPE_MODEL_TYPES
+from .mrope_families import MROPE_FAMILIES
 
 __all__ = ["KNOWN_MODEL_TYPES", "NonRotary", "non_rotary", "rotary_config"]
 
@@ -26,7 +26,7 @@ __all__ = ["KNOWN_MODEL_TYPES", "NonRotary", "non_rotary", "rotary_config"]
 #: a config of one of them holds that it does not take (per-layer rope_parameters: see
 #: posenc.hf.layer_plan)
 ROTARY_MODEL_TYPES: tuple[str, ...] = tuple(
-    sorted(HALF | INTERLEAVED | MLA_BY_FLAG | set(_MROPE_MODEL_TYPES))
+    sorted(HALF | INTERLEAVED | MLA_BY_FLAG | set(MROPE_FAMILIES))
 )
 
 #: model type -> (encoding, what it reads); the non-rotary ones

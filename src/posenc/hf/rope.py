@@ -24,88 +24,14 @@ from .keys import (
     rope_base_keys,
 )
 from .layouts import pair_layout
+from .mrope_families import fit_interleaved, language_config, mrope_keys
 
-__all__ = ["language_config", "language_path", "rope_from_hf_config"]
+__all__ = ["rope_from_hf_config"]
 
 #: scalings whose original context length transformers reads from a top-level
 #: ``original_max_position_embeddings`` when the config has one (Phi-3), else from
 #: ``rope_parameters``, else from ``max_position_embeddings``
 _ORIGINAL_FROM_CONFIG = ("yarn", "llama3", "longrope")
-
-#: M-RoPE models (the composite config and its text config): model_type -> (whether the
-#: sections interleave, the mrope_section transformers uses when the config has none)
-_MROPE_MODEL_TYPES = {
-    f"{name}{suffix}": layout
-    for name, layout, suffixes in (
-        ("qwen2_vl", (False, (16, 24, 24)), ("", "_text")),
-        ("qwen2_5_vl", (False, (16, 24, 24)), ("", "_text")),
-        ("qwen3_vl", (True, (24, 20, 20)), ("", "_text")),
-        ("qwen3_vl_moe", (True, (24, 20, 20)), ("", "_text")),
-        ("qwen2_5_omni", (False, (16, 24, 24)), ("", "_thinker", "_text", "_talker")),
-        ("qwen3_omni_moe", (True, (24, 20, 20)), ("", "_thinker", "_text", "_talker_text")),
-    )
-    for suffix in suffixes
-}
-
-#: the keys down from a composite M-RoPE config to its language model's, in order (a
-#: Qwen-Omni config holds a thinker, which holds the text model)
-_LANGUAGE_KEYS = ("thinker_config", "text_config")
-
-
-def language_path(config: Any) -> tuple[str, ...]:
-    """The keys from an M-RoPE model's config down to its language model's config:
-    ``("thinker_config", "text_config")`` for Qwen-Omni, ``("text_config",)`` for Qwen-VL,
-    ``()`` for a text config or any other model.
-
-    Example:
-        >>> language_path({"model_type": "qwen2_5_omni", "thinker_config": {
-        ...     "model_type": "qwen2_5_omni_thinker", "text_config": {"head_dim": 128}}})
-        ('thinker_config', 'text_config')
-    """
-    path: list[str] = []
-    get = config_getter(config)
-    for key in _LANGUAGE_KEYS:
-        if get("model_type") in _MROPE_MODEL_TYPES and get(key) is not None:
-            path.append(key)
-            get = config_getter(get(key))
-    return tuple(path)
-
-
-def language_config(config: Any) -> Any:
-    """The language model's config inside ``config`` (:func:`language_path`)."""
-    for key in language_path(config):
-        config = config_getter(config)(key)
-    return config
-
-
-def _mrope_keys(params: dict[str, Any], model_type: Any) -> dict[str, Any] | None:
-    """Take M-RoPE's keys out of ``params``: the :class:`~posenc.rotary.MRoPE` keys for an
-    M-RoPE model type, None for other models (which must not carry M-RoPE keys)."""
-    legacy = [k for k in ("type", "rope_type") if params.get(k) == "mrope"]
-    found = [k for k in ("mrope_section", "mrope_interleaved") if k in params] + [
-        f"{k}='mrope'" for k in legacy
-    ]
-    if model_type not in _MROPE_MODEL_TYPES:
-        if found:
-            raise ValueError(
-                f"M-RoPE keys {found} in a config of model_type {model_type!r}: posenc "
-                f"reproduces the M-RoPE of model types {sorted(_MROPE_MODEL_TYPES)} only"
-            )
-        return None
-    interleaved, default_section = _MROPE_MODEL_TYPES[model_type]
-    for key in legacy:  # Qwen2-VL's legacy "mrope" type: default frequencies in sections
-        params[key] = "default"
-    section = params.pop("mrope_section", default_section)
-    # Qwen3-Omni's configs also carry "interleaved", which its config class ignores
-    names = ("mrope_interleaved", "interleaved") if interleaved else ("mrope_interleaved",)
-    for name in names:
-        flag = params.pop(name, interleaved)
-        if flag != interleaved:
-            raise ValueError(
-                f"{name}={flag!r} conflicts with model_type {model_type!r}, whose transformers "
-                f"rotary embedding {'always' if interleaved else 'never'} interleaves"
-            )
-    return {"mrope_section": section, "mrope_interleaved": interleaved}
 
 
 def rope_from_hf_config(
@@ -116,8 +42,8 @@ def rope_from_hf_config(
     Reads what transformers reads (the head size, ``rope_parameters`` or the legacy
     ``rope_scaling``, the top-level ``rope_theta`` and ``partial_rotary_factor``) and fills
     in what posenc's strict scaling records need the way transformers uses it. M-RoPE
-    models (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen2.5-Omni, Qwen3-Omni: their language
-    model's config, :func:`language_path`) give an :class:`~posenc.rotary.MRoPE`. The
+    models (Qwen-VL, Qwen-Omni, GLM-4V, ERNIE-4.5-VL, ...: their language model's config,
+    :mod:`~posenc.hf.mrope_families`) give an :class:`~posenc.rotary.MRoPE`. The
     pair layout is the one the model type's code rotates
     (:func:`~posenc.hf.layouts.pair_layout`), never a guess. Every rule, with the reasons:
     ``docs/design-notes.md``, "Reading a Hugging Face config".
@@ -164,7 +90,7 @@ def rope_from_hf_config(
     params = config_rope_dict(get, layer_type)
     if layer_type is not None and nested_rope_keys(get("rope_parameters") or {}):
         get = _nested_getter(get)
-    mrope = _mrope_keys(params, model_type)
+    mrope = mrope_keys(params, model_type)
     rope_type = _rope_type(params, model_type)
     params.update(rope_base_keys(get, params))
     for key in LEGACY_KEYS:
@@ -173,8 +99,11 @@ def rope_from_hf_config(
     _fill_original_length(params, rope_type, get)
 
     pairs = pair_layout(model_type, get("rope_interleave"), layout)
-    if mrope is not None:  # Qwen's M-RoPE rotates half pairs (HALF has these model types)
-        return MRoPE(head_dim=head_dim, scaling=params, **mrope)
+    if mrope is not None:  # the pairs of the model type's layout, shared out by axis
+        if mrope["mrope_interleaved"] and not mrope["mrope_spatial_first"]:
+            n_pairs = RoPE(head_dim=head_dim, scaling=params, layout=pairs).inv_freq().numel()
+            mrope["mrope_section"] = fit_interleaved(mrope["mrope_section"], n_pairs)
+        return MRoPE(head_dim=head_dim, scaling=params, layout=pairs, **mrope)
     rotary_dim = _rotary_dim(get, model_type, params)
     return RoPE(head_dim=head_dim, scaling=params, layout=pairs, rotary_dim=rotary_dim)
 

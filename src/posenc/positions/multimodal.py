@@ -1,4 +1,4 @@
-"""Position ids of text mixed with images and videos, for M-RoPE (Qwen2-VL).
+"""Position ids of text mixed with images and videos, for M-RoPE (Qwen2-VL and its kin).
 
 Wang et al. 2024, "Qwen2-VL", arXiv:2409.12191; Bai et al. 2025, "Qwen2.5-VL",
 arXiv:2502.13923. Each token gets three ids (temporal, height, width), ``[3, batch, seq]``:
@@ -59,9 +59,11 @@ def multimodal(
             (``image_token_id``) or video (``video_token_id``).
         image_grid_thw, video_grid_thw: ``[n, 3]`` (t, h, w) patch grids before merging,
             one row per image / video in order of appearance, the batch's rows in turn.
-            Qwen3-VL puts a timestamp before each frame and numbers frames as separate
-            items: pass one row ``(1, h, w)`` per frame, as its ``get_rope_index`` splits
-            them (``grid.repeat_interleave(grid[:, 0], 0)`` with t set to 1).
+            Qwen3-VL and GLM-4V put a timestamp before each frame and number frames as
+            separate items: pass one row ``(1, h, w)`` per frame, as their
+            ``get_rope_index`` splits them (``grid.repeat_interleave(grid[:, 0], 0)`` with
+            t set to 1). ERNIE-4.5-VL merges ``temporal_merge_size`` frames into one
+            temporal patch: pass its grid with t divided by it.
         image_token_id, video_token_id: the placeholder token ids.
         vision_start_token_id: if given, every image and video must directly follow this
             token (Qwen's ``<|vision_start|>``): a check of the input, nothing else.

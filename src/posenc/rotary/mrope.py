@@ -43,6 +43,9 @@ class MRopeConfig(RopeConfig):
             (``s_h = s_w = max(1, floor(5n/16))``). Stored as a tuple.
         mrope_interleaved: Qwen3-VL's layout: pairs cycle t, h, w instead of lying in three
             consecutive sections (Qwen2-VL, Qwen2.5-VL).
+        mrope_spatial_first: the temporal pairs last (the lowest frequencies), after the
+            height and width ones; with ``mrope_interleaved``, ERNIE-4.5-VL's ``h, w, h, w,
+            ..., t, t, t`` (``s_h == s_w``).
 
     Scalings whose frequencies depend on the current length (``dynamic``, ``longrope``) are
     rejected: a ``[3, batch, seq]`` position tensor does not say which length applies.
@@ -50,11 +53,13 @@ class MRopeConfig(RopeConfig):
 
     mrope_section: Any = None
     mrope_interleaved: bool = False
+    mrope_spatial_first: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not isinstance(self.mrope_interleaved, bool):
-            raise TypeError(f"mrope_interleaved must be a bool, got {self.mrope_interleaved!r}")
+        for name in ("mrope_interleaved", "mrope_spatial_first"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if self.scaling.depends_on_length:
             raise ValueError(
                 f"mrope does not support {self.scaling.rope_type!r} scaling: its frequencies "
@@ -65,8 +70,10 @@ class MRopeConfig(RopeConfig):
         n_pairs = inv_freq.numel()
         section = self.mrope_section
         if section is None:
+            if self.mrope_spatial_first:
+                raise ValueError("mrope_spatial_first needs an explicit mrope_section")
             section = default_mrope_section(n_pairs, self.mrope_interleaved)
-        check_mrope_section(section, n_pairs, self.mrope_interleaved)
+        check_mrope_section(section, n_pairs, self.mrope_interleaved, self.mrope_spatial_first)
         object.__setattr__(self, "mrope_section", tuple(section))
 
     def to_dict(self) -> dict[str, Any]:
@@ -85,7 +92,8 @@ class MRopeConfig(RopeConfig):
     formula=(
         "pair i of a token with ids (t, h, w) turns by p_a(i)·θ_i (RoPE, θ_i = base^(−2i/r))\n"
         "a(i) by mrope_section (s_t, s_h, s_w): the first s_t pairs follow t, the next s_h h,\n"
-        "the last s_w w (mrope_interleaved: pairs cycle t, h, w);  text has t = h = w: plain RoPE"
+        "the last s_w w (mrope_interleaved: pairs cycle t, h, w; mrope_spatial_first: t last);\n"
+        "text has t = h = w: plain RoPE"
     ),
 )
 class MRoPE(RoPE):
@@ -168,5 +176,6 @@ class MRoPE(RoPE):
         inv_freq, attention_factor = self._frequencies(None, positions.device)
         if positions.dim() != 3:  # text: the same id on every axis is plain RoPE
             return rope_cos_sin(positions, inv_freq, attention_factor)
-        axis = mrope_axis(self.config.mrope_section, self.config.mrope_interleaved)
+        c = self.config
+        axis = mrope_axis(c.mrope_section, c.mrope_interleaved, spatial_first=c.mrope_spatial_first)
         return mrope_cos_sin(positions, inv_freq, axis.to(positions.device), attention_factor)
