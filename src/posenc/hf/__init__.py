@@ -10,6 +10,9 @@ One module per concept:
   :class:`~posenc.rotary.LatentRoPE`;
 - :mod:`~posenc.hf.layouts`: :func:`pair_layout`, the rotary pairs each model type's code
   rotates, read off transformers (never a guess);
+- :mod:`~posenc.hf.mrope_families`: the model types with M-RoPE, how each shares its pairs
+  out between the temporal, height and width ids, and where a multimodal config keeps its
+  language model's;
 - :mod:`~posenc.hf.keys`: reading a config's keys, object or dict;
 - :mod:`~posenc.hf.layer_plan`: :func:`layer_plan`, a config's positional plan layer by
   layer (windows, chunks, NoPE layers, sinks, softcaps, Llama 4's temperature), with

@@ -179,11 +179,9 @@ def inspect_checkpoint(path: str | Path, target: int | None = None) -> Checkpoin
     if other is not None:
         return _non_rotary_report(file, model_type, other, target)
     config, notes = rotary_config(raw, model_type)
-    rope = rope_from_hf_config(config)
-    language = language_config(config)
+    rope, language = rope_from_hf_config(config), language_config(config)
     facts = _rotary_facts(rope, language, model_type)
-    build = f"config = json.load(open({str(file)!r}))\n"
-    build += "rope = posenc.hf.rope_from_hf_config(config)"
+    build = f"config = json.load(open({str(file)!r}))\nrope = posenc.hf.rope_from_hf_config(config)"
     report = CheckpointReport(
         path=file,
         model_type=model_type,
@@ -281,7 +279,7 @@ def _plans(
             refused.append(f"{method}: {error}")
             continue
         updated = copy.deepcopy(config)
-        into = updated
+        into = updated  # the language model's config, where the RoPE keys go
         for key in language_path(config):
             into = into[key]
         into.update(copy.deepcopy(updates))
