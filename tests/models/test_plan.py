@@ -5,6 +5,7 @@ maps and errors."""
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -231,7 +232,8 @@ def reference_logits(model, plan, ids, causal=True):
                 ]
             )
         k, v = (t.repeat_interleave(h // kv, dim=1) for t in (k, v))
-        scores = q @ k.transpose(-1, -2) / math.sqrt(hd)  # [b, h, s, s]
+        scale = 1 / math.sqrt(hd) if model.scale is None else model.scale
+        scores = q @ k.transpose(-1, -2) * scale  # [b, h, s, s]
         if enc.kind == "bias":
             scores = scores + enc.bias(pos, pos)
         if spec.softcap is not None:
@@ -264,6 +266,31 @@ def test_plan_model_equals_its_layers_written_out(name, model_tol):
         full = [LayerSpec(spec.encoding) for spec in PLANS[name]]
         plain = reference_logits(model, LayerPlan(full, input=PLANS[name].input), ids)
         assert (plain - want).abs().max() > 1e-2
+
+
+def test_a_score_scale_is_every_layer_s(model_tol):
+    """Gemma's query_pre_attn_scalar ** -0.5 in place of head_dim ** -0.5: the model with
+    ``scale=`` equals its layers written out with that scale, and differs from the default."""
+    plan = LayerPlan([LayerSpec("rope", window=4, softcap=3.0), LayerSpec("alibi", sinks=True)])
+    model, ids = plan_model(plan, scale=0.05), torch.randint(0, VOCAB, (2, SEQ))
+    assert model.blocks[0].attn.scale == 0.05 and "scale 0.05" in repr(model.blocks[1].attn)
+    with torch.no_grad():
+        want = reference_logits(model, plan, ids)
+        torch.testing.assert_close(model(ids), want, **model_tol(model, SEQ, want))
+        model.scale = None  # the reference with the default scale, the same weights
+        assert (reference_logits(model, plan, ids) - want).abs().max() > 1e-2
+        # the maps read the scale: they equal the default-scale model's whose queries are
+        # multiplied by scale * sqrt(head_dim) (RoPE is linear in q; bias and cap come after)
+        default = copy.deepcopy(model)
+        model.scale = 0.05
+        for block in default.blocks:
+            block.attn.scale = None
+            block.attn.qkv.weight[: HEADS * model.head_dim] *= 0.05 * math.sqrt(model.head_dim)
+        torch.testing.assert_close(
+            attention_maps(model, ids), attention_maps(default, ids), atol=1e-5, rtol=1e-5
+        )
+    with pytest.raises(ValueError, match="scale must be a finite number > 0"):
+        plan_model(plan, scale=0.0)
 
 
 def test_bidirectional_plan_model_equals_its_layers_written_out(model_tol):

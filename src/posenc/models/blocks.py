@@ -45,10 +45,15 @@ class SelfAttention(nn.Module):
     sinks: nn.Parameter | None
 
     def __init__(
-        self, dim: int, n_heads: int, n_kv_heads: int, spec: LayerSpec | None = None
+        self,
+        dim: int,
+        n_heads: int,
+        n_kv_heads: int,
+        spec: LayerSpec | None = None,
+        scale: float | None = None,
     ) -> None:
         super().__init__()
-        self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
+        self.n_heads, self.n_kv_heads, self.scale = n_heads, n_kv_heads, scale
         self.head_dim = dim // n_heads
         self.qkv = nn.Linear(dim, (n_heads + 2 * n_kv_heads) * self.head_dim, bias=False)
         self.out = nn.Linear(n_heads * self.head_dim, dim, bias=False)
@@ -66,6 +71,7 @@ class SelfAttention(nn.Module):
 
     def extra_repr(self) -> str:
         parts = [] if not self.pattern.local else [self.pattern.describe()]
+        parts += [] if self.scale is None else [f"scale {self.scale:g}"]
         parts += [] if self.softcap is None else [f"softcap {self.softcap:g}"]
         parts += [] if self.temperature is None else [f"temperature {self.temperature.describe()}"]
         return ", ".join(parts + (["sinks"] if self.sinks is not None else []))
@@ -118,6 +124,7 @@ class SelfAttention(nn.Module):
             chunk=self.pattern.chunk,
             sinks=self.sinks,
             softcap=self.softcap,
+            scale=self.scale,
         )
         # [b, h, s, hd] -> [b, s, h * hd]
         return self.out(out.transpose(1, 2).reshape(b, s, self.n_heads * self.head_dim))
@@ -185,11 +192,17 @@ class Block(nn.Module):
     mlp: nn.Sequential
 
     def __init__(
-        self, dim: int, n_heads: int, n_kv_heads: int, mlp_ratio: int, spec: LayerSpec | None = None
+        self,
+        dim: int,
+        n_heads: int,
+        n_kv_heads: int,
+        mlp_ratio: int,
+        spec: LayerSpec | None = None,
+        scale: float | None = None,
     ) -> None:
         super().__init__()
         self.attn_norm = nn.RMSNorm(dim)
-        self.attn = SelfAttention(dim, n_heads, n_kv_heads, spec)
+        self.attn = SelfAttention(dim, n_heads, n_kv_heads, spec, scale)
         self.mlp_norm = nn.RMSNorm(dim)
         self.mlp = nn.Sequential(
             nn.Linear(dim, mlp_ratio * dim, bias=False),

@@ -107,7 +107,7 @@ def layer_probabilities(
             :meth:`SelfAttention.forward`), without a cache.
 
     Returns:
-        ``[batch, n_heads, seq, seq]`` float32: ``softmax(cap(q kᵀ / sqrt(head_dim) +
+        ``[batch, n_heads, seq, seq]`` float32: ``softmax(cap(q kᵀ · scale +
         bias))`` over the keys a query may see and the layer's sink, if it has one (whose
         column is left out: rows sum to less than 1); 0 elsewhere, and a query that sees
         no key gets zeros.
@@ -116,7 +116,7 @@ def layer_probabilities(
     q, k, _ = attn.project(x, encoding, rotation)  # as the layer: [b, h | kv_h, s, hd]
     q = attn.temper(q, context)
     k = k.repeat_interleave(heads // kv_heads, dim=1)  # grouped-query: [b, h, s, hd]
-    scale = hd**-0.5
+    scale = hd**-0.5 if attn.scale is None else attn.scale
     scores = (q.float() @ k.float().transpose(-1, -2)) * scale  # [b, h, s, s]
     if encoding.kind == "bias":
         p = context.positions

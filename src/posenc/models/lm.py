@@ -20,6 +20,7 @@ from torch import nn
 
 from ..attn import KVCache
 from ..attn.bias_plan import AttnShape
+from ..attn.checks import check_scale
 from ..base import Encoding
 from ..config import check_int
 from .blocks import Block
@@ -70,6 +71,9 @@ class TransformerLM(nn.Module):
             default: with the embeddings at unit scale, a tied head starts out predicting each
             input token again (its logit is ``sqrt(dim)``), and the model then fails to learn
             in-context retrieval at the arena's sizes (docs/arena.md, "The model").
+        scale: every layer's score scale (``q · kᵀ`` times it, before a bias); None:
+            ``head_dim ** -0.5``. Gemma's ``query_pre_attn_scalar ** -0.5`` is
+            :func:`posenc.hf.score_scale` of its config.
 
     Token embeddings are scaled by ``sqrt(dim)`` (Vaswani et al. 2017), so they enter the
     residual stream at unit scale, the scale of the sinusoidal and the other additive tables.
@@ -104,6 +108,7 @@ class TransformerLM(nn.Module):
         *,
         plan: LayerPlan | Sequence[LayerSpec] | None = None,
         tie_embeddings: bool = False,
+        scale: float | None = None,
     ) -> None:
         super().__init__()
         for name, value in (
@@ -129,8 +134,9 @@ class TransformerLM(nn.Module):
         self.extra_encodings = nn.ModuleList(others)
         self._layer_encoding, self._input_encoding = routing.layers, routing.input
         self.embed = nn.Embedding(vocab_size, dim)
+        self.scale = check_scale(scale, self.head_dim) if scale is not None else None
         self.blocks = nn.ModuleList(
-            Block(dim, n_heads, n_kv_heads, mlp_ratio, spec) for spec in self.plan
+            Block(dim, n_heads, n_kv_heads, mlp_ratio, spec, scale=self.scale) for spec in self.plan
         )
         self.norm = nn.RMSNorm(dim)
         if not isinstance(tie_embeddings, bool):
