@@ -744,6 +744,38 @@ def test_extend_context_equals_the_model_built_for_it(method, tol):
     torch.testing.assert_close(logits_with_posenc(model, ids, rope), got, **rounding)
 
 
+@pytest.mark.parametrize("model_type", ["gemma3_text", "olmo3"])
+def test_extend_context_scales_only_the_full_layers_of_a_rope_per_layer_type(model_type):
+    """Gemma 3 and OLMo 3 keep a RoPE per layer type; their long-context recipes scale the
+    full-attention layers' only. extend_context scales that one, keeps the sliding one, and
+    the model equals the one transformers builds from the updated config."""
+    config = transformers.AutoConfig.for_model(
+        model_type, hidden_size=64, intermediate_size=64, num_hidden_layers=6,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=32, vocab_size=50,
+        max_position_embeddings=32, sliding_window=8,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    assert "full_attention" in model.config.layer_types  # the scaled layers exist
+    sliding = copy.deepcopy(model.config.rope_parameters["sliding_attention"])
+    ids = torch.randint(0, 50, (1, 48))
+    with torch.no_grad():
+        before = model(ids).logits
+        extend_context(model, "linear", 4.0)
+        got = model(ids).logits
+        reference = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(model.config))
+        reference.load_state_dict(model.state_dict())
+        expected = reference.eval()(ids).logits
+    params = model.config.rope_parameters
+    assert params["sliding_attention"] == sliding
+    assert params["full_attention"]["rope_type"] == "linear"
+    assert params["full_attention"]["factor"] == 4.0
+    assert torch.equal(got, expected) and not torch.allclose(got, before)
+    full = rope_from_hf_config(model.config, layer_type="full_attention")
+    local = rope_from_hf_config(model.config, layer_type="sliding_attention")
+    assert full.scaling.rope_type == "linear" and local.scaling.rope_type == "default"
+
+
 def test_extend_context_takes_scaling_keys_and_original_length(tol):
     model = tiny_model(llama_config({"rope_type": "default"}, base=BASE))
     extend_context(model, "yarn", 2.0, original_max_position_embeddings=12, beta_fast=16.0)

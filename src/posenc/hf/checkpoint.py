@@ -19,11 +19,14 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ..models.plan import LayerPlan
 from ..rotary.mrope import MRoPE
 from ..rotary.rope import RoPE
 from .extend import EXTEND_METHODS, extension_updates
+from .keys import nested_rope_keys
+from .layer_types import FULL
 from .layouts import MLA_BY_FLAG
-from .model_types import NonRotary, non_rotary, rotary_config
+from .model_types import NonRotary, non_rotary, plan_summary, rotary_notes
 from .mrope_families import language_config, language_path
 from .rope import rope_from_hf_config
 
@@ -104,6 +107,8 @@ class CheckpointReport:
         extensions: one plan per method of :data:`~posenc.hf.EXTEND_METHODS` (empty unless
             a target is given for an unscaled rotary model).
         extension_note: why there are no plans, or what to know about them; empty if none.
+        plan: the layer plan (:func:`~posenc.hf.layer_plan`) of a model whose layers
+            differ, None otherwise.
     """
 
     path: Path
@@ -116,6 +121,7 @@ class CheckpointReport:
     target: int | None = None
     extensions: tuple[ExtensionPlan, ...] = ()
     extension_note: str = ""
+    plan: LayerPlan | None = None
 
 
 def read_config(path: str | Path) -> tuple[Path, dict[str, Any]]:
@@ -178,19 +184,29 @@ def inspect_checkpoint(path: str | Path, target: int | None = None) -> Checkpoin
     other = non_rotary(raw, model_type)  # raises for unknown model types
     if other is not None:
         return _non_rotary_report(file, model_type, other, target)
-    config, notes = rotary_config(raw, model_type)
-    rope, language = rope_from_hf_config(config), language_config(config)
+    config, language = raw, language_config(raw)
+    plan, plan_note = plan_summary(config)
+    notes = [] if plan_note is None else [plan_note]
+    per_type = nested_rope_keys(language.get("rope_parameters") or {})
+    layer_type = FULL if per_type else None  # the full layers' RoPE: the one recipes extend
+    rope = rope_from_hf_config(config, layer_type=layer_type)
+    if per_type:
+        notes.insert(0, f"a RoPE per layer type {per_type}: the facts above are the {FULL}'s")
+    notes += rotary_notes(config, model_type)
     facts = _rotary_facts(rope, language, model_type)
-    build = f"config = json.load(open({str(file)!r}))\nrope = posenc.hf.rope_from_hf_config(config)"
+    given = "" if layer_type is None else f", layer_type={layer_type!r}"
+    build = f"config = json.load(open({str(file)!r}))\n"
+    build += f"rope = posenc.hf.rope_from_hf_config(config{given})"
     report = CheckpointReport(
         path=file,
         model_type=model_type,
         encoding="mrope" if isinstance(rope, MRoPE) else "rope",
         config=rope.config.to_dict(),
         build=build,
-        notes=tuple(n for n in notes if not n.startswith("config[")),
+        notes=tuple(notes),
         rotary=facts,
         target=target,
+        plan=plan,
     )
     if target is None:
         return report
@@ -284,8 +300,10 @@ def _plans(
             into = into[key]
         into.update(copy.deepcopy(updates))
         into.pop("rope_scaling", None)  # rope_parameters replaces it, as in transformers 5
+        per_type = nested_rope_keys(updates["rope_parameters"])
         try:
-            rope, note = rope_from_hf_config(updated), ""
+            rope = rope_from_hf_config(updated, layer_type=FULL if per_type else None)
+            note = "" if not per_type else f"the {FULL} layers only; the others kept"
         except ValueError as error:
             rope, note = None, f"posenc cannot build it: {error}"
         plans.append(ExtensionPlan(method, factor, updates, rope, note))

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..rotary.rope import RoPE
 from .checkpoint import CheckpointReport
+from .layer_types import FULL
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -63,14 +64,18 @@ def render_report(report: CheckpointReport) -> list[str]:
         if f.mrope_section is not None:
             lines.append(f"mrope section (t, h, w pairs): {list(f.mrope_section)}")
     lines += [f"note: {note}" for note in r.notes]
+    if r.plan is not None:
+        lines += ["layer plan:", *(f"    {line}" for line in str(r.plan).splitlines())]
     lines += ["build:", *(f"    {line}" for line in r.build.splitlines())]
     if r.target is not None:
         lines.append(f"extension to {r.target} tokens:")
         for plan in r.extensions:
-            u = plan.updates
+            u, name = plan.updates, "rope_parameters"
+            params = u[name]
+            if isinstance(params.get(FULL), dict):  # per layer type: the one scaled
+                name, params = f"{name}[{FULL!r}]", params[FULL]
             lines.append(
-                f"    {plan.method} (factor {plan.factor:g}): "
-                f"rope_parameters={{{_params(u['rope_parameters'])}}}; "
+                f"    {plan.method} (factor {plan.factor:g}): {name}={{{_params(params)}}}; "
                 f"max_position_embeddings={u['max_position_embeddings']}"
             )
             if plan.note:

@@ -9,13 +9,22 @@ interpolation, NTK-aware, dynamic NTK, YaRN, Llama 3.1). Needs transformers >= 5
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from ..config import MAX_INT, check_float
 from ..functional.rope_scaling import ntk_base
 from ..rotary.rope import DEFAULT_BASE
 from ..rotary.scaling import parse_scaling
-from .keys import config_getter, config_head_dim, config_rope_dict, rope_base_keys
+from .keys import (
+    Getter,
+    config_getter,
+    config_head_dim,
+    config_rope_dict,
+    nested_rope_keys,
+    rope_base_keys,
+)
+from .layer_types import FULL
 
 __all__ = ["EXTEND_METHODS", "extend_context"]
 
@@ -62,7 +71,9 @@ def extension_updates(
 
     The pure part of :func:`extend_context` (which calls it, so the two cannot disagree):
     what ``extend_context(model, method, factor, ...)`` would write into ``model.config``,
-    from the config object or its ``config.json`` dict, without a model. Arguments and
+    from the config object or its ``config.json`` dict, without a model. Per-layer-type
+    ``rope_parameters`` (Gemma 3, OLMo 3) get their ``full_attention`` entry scaled and the
+    others kept, as those models' own recipes scale only their full-attention layers. Arguments and
     errors as :func:`extend_context`'s. The base and rotary fraction are read as
     :func:`~posenc.hf.rope_from_hf_config` reads them (GPT-NeoX's legacy names included);
     Qwen2-VL's legacy ``"mrope"`` type counts as unscaled, its ``mrope_section`` kept.
@@ -81,7 +92,8 @@ def extension_updates(
         raise ValueError(f"unknown method {method!r}; accepted: {list(EXTEND_METHODS)}")
     factor = _check_factor(factor)
     get = config_getter(config)
-    current = config_rope_dict(get)
+    layer_type = _scaled_type(get)
+    current = config_rope_dict(get, layer_type)
     if current.get("rope_type", current.get("type", "default")) not in _UNSCALED:
         raise ValueError(
             f"the model already uses {current.get('rope_type', current.get('type'))!r} "
@@ -123,11 +135,30 @@ def extension_updates(
             checked["original_max_position_embeddings"] = original
         parse_scaling(checked)  # strict: unknown keys and bad values raise, naming them
 
+    if layer_type is not None:  # the other layer types' RoPE as it was
+        new = {**{k: dict(v) for k, v in get("rope_parameters").items()}, layer_type: new}
     updates: dict[str, Any] = {"rope_parameters": new, "max_position_embeddings": new_max}
     if get("original_max_position_embeddings") is not None:
         # transformers prefers this top-level key (Phi-3) over the one in rope_parameters
         updates["original_max_position_embeddings"] = original
     return updates
+
+
+def _scaled_type(get: Getter) -> str | None:
+    """The layer type whose RoPE an extension scales in per-layer-type ``rope_parameters``
+    (Gemma 3, ModernBERT, OLMo 3): the full-attention layers, as these models' own long
+    context recipes do (Gemma 3's 128k: linear 8 on its global layers; OLMo 3: YaRN on its
+    full layers); a sliding layer sees its window only. None for one RoPE on every layer."""
+    params = get("rope_parameters")
+    nested = nested_rope_keys(params) if isinstance(params, Mapping) else []
+    if not nested:
+        return None
+    if FULL not in nested:
+        raise ValueError(
+            f"per-layer rope_parameters {nested} have no {FULL!r} entry: extend_context "
+            "scales the full-attention layers' RoPE and would not pick another"
+        )
+    return FULL
 
 
 def extend_context(

@@ -13,6 +13,7 @@ from typing import Any
 from ..config import check_int
 
 __all__ = [
+    "COMPOSITE_TEXT",
     "LEGACY_KEYS",
     "Getter",
     "config_getter",
@@ -28,6 +29,11 @@ Getter = Callable[..., Any]
 #: the keys a RoPE dict may take from the config's top level, with the legacy name GPT-NeoX's
 #: ``config.json`` uses for each (transformers 5 reads those into ``rope_parameters`` too)
 LEGACY_KEYS = {"rope_theta": "rotary_emb_base", "partial_rotary_factor": "rotary_pct"}
+
+
+#: composite configs that are not M-RoPE ones: model_type -> their language model's
+#: (``text_config``), which holds the positional keys
+COMPOSITE_TEXT = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
 
 
 def config_getter(config: Any) -> Getter:

@@ -18,7 +18,7 @@ from ..attn.temperature import QueryTemperature
 from ..config import check_float
 from ..models.spec import LayerSpec
 from ..rotary.rope import RoPE
-from .keys import config_rope_dict, nested_rope_keys, rope_base_keys
+from .keys import COMPOSITE_TEXT, config_rope_dict, nested_rope_keys, rope_base_keys
 from .layer_types import CHUNKED, FULL, SLIDING, ConfigKeys, count, layer_types, qwen_window
 from .layer_types import rope_flags as _rope_flags
 from .rope import rope_from_hf_config
@@ -266,4 +266,4 @@ FAMILIES = {
     "modernbert": Family(_modernbert, causal=False),
 }
 #: composite configs: their language model's config, which the plan is read from
-COMPOSITE = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
+COMPOSITE = COMPOSITE_TEXT

@@ -12,13 +12,14 @@ from typing import Any
 
 from ..base import Encoding
 from ..config import check_int
+from ..models.plan import LayerPlan
 from ..models.spec import LayerSpec, describe_encoding
 from ..positions.tmrope import TMROPE_FAMILIES
 from .layer_plan import layer_plan
 from .layouts import HALF, INTERLEAVED, MLA_BY_FLAG
-from .mrope_families import MROPE_FAMILIES
+from .mrope_families import MROPE_FAMILIES, language_config
 
-__all__ = ["KNOWN_MODEL_TYPES", "NonRotary", "non_rotary", "rotary_config"]
+__all__ = ["KNOWN_MODEL_TYPES", "NonRotary", "non_rotary", "plan_summary", "rotary_notes"]
 
 #: model types whose rotary embedding rope_from_hf_config reads: every type whose pair
 #: layout posenc.hf.layouts has read off transformers' code (half, interleaved, latent
@@ -130,13 +131,10 @@ def non_rotary(config: dict[str, Any], model_type: Any) -> NonRotary | None:
     )
 
 
-def rotary_config(config: dict[str, Any], model_type: Any) -> tuple[dict[str, Any], list[str]]:
-    """The config as :func:`~posenc.hf.rope_from_hf_config` reads it, and notes on what
-    the RoPE alone does not show."""
+def rotary_notes(config: dict[str, Any], model_type: Any) -> list[str]:
+    """Notes on what a rotary model's RoPE alone does not show (its layer plan is
+    :func:`plan_summary`'s)."""
     notes: list[str] = []
-    plan = plan_note(config)
-    if plan is not None:
-        notes.append(plan)
     omni = _omni_note(config, model_type)
     if omni is not None:
         notes.append(omni)
@@ -146,7 +144,7 @@ def rotary_config(config: dict[str, Any], model_type: Any) -> tuple[dict[str, An
             "yarn_mscale(factor, mscale_all_dim)^2 under yarn: part of the attention, not the "
             "RoPE (posenc.hf.latent_rope_from_hf_config gives it with the decoupled RoPE)"
         )
-    return config, notes
+    return notes
 
 
 def _omni_note(config: dict[str, Any], model_type: Any) -> str | None:
@@ -165,21 +163,22 @@ def _omni_note(config: dict[str, Any], model_type: Any) -> str | None:
     )
 
 
-def plan_note(config: dict[str, Any]) -> str | None:
-    """What the RoPE alone does not show of a model whose layers differ: its layer plan
-    (:func:`~posenc.hf.layer_plan`) counted by encoding and pattern, or why it is not read;
-    None for a model whose every layer is the same."""
+def plan_summary(config: dict[str, Any]) -> tuple[LayerPlan | None, str | None]:
+    """The layer plan of a model whose layers differ (:func:`~posenc.hf.layer_plan` of its
+    language model's config) and a note that counts its layers by encoding and pattern;
+    ``(None, why it is not read)`` where it is not; ``(None, None)`` for a model whose
+    every layer is the same."""
     try:
-        plan = layer_plan(config)
+        plan = layer_plan(language_config(config))
     except ValueError as e:
-        return f"its layer plan is not read (posenc.hf.layer_plan: {e})"
+        return None, f"its layer plan is not read (posenc.hf.layer_plan: {e})"
     rows = Counter(_kind(spec) for spec in plan)
     if len(rows) == 1 and not any(spec.sinks or spec.softcap for spec in plan):
-        return None
+        return None, None
     kinds = ", ".join(f"{n} x {kind}" for kind, n in rows.items())
-    return (
-        f"the layers differ: {kinds} of {len(plan)} layers; the RoPE above is the one read "
-        "from the top level; posenc.hf.layer_plan(config) gives every layer's"
+    return plan, (
+        f"the layers differ: {kinds} of {len(plan)} layers; the RoPE above is one of them, "
+        "the layer plan below gives every layer's (posenc.hf.layer_plan(config))"
     )
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from .keys import config_getter
+from .keys import COMPOSITE_TEXT, config_getter
 
 __all__ = [
     "MROPE_FAMILIES",
@@ -81,9 +81,10 @@ _LANGUAGE_KEYS = ("thinker_config", "text_config")
 
 
 def language_path(config: Any) -> tuple[str, ...]:
-    """The keys from an M-RoPE model's config down to its language model's config:
+    """The keys from a composite model's config down to its language model's config:
     ``("thinker_config", "text_config")`` for Qwen-Omni, ``("text_config",)`` for Qwen-VL,
-    ``()`` for a text config or any other model.
+    Gemma 3 and Llama 4 (:data:`~posenc.hf.keys.COMPOSITE_TEXT`), ``()`` for a text config
+    or any other model.
 
     Example:
         >>> language_path({"model_type": "qwen2_5_omni", "thinker_config": {
@@ -93,7 +94,8 @@ def language_path(config: Any) -> tuple[str, ...]:
     path: list[str] = []
     get = config_getter(config)
     for key in _LANGUAGE_KEYS:
-        if get("model_type") in MROPE_FAMILIES and get(key) is not None:
+        composite = get("model_type") in MROPE_FAMILIES or get("model_type") in COMPOSITE_TEXT
+        if composite and get(key) is not None:
             path.append(key)
             get = config_getter(get(key))
     return tuple(path)

@@ -70,7 +70,15 @@ def describe_encoding(spec: EncodingSpec) -> str:
 
 
 def _value(v: Any) -> str:
-    return format(v, "g") if isinstance(v, float) else str(v)
+    """A configuration value as the plan's table shows it: numbers with ``g``, a dict (a
+    RoPE scaling) as ``type(key=value, ...)`` without its unset (None) entries."""
+    if isinstance(v, float):
+        return format(v, "g")
+    if isinstance(v, dict):
+        inner = {k: x for k, x in v.items() if x is not None and k != "rope_type"}
+        args = ", ".join(f"{k}={_value(x)}" for k, x in inner.items())
+        return f"{v.get('rope_type', '')}({args})"
+    return str(v)
 
 
 @dataclass(frozen=True)
