@@ -113,27 +113,39 @@ def test_double_backward_and_table_gradients(compiled, tol):
         torch.testing.assert_close(a, b, **tol(n=8, scale=16 * x.abs().max().item() ** 2))
 
 
-def test_bfloat16_within_one_ulp(compiled):
-    # both compute in float32 and round once to bfloat16; the float32 values are equal
-    # (see above), so the results are equal unless inductor keeps a value the reference
-    # rounds: then one bfloat16 ulp at most (round-to-nearest of values one float32 ulp
-    # apart lands on the same or a neighbouring bfloat16)
-    cos, sin = tables(37, 8)
-    x = projected(2, 4, 37, 16, dtype=torch.bfloat16)
+def within_one_ulp(a, b):
+    """Each element of ``a`` equal to ``b``'s or one unit in the last place of ``b``'s dtype
+    away (``eps·|b|`` bounds the spacing at ``|b|``; ``eps·tiny`` below the normal range)."""
+    info = torch.finfo(b.dtype)
+    ulp = info.eps * b.float().abs().clamp_min(info.tiny)
+    return bool(((a.float() - b.float()).abs() <= ulp).all())
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_within_one_ulp(compiled, layout, dtype):
+    # both compute in float32 and round once to dtype; the float32 values are equal (see
+    # above), so the results are equal unless inductor keeps a value the reference rounds:
+    # then one ulp at most (round-to-nearest of values one float32 ulp apart lands on the
+    # same or a neighbouring value of dtype). Odd length, odd head_dim, partial rotary (14
+    # of 19 dimensions), non-contiguous; forward and backward
+    cos, sin = tables(37, 7)
+    x = projected(2, 3, 37, 19, dtype=dtype)
     x.requires_grad_()
-    fast, ref = apply_rope_fast(x, cos, sin), apply_rope(x, cos, sin)
+    fast, ref = apply_rope_fast(x, cos, sin, layout), apply_rope(x, cos, sin, layout)
     grad = torch.randn_like(ref)
     grads = [torch.autograd.grad(y, x, grad)[0] for y in (fast, ref)]
-    assert fast.dtype == grads[0].dtype == torch.bfloat16 and len(compiled) == 2
+    assert fast.dtype == grads[0].dtype == dtype and len(compiled) == 2
+    assert torch.equal(fast[..., 14:], x[..., 14:])  # the rest passes through, unrounded
     for a, b in ((fast, ref), tuple(grads)):
-        ulp = torch.finfo(torch.bfloat16).eps * b.float().abs()
-        assert ((a.float() - b.float()).abs() <= ulp).all()
+        assert within_one_ulp(a, b)
 
 
-def test_batch_and_per_head_tables(compiled):
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_batch_and_per_head_tables(compiled, layout):
     x = projected(2, 3, 21, 16)
     for cos, sin in (tables(21, 8, batch=2), tables(21, 8, batch=2, heads=3)):
-        assert torch.equal(apply_rope_fast(x, cos, sin), apply_rope(x, cos, sin))
+        assert torch.equal(apply_rope_fast(x, cos, sin, layout), apply_rope(x, cos, sin, layout))
     assert len(compiled) == 2
 
 

@@ -102,14 +102,15 @@ def test_fp32_path_is_exact_at_large_positions(position, tol):
     assert (naive.double() - positions.double()[:, None] * rope_inv_freq(128)[0]).abs().max() > 0.01
 
 
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_low_precision_input_is_the_fp32_result_rounded_once(dtype):
+def test_low_precision_input_is_the_fp32_result_rounded_once(dtype, layout):
     x = torch.randn(2, 4, 50, 64).to(dtype)
     positions = torch.arange(1000, 1050)
-    out = rotate(x, positions)
+    out = rotate(x, positions, layout)
     assert out.dtype == dtype
     # the same float32 operations, rounded once to dtype: bit for bit
-    assert torch.equal(out, rotate(x.float(), positions).to(dtype))
+    assert torch.equal(out, rotate(x.float(), positions, layout).to(dtype))
 
 
 def test_attention_factor_scales_cos_and_sin_once(tol):
