@@ -48,6 +48,8 @@ LLAMA3 = {
     "rope_theta": 500000.0,
 }
 
+SLIDE_FULL = ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]
+
 #: family -> (config class, keywords); transformers' defaults for the rest
 FAMILIES = {
     "mistral": ("MistralConfig", {**TINY, **KV, "num_hidden_layers": 2, "sliding_window": 4}),
@@ -135,6 +137,40 @@ FAMILIES = {
             "sliding_window": 4,
         },
     ),
+    **{  # sliding and full layer_types, read by the generic reader (OLMo 3: a RoPE per type)
+        model_type: (
+            cls,
+            {
+                **TINY,
+                **KV,
+                "head_dim": 16,
+                "num_hidden_layers": 4,
+                "sliding_window": 4,
+                "layer_types": SLIDE_FULL,
+            },
+        )
+        for model_type, cls in (
+            ("olmo3", "Olmo3Config"),
+            ("ministral", "MinistralConfig"),
+            ("afmoe", "AfmoeConfig"),
+            ("cwm", "CwmConfig"),
+            ("mellum", "MellumConfig"),
+            ("laguna", "LagunaConfig"),
+            ("exaone4", "Exaone4Config"),
+            ("exaone_moe", "ExaoneMoeConfig"),
+            ("kolibri1", "Kolibri1Config"),
+        )
+    },
+    "exaone4-full": (
+        "Exaone4Config",
+        {
+            **TINY,
+            **KV,
+            "num_hidden_layers": 2,
+            "sliding_window": None,
+            "layer_types": ["full_attention"] * 2,
+        },
+    ),
     "modernbert": (
         "ModernBertConfig",
         {
@@ -168,22 +204,41 @@ def attention_of(layer):
     return layer.attn if hasattr(layer, "attn") else layer.self_attn  # ModernBERT: attn
 
 
-def capture(model):
-    """Run ``SEQ`` tokens; return each layer's ``(attention_mask, position_embeddings)``."""
-    seen: list = []
+#: the functions a family's attention rotates q and k with (Llama 4: complex tables)
+APPLY_NAMES = ("apply_rotary_pos_emb", "apply_rotary_emb")
 
-    def hook(module, args, kwargs):
-        seen.append((kwargs.get("attention_mask"), kwargs.get("position_embeddings")))
+
+def capture(model):
+    """Run ``SEQ`` tokens; return each layer's ``(attention_mask, position_embeddings,
+    rotated)``: ``rotated`` whether the layer called its module's apply function, watched
+    as it runs (what the layer does, not what an attribute of it says)."""
+    seen: list = []
+    module = importlib.import_module(type(model).__module__)
+    originals = {name: getattr(module, name) for name in APPLY_NAMES if hasattr(module, name)}
+
+    def hook(layer, args, kwargs):
+        seen.append([kwargs.get("attention_mask"), kwargs.get("position_embeddings"), False])
+
+    def watched(original):
+        def apply(*args, **kwargs):
+            seen[-1][2] = True
+            return original(*args, **kwargs)
+
+        return apply
 
     handles = [layer.register_forward_pre_hook(hook, with_kwargs=True) for layer in model.layers]
     try:
+        for name, original in originals.items():
+            setattr(module, name, watched(original))
         with torch.no_grad():
             model(input_ids=torch.arange(3, 3 + SEQ)[None])
     finally:
+        for name, original in originals.items():
+            setattr(module, name, original)
         for h in handles:
             h.remove()
-    assert len(seen) == len(model.layers)
-    return seen
+    assert len(seen) == len(model.layers) and originals
+    return [tuple(entry) for entry in seen]
 
 
 def visible(mask, causal: bool) -> torch.Tensor:
@@ -199,13 +254,6 @@ def ours_visible(spec, causal: bool) -> torch.Tensor:
     positions = torch.arange(SEQ)
     seen = pattern_mask(spec.pattern, positions, positions, causal)
     return torch.ones(SEQ, SEQ, dtype=torch.bool) if seen is None else seen
-
-
-def rotates(name: str, attention) -> bool:
-    """Whether the layer's attention module applies its position embeddings, read off it."""
-    if name == "cohere2":
-        return attention.sliding_window is not None  # Cohere2Attention's own test
-    return bool(getattr(attention, "use_rope", True))  # Llama 4, SmolLM3
 
 
 def rotate_theirs(model, name: str, q, k, embeddings):
@@ -240,7 +288,7 @@ def test_plan_is_what_transformers_runs(name, tol):
     q, k = torch.randn(1, heads, SEQ, head_dim), torch.randn(1, heads, SEQ, head_dim)
     local = [i for i, spec in enumerate(plan) if spec.pattern.local]
     assert all(captured[i][0] is not None for i in local)  # a window or chunk was masked
-    for i, (spec, layer, (mask, embeddings)) in enumerate(
+    for i, (spec, layer, (mask, embeddings, rotated)) in enumerate(
         zip(plan, model.layers, captured, strict=True)
     ):
         attention = attention_of(layer)
@@ -248,7 +296,7 @@ def test_plan_is_what_transformers_runs(name, tol):
         # the mask this layer attends with, key by key
         assert torch.equal(ours_visible(spec, causal), visible(mask, causal)), (i, spec)
         # the rotation it applies (the family's apply function: layout, base, scaling)
-        assert (spec.encoding is not None) == rotates(name, attention), i
+        assert (spec.encoding is not None) == rotated, i
         if spec.encoding is not None:
             ours = spec.encoding(q, k, torch.arange(SEQ))
             theirs = rotate_theirs(model, name, q, k, embeddings)
@@ -257,9 +305,7 @@ def test_plan_is_what_transformers_runs(name, tol):
         # what the scores see beyond the mask
         assert spec.softcap == getattr(attention, "attn_logit_softcapping", None), i
         assert spec.sinks == hasattr(attention, "sinks"), i
-        tuned = getattr(attention, "attn_temperature_tuning", False) and not rotates(
-            name, attention
-        )
+        tuned = getattr(attention, "attn_temperature_tuning", False) and not rotated
         assert (spec.temperature is not None) == bool(tuned), i
         if tuned:
             assert spec.temperature.floor_scale == attention.floor_scale
@@ -285,6 +331,9 @@ def test_window_attributes_are_the_modules(name):
             assert config.sliding_window == spec.window, i
         elif name == "llama4_text":
             assert (config.layer_types[i] == "chunked_attention") == (spec.chunk is not None)
+        elif name.startswith(("exaone", "kolibri")):  # the config's window on every layer
+            assert window == config.sliding_window, i
+            assert attention.is_sliding == (spec.window is not None), i
         elif window != "absent":
             assert window == spec.window, i
 

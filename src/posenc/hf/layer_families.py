@@ -178,6 +178,30 @@ def _smollm3(keys: ConfigKeys, layout: str | None) -> list[LayerSpec]:
     ]
 
 
+def _sliding_full(keys: ConfigKeys, layout: str | None) -> list[LayerSpec]:
+    """Sliding and full layers by ``layer_types``, the window on the sliding ones, every
+    layer rotating with the one RoPE or with its layer type's (``rope_parameters`` per
+    layer type: OLMo 3): the families whose attention reads no more than that."""
+    if keys.get("layer_types") is None:
+        keys.need("layer_types", "says which layers slide (the config class derives it)")
+    types = layer_types(keys, (FULL, SLIDING))
+    window = _window(keys, types)
+    if nested_rope_keys(keys.get("rope_parameters") or {}):
+        ropes = {t: rope_from_hf_config(keys.config, layout=layout, layer_type=t) for t in types}
+    else:
+        ropes = dict.fromkeys(types, _one_rope(keys, layout))
+    return [LayerSpec(ropes[t], window=window if t == SLIDING else None) for t in types]
+
+
+def _exaone4(keys: ConfigKeys, layout: str | None) -> list[LayerSpec]:
+    """EXAONE 4's attention rotates its sliding layers only when the model has a window
+    (its global layers are NoPE), and every layer when ``sliding_window`` is None."""
+    specs = _sliding_full(keys, layout)
+    if keys.get("sliding_window") is None:
+        return specs
+    return [s if s.window is not None else LayerSpec(None) for s in specs]
+
+
 def _modernbert(keys: ConfigKeys, layout: str | None) -> list[LayerSpec]:
     types = layer_types(keys, (FULL, SLIDING))
     window = _window(keys, types, "local_attention")
@@ -264,6 +288,15 @@ FAMILIES = {
     "llama4_text": Family(_llama4, required=_HEAD_DIM),
     "smollm3": Family(_smollm3),
     "modernbert": Family(_modernbert, causal=False),
+    "olmo3": Family(_sliding_full),
+    "ministral": Family(_sliding_full),
+    "afmoe": Family(_cohere2, required=_HEAD_DIM),
+    "cwm": Family(_sliding_full, required=_HEAD_DIM),
+    "mellum": Family(_sliding_full, required=_HEAD_DIM),
+    "laguna": Family(_sliding_full, required=_HEAD_DIM),
+    "exaone4": Family(_exaone4),
+    "exaone_moe": Family(_exaone4),
+    "kolibri1": Family(_exaone4, required=_HEAD_DIM),
 }
 #: composite configs: their language model's config, which the plan is read from
 COMPOSITE = COMPOSITE_TEXT

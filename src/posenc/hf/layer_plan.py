@@ -17,7 +17,12 @@ and anything else is an error that names the key, never a guess:
   on the ``chunked_attention`` layers;
 - SmolLM3: NoPE where ``no_rope_layers`` is 0;
 - ModernBERT (bidirectional): sliding/full from ``global_attn_every_n_layers``, the window
-  ``local_attention``, a RoPE per type (``global_rope_theta``, ``local_rope_theta``).
+  ``local_attention``, a RoPE per type (``global_rope_theta``, ``local_rope_theta``);
+- OLMo 3, Ministral, CWM, Mellum, Laguna: sliding/full ``layer_types``, every layer
+  rotating (OLMo 3, Mellum and Laguna with a RoPE per layer type);
+- AFMoE: RoPE on the sliding layers only, as Cohere2;
+- EXAONE 4, EXAONE-MoE, Kolibri: RoPE on the sliding layers only when a window is set
+  (every layer without one).
 
 Windows: a causal sliding layer's mask is ``kv_idx > q_idx - sliding_window`` with
 ``kv_idx <= q_idx`` (``sliding_window_overlay``): ``sliding_window`` keys, the query's own
