@@ -448,7 +448,7 @@ def test_legacy_qwen2_vl_mrope_type_is_unscaled_and_keeps_its_sections(tmp_path,
 
 
 def test_a_refused_plan_is_a_note_not_an_error(tmp_path, monkeypatch, legacy):
-    import posenc.hf.checkpoint as inspect_module
+    import posenc.hf.checkpoint_plans as inspect_module
 
     real = inspect_module.extension_updates
 

@@ -27,6 +27,8 @@ One module per concept:
   a length), as a :class:`CheckpointReport`;
 - :mod:`~posenc.hf.model_types`: the model types it knows and the posenc encoding of each
   (rotary, ALiBi, T5 buckets, learned);
+- :mod:`~posenc.hf.checkpoint_plans`: the extension plans of a report, what
+  ``extend_context`` would write for each method and the RoPE that gives;
 - :mod:`~posenc.hf.checkpoint_view`: the report shown, :func:`render_report` (text) and
   :func:`frequencies_figure` (matplotlib, imported there only).
 

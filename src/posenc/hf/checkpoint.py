@@ -12,7 +12,6 @@ The file is read with :mod:`json`: nothing is downloaded and transformers is not
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import math
@@ -22,12 +21,12 @@ from typing import Any
 from ..models.plan import LayerPlan
 from ..rotary.mrope import MRoPE
 from ..rotary.rope import RoPE
-from .extend import EXTEND_METHODS, extension_updates
+from .checkpoint_plans import ExtensionPlan, extension_plans
 from .keys import nested_rope_keys
 from .layer_types import FULL
 from .layouts import MLA_BY_FLAG
 from .model_types import NonRotary, non_rotary, plan_summary, rotary_notes
-from .mrope_families import language_config, language_path
+from .mrope_families import language_config
 from .rope import rope_from_hf_config
 
 __all__ = ["CheckpointReport", "ExtensionPlan", "RotaryFacts", "inspect_checkpoint"]
@@ -67,27 +66,6 @@ class RotaryFacts:
     attention_factor: float
     longest_wavelength: float
     mrope_section: tuple[int, ...] | None
-
-
-@dataclasses.dataclass(frozen=True)
-class ExtensionPlan:
-    """What ``extend_context(model, method, factor)`` would set, and the RoPE it gives.
-
-    Attributes:
-        method: one of :data:`~posenc.hf.EXTEND_METHODS`.
-        factor: target / original length.
-        updates: the config keys and values it sets (``rope_parameters``,
-            ``max_position_embeddings``, ...), as :func:`~posenc.hf.extend.extension_updates`.
-        rope: the :class:`~posenc.rotary.RoPE` of the updated config, None when posenc cannot
-            build it (``note`` says why: M-RoPE takes no length-dependent scaling).
-        note: empty, or why ``rope`` is None.
-    """
-
-    method: str
-    factor: float
-    updates: dict[str, Any]
-    rope: RoPE | None
-    note: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -286,32 +264,4 @@ def _plans(
     original = facts.original_context
     if original is None or target <= original:
         return (), f"target {target} is within the original context {original}: nothing to extend"
-    factor = target / original
-    plans, refused = [], []
-    for method in EXTEND_METHODS:
-        try:
-            updates = extension_updates(language, method, factor)
-        except ValueError as error:  # the report still shows, with the reason
-            refused.append(f"{method}: {error}")
-            continue
-        updated = copy.deepcopy(config)
-        into = updated  # the language model's config, where the RoPE keys go
-        for key in language_path(config):
-            into = into[key]
-        into.update(copy.deepcopy(updates))
-        into.pop("rope_scaling", None)  # rope_parameters replaces it, as in transformers 5
-        per_type = nested_rope_keys(updates["rope_parameters"])
-        try:
-            rope = rope_from_hf_config(updated, layer_type=FULL if per_type else None)
-            note = "" if not per_type else f"the {FULL} layers only; the others kept"
-        except ValueError as error:
-            rope, note = None, f"posenc cannot build it: {error}"
-        plans.append(ExtensionPlan(method, factor, updates, rope, note))
-    notes = [f"no plan for {why}" for why in refused]
-    if plans and (model_type == "gpt_neox" or isinstance(facts.rope, MRoPE)):
-        notes.append(
-            "extend_context rewrites model.model.rotary_emb (Llama family); this model keeps "
-            "its rotary embedding elsewhere, so it refuses the model: load it with the "
-            "updated config instead"
-        )
-    return tuple(plans), "; ".join(notes)
+    return extension_plans(config, language, target / original, model_type, facts.rope)

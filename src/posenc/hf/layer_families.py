@@ -194,12 +194,9 @@ def _sliding_full(keys: ConfigKeys, layout: str | None) -> list[LayerSpec]:
 
 
 def _exaone4(keys: ConfigKeys, layout: str | None) -> list[LayerSpec]:
-    """EXAONE 4's attention rotates its sliding layers only when the model has a window
-    (its global layers are NoPE), and every layer when ``sliding_window`` is None."""
-    specs = _sliding_full(keys, layout)
-    if keys.get("sliding_window") is None:
-        return specs
-    return [s if s.window is not None else LayerSpec(None) for s in specs]
+    """EXAONE 4: RoPE on the sliding layers only (NoPE global ones) when there is a window."""
+    specs, windowed = _sliding_full(keys, layout), keys.get("sliding_window") is not None
+    return [LayerSpec(None) if windowed and s.window is None else s for s in specs]
 
 
 def _modernbert(keys: ConfigKeys, layout: str | None) -> list[LayerSpec]:

@@ -65,15 +65,13 @@ class TransformerLM(nn.Module):
         extra_encodings: the plan's other encodings (``extra_encodings.<i>.*``; empty
             with one encoding). :attr:`encodings` lists them all;
             :meth:`check_positions` checks positions against every one.
-
         tie_embeddings: compute the logits with the token embedding matrix instead of a
             head of their own (GPT-2's and Gemma's tie; Llama's default is untied). Off by
             default: with the embeddings at unit scale, a tied head starts out predicting each
             input token again (its logit is ``sqrt(dim)``), and the model then fails to learn
             in-context retrieval at the arena's sizes (docs/arena.md, "The model").
-        scale: every layer's score scale (``q · kᵀ`` times it, before a bias); None:
-            ``head_dim ** -0.5``. Gemma's ``query_pre_attn_scalar ** -0.5`` is
-            :func:`posenc.hf.score_scale` of its config.
+        scale: every layer's score scale (``q · kᵀ`` times it, before a bias), default
+            ``head_dim ** -0.5`` (Gemma's: :func:`posenc.hf.score_scale` of its config).
 
     Token embeddings are scaled by ``sqrt(dim)`` (Vaswani et al. 2017), so they enter the
     residual stream at unit scale, the scale of the sinusoidal and the other additive tables.
