@@ -73,8 +73,8 @@ def extension_updates(
     what ``extend_context(model, method, factor, ...)`` would write into ``model.config``,
     from the config object or its ``config.json`` dict, without a model. Per-layer-type
     ``rope_parameters`` (Gemma 3, OLMo 3) get their ``full_attention`` entry scaled and the
-    others kept, as those models' own recipes scale only their full-attention layers. Arguments and
-    errors as :func:`extend_context`'s. The base and rotary fraction are read as
+    others kept, as those models' own recipes scale only their full-attention layers.
+    Arguments and errors as :func:`extend_context`'s. The base and rotary fraction are read as
     :func:`~posenc.hf.rope_from_hf_config` reads them (GPT-NeoX's legacy names included);
     Qwen2-VL's legacy ``"mrope"`` type counts as unscaled, its ``mrope_section`` kept.
 
