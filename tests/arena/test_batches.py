@@ -98,3 +98,30 @@ def test_batch_bad_arguments():
         lm_batch(tokens, 2, 10.0, _gen())  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="batch_size must be an int"):
         masked_batch(tokens, True, 10, _gen())
+
+
+def test_a_batch_with_positions_gives_them_to_the_model() -> None:
+    """scored_loss passes a batch's positions on: a RoPE model's loss changes with them and
+    equals the loss of the model called with them; rows() keeps them with their rows."""
+    import torch.nn.functional as F
+
+    from posenc.arena.data.tasks import TaskBatch
+    from posenc.arena.running.training import scored_loss
+    from posenc.models import TransformerLM
+
+    torch.manual_seed(0)
+    model = TransformerLM(16, 16, 1, 2, encoding="rope")
+    inputs = torch.randint(0, 16, (3, 8))
+    positions = torch.arange(8).expand(3, 8) * 5
+    batch = TaskBatch(inputs, inputs.roll(-1, 1), positions)
+    with torch.no_grad():
+        loss = scored_loss(model, batch)
+        plain = scored_loss(model, TaskBatch(inputs, inputs.roll(-1, 1)))
+        direct = F.cross_entropy(
+            model(inputs, positions=positions).flatten(0, 1), inputs.roll(-1, 1).flatten()
+        )
+    assert torch.equal(loss, direct) and not torch.allclose(loss, plain)
+    part = batch.rows(slice(1, 3), torch.device("cpu"))
+    assert part.positions is not None and torch.equal(part.positions, positions[1:3])
+    with pytest.raises(ValueError, match="positions"):
+        TaskBatch(inputs, inputs, positions[:, :4])

@@ -96,3 +96,51 @@ def test_task_encodings_keeps_the_runs_encodings_in_the_preset_list(tmp_path: Pa
     assert RunContext(TINY, tmp_path).task_encodings() == list(TINY.encodings or ())
     preset = dataclasses.replace(TINY, task_encodings=("rope", "alibi", "fire"))
     assert RunContext(preset, tmp_path).task_encodings() == ["rope", "alibi"]
+
+
+def test_samplers_train_each_encoding_once_more_with_each(tmp_path: Path) -> None:
+    """With the preset's samplers every encoding but NoPE (which reads no positions) also
+    trains as ``<encoding>+<sampler>``; a learned table then covers every drawn position,
+    so it runs at every test length."""
+    preset = dataclasses.replace(TINY, samplers=("randomized", "pose"))
+    ctx = RunContext(preset, tmp_path)
+    lg.run(ctx)
+    labels = {r["encoding"] for r in ctx.measurements}
+    encodings = list(TINY.encodings or ())
+    expected = set(encodings) | {
+        f"{e}+{s}" for e in encodings if e != "nope" for s in preset.samplers
+    }
+    assert labels == expected
+    learned = [r for r in ctx.measurements if r["encoding"] == "learned+randomized"]
+    assert learned and all(r["value"] is not None for r in learned)
+    assert (tmp_path / "models" / "train--copy--rope+pose--seed0.safetensors").exists()
+
+
+def test_a_sampler_draws_the_training_positions_from_the_step_generator(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batches of ``rope+randomized`` carry positions below 4 M (M the longest test
+    row), sorted; the same step generator gives the same batch (a resume draws the same);
+    ``rope+pose`` reaches M; plain ``rope`` carries none."""
+    ctx = RunContext(dataclasses.replace(TINY, samplers=("randomized", "pose")), tmp_path)
+    batches = {}
+
+    def capture(name, model, make_batch, config, seed):  # type: ignore[no-untyped-def]
+        batches[name] = make_batch
+        return model
+
+    monkeypatch.setattr(ctx, "trained", capture)
+    for label in ("rope", "rope+randomized", "rope+pose"):
+        lg.task_model(ctx, "copy", label, 0)
+    longest = 2 * TINY.task_test_lengths[1] + 2
+    draw = batches["train--copy--rope+randomized--seed0"]
+    first, again = draw(torch.Generator().manual_seed(7)), draw(torch.Generator().manual_seed(7))
+    assert first.positions is not None and torch.equal(first.positions, again.positions)
+    assert torch.equal(first.inputs, again.inputs)
+    assert (
+        bool((first.positions.diff(dim=1) > 0).all()) and int(first.positions.max()) < 4 * longest
+    )
+    pose = batches["train--copy--rope+pose--seed0"](torch.Generator().manual_seed(7))
+    assert pose.positions is not None and int(pose.positions.max()) < longest
+    plain = batches["train--copy--rope--seed0"](torch.Generator().manual_seed(7))
+    assert plain.positions is None

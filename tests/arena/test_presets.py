@@ -74,3 +74,13 @@ def test_all_leaves_out_what_a_preset_leaves_out_and_a_name_still_runs_it() -> N
     assert standard.left_out == () and len(standard.seeds) == 3
     assert standard.task_train_lengths == (1, 20) and standard.task_test_lengths == (21, 40)
     assert standard.kv_test_pairs == (8, 16, 32)  # 1x, 2x and 4x the trained pairs
+
+
+def test_samplers_are_named_samplers() -> None:
+    assert dataclasses.replace(TINY, samplers=("pose", "randomized")).samplers == (
+        "pose",
+        "randomized",
+    )
+    for bad in (("shuffle",), ("pose", "pose")):
+        with pytest.raises(ValueError, match="samplers must be distinct names"):
+            dataclasses.replace(TINY, samplers=bad)

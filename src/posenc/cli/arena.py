@@ -25,6 +25,10 @@ _PRESET = (
     "full (hours, 3 seeds; for a GPU) or tiny (seconds, for tests)"
 )
 _DEVICE = "auto (CUDA when torch sees a GPU), cpu or cuda: where every model trains."
+_POSITIONS = (
+    "Also train length-generalization with these position samplers: randomized (Ruoss et "
+    "al. 2023), pose (Zhu et al. 2024); repeat the option for both."
+)
 _BF16 = "Train under bfloat16 autocast (weights and optimizer stay float32)."
 _OUT = "The run directory (default: runs/arena-<preset>-<time>)."
 _SEEDS = "Replace the preset's seeds (one or more)."
@@ -52,6 +56,9 @@ def run_command(
     no_progress: Annotated[bool, typer.Option("--no-progress", help=_NO_PROGRESS)] = False,
     device: Annotated[str, typer.Option(metavar="DEVICE", help=_DEVICE)] = "auto",
     bf16: Annotated[bool, typer.Option("--bf16", help=_BF16)] = False,
+    positions: Annotated[
+        list[str] | None, typer.Option(metavar="SAMPLER...", help=_POSITIONS)
+    ] = None,
 ) -> None:
     """Train small models with every encoding and measure them."""
     with needs_extra(EXTRAS):
@@ -69,6 +76,7 @@ def run_command(
             bars=not no_progress,
             device=device,
             bf16=bf16,
+            samplers=positions or None,
         )
 
 

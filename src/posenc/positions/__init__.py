@@ -19,7 +19,8 @@ checks of its inputs in :mod:`~posenc.positions.multimodal_inputs`),
 clock, Qwen-Omni),
 :mod:`~posenc.positions.padding` (padded and packed batches) and
 :mod:`~posenc.positions.record` (the positions of one attention call, and the default
-that places queries last among the keys). Import the names from
+that places queries last among the keys) and :mod:`~posenc.positions.samplers` (the
+positions a training row is shown at: randomized, PoSE). Import the names from
 ``posenc.positions``.
 """
 
@@ -41,12 +42,15 @@ from .padding import (
     from_segments,
 )
 from .record import AttnPositions, query_offset
+from .samplers import SAMPLERS, PositionSampler, pose, randomized
 from .tmrope import tmrope
 
 __all__ = [
+    "SAMPLERS",
     "AttnPositions",
     "GridMixin",
     "PositionOutOfRangeError",
+    "PositionSampler",
     "arange",
     "causal_mask",
     "check_batch",
@@ -61,7 +65,9 @@ __all__ = [
     "grid",
     "grid_default_positions",
     "multimodal",
+    "pose",
     "position_at",
     "query_offset",
+    "randomized",
     "tmrope",
 ]

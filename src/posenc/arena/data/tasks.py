@@ -71,21 +71,30 @@ class TaskBatch:
         inputs: ``[batch, seq]`` int64 token ids.
         targets: ``[batch, seq]`` int64, the id position ``t`` must predict, or
         :data:`IGNORE` where nothing is scored.
+        positions: ``[batch, seq]`` int64 positions the model is given
+        (:mod:`posenc.positions.samplers`), or None: ``arange(seq)``.
     """
 
     inputs: torch.Tensor
     targets: torch.Tensor
+    positions: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
-        for name in ("inputs", "targets"):
+        names = ("inputs", "targets") + (() if self.positions is None else ("positions",))
+        for name in names:
             t = getattr(self, name)
             if not isinstance(t, torch.Tensor) or t.dtype != torch.int64 or t.dim() != 2:
                 raise ValueError(f"TaskBatch.{name} must be a 2-D int64 tensor, got {_describe(t)}")
-        if self.inputs.shape != self.targets.shape:
-            raise ValueError(
-                f"TaskBatch.inputs {tuple(self.inputs.shape)} and targets "
-                f"{tuple(self.targets.shape)} must have the same shape"
-            )
+            if t.shape != self.inputs.shape:
+                raise ValueError(
+                    f"TaskBatch.inputs {tuple(self.inputs.shape)} and {name} "
+                    f"{tuple(t.shape)} must have the same shape"
+                )
+
+    def rows(self, index: slice, device: torch.device) -> TaskBatch:
+        """The rows ``index`` of the batch on ``device``."""
+        positions = None if self.positions is None else self.positions[index].to(device)
+        return TaskBatch(self.inputs[index].to(device), self.targets[index].to(device), positions)
 
     def scored_tokens(self) -> int:
         """The number of scored positions (targets other than :data:`IGNORE`)."""

@@ -10,6 +10,13 @@ exact match (``accuracy``: every output symbol and the final ``EOS`` right) and 
 0) on strings of each test length and, for reference, of the longest training length.
 ``learned`` has a table of exactly the longest training row and is recorded as cannot-run on
 the longer ones. Only the preset's ``task_encodings`` run (``RunContext.task_encodings``).
+
+With the preset's ``samplers`` (``posenc arena run --positions randomized``), each encoding
+is also trained with that position sampler (:mod:`posenc.positions.samplers`), recorded as
+``<encoding>+<sampler>``: ``randomized`` draws a row's positions from ``[0, 4 M)``, ``M``
+the longest test row, at training and at test (Ruoss et al.'s scheme: a row of any length
+sees an ordered subset of the same range); ``pose`` trains with two skip-wise chunks
+reaching ``M`` and tests at plain positions (Zhu et al.).
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from typing import Any
 import torch
 
 from ...models import TransformerLM
-from ...positions import PositionOutOfRangeError
+from ...positions import PositionOutOfRangeError, PositionSampler
 from ..data.tasks import (
     SEQUENCE_TASKS,
     SEQUENCE_VOCAB,
@@ -35,7 +42,16 @@ from ..reporting.rows import Rows, leader, ordering
 from ..running.context import RunContext, unit_name
 from .base import Experiment, Layout
 
-__all__ = ["EXPERIMENT", "NAME", "eval_lengths", "figure", "run", "summary", "task_model"]
+__all__ = [
+    "EXPERIMENT",
+    "NAME",
+    "eval_lengths",
+    "figure",
+    "run",
+    "sampler",
+    "summary",
+    "task_model",
+]
 
 NAME = "length-generalization"
 
@@ -45,10 +61,22 @@ def run(ctx: RunContext) -> None:
     for task in SEQUENCE_TASKS:
         for seed in ctx.preset.seeds:
             for encoding in ctx.task_encodings():
-                ctx.unit(
-                    unit_name(NAME, task, encoding, f"seed{seed}"),
-                    functools.partial(_measure, ctx, task, encoding, seed),
-                )
+                samplers = () if encoding == "nope" else ctx.preset.samplers  # no positions
+                for label in [encoding, *(f"{encoding}+{s}" for s in samplers)]:
+                    ctx.unit(
+                        unit_name(NAME, task, label, f"seed{seed}"),
+                        functools.partial(_measure, ctx, task, label, seed),
+                    )
+
+
+def sampler(ctx: RunContext, label: str) -> tuple[str, PositionSampler | None]:
+    """The encoding and the position sampler of a row's ``label`` (``"rope+pose"``)."""
+    encoding, _, kind = label.partition("+")
+    if not kind:
+        return encoding, None
+    longest = sequence_length(ctx.preset.task_test_lengths[1])
+    reach = 4 * longest if kind == "randomized" else longest
+    return encoding, PositionSampler(kind, reach)
 
 
 def eval_lengths(ctx: RunContext) -> list[int]:
@@ -57,21 +85,29 @@ def eval_lengths(ctx: RunContext) -> list[int]:
     return [ctx.preset.task_train_lengths[1], *range(low, high + 1)]
 
 
-def task_model(ctx: RunContext, task: str, encoding: str, seed: int) -> TransformerLM:
-    """The causal model with ``encoding`` trained with ``seed`` on ``task`` (``"copy"`` or
-    ``"reverse"``) at the preset's training lengths (unit ``train--<task>--<enc>--seed<k>``).
-    A ``learned`` table holds exactly the longest training row."""
+def task_model(ctx: RunContext, task: str, label: str, seed: int) -> TransformerLM:
+    """The causal model of ``label`` (an encoding, or ``<encoding>+<sampler>``) trained with
+    ``seed`` on ``task`` (``"copy"`` or ``"reverse"``) at the preset's training lengths
+    (unit ``train--<task>--<label>--seed<k>``). A ``learned`` table holds exactly the
+    longest training row, or with a sampler every position it draws."""
     preset = ctx.preset
     low, high = preset.task_train_lengths
-    spec = encoding_spec(encoding, sequence_length(high))
+    encoding, positions = sampler(ctx, label)
+    table = sequence_length(high) if positions is None else positions.max_position
+    spec = encoding_spec(encoding, table)
     model = ctx.new_model(preset.task_model, spec, seed, SEQUENCE_VOCAB)
     config = preset.sequence_task
 
     def make_batch(generator: torch.Generator) -> TaskBatch:
-        return sequence_batch(task, config.batch_size, low, high, generator)
+        batch = sequence_batch(task, config.batch_size, low, high, generator)
+        if positions is None:
+            return batch
+        rows, length = batch.inputs.shape
+        drawn = positions(rows, length, generator)  # drawn after the rows: one stream
+        return TaskBatch(batch.inputs, batch.targets, drawn)
 
     return ctx.trained(
-        unit_name("train", task, encoding, f"seed{seed}"), model, make_batch, config, seed
+        unit_name("train", task, label, f"seed{seed}"), model, make_batch, config, seed
     )
 
 
@@ -93,6 +129,10 @@ def _measure(ctx: RunContext, task: str, encoding: str, seed: int) -> list[dict[
         # the same strings for every encoding; disjoint from training's step generators
         generator = torch.Generator().manual_seed(10_000 + seed * 1000 + n)
         batch = sequence_batch(task, preset.task_eval_rows, n, n, generator)
+        _, positions = sampler(ctx, encoding)
+        if positions is not None and positions.kind == "randomized":  # sampled at test too
+            drawn = positions(batch.inputs.shape[0], batch.inputs.shape[1], generator)
+            batch = TaskBatch(batch.inputs, batch.targets, drawn)
         metrics = ("accuracy", "token_accuracy")
         try:
             exact, token = task_accuracies(model, batch)

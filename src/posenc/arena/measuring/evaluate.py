@@ -154,7 +154,8 @@ def task_accuracies(model: nn.Module, batch: TaskBatch) -> tuple[float, float]:
     device = next(model.parameters()).device
     targets = batch.targets.to(device)
     scored = targets != IGNORE
-    hit = model(batch.inputs.to(device)).argmax(-1) == targets  # [batch, seq]
+    extra = {} if batch.positions is None else {"positions": batch.positions.to(device)}
+    hit = model(batch.inputs.to(device), **extra).argmax(-1) == targets  # [batch, seq]
     exact = (hit | ~scored).all(dim=1).float().mean().item()
     return exact, ((hit & scored).sum() / scored.sum()).item()
 

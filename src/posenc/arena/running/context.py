@@ -71,7 +71,7 @@ def arena_encodings(preset: Preset) -> list[str]:
 def unit_name(*parts: object) -> str:
     """A unit's file-safe name: its parts joined by ``--`` (``extrapolation--rope--seed0``)."""
     name = "--".join(str(p) for p in parts)
-    if not re.fullmatch(r"[A-Za-z0-9_.:\-]+", name):
+    if not re.fullmatch(r"[A-Za-z0-9_.:+\-]+", name):
         raise ValueError(f"unit name {name!r} has characters unsafe in a file name")
     return name
 

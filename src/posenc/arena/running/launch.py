@@ -102,6 +102,7 @@ def run_arena(
     bars: bool = True,
     device: str = "auto",
     bf16: bool = False,
+    samplers: Sequence[str] | None = None,
 ) -> Path:
     """Run ``experiments`` (names, or ``["all"]``) and write results, report and table.
 
@@ -119,6 +120,8 @@ def run_arena(
         device: ``"auto"`` (CUDA when present), ``"cpu"`` or ``"cuda"``, chosen once for the
             whole run (:func:`~.distributed.world`).
         bf16: train under bfloat16 autocast.
+        samplers: replace the preset's position samplers (``length-generalization`` trains
+            each encoding with each too: ``randomized``, ``pose``).
 
     Returns:
         the run directory.
@@ -128,6 +131,8 @@ def run_arena(
     names = experiment_names(experiments, tuple(left_out))
     if seeds is not None:
         chosen = dataclasses.replace(chosen, seeds=tuple(seeds))
+    if samplers is not None:
+        chosen = dataclasses.replace(chosen, samplers=tuple(samplers))
     if encodings is not None:
         check_encodings(encodings)
         # the synthetic tasks too run every encoding named (context-extension always adds

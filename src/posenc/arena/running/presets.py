@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...config import check_int
+from ...positions.samplers import SAMPLERS
 from .training import TrainConfig
 
 __all__ = ["PRESETS", "ModelSize", "Preset", "get_preset"]
@@ -70,6 +71,8 @@ class Preset:
             encodings that are in this list).
         left_out: experiments that ``all`` does not run at this preset, each with why (one
             line printed instead); naming one runs it.
+        samplers: position samplers ``length-generalization`` also trains each encoding
+            with (:data:`posenc.positions.SAMPLERS`: ``randomized``, ``pose``; ``--positions``).
     """
 
     name: str
@@ -97,8 +100,14 @@ class Preset:
     kv_eval_rows: int
     task_encodings: tuple[str, ...] | None = None
     left_out: tuple[tuple[str, str], ...] = ()
+    samplers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        unknown = sorted(set(self.samplers) - set(SAMPLERS))
+        if unknown or len(set(self.samplers)) != len(self.samplers):
+            raise ValueError(
+                f"samplers must be distinct names of {sorted(SAMPLERS)}, got {self.samplers}"
+            )
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds must be distinct and at least one, got {self.seeds}")
         for seed in self.seeds:

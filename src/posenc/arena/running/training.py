@@ -118,7 +118,8 @@ def scored_loss(model: nn.Module, batch: TaskBatch, place: World | None = None) 
     Shapes:
         ``batch.inputs``, ``batch.targets``: ``[batch, seq]``; returns a scalar.
     """
-    logits = model(batch.inputs)  # [batch, seq, vocab]
+    extra = {} if batch.positions is None else {"positions": batch.positions}
+    logits = model(batch.inputs, **extra)  # [batch, seq, vocab]
     targets = batch.targets.flatten()
     if place is None or place.size == 1:
         return F.cross_entropy(logits.flatten(0, 1), targets, ignore_index=IGNORE)
@@ -186,7 +187,7 @@ def train_model(
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, config)
         batch = make_batch(step_generator(seed, step))
-        local = TaskBatch(batch.inputs[rows].to(place.device), batch.targets[rows].to(place.device))
+        local = batch.rows(rows, place.device)
         with torch.autocast(place.device.type, dtype=autocast, enabled=autocast is not None):
             loss = scored_loss(net, local, place)
         optimizer.zero_grad(set_to_none=True)
