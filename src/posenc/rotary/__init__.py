@@ -4,12 +4,14 @@ from .axial import RoPE2D, RoPEMixed
 from .latent import LatentRoPE
 from .layouts import layout_permutation, permute_for_layout
 from .mrope import MRoPE
+from .p_rope import PRoPE
 from .rope import RoPE
 from .xpos import XPos
 
 __all__ = [
     "LatentRoPE",
     "MRoPE",
+    "PRoPE",
     "RoPE",
     "RoPE2D",
     "RoPEMixed",
