@@ -22,8 +22,8 @@ from ..models.plan import LayerPlan
 from ..rotary.mrope import MRoPE
 from ..rotary.rope import RoPE
 from .checkpoint_plans import ExtensionPlan, extension_plans
-from .keys import nested_rope_keys
-from .layer_types import FULL
+from .extend import scaled_layer_type
+from .keys import config_getter, nested_rope_keys
 from .layouts import MLA_BY_FLAG
 from .model_types import NonRotary, non_rotary, plan_summary, rotary_notes
 from .mrope_families import language_config
@@ -165,11 +165,11 @@ def inspect_checkpoint(path: str | Path, target: int | None = None) -> Checkpoin
     config, language = raw, language_config(raw)
     plan, plan_note = plan_summary(config)
     notes = [] if plan_note is None else [plan_note]
-    per_type = nested_rope_keys(language.get("rope_parameters") or {})
-    layer_type = FULL if per_type else None  # the full layers' RoPE: the one recipes extend
+    layer_type = scaled_layer_type(config_getter(language))  # the one recipes extend
     rope = rope_from_hf_config(config, layer_type=layer_type)
-    if per_type:
-        notes.insert(0, f"a RoPE per layer type {per_type}: the facts above are the {FULL}'s")
+    if layer_type is not None:
+        kinds = nested_rope_keys(language["rope_parameters"])
+        notes.insert(0, f"a RoPE per layer type {kinds}: the facts above are the {layer_type}'s")
     notes += rotary_notes(config, model_type)
     facts = _rotary_facts(rope, language, model_type)
     given = "" if layer_type is None else f", layer_type={layer_type!r}"

@@ -11,9 +11,8 @@ from typing import Any
 
 from ..rotary.mrope import MRoPE
 from ..rotary.rope import RoPE
-from .extend import EXTEND_METHODS, extension_updates
-from .keys import nested_rope_keys
-from .layer_types import FULL
+from .extend import EXTEND_METHODS, extension_updates, scaled_layer_type
+from .keys import config_getter
 from .mrope_families import language_path
 from .rope import rope_from_hf_config
 
@@ -62,11 +61,11 @@ def extension_plans(
             into = into[key]
         into.update(copy.deepcopy(updates))
         into.pop("rope_scaling", None)  # rope_parameters replaces it, as in transformers 5
-        per_type = nested_rope_keys(updates["rope_parameters"])
+        layer_type = scaled_layer_type(config_getter(updates))
         built: RoPE | None
         try:
-            built = rope_from_hf_config(updated, layer_type=FULL if per_type else None)
-            note = "" if not per_type else f"the {FULL} layers only; the others kept"
+            built = rope_from_hf_config(updated, layer_type=layer_type)
+            note = "" if layer_type is None else f"the {layer_type} layers only; the others kept"
         except ValueError as error:
             built, note = None, f"posenc cannot build it: {error}"
         plans.append(ExtensionPlan(method, factor, updates, built, note))

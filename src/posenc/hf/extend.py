@@ -26,7 +26,7 @@ from .keys import (
 )
 from .layer_types import FULL
 
-__all__ = ["EXTEND_METHODS", "extend_context"]
+__all__ = ["EXTEND_METHODS", "extend_context", "scaled_layer_type"]
 
 #: the scalings :func:`extend_context` can apply
 EXTEND_METHODS = ("linear", "ntk", "dynamic", "yarn", "llama3")
@@ -92,7 +92,7 @@ def extension_updates(
         raise ValueError(f"unknown method {method!r}; accepted: {list(EXTEND_METHODS)}")
     factor = _check_factor(factor)
     get = config_getter(config)
-    layer_type = _scaled_type(get)
+    layer_type = scaled_layer_type(get)
     current = config_rope_dict(get, layer_type)
     if current.get("rope_type", current.get("type", "default")) not in _UNSCALED:
         raise ValueError(
@@ -144,7 +144,7 @@ def extension_updates(
     return updates
 
 
-def _scaled_type(get: Getter) -> str | None:
+def scaled_layer_type(get: Getter) -> str | None:
     """The layer type whose RoPE an extension scales in per-layer-type ``rope_parameters``
     (Gemma 3, ModernBERT, OLMo 3): the full-attention layers, as these models' own long
     context recipes do (Gemma 3's 128k: linear 8 on its global layers; OLMo 3: YaRN on its

@@ -187,7 +187,8 @@ def _sliding_full(keys: ConfigKeys, layout: str | None) -> list[LayerSpec]:
     types = layer_types(keys, (FULL, SLIDING))
     window = _window(keys, types)
     if nested_rope_keys(keys.get("rope_parameters") or {}):
-        ropes = {t: rope_from_hf_config(keys.config, layout=layout, layer_type=t) for t in types}
+        each = dict.fromkeys(types)  # one RoPE per layer type, shared by its layers
+        ropes = {t: rope_from_hf_config(keys.config, layout=layout, layer_type=t) for t in each}
     else:
         ropes = dict.fromkeys(types, _one_rope(keys, layout))
     return [LayerSpec(ropes[t], window=window if t == SLIDING else None) for t in types]

@@ -115,6 +115,7 @@ def _measure(ctx: RunContext, task: str, encoding: str, seed: int) -> list[dict[
     preset = ctx.preset
     model = task_model(ctx, task, encoding, seed)
     lengths = eval_lengths(ctx)
+    _, positions = sampler(ctx, encoding)
     records: list[dict[str, Any]] = []
     bar = ctx.progress.task(f"evaluate {task} {encoding}", len(lengths))
     for n in lengths:
@@ -129,7 +130,6 @@ def _measure(ctx: RunContext, task: str, encoding: str, seed: int) -> list[dict[
         # the same strings for every encoding; disjoint from training's step generators
         generator = torch.Generator().manual_seed(10_000 + seed * 1000 + n)
         batch = sequence_batch(task, preset.task_eval_rows, n, n, generator)
-        _, positions = sampler(ctx, encoding)
         if positions is not None and positions.kind == "randomized":  # sampled at test too
             drawn = positions(batch.inputs.shape[0], batch.inputs.shape[1], generator)
             batch = TaskBatch(batch.inputs, batch.targets, drawn)
