@@ -20,8 +20,9 @@ from posenc.terminal import encodings_table, memory_cost, render, show
         ("learned_2d", "[L, d] learned table"),  # bounded by its grid
         ("rope", "[L, d/2] cos/sin"),
         ("rope_mixed", "[L, d/2] cos/sin + learned frequencies"),
-        ("alibi", "[H, L, L] bias, or none (fused ALiBi path)"),  # linear_slopes
-        ("t5", "[H, L, L] bias, or none (flex)"),
+        ("alibi", "[H, 2L - 1] distances (CPU), or none (flex, fused ALiBi)"),
+        ("t5", "[H, 2L - 1] distances (CPU), or none (flex, fused ALiBi)"),  # shift_invariant
+        ("fire", "[H, L, L] bias, or none (flex)"),
         ("shaw", "[H, L, L] scores, or [H, 64, L] blocks (CPU training)"),  # adds_to_values
     ],
 )

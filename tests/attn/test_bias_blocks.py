@@ -1,5 +1,6 @@
 """Shift-invariant biases from their 2L - 1 distances (posenc.attn.bias_blocks): the
-table, its gradient, the blockwise CPU inference path and attention's use of it."""
+values, the blockwise kernel calls over reversed queries and their backward, and
+attention's use of them for inference and training."""
 
 from __future__ import annotations
 
@@ -9,20 +10,40 @@ import torch
 import posenc
 from posenc import attention, registry
 from posenc.attn import bias as bias_module
-from posenc.attn.bias_blocks import blockwise_bias_attention, shift_table
+from posenc.attn import bias_plan
+from posenc.attn.bias_blocks import DistanceGrad, block_size, distance_attention, distance_values
 from posenc.attn.bias_grad import bias_flash_available
+from posenc.models import TransformerLM
 
 BIAS = [n for n in posenc.available() if posenc.info(n).kind == "bias"]
 SHIFT_INVARIANT = ["alibi", "kerple", "t5"]
+needs_kernel = pytest.mark.skipif(not bias_flash_available(), reason="no CPU flash kernel")
 
 
-def _trained(name, n_heads=4):
+def _trained(name, n_heads=4, dtype=torch.float32):
     """The encoding with its parameters moved off their initial values (T5 starts at 0)."""
-    enc = posenc.create(name, n_heads=n_heads)
+    enc = posenc.create(name, n_heads=n_heads).to(dtype)
     with torch.no_grad():
         for p in enc.parameters():
             p.add_(0.3 * torch.randn_like(p))
     return enc
+
+
+def _causal_bias(enc, n, causal):
+    """The dense ``[h, n, n]`` bias over ``0..n-1``, ``-inf`` after each query if causal."""
+    positions = torch.arange(n)
+    bias = enc.bias(positions, positions)
+    if causal:
+        bias = bias.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    return bias
+
+
+def _reference(q, k, v, bias, scale):
+    """softmax(q kᵀ·scale + bias) v in float64, key/value heads repeated."""
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    scores = (q.double() @ k.double().transpose(-1, -2)) * scale + bias.double()
+    return scores.softmax(-1) @ v.double()
 
 
 def test_the_shift_invariant_encodings_are_the_expected_ones():
@@ -40,107 +61,195 @@ def test_bias_depends_on_the_distance_only(name):
 
 
 @pytest.mark.parametrize("name", SHIFT_INVARIANT)
-def test_shift_table_equals_the_bias_and_its_gradient(name):
+@pytest.mark.parametrize("causal", [True, False])
+def test_distance_values_slide_into_the_table(name, causal):
+    # in reverse query order the rows are windows of the 2n - 1 values: the same numbers
     enc = _trained(name)
-    positions = torch.arange(37)
-    weight = torch.randn(4, 37, 37)
-    table = shift_table(enc, 37)
-    assert torch.equal(table, enc.bias(positions, positions))  # the same values, copied
-    params = list(enc.parameters())
-    if not params:
-        return
-    got = torch.autograd.grad((table * weight).sum(), params)
-    expected = torch.autograd.grad((enc.bias(positions, positions) * weight).sum(), params)
-    for g, e in zip(got, expected, strict=True):
-        # a sum over the 37² scores, in another order (per diagonal first)
-        n = 37 * 37
-        torch.testing.assert_close(g, e, **_tol(n, e))
+    values = distance_values(enc, 37, causal)
+    assert values.shape == (4, 73)
+    rows = values.unfold(-1, 37, 1).flip(-2)  # row i: query i
+    assert torch.equal(rows, _causal_bias(enc, 37, causal))
 
 
-def _tol(n, expected):
-    eps = torch.finfo(torch.float32).eps
-    return {"atol": n * eps * expected.abs().max().item() + 1e-30, "rtol": n * eps}
+def test_block_size_is_an_eighth_within_bounds():
+    assert [block_size(n) for n in (1, 512, 1024, 2048, 4096, 16384)] == [
+        64,
+        64,
+        128,
+        256,
+        256,
+        256,
+    ]
 
 
-def _qkv(h, kv_h, n, d, dtype=torch.float32, strided=False):
-    q = torch.randn(2, h, n, d, dtype=dtype)
-    k, v = (torch.randn(2, kv_h, n, d, dtype=dtype) for _ in range(2))
-    if strided:  # [b, n, h, d] storage, as from a projection
-        q = torch.randn(2, n, h, d, dtype=dtype).transpose(1, 2)
-    return q, k, v
-
-
-@pytest.mark.skipif(not bias_flash_available(), reason="no CPU flash kernel")
+@needs_kernel
 @pytest.mark.parametrize("name", SHIFT_INVARIANT)
 @pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("block", [None, 16, 7])  # one call, blocks, a short last block
-def test_blockwise_equals_the_reference(name, causal, block, dense_attention, attention_tol):
-    enc = _trained(name)
-    q, k, v = _qkv(4, 2, 37, 8, strided=True)
+@pytest.mark.parametrize(
+    ("b", "h", "kv_h", "n", "block"),
+    [
+        (2, 4, 2, 37, 7),  # grouped-query heads, a short last block
+        (1, 4, 4, 37, None),  # one block
+        (2, 4, 4, 130, 64),  # the backward's blocks of 64 across the forward's
+        (1, 4, 4, 1, None),  # one query
+    ],
+)
+def test_float64_equals_the_reference_forward_and_backward(name, causal, b, h, kv_h, n, block, tol):
+    enc = _trained(name, h, torch.float64)
+    q = torch.randn(b, h, n, 8, dtype=torch.float64, requires_grad=True)
+    k, v = (torch.randn(b, kv_h, n, 8, dtype=torch.float64, requires_grad=True) for _ in "kv")
+    grad_out = torch.randn(b, h, n, 8, dtype=torch.float64)
     scale = 8**-0.5
-    with torch.no_grad():  # an inference path
-        out = blockwise_bias_attention(q, k, v, enc, scale, causal, block=block)
-    positions = torch.arange(37)
-    bias = enc.bias(positions, positions)
-    expected = dense_attention(q, k, v, bias=bias, causal=causal)
-    tol = attention_tol(q, k, v, bias=bias, scale=scale, causal=causal)
-    torch.testing.assert_close(out.double(), expected, **tol)
+    inputs = [q, k, v, *enc.parameters()]
+    out = distance_attention(q, k, v, distance_values(enc, n, causal), scale, causal, block)
+    expected = _reference(q, k, v, _causal_bias(enc, n, causal), scale)
+    # sums of a few hundred terms of size ~10 (scores, softmax, weighted values, gradients)
+    rounding = tol(torch.float64, n=8 * (n + 16), scale=10.0)
+    torch.testing.assert_close(out, expected, **rounding)
+    got = torch.autograd.grad(out, inputs, grad_out)
+    want = torch.autograd.grad(expected, inputs, grad_out)
+    for g, w in zip(got, want, strict=True):
+        scale_g = max(w.abs().max().item(), 1.0)
+        rounding = tol(torch.float64, n=8 * b * h * (n + 16), scale=scale_g)
+        torch.testing.assert_close(g, w, **rounding)
 
 
-@pytest.mark.skipif(not bias_flash_available(), reason="no CPU flash kernel")
-@pytest.mark.parametrize("block", [None, 16])
-def test_blockwise_bfloat16_keeps_a_float32_bias(block, dense_attention, attention_tol):
+@needs_kernel
+def test_a_steep_alibi_flushes_only_what_would_be_subnormal(tol):
+    """Slopes of 100: far keys' weights fall below float32's smallest normal; the backward
+    flushes them to zero and keeps every gradient within float32 rounding of float64."""
+    enc = posenc.create("alibi", n_heads=2, slopes=[100.0, 0.5])
+    q, k, v = (torch.randn(1, 2, 50, 8, requires_grad=True) for _ in "qkv")
+    out = distance_attention(q, k, v, distance_values(enc, 50, True), 8**-0.5, True)
+    expected = _reference(q, k, v, _causal_bias(enc, 50, True), 8**-0.5)
+    got = torch.autograd.grad(out.sum(), (q, k, v))
+    want = torch.autograd.grad(expected.sum(), (q, k, v))
+    for g, w in zip(got, want, strict=True):
+        assert torch.isfinite(g).all()
+        torch.testing.assert_close(g.double(), w.double(), **tol(n=200, scale=w.abs().max().item()))
+
+
+@needs_kernel
+def test_strided_inputs_and_bfloat16_keep_a_float32_bias(attention_tol):
     enc = _trained("t5")
-    q, k, v = _qkv(4, 4, 40, 8, dtype=torch.bfloat16)
+    q = torch.randn(2, 40, 4, 8).transpose(1, 2)  # [b, n, h, d] storage, as from a projection
+    k, v = (torch.randn(2, 40, 2, 8).transpose(1, 2) for _ in "kv")
+    bias, dense = _causal_bias(enc, 40, True), _causal_bias(enc, 40, False)
     with torch.no_grad():
-        out = blockwise_bias_attention(q, k, v, enc, 8**-0.5, True, block=block)
-    assert out.dtype == torch.bfloat16
-    positions = torch.arange(40)
-    bias = enc.bias(positions, positions)
-    expected = dense_attention(q, k, v, bias=bias, causal=True)
-    tol = attention_tol(q, k, v, bias=bias, causal=True)
-    torch.testing.assert_close(out.double(), expected, **tol)
+        out = distance_attention(q, k, v, distance_values(enc, 40, True), 8**-0.5, True, 16)
+        low = distance_attention(
+            *(t.bfloat16() for t in (q, k, v)), distance_values(enc, 40, True), 8**-0.5, True
+        )
+    assert low.dtype == torch.bfloat16
+    for got, inputs in ((out, (q, k, v)), (low, (t.bfloat16() for t in (q, k, v)))):
+        q_, k_, v_ = inputs
+        expected = _reference(q_, k_, v_, bias, 8**-0.5)
+        tol = attention_tol(q_, k_, v_, bias=dense, scale=8**-0.5, causal=True)
+        torch.testing.assert_close(got.double(), expected, **tol)
 
 
-@pytest.mark.skipif(not bias_flash_available(), reason="no CPU flash kernel")
+def test_the_distance_gradient_sums_each_anti_diagonal():
+    # blocks in the order flash_backward runs them under a causal mask: keys non-decreasing
+    b, h, n, block = 2, 3, 11, 4
+    values = torch.zeros(h, 2 * n - 1)
+    sink = DistanceGrad(b, h, n, block, values)
+    expected = torch.zeros(h, 2 * n - 1)
+    for r0 in reversed(range(0, n, block)):
+        rows, keys = min(block, n - r0), n - r0
+        ds = torch.randn(b * h, rows, keys)
+        sink(r0, ds)
+        for a in range(rows):
+            for j in range(keys):
+                expected[:, r0 + a + j] += ds.view(b, h, rows, keys)[:, :, a, j].sum(0)
+    torch.testing.assert_close(sink.total, expected)
+
+
+def test_bad_shapes_are_refused():
+    enc = posenc.create("t5", n_heads=2)
+    q = torch.randn(1, 2, 9, 4)
+    with pytest.raises(ValueError, match=r"\[heads, 2L - 1\] values"):
+        distance_attention(q, q, q, distance_values(enc, 8, True), 0.5, True)
+    with pytest.raises(ValueError, match="block must be an int >= 1"):
+        distance_attention(q, q, q, distance_values(enc, 9, True), 0.5, True, 0)
+
+
+@needs_kernel
 @pytest.mark.parametrize("name", SHIFT_INVARIANT)
-def test_auto_takes_it_for_inference_and_equals_math(name, monkeypatch, attention_tol):
+@pytest.mark.parametrize("training", [False, True])
+def test_auto_takes_it_and_equals_math(
+    name, training, monkeypatch, attention_tol, grad_tol, score_size
+):
+    """Over default positions, inference and training (the encoding's parameters too) on
+    the CPU run here, with the outputs and gradients of the math path."""
     enc = _trained(name)
-    q, k, v = _qkv(4, 4, 300, 8)  # past flex's threshold: the path replaces flex too
+    q, k, v = (torch.randn(2, 4, 300, 8, requires_grad=training) for _ in "qkv")
     calls = []
-    original = bias_module.blockwise_bias_attention
+    real = bias_module.distance_attention
     monkeypatch.setattr(
-        bias_module,
-        "blockwise_bias_attention",
-        lambda *a, **kw: calls.append(1) or original(*a, **kw),
+        bias_module, "distance_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw)
     )
-    with torch.no_grad():
-        out = attention(q, k, v, enc)
-        expected = attention(q, k, v, enc, backend="math")
-    # ALiBi's fused linear-bias path comes first where it applies; the others take blocks
-    assert len(calls) == 1 or name == "alibi"
-    positions = torch.arange(300)
-    bias = enc.bias(positions, positions)
+    inputs = [q, k, v, *enc.parameters()]
+    results = []
+    for backend in ("auto", "math"):
+        with torch.set_grad_enabled(training):
+            out = attention(q, k, v, enc, backend=backend)
+        grads = torch.autograd.grad(out.sum(), inputs) if training else ()
+        results.append((out, grads))
+    assert calls == [1]  # auto, not math
+    bias = _causal_bias(enc, 300, False)
     tol = attention_tol(q, k, v, bias=bias, causal=True)
-    torch.testing.assert_close(out, expected, atol=2 * tol["atol"], rtol=0.0)
+    torch.testing.assert_close(results[0][0], results[1][0], atol=2 * tol["atol"], rtol=0.0)
+    size = score_size(q, k, bias=bias, causal=True)
+    for g, w in zip(results[0][1], results[1][1], strict=True):
+        torch.testing.assert_close(g, w, **grad_tol(q, k, results[1][1], size))
 
 
-@pytest.mark.parametrize("case", ["explicit positions", "decode step", "training"])
+@pytest.mark.parametrize("case", ["explicit positions", "decode step", "padding"])
 def test_auto_keeps_other_paths_where_it_does_not_apply(case, monkeypatch):
-    # explicit positions or a cached decode step (q_len != k_len) are not the default
-    # arange(L) of both; training takes the flash kernel with its blockwise backward
-    monkeypatch.setattr(bias_module, "blockwise_bias_attention", _fail)
+    # explicit positions, a cached decode step (q_len != k_len) and masks are not the
+    # default arange(L) of both with the causal mask alone
+    monkeypatch.setattr(bias_module, "distance_attention", _fail)
     enc = _trained("t5")
-    q, k, v = _qkv(4, 4, 300, 8)
+    q, k, v = (torch.randn(2, 4, 300, 8) for _ in "qkv")
     kwargs = {}
     if case == "explicit positions":
         kwargs = {"q_positions": torch.arange(300), "k_positions": torch.arange(300)}
     elif case == "decode step":
         q = q[:, :, -1:]
-    with torch.set_grad_enabled(case == "training"):
-        out = attention(q, k, v, enc, **kwargs)
+    else:
+        kwargs = {"key_padding_mask": torch.ones(2, 300, dtype=torch.bool)}
+    out = attention(q, k, v, enc, **kwargs)
     assert out.shape == q.shape
 
 
+@needs_kernel
+@pytest.mark.parametrize("name", ["t5", "alibi"])
+def test_a_model_trains_on_it_with_the_gradients_of_the_other_paths(name, monkeypatch, tol):
+    """Each layer takes its 2L - 1 values (no shared table); loss and gradients equal those
+    of the path taken without the CPU flash kernel (T5: SDPA's math backward; ALiBi: its
+    fused linear-bias path)."""
+    torch.manual_seed(0)
+    model = TransformerLM(64, 32, 2, 4, name, n_kv_heads=2).double()
+    ids = torch.randint(0, 64, (2, 41))
+    calls = []
+    real = bias_module.distance_attention
+    monkeypatch.setattr(
+        bias_module, "distance_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw)
+    )
+    runs = []
+    for flash in (True, False):
+        monkeypatch.setattr(bias_plan, "bias_flash_available", lambda flash=flash: flash)
+        model.zero_grad(set_to_none=True)
+        logits = model(ids[:, :-1])
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten())
+        loss.backward()
+        runs.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    assert len(calls) == 2  # a layer each, with the kernel only
+    torch.testing.assert_close(runs[0][0], runs[1][0], **tol(torch.float64, n=20_000))
+    for n, g in runs[0][1].items():
+        scale = g.abs().max().item() + 1e-3
+        torch.testing.assert_close(g, runs[1][1][n], **tol(torch.float64, n=20_000, scale=scale))
+
+
 def _fail(*args, **kwargs):
-    raise AssertionError("the blockwise path ran where it does not apply")
+    raise AssertionError("the distance path ran where it does not apply")

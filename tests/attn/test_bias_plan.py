@@ -47,18 +47,21 @@ def test_inference_on_the_cpu():
     assert plan("t5", q_len=1).runner == "sdpa"  # a decode step: not q_len == k_len
     assert plan("fire").runner == flex_or_sdpa  # not shift-invariant
     assert plan("fire", 16).runner == "sdpa"  # below FLEX_MIN_SCORES
-    alibi = plan("alibi")
+    assert plan("alibi").runner == "blocks"  # shift-invariant first: the floor's own width
+    alibi = plan("alibi", explicit=True)
     assert alibi.runner == "linear"
     assert alibi.slopes == posenc.create("alibi", n_heads=8).slopes().tolist()
-    steep = plan("alibi", config={"slopes": [100.0] * 8})  # centring coordinates too wide
-    assert steep.runner == "blocks"
+    steep = plan("alibi", explicit=True, config={"slopes": [100.0] * 8})  # too wide to fuse
+    assert steep.runner == flex_or_sdpa
+    assert plan("alibi", masked=True).runner == flex_or_sdpa  # masks: flex skips blocks
 
 
 def test_training_on_the_cpu():
-    assert plan("t5", grad=True) == bias_plan_module.BiasPlan("flash", table="shift")
-    assert plan("t5", grad=True, explicit=True).table == "full"
+    assert plan("t5", grad=True) == bias_plan_module.BiasPlan("blocks")
+    assert plan("alibi", grad=True) == bias_plan_module.BiasPlan("blocks")
+    assert plan("t5", grad=True, explicit=True) == bias_plan_module.BiasPlan("flash", "full")
     assert plan("fire", grad=True).runner == "flash"
-    assert plan("alibi", grad=True).runner == "linear"
+    assert plan("alibi", grad=True, explicit=True).runner == "linear"
     assert plan("shaw", grad=True, config={"values": True}).runner == "shaw"
     reversed_order = plan("shaw", 40, grad=True, masked=True)
     assert reversed_order.runner == "flash"  # masks: not the blockwise Shaw path
@@ -95,9 +98,11 @@ def test_a_model_shares_a_table_training_on_the_cpu_without_a_cache():
 
 def test_memory_follows_the_declared_capabilities():
     registry = posenc.registry
-    assert bias_memory(registry.get("alibi")) == "[H, L, L] bias, or none (fused ALiBi path)"
+    distances = "[H, 2L - 1] distances (CPU), or none (flex, fused ALiBi)"
+    assert bias_memory(registry.get("alibi")) == distances
+    assert bias_memory(registry.get("t5")) == distances
     assert bias_memory(registry.get("shaw")).startswith("[H, L, L] scores")
-    assert bias_memory(registry.get("t5")) == "[H, L, L] bias, or none (flex)"
+    assert bias_memory(registry.get("fire")) == "[H, L, L] bias, or none (flex)"
 
 
 def test_the_context_builds_its_dense_mask_once():

@@ -97,8 +97,10 @@ def test_fused_equals_math_forward_and_gradients(
     torch.testing.assert_close(fused.double(), expected, **rounding)
     # each within the bound of the exact result: at most twice it apart
     torch.testing.assert_close(fused, math_out, atol=2 * rounding["atol"], rtol=0)
-    # auto takes this same fused path on the same inputs
-    torch.testing.assert_close(posenc.attention(q, k, v, enc, scale=0.3), fused, rtol=0, atol=0)
+    # auto takes this same fused path on the same inputs given as explicit positions (over
+    # the default ones with q_len == k_len it takes the distances: test_bias_blocks.py)
+    auto = posenc.attention(q, k, v, enc, scale=0.3, q_positions=q_pos, k_positions=k_pos)
+    torch.testing.assert_close(auto, fused, rtol=0, atol=0)
     want = grads(math_out, (q, k, v))
     size = score_size(q, k, bias, scale=0.3, allowed=allowed)
     for got, ref in zip(grads(fused, (q, k, v)), want, strict=True):
@@ -202,8 +204,8 @@ def test_fused_float32_error_stays_flat_with_length(length):
     enc = posenc.create("alibi", n_heads=8)
     q, k, v = (torch.randn(1, 8, length, 64) for _ in range(3))
     positions = torch.arange(length)
-    with torch.no_grad():
-        out = posenc.attention(q, k, v, enc)
+    with torch.no_grad():  # explicit positions: the fused path (default ones take distances)
+        out = posenc.attention(q, k, v, enc, q_positions=positions, k_positions=positions)
         for h in range(8):  # one head at a time: a float64 [L, L] score matrix each
             want = reference(
                 q[:, h : h + 1],

@@ -18,7 +18,7 @@ One module per concept:
 - :mod:`~posenc.attn.explicit`: the softmax written out in float32, the path of softcap,
   sinks, values added by the encoding and values that are not all finite;
 - the backends: :mod:`~posenc.attn.linear_bias` (ALiBi fused into CPU SDPA),
-  :mod:`~posenc.attn.bias_blocks` (shift-invariant biases by blocks of queries),
+  :mod:`~posenc.attn.bias_blocks` (shift-invariant biases from their distances),
   :mod:`~posenc.attn.bias_grad` (the CPU flash kernel with a blockwise backward),
   :mod:`~posenc.attn.shaw_grad` (Shaw's attention blockwise) and :mod:`~posenc.attn.flex`
   (compiled flex attention and its cached block masks);

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from ..base import BiasEncoding
 from ..functional.dtypes import math_dtype
 from ..positions import query_offset
-from .bias_blocks import blockwise_bias_attention, shift_table
+from .bias_blocks import distance_attention, distance_values
 from .bias_grad import bias_flash_attention
 from .bias_plan import AttnShape, plan_bias
 from .context import AttentionContext
@@ -123,8 +123,11 @@ def _linear(q, k, v, encoding, context, plan, causal, scale, table, options):
 
 
 def _blocks(q, k, v, encoding, context, plan, causal, scale, table, options):
-    """A shift-invariant bias by blocks of queries (:mod:`~posenc.attn.bias_blocks`)."""
-    return blockwise_bias_attention(q, k, v, encoding, scale, causal)
+    """A shift-invariant bias from its ``2L - 1`` distances, by blocks of queries
+    (:mod:`~posenc.attn.bias_blocks`); a given table is not read (the distances are the
+    same values, and their backward reaches the encoding's parameters)."""
+    values = distance_values(encoding, q.shape[2], causal, q.device)
+    return distance_attention(q, k, v, values, scale, causal)
 
 
 def _flex(q, k, v, encoding, context, plan, causal, scale, table, options):
@@ -218,8 +221,6 @@ def _table(q, encoding, context, plan, scale, given):
     if given is not None:
         return given
     p = context.positions
-    if plan.table == "shift":
-        return shift_table(encoding, p.q_len, q.device)  # 2L - 1 values, not L²
     return encoding.bias(p.q, p.k, q=q, scale=scale)
 
 

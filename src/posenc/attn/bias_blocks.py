@@ -1,128 +1,209 @@
-"""Inference with a shift-invariant bias on the CPU: the flash kernel, a block of queries at
-a time, the bias rows sliced from ``2L - 1`` values.
+"""Attention with a shift-invariant bias on the CPU from its ``2L - 1`` distance values:
+the flash kernel a block of queries at a time, forward and backward, with no
+``[heads, L, L]`` tensor.
 
-A bias that depends on ``k_pos - q_pos`` only (T5's buckets, Raffel et al. 2020,
-arXiv:1910.10683; KERPLE, Chi et al. 2022, arXiv:2205.09921; ALiBi) takes one value per
-distance: over positions ``0..L-1`` its ``[heads, L, L]`` table is a Toeplitz matrix of the
-``2L - 1`` values ``f(L - 1), ..., f(-(L - 1))``. :func:`shift_table` builds the table from
-them (one evaluation per distance instead of per score, and a backward that sums each
-diagonal, for the table a model shares across its layers), and
-:func:`blockwise_bias_attention` runs SDPA's fused CPU kernel over blocks of ``BLOCK``
-queries, each with its ``[heads, BLOCK, keys]`` rows copied out of a sliding view of those
-values: the kernel's speed without the ``[heads, L, L]`` tensor.
+A bias that depends on ``k_pos - q_pos`` only (ALiBi, Press et al. 2022, arXiv:2108.12409;
+T5's buckets, Raffel et al. 2020, arXiv:1910.10683; KERPLE, Chi et al. 2022,
+arXiv:2205.09921) takes one value per distance. Over positions ``0..L-1`` write
+``w[x] = f(x - (L - 1))`` for ``x = 0..2L-2`` (:func:`distance_values`). The row of query
+``i`` is ``w[L-1-i : 2L-1-i]``: in *reverse* query order the rows of the ``[heads, L, L]``
+table are a sliding view of ``w`` (``unfold``, row stride 1, nothing copied), which the CPU
+flash kernel reads through its strides. So the queries are reversed once, and each block
+of ``B`` queries is one kernel call over its rows of that view and only the keys up to its
+last query; under a causal mask ``w`` carries ``-inf`` for the distances above zero, so the
+one tile the kernel computes in vain is each block's diagonal (``B / L`` of the work).
+
+The backward (FlashAttention-2, Dao 2023, arXiv:2307.08691, Algorithm 2, in
+:func:`~posenc.attn.bias_grad.flash_backward`) runs in the same reversed order, and the
+gradient of ``w`` sums each anti-diagonal of the score gradients, read as the columns of a
+skewed view (:class:`DistanceGrad`). Measured against plain causal SDPA: docs/design-notes.md,
+"Shift-invariant biases from their distances".
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
-import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 
 from ..base import BiasEncoding
 from ..functional.dtypes import math_dtype
 from ..positions import arange
-from .bias_grad import FLASH_OP, bias_flash_available
+from .bias_grad import BLOCK as BACKWARD_BLOCK
+from .bias_grad import FLASH_OP, check_blockwise, flash_backward
 
-__all__ = ["BLOCK", "BLOCK_FLOATS", "blockwise_bias_attention", "distance_rows", "shift_table"]
+__all__ = ["block_size", "distance_attention", "distance_values"]
 
-#: the most bias floats one call holds (32 MiB): every query in one call up to L = 1024
-#: with 8 heads (the kernel's own causal mask then skips the tiles above the diagonal)
-BLOCK_FLOATS = 1 << 23
-#: queries per call beyond that: with the causal mask in the bias the kernel computes
-#: every tile, and larger blocks ran slower (t5, L = 4096, 8 heads, 2 cores: 2.0x the
-#: floor at 128 and 256 queries, 2.9x at 512, 4.3x at 1024; one call 1.9x)
-BLOCK = 256
+#: queries per kernel call: an eighth of the length, within these bounds (fewer calls leave
+#: more of each diagonal tile computed in vain, smaller ones give each call too little work;
+#: t5, 8 heads of 64, 2 cores: 1.04x the floor at L 1024 with 128, 1.19x with 512; 1.08x at
+#: L 4096 with 256, 1.21x with 128)
+MIN_BLOCK, MAX_BLOCK = 64, 256
 
 
-def distance_rows(
-    encoding: BiasEncoding, n: int, device: torch.device | str | None = None
+def block_size(n: int) -> int:
+    """Queries per kernel call for ``n`` queries: ``n // 8`` within ``[MIN_BLOCK, MAX_BLOCK]``."""
+    return min(MAX_BLOCK, max(MIN_BLOCK, n // 8))
+
+
+def distance_values(
+    encoding: BiasEncoding, n: int, causal: bool, device: torch.device | str | None = None
 ) -> torch.Tensor:
-    """The ``2n - 1`` values of a shift-invariant bias as a sliding view.
-
-    Row ``a`` of the result is the bias of query ``n - 1 - a`` over keys ``0..n-1``: the
-    bias of query ``n - 1`` over keys ``0..2n-2`` (``f(n - 1 - j)``), unfolded by one.
+    """The ``2n - 1`` values of a shift-invariant bias over positions ``0..n-1``:
+    ``w[:, x] = bias(query n - 1, key x)``, that is ``f(x - (n - 1))``, and ``-inf`` for
+    the keys after their query (``x > n - 1``) when ``causal``. Differentiable.
 
     Shapes:
-        -> ``[heads, n, n]`` (a view of ``[heads, 2n - 1]``; rows in reverse query order)
-    """
-    values = encoding.bias(arange(1, device=device, offset=n - 1), arange(2 * n - 1, device=device))
-    return values[:, 0].unfold(-1, n, 1)
-
-
-def shift_table(
-    encoding: BiasEncoding, n: int, device: torch.device | str | None = None
-) -> torch.Tensor:
-    """``encoding.bias(arange(n), arange(n))`` of a shift-invariant encoding, from its
-    ``2n - 1`` values (differentiable: the gradient of each value is its diagonal's sum).
-
-    Shapes:
-        -> ``[heads, n, n]``
+        -> ``[heads, 2n - 1]``
 
     Example:
         >>> import posenc
         >>> t5 = posenc.create("t5", n_heads=2)
-        >>> positions = torch.arange(5)
-        >>> torch.equal(shift_table(t5, 5), t5.bias(positions, positions))
+        >>> w = distance_values(t5, 5, causal=False)
+        >>> rows = w.unfold(-1, 5, 1).flip(-2)  # [h, 5, 5], row i = query i
+        >>> torch.equal(rows, t5.bias(torch.arange(5), torch.arange(5)))
         True
     """
-    return distance_rows(encoding, n, device).flip(-2)
+    keys = arange(2 * n - 1, device=device)
+    values = encoding.bias(arange(1, device=device, offset=n - 1), keys)[:, 0]
+    if causal:
+        values = values.masked_fill(keys > n - 1, float("-inf"))
+    return values
 
 
-def blockwise_bias_attention(
+def distance_attention(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    encoding: BiasEncoding,
+    values: torch.Tensor,
     scale: float,
     causal: bool,
     block: int | None = None,
 ) -> torch.Tensor:
-    """Attention with a shift-invariant bias over positions ``0..L-1``, by blocks of queries.
-
-    Each block calls SDPA (its fused CPU kernel, which takes a float bias) with its own bias
-    rows and, under ``causal``, only the keys up to the block's last query (the diagonal
-    block masked by ``-inf``). For inference: nothing here is kept for a backward.
+    """``softmax(q kᵀ · scale + bias) v`` for the shift-invariant bias of ``values`` over
+    positions ``0..L-1``, a block of queries per kernel call, with a blockwise backward.
 
     Args:
         q: ``[batch, heads, L, d]``; k, v: ``[batch, kv_heads, L, d]`` (grouped-query heads
             allowed).
-        encoding: a bias encoding with ``shift_invariant`` (checked by the caller).
-        scale: the score scale; causal: mask keys after their query.
-        block: queries per call; default: all where the bias fits ``BLOCK_FLOATS``, else
-            ``BLOCK`` (fewer where those rows would not fit).
+        values: ``[heads, 2L - 1]`` from :func:`distance_values` (``-inf`` past distance 0
+            when causal); its gradient is the sum of the score gradients of each distance.
+        scale: the score scale (the bias is added after it).
+        causal: each block sees the keys up to its last query only (the ``-inf`` values
+            mask the rest).
+        block: queries per kernel call; default :func:`block_size`.
 
     Returns:
-        ``[batch, heads, L, d]`` in the dtype of ``q``.
+        ``[batch, heads, L, d]`` in the dtype of ``q``; the bias and the backward are in
+        float32 (float64 for float64 inputs).
     """
     n = q.shape[2]
-    if block is None:
-        floats = q.shape[1] * n * n
-        block = n if floats <= BLOCK_FLOATS else max(16, min(BLOCK, BLOCK_FLOATS // (floats // n)))
-    # the CPU kernel takes a float32 bias with bf16/fp16 inputs: the bias is not rounded
-    rows = distance_rows(encoding, n, q.device).to(math_dtype(q.dtype))
-    gqa = q.shape[1] != k.shape[1]
-    if block >= n and causal and bias_flash_available():
-        # one block: the kernel's own causal mask skips the tiles above the diagonal
-        # (SDPA refuses a mask with is_causal, the kernel itself does not)
-        q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
-        if gqa:
-            group = q.shape[1] // k.shape[1]
-            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        kernel = getattr(torch.ops.aten, FLASH_OP)
-        return kernel(q, k, v, 0.0, True, attn_mask=rows.flip(-2).unsqueeze(0), scale=scale)[0]
-    out = torch.empty_like(q)
-    for i0 in range(0, n, block):
-        i1 = min(i0 + block, n)
-        keys = i1 if causal else n
-        bias = rows[:, n - i1 : n - i0, :keys].flip(-2)  # [h, blk, keys], queries i0..i1-1
-        if causal:  # the diagonal block: keys after their query
-            later = torch.ones(i1 - i0, i1 - i0, dtype=torch.bool, device=q.device).triu(1)
-            bias[:, :, i0:].masked_fill_(later, float("-inf"))
-        out[:, :, i0:i1] = F.scaled_dot_product_attention(
-            q[:, :, i0:i1],
-            k[:, :, :keys],
-            v[:, :, :keys],
-            attn_mask=bias.unsqueeze(0),
-            scale=scale,
-            enable_gqa=gqa,
+    block = block_size(n) if block is None else block
+    k, v = check_blockwise(q, k, v, causal, block)
+    if k.shape[2] != n or values.shape != (q.shape[1], 2 * n - 1):
+        raise ValueError(
+            f"distance_attention needs L queries and keys and [heads, 2L - 1] values, got "
+            f"q {tuple(q.shape)}, k {tuple(k.shape)}, values {tuple(values.shape)}"
         )
-    return out
+    k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (k, v))
+    values = values.to(math_dtype(q.dtype))
+    return _DistanceFlash.apply(q, k, v, values, float(scale), bool(causal), block)
+
+
+class _DistanceFlash(torch.autograd.Function):
+    """The blockwise kernel calls over reversed queries and their backward (the module)."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        values: torch.Tensor,
+        scale: float,
+        causal: bool,
+        block: int,
+    ) -> torch.Tensor:
+        b, h, n, _ = q.shape
+        kernel = getattr(torch.ops.aten, FLASH_OP)
+        rows = values.contiguous().unfold(-1, n, 1).unsqueeze(0)  # [1, h, n, n], row r: n-1-r
+        q_r = q.flip(2)  # reversed queries, a copy
+        out_r = torch.empty_like(q_r)
+        lse_r = torch.empty(b, h, n, dtype=math_dtype(q.dtype), device=q.device)
+        for r0 in range(0, n, block):
+            r1, keys = min(r0 + block, n), n - r0 if causal else n
+            out, lse = kernel(
+                q_r[:, :, r0:r1],
+                k[:, :, :keys],
+                v[:, :, :keys],
+                0.0,
+                False,
+                attn_mask=rows[:, :, r0:r1, :keys],
+                scale=scale,
+            )[:2]
+            out_r[:, :, r0:r1], lse_r[:, :, r0:r1] = out, lse
+        ctx.save_for_backward(q_r, k, v, values, out_r, lse_r)
+        ctx.scale, ctx.causal = scale, causal
+        return out_r.flip(2)
+
+    @staticmethod
+    @once_differentiable  # a second derivative would need the backward's own graph
+    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        q_r, k, v, values, out_r, lse_r = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        b, h, n, _ = q_r.shape
+        rows = values.unfold(-1, n, 1).unsqueeze(0)
+        sink = DistanceGrad(b, h, n, BACKWARD_BLOCK, values) if need[3] else None
+        gq, gk, gv = flash_backward(
+            grads[0].flip(2),
+            q_r,
+            k,
+            v,
+            rows,
+            out_r,
+            lse_r,
+            ctx.scale,
+            block=BACKWARD_BLOCK,
+            keys=(lambda i0, i1: n - i0) if ctx.causal else None,
+            bias_grad=sink,
+        )
+        return (
+            gq.flip(2).to(q_r.dtype) if need[0] else None,
+            gk.to(k.dtype) if need[1] else None,
+            gv.to(v.dtype) if need[2] else None,
+            None if sink is None else sink.total,
+            None,
+            None,
+            None,
+        )
+
+
+class DistanceGrad:
+    """Sums the score gradients of a block of reversed queries into the gradient of the
+    distance values: ``dS[·, a, j]`` of the block from row ``r0`` belongs to value
+    ``r0 + a + j``, an anti-diagonal, which a skewed view of a ``[b·h, block, L + block]``
+    buffer (row stride one more than its width) turns into a column.
+
+    The buffer is zeroed once: the blocks come with non-decreasing key counts (the causal
+    ones from the last query block to the first), so each block writes over everything
+    the ones before it wrote.
+
+    Shapes:
+        ``ds`` ``[b·h, blk, keys]`` per block -> :attr:`total` ``[h, 2L - 1]``.
+    """
+
+    def __init__(self, b: int, h: int, n: int, block: int, values: torch.Tensor) -> None:
+        self.b, self.h, self.n, self.width = b, h, n, n + block
+        shape = (b * h, block, self.width)
+        self.buffer = torch.zeros(shape, dtype=values.dtype, device=values.device)
+        self.total = torch.zeros_like(values)  # [h, 2n - 1]
+
+    def __call__(self, r0: int, ds: torch.Tensor) -> None:
+        bh, rows, keys = ds.shape
+        w = self.width
+        skewed = self.buffer.as_strided((bh, rows, keys), (self.buffer.stride(0), w + 1, 1))
+        skewed.copy_(ds)
+        columns = self.buffer[:, :rows].view(self.b, self.h, rows, w).sum((0, 2))  # [h, w]
+        span = min(rows + keys - 1, 2 * self.n - 1 - r0)
+        self.total[:, r0 : r0 + span] += columns[:, :span]

@@ -15,6 +15,8 @@ This is the place a GPU kernel would plug in; the CPU path imports no Triton.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -25,7 +27,6 @@ from ..functional.dtypes import math_dtype
 __all__ = [
     "BLOCK",
     "FLASH_OP",
-    "accumulate",
     "bias_flash_attention",
     "bias_flash_available",
     "check_blockwise",
@@ -155,18 +156,48 @@ class _BiasFlash(torch.autograd.Function):
     def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         q, k, v, bias, out, lse = ctx.saved_tensors
         need = ctx.needs_input_grad
-        gq, gk, gv, gbias = flash_backward(
-            grads[0], q, k, v, bias, out, lse, ctx.scale, ctx.causal, ctx.block, need[3]
+        sink = TableGrad(bias, q.shape[0]) if need[3] else None
+        gq, gk, gv = flash_backward(
+            grads[0],
+            q,
+            k,
+            v,
+            bias,
+            out,
+            lse,
+            ctx.scale,
+            block=ctx.block,
+            causal=ctx.causal,
+            bias_grad=sink,
         )
         return (
             gq.to(q.dtype) if need[0] else None,
             gk.to(k.dtype) if need[1] else None,
             gv.to(v.dtype) if need[2] else None,
-            gbias,
+            None if sink is None else sink.total,
             None,
             None,
             None,
         )
+
+
+class TableGrad:
+    """Collects the score gradients of each block of queries into the gradient of a bias
+    table (summed over the batch where the table is shared by it).
+
+    Shapes:
+        ``ds`` ``[b·h, blk, keys]`` of the queries from ``i0`` -> :attr:`total`, the shape
+        of ``bias`` (``[b | 1, h, q_len, k_len]``).
+    """
+
+    def __init__(self, bias: torch.Tensor, batch: int) -> None:
+        self.total = torch.zeros(bias.shape, dtype=bias.dtype, device=bias.device)
+        self.shared = bias.shape[0] == 1 and batch > 1
+
+    def __call__(self, i0: int, ds: torch.Tensor) -> None:
+        rows, keys = ds.shape[1:]
+        ds4 = ds.view(-1, self.total.shape[1], rows, keys)  # [b, h, blk, keys]
+        self.total[:, :, i0 : i0 + rows, :keys] += ds4.sum(0, keepdim=True) if self.shared else ds4
 
 
 def flash_backward(
@@ -178,20 +209,32 @@ def flash_backward(
     out: torch.Tensor,
     lse: torch.Tensor,
     scale: float,
-    causal: bool,
+    *,
     block: int,
-    bias_grad: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    causal: bool = False,
+    keys: Callable[[int, int], int] | None = None,
+    bias_grad: Callable[[int, torch.Tensor], None] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The gradients of ``softmax(q kᵀ · scale + bias) v`` from the output's and the
     log-sum-exp of every score row (FlashAttention-2's backward, Dao 2023, Algorithm 2):
     per block of queries, ``P = exp(S - lse)``, ``dV += Pᵀ dO``, ``dS = P ⊙ (dO Vᵀ - D)``
-    with ``D = rowsum(dO ⊙ O)``, ``dbias = dS`` (summed over a broadcast batch),
-    ``dQ = dS K · scale``, ``dK += dSᵀ Q · scale``.
+    with ``D = rowsum(dO ⊙ O)``, ``dQ = dS K · scale``, ``dK += dSᵀ Q · scale``, and
+    ``dS`` handed to ``bias_grad`` (the bias's gradient, in whatever shape it keeps).
+
+    Args:
+        block: queries per block.
+        causal: mask keys after their query by index (``q_len == k_len``): each block then
+            sees the keys up to its last query.
+        keys: the keys the block of queries ``i0..i1-1`` sees (the first ones), for a bias
+            that masks the rest with ``-inf`` itself; the blocks then run in the order that
+            makes this count non-decreasing. None: every key (or the causal ones).
+        bias_grad: called as ``bias_grad(i0, dS)`` per block, ``dS`` ``[b·h, blk, keys]``
+            (overwritten after the call); None: no gradient of the bias.
 
     Shapes:
         grad, q, out ``[b, h, q_len, d]``; k, v ``[b, h, k_len, d]``; bias
-        ``[b | 1, h, q_len, k_len]``; lse ``[b, h, q_len]`` -> ``(dq, dk, dv, dbias or
-        None)`` in float32 (float64 for float64 inputs), dbias of the shape of ``bias``.
+        ``[b | 1, h, q_len, k_len]`` (a view will do); lse ``[b, h, q_len]`` ->
+        ``(dq, dk, dv)`` in float32 (float64 for float64 inputs).
     """
     dtype = math_dtype(q.dtype)
     b, h, q_len, d = q.shape
@@ -206,11 +249,11 @@ def flash_backward(
     gq = torch.empty(b * h, q_len, d, dtype=dtype, device=q.device)
     gk = torch.zeros(b * h, k_len, d, dtype=dtype, device=q.device)
     gv = torch.zeros(b * h, k_len, d, dtype=dtype, device=q.device)
-    gbias = torch.zeros(bias.shape, dtype=bias.dtype, device=q.device) if bias_grad else None
-    shared = bias.shape[0] == 1 and b > 1
-    for i0 in range(0, q_len, block):
+    underflow = math.log(torch.finfo(dtype).tiny)
+    starts = range(0, q_len, block)
+    for i0 in reversed(starts) if keys is not None else starts:
         i1 = min(i0 + block, q_len)
-        n = i1 if causal else k_len  # the keys this block may see
+        n = keys(i0, i1) if keys is not None else (i1 if causal else k_len)
         qb, gb = q3[:, i0:i1], grad3[:, i0:i1]  # [b·h, blk, d]
         # S - lse = q kᵀ·scale + bias - lse, [b·h, blk, n]
         s = (bias[:, :, i0:i1, :n] - lse[:, :, i0:i1]).expand(b, h, -1, -1)
@@ -218,23 +261,15 @@ def flash_backward(
         if causal:  # the diagonal block: keys after their query
             later = torch.ones(i1 - i0, i1 - i0, dtype=torch.bool, device=q.device).triu(1)
             s[:, :, i0:].masked_fill_(later, float("-inf"))
-        p = s.exp_()
-        accumulate(gv[:, :n], p.transpose(1, 2), gb)
+        # flush to zero what exp() would make subnormal (far keys under a steep ALiBi):
+        # below 2^-126 of a row whose largest weight is 1, and 1.5x slower to multiply
+        p = s.masked_fill_(s < underflow, float("-inf")).exp_()
+        gv[:, :n].baddbmm_(p.transpose(1, 2), gb)  # in place, strided slice too
         dp = torch.bmm(gb, v3[:, :n].transpose(1, 2))
         ds = p.mul_(dp.sub_(delta[:, i0:i1]))  # dS, in P's memory
-        if gbias is not None:
-            ds4 = ds.view(b, h, i1 - i0, n)
-            gbias[:, :, i0:i1, :n] += ds4.sum(0, keepdim=True) if shared else ds4
+        if bias_grad is not None:
+            bias_grad(i0, ds)
         gq[:, i0:i1] = torch.bmm(ds, k3[:, :n])
-        accumulate(gk[:, :n], ds.transpose(1, 2), qb)
+        gk[:, :n].baddbmm_(ds.transpose(1, 2), qb)
     gq, gk = gq.mul_(scale), gk.mul_(scale)  # dS·scale: the scores' scale
-    return gq.view(q.shape), gk.view(k.shape), gv.view(v.shape), gbias
-
-
-def accumulate(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
-    """``out += a @ b`` (batched): in place where ``out`` is contiguous (``baddbmm_`` into a
-    strided slice takes a slow path, one matrix at a time: 15x slower)."""
-    if out.is_contiguous():
-        out.baddbmm_(a, b)
-    else:
-        out += torch.bmm(a, b)
+    return gq.view(q.shape), gk.view(k.shape), gv.view(v.shape)

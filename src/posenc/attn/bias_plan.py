@@ -17,10 +17,11 @@ runner        where                                                  module
 ``shaw``      training on the CPU, ``relative_tables``, no masks,    :mod:`.shaw_grad`
               keys in index order (or not causal), not compiling
 ``math``      the encoding adds to the values (Shaw's values)        :mod:`.bias`
+``blocks``    on the CPU, ``shift_invariant`` (ALiBi, T5, KERPLE),    :mod:`.bias_blocks`
+              default positions with ``q_len == k_len``, no masks,
+              not compiling: inference and training
 ``linear``    ``linear_slopes`` (ALiBi) on the CPU, not compiling,   :mod:`.linear_bias`
               centring coordinates within ``MAX_WIDTH_RATIO``
-``blocks``    inference on the CPU, ``shift_invariant``, default     :mod:`.bias_blocks`
-              positions with ``q_len == k_len``, no masks
 ``flex``      ``FLEX_MIN_SCORES`` scores per head or more where      :mod:`.flex`
               flex runs, not training on the CPU
 ``flash``     training on the CPU (the flash kernel with a           :mod:`.bias_grad`
@@ -30,7 +31,11 @@ runner        where                                                  module
 
 A window or chunk (:mod:`.pattern`) counts as a mask. With masks and flex available, flex
 comes before ``linear``: its block mask skips whole blocks, where the fused path would
-need the dense mask. The decision never reads the encoding's name, only what it declares.
+need the dense mask. The decision never reads the encoding's name, only what it declares,
+nor the machine it runs on: ``blocks`` comes before ``linear`` because it runs the floor's
+own kernel at the floor's own head width, so its ratio to plain attention carries from one
+vector ISA to the next, where the fused path's wider heads cost 1.2x on AVX2 and 2-4x on
+an AVX-512 Xeon (docs/design-notes.md, "Shift-invariant biases from their distances").
 """
 
 from __future__ import annotations
@@ -67,15 +72,14 @@ class BiasPlan:
     Attributes:
         runner: the backend (see the module's table).
         table: the bias table the runner needs when the caller gives none: ``"full"``
-            (``encoding.bias(q_positions, k_positions)``), ``"shift"`` (the same from its
-            ``2L - 1`` distances, :func:`~posenc.attn.bias_blocks.shift_table`) or None
-            (the runner computes the bias per score, or per block).
+            (``encoding.bias(q_positions, k_positions)``) or None (the runner computes the
+            bias per score, or from its ``2L - 1`` distances).
         slopes: the ``linear`` runner's slopes per head.
         blocks: the ``linear`` runner's centring blocks per head (None: it chooses).
     """
 
     runner: Runner
-    table: Literal["full", "shift"] | None = None
+    table: Literal["full"] | None = None
     slopes: list[float] | None = None
     blocks: list[int] | None = None
 
@@ -133,24 +137,26 @@ def plan_bias(
         return BiasPlan("flex")
     if backend != "auto":
         return BiasPlan("math" if backend == "math" else "sdpa", table="full")
+    by_distance = (
+        encoding.shift_invariant
+        and device.type == "cpu"
+        and not masked
+        and not positions.explicit
+        and shape.q_len == shape.k_len
+        and not compiling
+        and bias_flash_available()
+    )
+    if by_distance:
+        return BiasPlan("blocks")
     flex = flex_pays(shape, device, cpu_training)
     if not (masked and flex) and device.type == "cpu" and not compiling:
         linear = _linear_plan(encoding, shape, positions, causal)
         if linear is not None:
             return linear
-    by_distance = (
-        encoding.shift_invariant
-        and device.type == "cpu"
-        and not positions.explicit
-        and shape.q_len == shape.k_len
-        and not compiling
-    )
-    if by_distance and not masked and not needs_grad:
-        return BiasPlan("blocks")
     if flex:
         return BiasPlan("flex")
     if cpu_training and not compiling and bias_flash_available():
-        return BiasPlan("flash", table="shift" if by_distance else "full")
+        return BiasPlan("flash", table="full")
     return BiasPlan("sdpa", table="full")
 
 
@@ -196,6 +202,8 @@ def bias_memory(cls: type[BiasEncoding]) -> str:
 
     if declares("adds_to_values"):
         return "[H, L, L] scores, or [H, 64, L] blocks (CPU training)"
+    if declares("shift_invariant"):
+        return "[H, 2L - 1] distances (CPU), or none (flex, fused ALiBi)"
     if declares("linear_slopes"):
         return "[H, L, L] bias, or none (fused ALiBi path)"
     return "[H, L, L] bias, or none (flex)"

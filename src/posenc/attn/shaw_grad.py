@@ -24,7 +24,7 @@ from torch.autograd.function import once_differentiable
 
 from ..functional.dtypes import math_dtype
 from ..functional.shaw import shaw_index
-from .bias_grad import accumulate, check_blockwise
+from .bias_grad import check_blockwise
 
 __all__ = ["BLOCK", "shaw_attention"]
 
@@ -163,7 +163,7 @@ class _ShawFlash(torch.autograd.Function):
             qb, gb = q3[:, i0:i1], g3[:, i0:i1]  # [b·h, blk, d]
             p = _scores(qb, k3[:, :n], a_k, band, scale, causal, i0)
             p = p.sub_(lse[:, i0:i1]).exp_()  # P, [b·h, blk, n]
-            accumulate(gv[:, :n], p.transpose(1, 2), gb)
+            gv[:, :n].baddbmm_(p.transpose(1, 2), gb)
             dp = torch.bmm(gb, v3[:, :n].transpose(1, 2))
             if a_v is not None and ga_v is not None:
                 ga_v += _bin_sum(p, band, rows).flatten(0, 1).T @ gb.flatten(0, 1)
@@ -172,7 +172,7 @@ class _ShawFlash(torch.autograd.Function):
             d_r = _bin_sum(ds, band, rows)  # dR, [b·h, blk, 2k + 1]
             gq[:, i0:i1] = torch.bmm(ds, k3[:, :n]).add_(d_r @ a_k)
             ga_k += d_r.flatten(0, 1).T @ qb.flatten(0, 1)
-            accumulate(gk[:, :n], ds.transpose(1, 2), qb)
+            gk[:, :n].baddbmm_(ds.transpose(1, 2), qb)
         need = ctx.needs_input_grad
         return (
             gq.mul_(scale).view(q.shape).to(q.dtype) if need[0] else None,

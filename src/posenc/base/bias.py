@@ -38,8 +38,8 @@ class BiasEncoding(Encoding):
     hook                    declares                               opens
     ======================  =====================================  ==========================
     ``needs_q``             the bias depends on the queries        (closes the shared table)
-    ``shift_invariant``     the bias depends on ``k - q`` only     ``blocks``; ``flash`` from
-                                                                   ``2L - 1`` values
+    ``shift_invariant``     the bias depends on ``k - q`` only     ``blocks`` (from ``2L - 1``
+                                                                   values, with a backward)
     ``linear_slopes()``     the bias is ``-m_h (q_pos - k_pos)``   ``linear`` (fused SDPA)
     ``adds_to_values``      a term is added to the output too      ``math`` (and ``shaw``)
     ``value_term()``        that term, from the probabilities      ``math``

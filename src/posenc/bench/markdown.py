@@ -8,6 +8,8 @@ every row are stated once, above the table. The bias case adds the extra peak me
 (:func:`transposed`), the tokens per second; the patterns case the runner each call took
 (``[flex]``) and a second table of the time per token against the length
 (:func:`growth_table`); the rolling-cache case the keys and values held (``KV 8.0 MiB``).
+Under a table, each speed target that applies to its rows, met or not met
+(:mod:`~posenc.bench.targets`).
 
 Example:
     >>> from posenc.bench.timing import row, summarise
@@ -23,12 +25,26 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["CASE_TITLES", "cell", "growth_table", "report", "spread", "table", "transposed"]
+from .targets import verdicts
+
+__all__ = [
+    "CASE_TITLES",
+    "cell",
+    "growth_table",
+    "report",
+    "side_by_side",
+    "spread",
+    "table",
+    "transposed",
+]
 
 CASE_TITLES = {
     "rope": "RoPE apply, q and k (tables precomputed for every implementation)",
     "decode": "RoPE decode step with a KV cache: near against far position",
-    "bias": "Bias attention, causal, batch 1 (time, and peak memory against the floor)",
+    "bias": (
+        "Bias attention, causal, batch 1 (time, and peak memory against the floor; fwd+bwd: "
+        "the gradients of q, k, v and of the encoding's parameters)"
+    ),
     "training": "TransformerLM training step (forward, backward, AdamW), against nope",
     "patterns": "Sliding-window and chunked attention against full causal, forward, across L",
     "rolling": "Decode step with a sliding window: rolling KV cache against the full cache",
@@ -220,7 +236,42 @@ def report(result: Mapping[str, Any]) -> str:
         if case == "patterns":
             out += ["", "Time per token (and over the previous length's):", ""]
             out += [growth_table(records)]
+        read = verdicts(case, records)
+        if read:
+            out += ["", "Targets (posenc's ratio to the floor, measured here):"]
+            out += [f"- {v.line()}" for v in read]
         skips = _skips(records)
         if skips:
             out += ["", "Skipped:", *skips]
     return "\n".join(out) + "\n"
+
+
+def side_by_side(results: Mapping[str, Mapping[str, Any]]) -> str:
+    """The speed targets read on several suite results (label -> result, e.g. one per
+    vector ISA of one machine): one row per target row, one column per result, each cell
+    the ratio and met or not met.
+
+    >>> from posenc.bench.timing import row, summarise
+    >>> def run(x):
+    ...     r = row({"encoding": "t5", "L": 8, "pass": "fwd"},
+    ...             {"floor": summarise([1.0]), "posenc": summarise([x])}, "floor")
+    ...     return {"cases": {"bias": [r]}, "machine": {"cpu_capability": "AVX2"}}
+    >>> print(side_by_side({"native": run(1.2), "default": run(1.7)}))
+    | row | target | native (AVX2) | default (AVX2) |
+    |---|---|---|---|
+    | t5 fwd, L 8 | at most 1.50x | 1.20x, met | 1.70x, not met |
+    """
+    rows: dict[tuple[str, str], dict[str, str]] = {}
+    for label, result in results.items():
+        for case, records in result["cases"].items():
+            for v in verdicts(case, records):
+                ratio = "not run" if v.ratio is None else f"{v.ratio:.2f}x"
+                cell_text = f"{ratio}, {'met' if v.met else 'not met'}"
+                key = (v.label(), f"at most {v.target.bound:.2f}x")
+                rows.setdefault(key, {})[label] = cell_text
+    heads = [f"{label} ({r['machine']['cpu_capability']})" for label, r in results.items()]
+    lines = ["| row | target | " + " | ".join(heads) + " |", "|" + "---|" * (len(heads) + 2)]
+    for (row_label, bound), cells in rows.items():
+        values = [cells.get(label, "—") for label in results]
+        lines.append(f"| {row_label} | {bound} | " + " | ".join(values) + " |")
+    return "\n".join(lines)

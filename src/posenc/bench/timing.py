@@ -160,7 +160,10 @@ def forward_call(
 ) -> Callable[[], Any]:
     """A no-argument call of ``fn(*inputs)`` to time: the forward under ``no_grad`` when
     ``grads`` is None, else the forward from leaves that require grad and the backward of
-    its outputs (one tensor, or a tuple) with ``grads``, down to the inputs."""
+    its outputs (one tensor, or a tuple) with ``grads``, as training runs it: down to the
+    inputs and to every parameter ``fn`` uses that requires grad (an encoding's MLP, its
+    buckets). The inputs' gradients are cleared after each call; the parameters'
+    accumulate (an addition of their own size)."""
     if grads is None:
 
         def forward() -> Any:
@@ -172,6 +175,8 @@ def forward_call(
 
     def forward_backward() -> Any:
         out = fn(*leaves)
-        return torch.autograd.grad(out if isinstance(out, tuple) else (out,), leaves, grads)
+        torch.autograd.backward(out if isinstance(out, tuple) else (out,), grads)
+        for leaf in leaves:
+            leaf.grad = None
 
     return forward_backward

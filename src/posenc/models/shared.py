@@ -20,7 +20,6 @@ from typing import cast
 import torch
 
 from ..attn import AttentionContext, KVCache
-from ..attn.bias_blocks import shift_table
 from ..attn.bias_plan import AttnShape, plan_bias, shares_table
 from ..attn.pattern import PLAIN_TRAITS, ScoreTraits
 from ..base import BiasEncoding, Encoding, RotaryEncoding
@@ -214,8 +213,6 @@ def shared_bias(
         device=device,
         traits=traits,
     )
-    if plan.table == "shift":  # from its 2·seq - 1 distances
-        return shift_table(bias, shape.q_len, device)
     if plan.table == "full":
         return bias.bias(context.positions.q, context.positions.k)
     return None  # computed per score or per block: no table

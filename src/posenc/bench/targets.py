@@ -1,0 +1,98 @@
+"""The speed targets a suite run is read against: a bound on one implementation's ratio to
+its row's floor, for the rows a target names, met or not met.
+
+Every ratio is measured in one process, so a target holds on a machine or it does not,
+whatever that machine's absolute speed; the Markdown report states each target under its
+table (:func:`verdicts`), and ``scripts/bench_isas.py`` puts the verdicts of several vector
+ISAs side by side. The bounds are those of the project's speed work (forward+backward
+including the gradients of the encoding's own parameters, as training computes them).
+
+Example:
+    >>> from posenc.bench.timing import row, summarise
+    >>> r = row({"encoding": "alibi", "L": 1024, "pass": "fwd"},
+    ...         {"floor": summarise([1.0]), "posenc": summarise([1.2])}, "floor")
+    >>> [v.line() for v in verdicts("bias", [r])]
+    ['alibi fwd, L 1024: 1.20x, target at most 1.30x: met']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["TARGETS", "Target", "Verdict", "verdicts"]
+
+
+@dataclass(frozen=True)
+class Target:
+    """At most ``bound`` times the floor for ``implementation`` in the rows of ``case`` whose
+    configuration has every key of ``where`` at one of its values.
+
+    Attributes:
+        case: the suite case (``bias``, ``training``).
+        where: configuration key -> the values a row may have (e.g. ``{"encoding":
+            ("t5", "kerple")}``).
+        bound: the largest ratio to the row's floor that meets it.
+        implementation: the result column read (``posenc`` in the bias case; the
+            encoding's name in the training case, whose floor is ``nope``).
+    """
+
+    case: str
+    where: Mapping[str, tuple[Any, ...]]
+    bound: float
+    implementation: str = "posenc"
+
+    def applies(self, case: str, config: Mapping[str, Any]) -> bool:
+        return case == self.case and all(config.get(k) in v for k, v in self.where.items())
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A target read on one row: the ratio measured (None: the implementation did not run)."""
+
+    target: Target
+    config: Mapping[str, Any]
+    ratio: float | None
+
+    @property
+    def met(self) -> bool:
+        return self.ratio is not None and self.ratio <= self.target.bound
+
+    def label(self) -> str:
+        """The row, in a few words: ``alibi fwd, L 1024``."""
+        c = self.config
+        if self.target.case == "training":
+            return f"{self.target.implementation} training step, length {c.get('length')}"
+        return f"{c.get('encoding')} {c.get('pass')}, L {c.get('L')}"
+
+    def line(self) -> str:
+        measured = "not run" if self.ratio is None else f"{self.ratio:.2f}x"
+        status = "met" if self.met else "not met"
+        return f"{self.label()}: {measured}, target at most {self.target.bound:.2f}x: {status}"
+
+
+FWD, BOTH = ("fwd",), ("fwd+bwd",)
+TARGETS: tuple[Target, ...] = (
+    Target("bias", {"encoding": ("alibi",), "pass": FWD}, 1.3),
+    Target("bias", {"encoding": ("alibi",), "pass": BOTH}, 1.5),
+    Target("bias", {"encoding": ("t5", "kerple", "shaw"), "pass": FWD}, 1.5),
+    Target("bias", {"encoding": ("t5", "kerple", "shaw"), "pass": BOTH}, 1.6),
+    Target("bias", {"encoding": ("fire",), "pass": FWD}, 2.0),
+    Target("bias", {"encoding": ("fire",), "pass": BOTH}, 2.5),
+    Target("training", {}, 1.2, implementation="alibi"),
+)
+
+
+def verdicts(
+    case: str, records: Sequence[Mapping[str, Any]], targets: Sequence[Target] = TARGETS
+) -> list[Verdict]:
+    """Every target that applies to a row of ``case``, read on that row."""
+    out = []
+    for r in records:
+        for t in targets:
+            if t.applies(case, r["config"]):
+                result = r["results"].get(t.implementation)
+                ratio = None if result is None else result.get("x_floor")
+                out.append(Verdict(t, r["config"], ratio))
+    return out
