@@ -23,7 +23,7 @@ from posenc.terminal import encodings_table, memory_cost, render, show
         ("alibi", "[H, 2L - 1] distances (CPU), or none (flex, fused ALiBi)"),
         ("t5", "[H, 2L - 1] distances (CPU), or none (flex, fused ALiBi)"),  # shift_invariant
         ("fire", "[H, L, L] bias, or none (flex)"),
-        ("shaw", "[H, L, L] scores, or [H, 64, L] blocks (CPU training)"),  # adds_to_values
+        ("shaw", "[H, L, L] scores, or [H, 64, L] blocks (CPU)"),  # adds_to_values
     ],
 )
 def test_memory_cost_follows_the_kind_and_class(name, cost):

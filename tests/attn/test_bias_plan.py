@@ -68,7 +68,9 @@ def test_training_on_the_cpu():
 
 
 def test_values_take_the_math_path_and_refuse_other_backends():
-    assert plan("shaw", config={"values": True}) == bias_plan_module.BiasPlan("math", "full")
+    values = {"values": True}
+    assert plan("shaw", config=values).runner == "shaw"  # blockwise, the values term too
+    assert plan("shaw", config=values, masked=True) == bias_plan_module.BiasPlan("math", "full")
     with pytest.raises(ValueError, match="only backend='math' runs it"):
         plan("shaw", config={"values": True}, backend="sdpa")
 

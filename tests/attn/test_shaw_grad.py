@@ -169,9 +169,10 @@ def test_model_training_saves_no_batch_by_score_tensor(values, saved_score_tenso
 
 @pytest.mark.parametrize("values", [False, True])
 @pytest.mark.parametrize("causal", [True, False])
-def test_auto_takes_it_training_on_the_cpu(values, causal, monkeypatch, tol):
-    """auto runs Shaw blockwise when training on the CPU, with the result and gradients of
-    the math path; not without gradients, nor with a padding mask (the older paths)."""
+def test_auto_takes_it_on_the_cpu(values, causal, monkeypatch, tol):
+    """auto runs Shaw blockwise on the CPU, training and at inference, with the result and
+    gradients of the math path; not with a padding mask, nor with keys out of index order
+    under the causal mask (the older paths)."""
     enc = posenc.create("shaw", n_heads=4, head_dim=8, max_distance=4, values=values).double()
     calls = []
     real = bias_module.shaw_attention
@@ -191,11 +192,12 @@ def test_auto_takes_it_training_on_the_cpu(values, causal, monkeypatch, tol):
         torch.testing.assert_close(g, w, **tol(torch.float64, n=200_000, scale=10.0))
     with torch.no_grad():
         attention(q.detach(), k.detach(), v.detach(), enc, causal=causal)
+    assert calls == [1, 1]
     pad = torch.ones(2, 41, dtype=torch.bool)
     pad[0, :3] = False
     attention(q, k, v, enc, causal=causal, key_padding_mask=pad)
     attention(q, k, v, enc, causal=causal, q_positions=torch.arange(41).flip(0))
-    assert calls == ([1] if causal else [1, 1])  # reversed positions: not in index order
+    assert calls == ([1, 1] if causal else [1, 1, 1])  # reversed: not in index order
 
 
 def test_model_step_equals_the_math_path(monkeypatch, tol):

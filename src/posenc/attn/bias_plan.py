@@ -14,8 +14,9 @@ runner        where                                                  module
 ``math`` or   keys or values not all finite (``math``); softcap or   :mod:`.explicit`
 ``flex``      sinks (:func:`~.backends.explicit_runner`: flex at
               inference where it pays, never for sinks)
-``shaw``      training on the CPU, ``relative_tables``, no masks,    :mod:`.shaw_grad`
-              keys in index order (or not causal), not compiling
+``shaw``      on the CPU, ``relative_tables``, ``q_len == k_len``,   :mod:`.shaw_grad`
+              no masks, keys in index order (or not causal), not
+              compiling: inference and training
 ``math``      the encoding adds to the values (Shaw's values)        :mod:`.bias`
 ``blocks``    on the CPU, ``shift_invariant`` (ALiBi, T5, KERPLE),    :mod:`.bias_blocks`
               default positions with ``q_len == k_len``, no masks,
@@ -126,8 +127,8 @@ def plan_bias(
         explicit = "math"
     if explicit is not None:
         return BiasPlan(explicit, table="full" if explicit == "math" else None)
-    shaw = backend == "auto" and cpu_training and not masked and not compiling
-    shaw = shaw and encoding.relative_tables() is not None
+    shaw = backend == "auto" and device.type == "cpu" and not masked and not compiling
+    shaw = shaw and shape.q_len == shape.k_len and encoding.relative_tables() is not None
     if shaw and (not causal or positions.index_ordered()):
         return BiasPlan("shaw")
     if encoding.adds_to_values:
@@ -201,7 +202,7 @@ def bias_memory(cls: type[BiasEncoding]) -> str:
         return getattr(cls, name) is not getattr(BiasEncoding, name)
 
     if declares("adds_to_values"):
-        return "[H, L, L] scores, or [H, 64, L] blocks (CPU training)"
+        return "[H, L, L] scores, or [H, 64, L] blocks (CPU)"
     if declares("shift_invariant"):
         return "[H, 2L - 1] distances (CPU), or none (flex, fused ALiBi)"
     if declares("linear_slopes"):

@@ -24,7 +24,8 @@ from torch.autograd.function import once_differentiable
 
 from ..functional.dtypes import math_dtype
 from ..functional.shaw import shaw_index
-from .bias_grad import check_blockwise
+from .bias_blocks import block_size
+from .bias_grad import FLASH_OP, bias_flash_available, check_blockwise
 
 __all__ = ["BLOCK", "shaw_attention"]
 
@@ -123,6 +124,13 @@ class _ShawFlash(torch.autograd.Function):
         q3, k3, v3 = (t.to(dtype).reshape(b * h, -1, d) for t in (q, k, v))
         a_k = key_table.to(dtype)
         a_v = None if value_table is None else value_table.to(dtype)
+        if a_v is None and shift is not None and bias_flash_available():
+            out, lse = _kernel_forward(
+                q3.view(q.shape), k3.view(k.shape), v3.view(v.shape), a_k, qp, kp, meta
+            )
+            ctx.save_for_backward(q, k, v, key_table, value_table, qp, kp, out, lse)
+            ctx.meta = meta
+            return out.view(b, h, q_len, d).to(q.dtype)
         out = torch.empty(b * h, q_len, d, dtype=dtype, device=q.device)
         lse = torch.empty(b * h, q_len, 1, dtype=dtype, device=q.device)
         for i0, i1, n, band in _blocks(qp, kp, shift, q_len, max_distance, causal, block, b, h):
@@ -182,6 +190,55 @@ class _ShawFlash(torch.autograd.Function):
             None if ga_v is None or not need[4] else ga_v.to(value_table.dtype),
             *(None,) * 3,
         )
+
+
+def _kernel_forward(q, k, v, a_k, qp, kp, meta):
+    """The forward over consecutive positions without a value table on the CPU flash
+    kernel, a block of :func:`~posenc.attn.bias_blocks.block_size` queries at a time, in up
+    to three calls merged by their log-sum-exp: the keys farther left than ``max_distance`` from every query of the
+    block (all in the first distance bin: a per-row constant, the reference the others are
+    taken against, so no bias at all), the band around the diagonal with its bias
+    ``q a^K[r]ᵀ · scale`` gathered from ``2k + 1`` values per query, and (not causal) the
+    keys farther right (the last bin: another per-row constant, added to their
+    log-sum-exp).
+
+    Shapes:
+        q ``[b, h, q_len, d]``, k, v ``[b, h, k_len, d]`` in the math dtype ->
+        ``(out [b·h, q_len, d], lse [b·h, q_len, 1])``, the log-sum-exp of the full scores.
+    """
+    max_distance, shift, scale, causal, _ = meta
+    kernel = getattr(torch.ops.aten, FLASH_OP)
+    b, h, q_len, d = q.shape
+    out = torch.empty(b, h, q_len, d, dtype=q.dtype, device=q.device)
+    lse = torch.empty(b, h, q_len, 1, dtype=q.dtype, device=q.device)
+    blocks = _blocks(qp, kp, shift, q_len, max_distance, causal, block_size(q_len), b, h)
+    for i0, i1, n, (lo, hi, idx) in blocks:
+        qb = q[:, :, i0:i1]
+        per_bin = (qb @ a_k.T).mul_(scale)  # [b, h, blk, 2k + 1]
+        left = per_bin[..., :1]  # every key before lo: the reference
+        bias = per_bin.gather(-1, idx).sub_(left)  # [b, h, blk, hi - lo]
+        if causal:  # keys after their query, by index
+            later = (
+                torch.arange(lo, hi, device=q.device)
+                > torch.arange(i0, i1, device=q.device)[:, None]
+            )
+            bias.masked_fill_(later, float("-inf"))
+        parts = [
+            kernel(qb, k[:, :, lo:hi], v[:, :, lo:hi], 0.0, False, attn_mask=bias, scale=scale)[:2]
+        ]
+        if lo > 0:
+            parts.append(kernel(qb, k[:, :, :lo], v[:, :, :lo], 0.0, False, scale=scale)[:2])
+        if hi < n:
+            o, lse_right = kernel(qb, k[:, :, hi:n], v[:, :, hi:n], 0.0, False, scale=scale)[:2]
+            parts.append((o, lse_right + (per_bin[..., -1] - left[..., 0])))
+        lses = torch.stack([part[1] for part in parts])  # [parts, b, h, blk]
+        total = lses.logsumexp(0)
+        weights = lses.sub_(total).exp_().unsqueeze(-1)  # each part's share of the row
+        block_out = torch.mul(parts[0][0], weights[0], out=out[:, :, i0:i1])
+        for (o, _), w in zip(parts[1:], weights[1:], strict=True):
+            block_out.addcmul_(o, w)
+        lse[:, :, i0:i1, 0] = total + left[..., 0]
+    return out.view(b * h, q_len, d), lse.view(b * h, q_len, 1)
 
 
 def _shift(q_positions: torch.Tensor, k_positions: torch.Tensor) -> int | None:
