@@ -37,16 +37,18 @@ def plan(name, length=300, *, q_len=None, explicit=False, masked=False, grad=Fal
         needs_grad=grad,
         device=kw.pop("device", CPU),
         backend=kw.pop("backend", "auto"),
+        table_given=kw.pop("table_given", False),
     )
 
 
 def test_inference_on_the_cpu():
     assert plan("t5").runner == "blocks"  # shift-invariant over default positions
     flex_or_sdpa = "flex" if flex_available(CPU) else "sdpa"
-    assert plan("t5", explicit=True).runner == flex_or_sdpa
+    assert plan("t5", explicit=True).runner == "rows"  # a bias of the positions alone
     assert plan("t5", q_len=1).runner == "sdpa"  # a decode step: not q_len == k_len
-    assert plan("fire").runner == flex_or_sdpa  # not shift-invariant
-    assert plan("fire", 16).runner == "sdpa"  # below FLEX_MIN_SCORES
+    assert plan("fire").runner == "rows"  # not shift-invariant
+    assert plan("fire", masked=True).runner == flex_or_sdpa
+    assert plan("fire", 16, masked=True).runner == "sdpa"  # below FLEX_MIN_SCORES
     assert plan("alibi").runner == "blocks"  # shift-invariant first: the floor's own width
     alibi = plan("alibi", explicit=True)
     assert alibi.runner == "linear"
@@ -59,8 +61,11 @@ def test_inference_on_the_cpu():
 def test_training_on_the_cpu():
     assert plan("t5", grad=True) == bias_plan_module.BiasPlan("blocks")
     assert plan("alibi", grad=True) == bias_plan_module.BiasPlan("blocks")
-    assert plan("t5", grad=True, explicit=True) == bias_plan_module.BiasPlan("flash", "full")
-    assert plan("fire", grad=True).runner == "flash"
+    assert plan("t5", grad=True, explicit=True).runner == "rows"
+    assert plan("fire", grad=True).runner == "rows"
+    # a table handed in (a model's, shared by its layers) runs on the flash kernel
+    shared = plan("fire", grad=True, table_given=True)
+    assert shared == bias_plan_module.BiasPlan("flash", "full")
     assert plan("alibi", grad=True, explicit=True).runner == "linear"
     assert plan("shaw", grad=True, config={"values": True}).runner == "shaw"
     reversed_order = plan("shaw", 40, grad=True, masked=True)

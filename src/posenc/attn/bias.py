@@ -19,6 +19,7 @@ from ..positions import query_offset
 from .bias_blocks import distance_attention, distance_values
 from .bias_grad import bias_flash_attention
 from .bias_plan import AttnShape, plan_bias
+from .bias_rows import rows_attention
 from .context import AttentionContext
 from .explicit import explicit_attention
 from .flex import flex_attention
@@ -84,6 +85,7 @@ def bias_attention(
         device=q.device,
         backend=backend,
         traits=options.traits(finite),
+        table_given=table is not None,
     )
     run = _RUNNERS[plan.runner]
     return run(q, k, v, encoding, context, plan, causal, scale, table, options)
@@ -128,6 +130,19 @@ def _blocks(q, k, v, encoding, context, plan, causal, scale, table, options):
     same values, and their backward reaches the encoding's parameters)."""
     values = distance_values(encoding, q.shape[2], causal, q.device)
     return distance_attention(q, k, v, values, scale, causal)
+
+
+def _rows(q, k, v, encoding, context, plan, causal, scale, table, options):
+    """A bias of the positions alone a block of query rows at a time
+    (:mod:`~posenc.attn.bias_rows`)."""
+    p = context.positions
+
+    def rows(i0: int, i1: int, n: int) -> torch.Tensor:
+        q_pos = p.q[..., i0:i1]
+        return encoding.bias(q_pos, p.k[..., :n])
+
+    params = [t for t in encoding.parameters() if t.requires_grad]
+    return rows_attention(q, k, v, rows, params, scale, causal)
 
 
 def _flex(q, k, v, encoding, context, plan, causal, scale, table, options):
@@ -228,6 +243,7 @@ _RUNNERS: dict[str, Callable[..., torch.Tensor]] = {
     "shaw": _shaw,
     "linear": _linear,
     "blocks": _blocks,
+    "rows": _rows,
     "flex": _flex,
     "flash": _flash,
     "sdpa": _dense,

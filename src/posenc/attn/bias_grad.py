@@ -205,7 +205,7 @@ def flash_backward(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    bias: torch.Tensor,
+    bias: torch.Tensor | Callable[[int, int, int], torch.Tensor],
     out: torch.Tensor,
     lse: torch.Tensor,
     scale: float,
@@ -222,6 +222,8 @@ def flash_backward(
     ``dS`` handed to ``bias_grad`` (the bias's gradient, in whatever shape it keeps).
 
     Args:
+        bias: the bias, or a function ``bias(i0, i1, n)`` that gives the rows of the
+            queries ``i0..i1-1`` over the keys ``0..n-1`` (recomputed per block).
         block: queries per block.
         causal: mask keys after their query by index (``q_len == k_len``): each block then
             sees the keys up to its last query.
@@ -256,7 +258,8 @@ def flash_backward(
         n = keys(i0, i1) if keys is not None else (i1 if causal else k_len)
         qb, gb = q3[:, i0:i1], grad3[:, i0:i1]  # [b·h, blk, d]
         # S - lse = q kᵀ·scale + bias - lse, [b·h, blk, n]
-        s = (bias[:, :, i0:i1, :n] - lse[:, :, i0:i1]).expand(b, h, -1, -1)
+        rows = bias(i0, i1, n) if callable(bias) else bias[:, :, i0:i1, :n]
+        s = (rows - lse[:, :, i0:i1]).expand(b, h, -1, -1)
         s = torch.baddbmm(s.reshape(b * h, i1 - i0, n), qb, k3[:, :n].transpose(1, 2), alpha=scale)
         if causal:  # the diagonal block: keys after their query
             later = torch.ones(i1 - i0, i1 - i0, dtype=torch.bool, device=q.device).triu(1)

@@ -21,6 +21,10 @@ runner        where                                                  module
 ``blocks``    on the CPU, ``shift_invariant`` (ALiBi, T5, KERPLE),    :mod:`.bias_blocks`
               default positions with ``q_len == k_len``, no masks,
               not compiling: inference and training
+``rows``      on the CPU, a bias of the positions alone (FIRE), no   :mod:`.bias_rows`
+              table given, ``q_len == k_len``, ``[len]`` positions,
+              keys in index order (or not causal), no masks, not
+              compiling
 ``linear``    ``linear_slopes`` (ALiBi) on the CPU, not compiling,   :mod:`.linear_bias`
               centring coordinates within ``MAX_WIDTH_RATIO``
 ``flex``      ``FLEX_MIN_SCORES`` scores per head or more where      :mod:`.flex`
@@ -63,7 +67,7 @@ __all__ = [
     "shares_table",
 ]
 
-Runner = Literal["shaw", "math", "linear", "blocks", "flex", "flash", "sdpa"]
+Runner = Literal["shaw", "math", "linear", "blocks", "rows", "flex", "flash", "sdpa"]
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,7 @@ def plan_bias(
     device: torch.device,
     backend: str = "auto",
     traits: ScoreTraits = PLAIN_TRAITS,
+    table_given: bool = False,
 ) -> BiasPlan:
     """The backend for ``encoding``'s attention over these inputs.
 
@@ -113,6 +118,9 @@ def plan_bias(
             ``math`` and ``flex`` run them; sinks ``math`` alone), and whether its keys and
             values are finite (else only ``math`` keeps a masked slot out of every output:
             :mod:`~posenc.attn.explicit`).
+        table_given: whether the caller hands the bias table (a model sharing one across
+            its layers): the runners that take one are then preferred to ``rows``, which
+            would compute it again per layer.
 
     Raises:
         ValueError: for a backend that cannot run this encoding or these inputs.
@@ -149,6 +157,20 @@ def plan_bias(
     )
     if by_distance:
         return BiasPlan("blocks")
+    by_rows = (
+        not table_given
+        and not encoding.needs_q
+        and device.type == "cpu"
+        and not masked
+        and shape.q_len == shape.k_len
+        and positions.q.dim() == 1  # one bias for the batch
+        and (not causal or positions.index_ordered())
+        and not compiling
+        and bias_flash_available()
+        and encoding.linear_slopes(causal) is None
+    )
+    if by_rows:
+        return BiasPlan("rows")
     flex = flex_pays(shape, device, cpu_training)
     if not (masked and flex) and device.type == "cpu" and not compiling:
         linear = _linear_plan(encoding, shape, positions, causal)

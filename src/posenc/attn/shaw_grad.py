@@ -193,13 +193,13 @@ class _ShawFlash(torch.autograd.Function):
 
 
 def _kernel_forward(q, k, v, a_k, qp, kp, meta):
-    """The forward over consecutive positions without a value table on the CPU flash
-    kernel, a block of :func:`~posenc.attn.bias_blocks.block_size` queries at a time, in up
-    to three calls merged by their log-sum-exp: the keys farther left than ``max_distance`` from every query of the
-    block (all in the first distance bin: a per-row constant, the reference the others are
-    taken against, so no bias at all), the band around the diagonal with its bias
-    ``q a^K[r]ᵀ · scale`` gathered from ``2k + 1`` values per query, and (not causal) the
-    keys farther right (the last bin: another per-row constant, added to their
+    """The forward over consecutive positions without a value table on the CPU flash kernel,
+    a block of :func:`~posenc.attn.bias_blocks.block_size` queries at a time, in up to three
+    calls merged by their log-sum-exp: the keys farther left than ``max_distance`` from
+    every query of the block (all in the first distance bin: a per-row constant, the
+    reference the others are taken against, so no bias at all), the band around the diagonal
+    with its bias ``q a^K[r]ᵀ · scale`` gathered from ``2k + 1`` values per query, and (not
+    causal) the keys farther right (the last bin: another per-row constant, added to their
     log-sum-exp).
 
     Shapes:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..base import BiasConfig, BiasEncoding
@@ -134,8 +133,9 @@ class Fire(BiasEncoding):
         scale: float | None = None,
     ) -> torch.Tensor:
         """The materialised bias, as :meth:`bias_at` computes it per score, with the MLP
-        as two matrix products over its hidden units (faster than the unrolled sum flex needs;
-        the same function, rounded in another order).
+        as two matrix products over its hidden units, the scores in the columns so that the
+        result comes out in ``[heads, scores]`` order with no transpose (faster than the
+        unrolled sum flex needs; the same function, rounded in another order).
 
         Shapes:
             ``[heads, q_len, k_len]``, or ``[batch, heads, q_len, k_len]`` for
@@ -146,12 +146,15 @@ class Fire(BiasEncoding):
             qp, kp = qp.view(-1, 1), kp.view(1, -1)  # -> [q_len, k_len]
         else:
             qp, kp = qp.view(-1, qp.shape[-1], 1), kp.view(-1, 1, kp.shape[-1])  # [b, q, k]
-        x = self._input(qp, kp).unsqueeze(-1)  # [(b,) q_len, k_len, 1]
+        x = self._input(qp, kp)  # [(b,) q_len, k_len]
         dtype = x.dtype
         first, second = self._linears()
-        hidden = F.relu(F.linear(x, first.weight.to(dtype), first.bias.to(dtype)))
-        out = F.linear(hidden, second.weight.to(dtype), second.bias.to(dtype))  # [..., heads]
-        return out.movedim(-1, -3).contiguous()  # [(b,) heads, q_len, k_len]
+        w1, b1 = first.weight.to(dtype), first.bias.to(dtype).unsqueeze(-1)
+        w2, b2 = second.weight.to(dtype), second.bias.to(dtype).unsqueeze(-1)
+        flat = x.reshape(-1, 1, x.shape[-2] * x.shape[-1])  # [(b | 1), 1, q_len·k_len]
+        hidden = torch.baddbmm(b1, w1.expand(flat.shape[0], -1, -1), flat).relu_()
+        out = torch.baddbmm(b2, w2.expand(flat.shape[0], -1, -1), hidden)  # [., heads, q·k]
+        return out.view(*x.shape[:-2], -1, *x.shape[-2:])  # [(b,) heads, q_len, k_len]
 
 
 def _scalar(p: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -212,6 +212,7 @@ def shared_bias(
         needs_grad=training,
         device=device,
         traits=traits,
+        table_given=True,  # what runs on a table the layers share
     )
     if plan.table == "full":
         return bias.bias(context.positions.q, context.positions.k)

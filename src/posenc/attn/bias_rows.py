@@ -1,0 +1,161 @@
+"""Attention with a bias computed a block of query rows at a time on the CPU: the flash
+kernel per block, forward and backward, with no ``[heads, L, L]`` tensor.
+
+For a bias that is neither per distance (:mod:`.bias_blocks`) nor linear (:mod:`.linear_bias`)
+but a function of the positions alone, FIRE's MLP (Li et al. 2023, arXiv:2310.04418) the one
+in posenc: each block of ``B`` queries takes its ``[heads, B, keys]`` rows from the encoding
+(``rows(i0, i1, n)``), calls the kernel over the keys up to its last query (the causal part
+of the diagonal tile as ``-inf`` in the rows), and keeps only the output and the log-sum-exp.
+The backward (FlashAttention-2, Dao 2023, arXiv:2307.08691, in
+:func:`~posenc.attn.bias_grad.flash_backward`) recomputes each block's rows with autograd on,
+and hands them the block's score gradients summed over the batch: the encoding's parameters
+get their gradient block by block, and nothing of ``[batch, heads, L, L]`` is saved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from ..functional.dtypes import math_dtype
+from .bias_blocks import block_size
+from .bias_grad import BLOCK as BACKWARD_BLOCK
+from .bias_grad import FLASH_OP, check_blockwise, flash_backward
+
+__all__ = ["Rows", "rows_attention"]
+
+#: ``rows(i0, i1, n)``: the bias of queries ``i0..i1-1`` over keys ``0..n-1``, ``[heads,
+#: i1 - i0, n]``, differentiable in the encoding's parameters
+Rows = Callable[[int, int, int], torch.Tensor]
+
+
+def rows_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    rows: Rows,
+    params: Sequence[torch.Tensor],
+    scale: float,
+    causal: bool,
+    block: int | None = None,
+) -> torch.Tensor:
+    """``softmax(q kᵀ · scale + bias) v`` with the bias from ``rows``, a block of queries per
+    kernel call, with a blockwise backward that reaches ``params`` through ``rows``.
+
+    Args:
+        q: ``[batch, heads, L, d]``; k, v: ``[batch, kv_heads, L, d]``.
+        rows: the bias of a block of queries (:data:`Rows`), in the query and key order of
+            q and k.
+        params: the tensors ``rows`` reads that may need a gradient (the encoding's
+            parameters).
+        scale: the score scale (the bias is added after it).
+        causal: mask keys after their query, by index.
+        block: queries per kernel call; default
+            :func:`~posenc.attn.bias_blocks.block_size`.
+
+    Returns:
+        ``[batch, heads, L, d]`` in the dtype of ``q``.
+    """
+    n = q.shape[2]
+    block = block_size(n) if block is None else block
+    k, v = check_blockwise(q, k, v, causal, block)
+    if k.shape[2] != n:
+        raise ValueError(f"rows_attention needs as many keys as queries, got {k.shape[2]}, {n}")
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    return _RowsFlash.apply(q, k, v, rows, float(scale), bool(causal), block, *params)
+
+
+def _later(i0: int, i1: int, n: int, device: torch.device) -> torch.Tensor:
+    """``[i1 - i0, n]`` bool: key ``j`` after query ``i`` (``j > i``), by index."""
+    return torch.arange(n, device=device) > torch.arange(i0, i1, device=device)[:, None]
+
+
+class _RowsFlash(torch.autograd.Function):
+    """The blockwise kernel calls and their backward (see the module)."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        rows: Rows,
+        scale: float,
+        causal: bool,
+        block: int,
+        *params: torch.Tensor,
+    ) -> torch.Tensor:
+        b, h, n, _ = q.shape
+        kernel = getattr(torch.ops.aten, FLASH_OP)
+        dtype = math_dtype(q.dtype)
+        out = torch.empty_like(q)
+        lse = torch.empty(b, h, n, dtype=dtype, device=q.device)
+        for i0 in range(0, n, block):
+            i1 = min(i0 + block, n)
+            keys = i1 if causal else n
+            bias = rows(i0, i1, keys).to(dtype)  # [h, blk, keys]
+            if causal:  # the diagonal tile: keys after their query
+                bias = bias.masked_fill(_later(i0, i1, keys, q.device), float("-inf"))
+            o, block_lse = kernel(
+                q[:, :, i0:i1],
+                k[:, :, :keys],
+                v[:, :, :keys],
+                0.0,
+                False,
+                attn_mask=bias.unsqueeze(0),
+                scale=scale,
+            )[:2]
+            out[:, :, i0:i1], lse[:, :, i0:i1] = o, block_lse
+        ctx.save_for_backward(q, k, v, out, lse, *params)
+        ctx.rows, ctx.scale, ctx.causal = rows, scale, causal
+        return out
+
+    @staticmethod
+    @once_differentiable  # a second derivative would need the backward's own graph
+    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        q, k, v, out, lse, *params = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        wanted = [p for p, needed in zip(params, need[7:], strict=True) if needed]
+        dtype = math_dtype(q.dtype)
+        totals = [torch.zeros_like(p) for p in wanted]
+        current: list[torch.Tensor] = []
+
+        def bias_of(i0: int, i1: int, n: int) -> torch.Tensor:
+            with torch.enable_grad():
+                block_bias = ctx.rows(i0, i1, n)  # [h, blk, n], with its graph
+            current[:] = [block_bias]
+            return block_bias.detach().to(dtype).unsqueeze(0)
+
+        def bias_grad(i0: int, ds: torch.Tensor) -> None:
+            (block_bias,) = current
+            g = ds.view(-1, *block_bias.shape).sum(0).to(block_bias.dtype)  # over the batch
+            for total, part in zip(totals, torch.autograd.grad(block_bias, wanted, g), strict=True):
+                total += part
+
+        gq, gk, gv = flash_backward(
+            grads[0],
+            q,
+            k,
+            v,
+            bias_of,
+            out,
+            lse,
+            ctx.scale,
+            block=BACKWARD_BLOCK,
+            causal=ctx.causal,
+            bias_grad=bias_grad if wanted else None,
+        )
+        param_grads = iter(totals)
+        return (
+            gq.to(q.dtype) if need[0] else None,
+            gk.to(k.dtype) if need[1] else None,
+            gv.to(v.dtype) if need[2] else None,
+            None,
+            None,
+            None,
+            None,
+            *(next(param_grads) if needed else None for needed in need[7:]),
+        )

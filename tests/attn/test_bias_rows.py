@@ -1,0 +1,124 @@
+"""A bias of the positions alone a block of query rows at a time (posenc.attn.bias_rows):
+FIRE against a dense float64 reference, forward and backward (its MLP's parameters too),
+what it saves, and auto's use of it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import posenc
+from posenc import attention
+from posenc.attn import bias as bias_module
+from posenc.attn.bias_grad import bias_flash_available
+from posenc.attn.bias_rows import rows_attention
+
+pytestmark = pytest.mark.skipif(not bias_flash_available(), reason="no CPU flash kernel")
+
+
+def _fire(h, dtype=torch.float64):
+    """FIRE with its threshold inside the test lengths, so both of its regimes show."""
+    return posenc.create("fire", n_heads=h, init_threshold=20.0).to(dtype)
+
+
+def _reference(q, k, v, bias, scale, causal):
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    scores = (q.double() @ k.double().transpose(-1, -2)) * scale + bias.double()
+    if causal:
+        n = q.shape[2]
+        scores = scores.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), float("-inf"))
+    return scores.softmax(-1) @ v.double()
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize(
+    ("b", "h", "kv_h", "n", "block"),
+    [
+        (2, 4, 2, 70, 16),  # grouped-query heads, blocks across the backward's 64
+        (1, 2, 2, 37, None),  # one block
+        (3, 2, 2, 1, None),  # one query
+    ],
+)
+def test_float64_equals_the_reference_forward_and_backward(causal, b, h, kv_h, n, block, tol):
+    enc = _fire(h)
+    q = torch.randn(b, h, n, 8, dtype=torch.float64, requires_grad=True)
+    k, v = (torch.randn(b, kv_h, n, 8, dtype=torch.float64, requires_grad=True) for _ in "kv")
+    positions = torch.arange(n)
+    params = list(enc.parameters())
+
+    def rows(i0, i1, keys):
+        return enc.bias(positions[i0:i1], positions[:keys])
+
+    out = rows_attention(q, k, v, rows, params, 0.3, causal, block)
+    expected = _reference(q, k, v, enc.bias(positions, positions), 0.3, causal)
+    rounding = tol(torch.float64, n=8 * (n + 16), scale=10.0)
+    torch.testing.assert_close(out, expected, **rounding)
+    grad_out = torch.randn(out.shape, dtype=torch.float64)
+    got = torch.autograd.grad(out, [q, k, v, *params], grad_out)
+    want = torch.autograd.grad(expected, [q, k, v, *params], grad_out)
+    for g, w in zip(got, want, strict=True):
+        scale = max(w.abs().max().item(), 1.0)
+        torch.testing.assert_close(g, w, **tol(torch.float64, n=8 * b * h * (n + 16), scale=scale))
+
+
+def test_nothing_of_the_scores_is_saved():
+    b, h, n = 3, 4, 96
+    enc = _fire(h, torch.float32)
+    q, k, v = (torch.randn(b, h, n, 8, requires_grad=True) for _ in "qkv")
+    positions = torch.arange(n)
+    shapes = []
+
+    def pack(t):
+        shapes.append(tuple(t.shape))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = rows_attention(
+            q,
+            k,
+            v,
+            lambda i0, i1, keys: enc.bias(positions[i0:i1], positions[:keys]),
+            list(enc.parameters()),
+            0.3,
+            True,
+        )
+    assert shapes, "nothing saved: the hook did not see the Function"
+    assert all(math.prod(s) < h * n * n for s in shapes), shapes
+    out.sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in enc.parameters())
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("training", [False, True])
+def test_auto_takes_it_without_a_table_and_equals_math(
+    causal, training, monkeypatch, attention_tol, grad_tol, score_size
+):
+    enc = _fire(4, torch.float32)
+    calls = []
+    real = bias_module.rows_attention
+    monkeypatch.setattr(
+        bias_module, "rows_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw)
+    )
+    q, k, v = (torch.randn(2, 4, 70, 16, requires_grad=training) for _ in "qkv")
+    inputs = [q, k, v, *enc.parameters()]
+    results = []
+    for backend in ("auto", "math"):
+        with torch.set_grad_enabled(training):
+            out = attention(q, k, v, enc, causal=causal, backend=backend)
+        grads = torch.autograd.grad(out.sum(), inputs) if training else ()
+        results.append((out, grads))
+    assert calls == [1]
+    with torch.no_grad():
+        bias = enc.bias(torch.arange(70), torch.arange(70))
+    tol = attention_tol(q, k, v, bias=bias, causal=causal)
+    torch.testing.assert_close(results[0][0], results[1][0], atol=2 * tol["atol"], rtol=0.0)
+    size = score_size(q, k, bias=bias, causal=causal)
+    for g, w in zip(results[0][1], results[1][1], strict=True):
+        torch.testing.assert_close(g, w, **grad_tol(q, k, results[1][1], size))
+    # a given table (a model's, shared by its layers) runs on the flash path instead
+    with torch.no_grad():
+        attention(q, k, v, enc, causal=causal, bias=bias)
+    assert calls == [1]
