@@ -18,9 +18,10 @@ from posenc.bench import (
     rolling,
     rope,
     suite,
+    targets,
     timing,
 )
-from posenc.bench.machine import FIELDS, FLAGS, cpu_info
+from posenc.bench.machine import FIELDS, FLAGS, cpu_info, machine
 from posenc.cli import main
 
 STAT_KEYS = {"median_ms", "q1_ms", "q3_ms", "min_ms", "max_ms", "n", "x_floor"}
@@ -327,3 +328,46 @@ def test_markdown_states_constant_keys_once_and_marks_skips():
     assert lines[0] == "All rows: L 8."
     assert lines[2] == "| enc | floor | x | y |"
     assert lines[4:] == ["| a | 1.00 ms | — | — |", "| b | 1.00 ms | 4.00 ms (4.00x) | — |"]
+
+
+def _rows(case, config, ratios):
+    """One record of ``case`` with a floor of 1 s and each ``name -> ratio``."""
+    floor = "nope" if case == "training" else "floor"
+    stats = {floor: timing.summarise([1.0])}
+    stats |= {name: timing.summarise([ratio]) for name, ratio in ratios.items()}
+    return timing.row(config, stats, floor)
+
+
+def test_targets_are_read_on_the_rows_they_name():
+    alibi = _rows("bias", {"encoding": "alibi", "L": 1024, "pass": "fwd+bwd"}, {"posenc": 1.6})
+    fire = _rows("bias", {"encoding": "fire", "L": 1024, "pass": "fwd"}, {})  # posenc missing
+    step = _rows("training", {"length": 512}, {"alibi": 1.15, "t5": 3.0})
+    bias = targets.verdicts("bias", [alibi, fire])
+    assert [(v.target.bound, v.ratio, v.met) for v in bias] == [
+        (1.5, 1.6, False),
+        (2.0, None, False),
+    ]
+    assert bias[1].line() == "fire fwd, L 1024: not run, target at most 2.00x: not met"
+    (train,) = targets.verdicts("training", [step])  # alibi's row only: t5 has no target
+    assert train.line() == "alibi training step, length 512: 1.15x, target at most 1.20x: met"
+    assert targets.verdicts("rope", [alibi]) == []  # another case's targets do not apply
+
+
+def test_the_report_states_the_targets_and_the_isas_side_by_side():
+    step = _rows("training", {"length": 512}, {"alibi": 1.3})
+    result = {
+        "size": "small",
+        "command": "posenc bench",
+        "machine": machine(),
+        "peers": {},
+        "cases": {"training": [step]},
+    }
+    text = markdown.report(result)
+    assert "- alibi training step, length 512: 1.30x, target at most 1.20x: not met" in text
+    faster = {**result, "cases": {"training": [_rows("training", {"length": 512}, {"alibi": 1.1})]}}
+    lines = markdown.side_by_side({"native": result, "default": faster}).splitlines()
+    capability = result["machine"]["cpu_capability"]
+    assert lines[0] == f"| row | target | native ({capability}) | default ({capability}) |"
+    assert lines[2] == (
+        "| alibi training step, length 512 | at most 1.20x | 1.30x, not met | 1.10x, met |"
+    )

@@ -31,7 +31,7 @@ from ..base import BiasEncoding
 from ..functional.dtypes import math_dtype
 from ..positions import arange
 from .bias_grad import BLOCK as BACKWARD_BLOCK
-from .bias_grad import FLASH_OP, check_blockwise, flash_backward
+from .bias_grad import check_blockwise, flash_backward, flash_forward
 
 __all__ = ["block_size", "distance_attention", "distance_values"]
 
@@ -125,24 +125,18 @@ class _DistanceFlash(torch.autograd.Function):
         causal: bool,
         block: int,
     ) -> torch.Tensor:
-        b, h, n, _ = q.shape
-        kernel = getattr(torch.ops.aten, FLASH_OP)
+        n = q.shape[2]
         rows = values.contiguous().unfold(-1, n, 1).unsqueeze(0)  # [1, h, n, n], row r: n-1-r
         q_r = q.flip(2)  # reversed queries, a copy
-        out_r = torch.empty_like(q_r)
-        lse_r = torch.empty(b, h, n, dtype=math_dtype(q.dtype), device=q.device)
-        for r0 in range(0, n, block):
-            r1, keys = min(r0 + block, n), n - r0 if causal else n
-            out, lse = kernel(
-                q_r[:, :, r0:r1],
-                k[:, :, :keys],
-                v[:, :, :keys],
-                0.0,
-                False,
-                attn_mask=rows[:, :, r0:r1, :keys],
-                scale=scale,
-            )[:2]
-            out_r[:, :, r0:r1], lse_r[:, :, r0:r1] = out, lse
+        out_r, lse_r = flash_forward(
+            q_r,
+            k,
+            v,
+            lambda r0, r1, keys: rows[:, :, r0:r1, :keys],
+            scale,
+            block=block,
+            keys=(lambda r0, r1: n - r0) if causal else (lambda r0, r1: n),
+        )
         ctx.save_for_backward(q_r, k, v, values, out_r, lse_r)
         ctx.scale, ctx.causal = scale, causal
         return out_r.flip(2)

@@ -30,6 +30,8 @@ __all__ = [
     "bias_flash_attention",
     "bias_flash_available",
     "check_blockwise",
+    "flash_backward",
+    "flash_forward",
 ]
 
 #: queries per block of the backward: it holds ``[batch, heads, BLOCK, k_len]`` floats
@@ -198,6 +200,46 @@ class TableGrad:
         rows, keys = ds.shape[1:]
         ds4 = ds.view(-1, self.total.shape[1], rows, keys)  # [b, h, blk, keys]
         self.total[:, :, i0 : i0 + rows, :keys] += ds4.sum(0, keepdim=True) if self.shared else ds4
+
+
+def flash_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: Callable[[int, int, int], torch.Tensor],
+    scale: float,
+    *,
+    block: int,
+    keys: Callable[[int, int], int],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The CPU flash kernel a block of queries at a time, each over its first keys with
+    its own float mask: the forward of the blockwise paths that never hold the whole bias
+    (:mod:`~posenc.attn.bias_blocks`, :mod:`~posenc.attn.bias_rows`).
+
+    Args:
+        mask: ``mask(i0, i1, n)``, the bias of queries ``i0..i1-1`` over keys ``0..n-1``
+            (``[b | 1, h, i1 - i0, n]``, a strided view will do if its last stride is 1),
+            ``-inf`` where a query may not see a key.
+        block: queries per kernel call.
+        keys: ``keys(i0, i1)``, how many keys the block sees (the first ones).
+
+    Shapes:
+        q ``[b, h, q_len, d]``, k, v ``[b, h, k_len, d]`` -> ``(out [b, h, q_len, d],
+        lse [b, h, q_len])``, the log-sum-exp in float32 (float64 for float64 inputs).
+    """
+    b, h, q_len, _ = q.shape
+    kernel = getattr(torch.ops.aten, FLASH_OP)
+    out = torch.empty_like(q)
+    lse = torch.empty(b, h, q_len, dtype=math_dtype(q.dtype), device=q.device)
+    for i0 in range(0, q_len, block):
+        i1 = min(i0 + block, q_len)
+        n = keys(i0, i1)
+        qb = q[:, :, i0:i1]
+        o, block_lse = kernel(
+            qb, k[:, :, :n], v[:, :, :n], 0.0, False, attn_mask=mask(i0, i1, n), scale=scale
+        )[:2]
+        out[:, :, i0:i1], lse[:, :, i0:i1] = o, block_lse
+    return out, lse
 
 
 def flash_backward(

@@ -23,7 +23,7 @@ from torch.autograd.function import once_differentiable
 from ..functional.dtypes import math_dtype
 from .bias_blocks import block_size
 from .bias_grad import BLOCK as BACKWARD_BLOCK
-from .bias_grad import FLASH_OP, check_blockwise, flash_backward
+from .bias_grad import check_blockwise, flash_backward, flash_forward
 
 __all__ = ["Rows", "rows_attention"]
 
@@ -88,27 +88,24 @@ class _RowsFlash(torch.autograd.Function):
         block: int,
         *params: torch.Tensor,
     ) -> torch.Tensor:
-        b, h, n, _ = q.shape
-        kernel = getattr(torch.ops.aten, FLASH_OP)
+        n = q.shape[2]
         dtype = math_dtype(q.dtype)
-        out = torch.empty_like(q)
-        lse = torch.empty(b, h, n, dtype=dtype, device=q.device)
-        for i0 in range(0, n, block):
-            i1 = min(i0 + block, n)
-            keys = i1 if causal else n
+
+        def mask(i0: int, i1: int, keys: int) -> torch.Tensor:
             bias = rows(i0, i1, keys).to(dtype)  # [h, blk, keys]
             if causal:  # the diagonal tile: keys after their query
                 bias = bias.masked_fill(_later(i0, i1, keys, q.device), float("-inf"))
-            o, block_lse = kernel(
-                q[:, :, i0:i1],
-                k[:, :, :keys],
-                v[:, :, :keys],
-                0.0,
-                False,
-                attn_mask=bias.unsqueeze(0),
-                scale=scale,
-            )[:2]
-            out[:, :, i0:i1], lse[:, :, i0:i1] = o, block_lse
+            return bias.unsqueeze(0)
+
+        out, lse = flash_forward(
+            q,
+            k,
+            v,
+            mask,
+            scale,
+            block=block,
+            keys=(lambda i0, i1: i1) if causal else (lambda i0, i1: n),
+        )
         ctx.save_for_backward(q, k, v, out, lse, *params)
         ctx.rows, ctx.scale, ctx.causal = rows, scale, causal
         return out
