@@ -202,13 +202,15 @@ def check_cached_decoding():
     return _check_cached_decoding
 
 
-def _dense_attention(q, k, v, bias=None, allowed=None, causal=False):
-    """softmax(q kᵀ / sqrt(d) + bias) v, computed densely in float64 with the key/value heads
-    repeated; ``allowed`` masks scores, ``causal`` puts the queries at the end of the keys."""
+def _dense_attention(q, k, v, bias=None, allowed=None, causal=False, scale=None):
+    """softmax(q kᵀ · scale + bias) v (``scale`` 1/sqrt(d) by default), computed densely in
+    float64 with the key/value heads repeated; ``allowed`` masks scores, ``causal`` puts the
+    queries at the end of the keys."""
     q, k, v = q.double(), k.double(), v.double()
     group = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = q @ k.transpose(-1, -2) * scale
     if bias is not None:
         scores = scores + bias.double()
     if causal:

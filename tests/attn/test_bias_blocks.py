@@ -38,14 +38,6 @@ def _causal_bias(enc, n, causal):
     return bias
 
 
-def _reference(q, k, v, bias, scale):
-    """softmax(q kᵀ·scale + bias) v in float64, key/value heads repeated."""
-    group = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-    scores = (q.double() @ k.double().transpose(-1, -2)) * scale + bias.double()
-    return scores.softmax(-1) @ v.double()
-
-
 def test_the_shift_invariant_encodings_are_the_expected_ones():
     claimed = [n for n in BIAS if registry.get(n).shift_invariant]
     assert claimed == SHIFT_INVARIANT
@@ -94,7 +86,9 @@ def test_block_size_is_an_eighth_within_bounds():
         (1, 4, 4, 1, None),  # one query
     ],
 )
-def test_float64_equals_the_reference_forward_and_backward(name, causal, b, h, kv_h, n, block, tol):
+def test_float64_equals_the_reference_forward_and_backward(
+    name, causal, b, h, kv_h, n, block, tol, dense_attention
+):
     enc = _trained(name, h, torch.float64)
     q = torch.randn(b, h, n, 8, dtype=torch.float64, requires_grad=True)
     k, v = (torch.randn(b, kv_h, n, 8, dtype=torch.float64, requires_grad=True) for _ in "kv")
@@ -102,7 +96,7 @@ def test_float64_equals_the_reference_forward_and_backward(name, causal, b, h, k
     scale = 8**-0.5
     inputs = [q, k, v, *enc.parameters()]
     out = distance_attention(q, k, v, distance_values(enc, n, causal), scale, causal, block)
-    expected = _reference(q, k, v, _causal_bias(enc, n, causal), scale)
+    expected = dense_attention(q, k, v, bias=_causal_bias(enc, n, causal), scale=scale)
     # sums of a few hundred terms of size ~10 (scores, softmax, weighted values, gradients)
     rounding = tol(torch.float64, n=8 * (n + 16), scale=10.0)
     torch.testing.assert_close(out, expected, **rounding)
@@ -115,13 +109,13 @@ def test_float64_equals_the_reference_forward_and_backward(name, causal, b, h, k
 
 
 @needs_kernel
-def test_a_steep_alibi_flushes_only_what_would_be_subnormal(tol):
+def test_a_steep_alibi_flushes_only_what_would_be_subnormal(tol, dense_attention):
     """Slopes of 100: far keys' weights fall below float32's smallest normal; the backward
     flushes them to zero and keeps every gradient within float32 rounding of float64."""
     enc = posenc.create("alibi", n_heads=2, slopes=[100.0, 0.5])
     q, k, v = (torch.randn(1, 2, 50, 8, requires_grad=True) for _ in "qkv")
     out = distance_attention(q, k, v, distance_values(enc, 50, True), 8**-0.5, True)
-    expected = _reference(q, k, v, _causal_bias(enc, 50, True), 8**-0.5)
+    expected = dense_attention(q, k, v, bias=_causal_bias(enc, 50, True), scale=8**-0.5)
     got = torch.autograd.grad(out.sum(), (q, k, v))
     want = torch.autograd.grad(expected.sum(), (q, k, v))
     for g, w in zip(got, want, strict=True):
@@ -130,7 +124,7 @@ def test_a_steep_alibi_flushes_only_what_would_be_subnormal(tol):
 
 
 @needs_kernel
-def test_strided_inputs_and_bfloat16_keep_a_float32_bias(attention_tol):
+def test_strided_inputs_and_bfloat16_keep_a_float32_bias(attention_tol, dense_attention):
     enc = _trained("t5")
     q = torch.randn(2, 40, 4, 8).transpose(1, 2)  # [b, n, h, d] storage, as from a projection
     k, v = (torch.randn(2, 40, 2, 8).transpose(1, 2) for _ in "kv")
@@ -143,7 +137,7 @@ def test_strided_inputs_and_bfloat16_keep_a_float32_bias(attention_tol):
     assert low.dtype == torch.bfloat16
     for got, inputs in ((out, (q, k, v)), (low, (t.bfloat16() for t in (q, k, v)))):
         q_, k_, v_ = inputs
-        expected = _reference(q_, k_, v_, bias, 8**-0.5)
+        expected = dense_attention(q_, k_, v_, bias=bias, scale=8**-0.5)
         tol = attention_tol(q_, k_, v_, bias=dense, scale=8**-0.5, causal=True)
         torch.testing.assert_close(got.double(), expected, **tol)
 

@@ -23,16 +23,6 @@ def _fire(h, dtype=torch.float64):
     return posenc.create("fire", n_heads=h, init_threshold=20.0).to(dtype)
 
 
-def _reference(q, k, v, bias, scale, causal):
-    group = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-    scores = (q.double() @ k.double().transpose(-1, -2)) * scale + bias.double()
-    if causal:
-        n = q.shape[2]
-        scores = scores.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), float("-inf"))
-    return scores.softmax(-1) @ v.double()
-
-
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize(
     ("b", "h", "kv_h", "n", "block"),
@@ -42,7 +32,9 @@ def _reference(q, k, v, bias, scale, causal):
         (3, 2, 2, 1, None),  # one query
     ],
 )
-def test_float64_equals_the_reference_forward_and_backward(causal, b, h, kv_h, n, block, tol):
+def test_float64_equals_the_reference_forward_and_backward(
+    causal, b, h, kv_h, n, block, tol, dense_attention
+):
     enc = _fire(h)
     q = torch.randn(b, h, n, 8, dtype=torch.float64, requires_grad=True)
     k, v = (torch.randn(b, kv_h, n, 8, dtype=torch.float64, requires_grad=True) for _ in "kv")
@@ -53,7 +45,8 @@ def test_float64_equals_the_reference_forward_and_backward(causal, b, h, kv_h, n
         return enc.bias(positions[i0:i1], positions[:keys])
 
     out = rows_attention(q, k, v, rows, params, 0.3, causal, block)
-    expected = _reference(q, k, v, enc.bias(positions, positions), 0.3, causal)
+    bias = enc.bias(positions, positions)
+    expected = dense_attention(q, k, v, bias=bias, causal=causal, scale=0.3)
     rounding = tol(torch.float64, n=8 * (n + 16), scale=10.0)
     torch.testing.assert_close(out, expected, **rounding)
     grad_out = torch.randn(out.shape, dtype=torch.float64)
