@@ -254,6 +254,22 @@ def grad_tol():
 
 
 @pytest.fixture(scope="session")
+def bfloat16_attention_runs() -> bool:
+    """Whether torch's bfloat16 CPU flash kernel runs here: torch 2.13 raises in
+    ``pack_vnni2`` under ATen kernels without AVX-512 (``ATEN_CPU_CAPABILITY=default``, and
+    ``avx2`` forced on an AVX-512 machine), in plain SDPA too, so posenc cannot either."""
+    q = torch.randn(1, 1, 64, 16, dtype=torch.bfloat16, requires_grad=True)
+    kernel = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    try:
+        kernel(q, q, q, 0.0, True, attn_mask=torch.zeros(1, 1, 64, 64))[0].sum().backward()
+    except RuntimeError as err:
+        if "pack_vnni2" in str(err):
+            return False
+        raise
+    return True
+
+
+@pytest.fixture(scope="session")
 def backends():
     """The attention backends of bias encodings that run here: flex only where compiled flex
     attention does (:func:`posenc.attn.flex.flex_available`: not on a CPU without AVX2 or

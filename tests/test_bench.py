@@ -89,11 +89,18 @@ def test_each_case_measures_what_it_says(tiny_run):
         assert set(peers.ROPE_PEERS) <= set(r["results"]) | set(r["skipped"])
     assert [r["floor"] for r in cases["decode"]] == ["pos 100", "pos 100"]
     assert all("pos 100000" in r["results"] for r in cases["decode"])
-    bias = {(r["config"]["encoding"], r["config"]["pass"]) for r in cases["bias"]}
+    *short, long = cases["bias"]  # the long row: posenc against the floor alone
+    bias = {(r["config"]["encoding"], r["config"]["pass"]) for r in short}
     assert bias == {(e, p) for e in ("alibi", "t5") for p in ("fwd", "fwd+bwd")}
-    for r in cases["bias"]:
+    for r in short:
         assert {"floor", "posenc", "sdpa+bias"} <= set(r["results"])
         assert all("peak_mib" in s for s in r["results"].values())
+    assert (long["config"]["encoding"], long["config"]["L"], long["config"]["pass"]) == (
+        "alibi",
+        32,
+        "fwd",
+    )
+    assert set(long["results"]) == {"floor", "posenc"} and "sdpa+bias" in long["skipped"]
     (train,) = cases["training"]
     assert train["floor"] == "nope"
     assert {"rope", "alibi", "t5", "sinusoidal"} <= set(train["results"])

@@ -4,7 +4,6 @@ TransformerLM computes once per forward and shares across layers."""
 
 from __future__ import annotations
 
-import functools
 import math
 
 import pytest
@@ -76,25 +75,12 @@ def test_float64_equals_reference(causal, b, h, kv_h, length, block, bias_batch,
         torch.testing.assert_close(g, w, **tol(torch.float64, n=8 * (length + 16), scale=scale_g))
 
 
-@functools.cache
-def _bfloat16_attention_runs() -> bool:
-    """Whether torch's bfloat16 CPU flash kernel runs here: torch 2.13 raises in
-    ``pack_vnni2`` under ATen kernels without AVX-512 (``ATEN_CPU_CAPABILITY=default``, and
-    ``avx2`` forced on an AVX-512 machine), in plain SDPA too, so posenc cannot either."""
-    q = torch.randn(1, 1, 64, 16, dtype=torch.bfloat16, requires_grad=True)
-    try:
-        bias_flash_attention(q, q, q, torch.zeros(1, 64, 64), 0.25, True).sum().backward()
-    except RuntimeError as err:
-        if "pack_vnni2" in str(err):
-            return False
-        raise
-    return True
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("causal", [True, False])
-def test_low_precision_within_rounding(dtype, causal, attention_tol, grad_tol, score_size):
-    if dtype == torch.bfloat16 and not _bfloat16_attention_runs():
+def test_low_precision_within_rounding(
+    dtype, causal, attention_tol, grad_tol, score_size, bfloat16_attention_runs
+):
+    if dtype == torch.bfloat16 and not bfloat16_attention_runs:
         pytest.skip("torch's bfloat16 CPU attention raises in pack_vnni2 on this ATen build")
     q, k, v, bias = _inputs(2, 4, 2, 67, 67, 16, dtype)
     scale = 1 / math.sqrt(16)

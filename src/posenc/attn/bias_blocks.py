@@ -107,7 +107,7 @@ def distance_attention(
             f"q {tuple(q.shape)}, k {tuple(k.shape)}, values {tuple(values.shape)}"
         )
     k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (k, v))
-    values = values.to(math_dtype(q.dtype))
+    values = values.to(math_dtype(q.dtype)).contiguous()  # the kernel reads rows of stride 1
     return _DistanceFlash.apply(q, k, v, values, float(scale), bool(causal), block)
 
 
@@ -126,7 +126,7 @@ class _DistanceFlash(torch.autograd.Function):
         block: int,
     ) -> torch.Tensor:
         n = q.shape[2]
-        rows = values.contiguous().unfold(-1, n, 1).unsqueeze(0)  # [1, h, n, n], row r: n-1-r
+        rows = values.unfold(-1, n, 1).unsqueeze(0)  # [1, h, n, n], row r: query n-1-r
         q_r = q.flip(2)  # reversed queries, a copy
         out_r, lse_r = flash_forward(
             q_r,

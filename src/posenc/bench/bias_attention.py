@@ -62,9 +62,11 @@ def impls(
     dtype: str = "float32",
     pass_: str = "fwd",
     peers: bool = True,
+    materialised: bool = True,
 ) -> tuple[dict[str, Callable[[], Any]], dict[str, str]]:
     """The callables of one row (name -> no-argument call) and the skipped ones (name ->
-    reason)."""
+    reason); ``peers`` and ``materialised`` (the ``sdpa+bias`` column) off for a long row
+    that only compares posenc with the floor."""
     if pass_ not in PASSES:
         raise ValueError(f"pass must be one of {PASSES}, got {pass_!r}")
     gen = torch.Generator().manual_seed(0)
@@ -90,7 +92,9 @@ def impls(
     calls = {FLOOR: timed(sdpa_floor), "posenc": timed(posenc_auto)}
     skipped: dict[str, str] = {}
     too_big = _too_big(heads, L, dt, pass_)
-    if too_big:
+    if not materialised:
+        skipped["sdpa+bias"] = "not run: a long row compares posenc with the floor"
+    elif too_big:
         skipped["sdpa+bias"] = f"unsupported: {too_big}"
     else:
         calls["sdpa+bias"] = timed(posenc_sdpa)
@@ -121,23 +125,25 @@ def run(
     warmup: int = 1,
     peers: bool = True,
     measure_memory: bool = True,
+    long_lengths: Sequence[int] = (),
+    long_encodings: Sequence[str] = ("alibi", "t5", "kerple"),
 ) -> list[dict[str, Any]]:
-    """One record per (pass, length, encoding); each result also has ``peak_mib`` (extra
+    """One record per (pass, length, encoding), then a forward row per (long length, long
+    encoding) against the floor alone (no peers, no materialised bias: long contexts keep
+    the ratios of short ones, or they do not); each result also has ``peak_mib`` (extra
     resident MiB at the peak, or None) and ``x_floor_memory``."""
     names = list(encodings) if encodings is not None else bias_encodings()
+    sizes = {"heads": heads, "head_dim": head_dim, "dtype": dtype}
     specs: list[dict[str, Any]] = [
-        {
-            "encoding": name,
-            "L": L,
-            "heads": heads,
-            "head_dim": head_dim,
-            "dtype": dtype,
-            "pass_": pass_,
-            "peers": peers,
-        }
+        {"encoding": name, "L": L, **sizes, "pass_": pass_, "peers": peers}
         for pass_ in passes
         for L in lengths
         for name in names
+    ]
+    specs += [
+        {"encoding": name, "L": L, **sizes, "pass_": "fwd", "peers": False, "materialised": False}
+        for L in long_lengths
+        for name in long_encodings
     ]
     peaks: list[dict[str, Any]] = [{} for _ in specs]
     if measure_memory and memory.available():

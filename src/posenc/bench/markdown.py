@@ -238,7 +238,7 @@ def report(result: Mapping[str, Any]) -> str:
             out += [growth_table(records)]
         read = verdicts(case, records)
         if read:
-            out += ["", "Targets (posenc's ratio to the floor, measured here):"]
+            out += ["", "Targets (the ratio to the row's floor, measured here):"]
             out += [f"- {v.line()}" for v in read]
         skips = _skips(records)
         if skips:

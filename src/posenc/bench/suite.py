@@ -54,6 +54,8 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "bias": {
             "lengths": [16],
             "encodings": ["alibi", "t5"],
+            "long_lengths": [32],
+            "long_encodings": ["alibi"],
             "heads": 2,
             "head_dim": 8,
             "repeat": 2,
@@ -92,8 +94,9 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         # posenc compiles its RoPE kernel once per shape class: a warm-up of ~10 s each
         "rope": {"seqs": [512, 2048], "head_dims": [128], "repeat": 7, "warmup": 2},
         "decode": {"repeat": 15, "warmup": 3},
-        # one length: a forward+backward row at L=2048 alone takes over a minute on 2 cores
-        "bias": {"lengths": [1024], "repeat": 5, "warmup": 1},
+        # one length: a forward+backward row at L=2048 alone takes over a minute on 2 cores;
+        # and ALiBi, T5 and KERPLE forward at L 8192 against the floor alone
+        "bias": {"lengths": [1024], "long_lengths": [8192], "repeat": 5, "warmup": 1},
         "training": {"lengths": [256, 512], "repeat": 11, "warmup": 1},
         # window 256, chunk 512; a length compiles its flex kernels once (a few s each)
         "patterns": {"lengths": [1024, 2048, 4096, 8192], "repeat": 3, "warmup": 1},
