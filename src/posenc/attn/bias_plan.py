@@ -146,30 +146,19 @@ def plan_bias(
         return BiasPlan("flex")
     if backend != "auto":
         return BiasPlan("math" if backend == "math" else "sdpa", table="full")
-    by_distance = (
-        encoding.shift_invariant
-        and device.type == "cpu"
+    # the CPU flash kernel over blocks of queries, each with its own rows of the bias
+    blockwise = (
+        device.type == "cpu"
         and not masked
-        and not positions.explicit
         and shape.q_len == shape.k_len
         and not compiling
         and bias_flash_available()
     )
-    if by_distance:
+    if blockwise and encoding.shift_invariant and not positions.explicit:
         return BiasPlan("blocks")
-    by_rows = (
-        not table_given
-        and not encoding.needs_q
-        and device.type == "cpu"
-        and not masked
-        and shape.q_len == shape.k_len
-        and positions.q.dim() == 1  # one bias for the batch
-        and (not causal or positions.index_ordered())
-        and not compiling
-        and bias_flash_available()
-        and encoding.linear_slopes(causal) is None
-    )
-    if by_rows:
+    by_rows = not table_given and not encoding.needs_q and encoding.linear_slopes(causal) is None
+    by_rows = by_rows and blockwise and positions.q.dim() == 1  # one bias for the batch
+    if by_rows and (not causal or positions.index_ordered()):
         return BiasPlan("rows")
     flex = flex_pays(shape, device, cpu_training)
     if not (masked and flex) and device.type == "cpu" and not compiling:
