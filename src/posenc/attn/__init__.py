@@ -18,10 +18,12 @@ One module per concept:
 - :mod:`~posenc.attn.explicit`: the softmax written out in float32, the path of softcap,
   sinks, values added by the encoding and values that are not all finite;
 - the backends: :mod:`~posenc.attn.linear_bias` (ALiBi fused into CPU SDPA),
-  :mod:`~posenc.attn.bias_blocks` (shift-invariant biases from their distances),
-  :mod:`~posenc.attn.bias_grad` (the CPU flash kernel with a blockwise backward),
-  :mod:`~posenc.attn.shaw_grad` (Shaw's attention blockwise) and :mod:`~posenc.attn.flex`
-  (compiled flex attention and its cached block masks);
+  :mod:`~posenc.attn.flash_blocks` (the CPU flash kernel by blocks of queries, forward and
+  backward) under :mod:`~posenc.attn.bias_blocks` (shift-invariant biases from their
+  distances), :mod:`~posenc.attn.bias_rows` (a bias computed per block of rows: FIRE) and
+  :mod:`~posenc.attn.bias_grad` (a bias table), :mod:`~posenc.attn.shaw_grad` (Shaw's
+  attention blockwise, its distance bins in :mod:`~posenc.attn.shaw_bins`) and
+  :mod:`~posenc.attn.flex` (compiled flex attention and its cached block masks);
 - :mod:`~posenc.attn.cache`: :class:`KVCache` for incremental decoding, with rolling
   buffers for window and chunk layers;
 - :mod:`~posenc.attn.temperature`: Llama 4's query temperature tuning,

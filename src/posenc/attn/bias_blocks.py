@@ -14,7 +14,7 @@ last query; under a causal mask ``w`` carries ``-inf`` for the distances above z
 one tile the kernel computes in vain is each block's diagonal (``B / L`` of the work).
 
 The backward (FlashAttention-2, Dao 2023, arXiv:2307.08691, Algorithm 2, in
-:func:`~posenc.attn.bias_grad.flash_backward`) runs in the same reversed order, and the
+:func:`~posenc.attn.flash_blocks.flash_backward`) runs in the same reversed order, and the
 gradient of ``w`` sums each anti-diagonal of the score gradients, read as the columns of a
 skewed view (:class:`DistanceGrad`). Measured against plain causal SDPA: docs/design-notes.md,
 "Shift-invariant biases from their distances".
@@ -30,8 +30,8 @@ from torch.autograd.function import once_differentiable
 from ..base import BiasEncoding
 from ..functional.dtypes import math_dtype
 from ..positions import arange
-from .bias_grad import BLOCK as BACKWARD_BLOCK
-from .bias_grad import check_blockwise, flash_backward, flash_forward
+from .flash_blocks import BLOCK as BACKWARD_BLOCK
+from .flash_blocks import check_blockwise, flash_backward, flash_forward
 
 __all__ = ["block_size", "distance_attention", "distance_values"]
 

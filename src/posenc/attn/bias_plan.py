@@ -53,7 +53,7 @@ import torch
 from ..base import BiasEncoding
 from ..positions import AttnPositions
 from .backends import BACKENDS, FLEX_MIN_SCORES, AttnShape, check_flex, explicit_runner, flex_pays
-from .bias_grad import bias_flash_available
+from .flash_blocks import bias_flash_available
 from .linear_bias import MAX_WIDTH_RATIO, SMALL_Q, linear_bias_blocks, linear_bias_runs
 from .pattern import PLAIN_TRAITS, ScoreTraits
 

@@ -7,7 +7,7 @@ in posenc: each block of ``B`` queries takes its ``[heads, B, keys]`` rows from 
 (``rows(i0, i1, n)``), calls the kernel over the keys up to its last query (the causal part
 of the diagonal tile as ``-inf`` in the rows), and keeps only the output and the log-sum-exp.
 The backward (FlashAttention-2, Dao 2023, arXiv:2307.08691, in
-:func:`~posenc.attn.bias_grad.flash_backward`) recomputes each block's rows with autograd on,
+:func:`~posenc.attn.flash_blocks.flash_backward`) recomputes each block's rows with autograd on,
 and hands them the block's score gradients summed over the batch: the encoding's parameters
 get their gradient block by block, and nothing of ``[batch, heads, L, L]`` is saved.
 """
@@ -22,8 +22,8 @@ from torch.autograd.function import once_differentiable
 
 from ..functional.dtypes import math_dtype
 from .bias_blocks import block_size
-from .bias_grad import BLOCK as BACKWARD_BLOCK
-from .bias_grad import check_blockwise, flash_backward, flash_forward
+from .flash_blocks import BLOCK as BACKWARD_BLOCK
+from .flash_blocks import check_blockwise, flash_backward, flash_forward
 
 __all__ = ["Rows", "rows_attention"]
 

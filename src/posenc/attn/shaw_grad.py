@@ -23,9 +23,9 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from ..functional.dtypes import math_dtype
-from ..functional.shaw import shaw_index
 from .bias_blocks import block_size
-from .bias_grad import FLASH_OP, bias_flash_available, check_blockwise
+from .flash_blocks import FLASH_OP, bias_flash_available, check_blockwise
+from .shaw_bins import bin_blocks, bin_sum, consecutive_shift, spread
 
 __all__ = ["BLOCK", "shaw_attention"]
 
@@ -97,7 +97,7 @@ def shaw_attention(
     # [b | 1, 1, len]: the pair's distance bin is computed per block from these
     qp = q_positions.reshape(-1, 1, q_len)
     kp = k_positions.reshape(-1, 1, k_len)
-    shift = _shift(q_positions, k_positions)
+    shift = consecutive_shift(q_positions, k_positions)
     meta = (max_distance, shift, float(scale), bool(causal), block)
     return _ShawFlash.apply(q, k, v, key_table, value_table, qp, kp, meta)
 
@@ -133,7 +133,7 @@ class _ShawFlash(torch.autograd.Function):
             return out.view(b, h, q_len, d).to(q.dtype)
         out = torch.empty(b * h, q_len, d, dtype=dtype, device=q.device)
         lse = torch.empty(b * h, q_len, 1, dtype=dtype, device=q.device)
-        for i0, i1, n, band in _blocks(qp, kp, shift, q_len, max_distance, causal, block, b, h):
+        for i0, i1, n, band in bin_blocks(qp, kp, shift, q_len, max_distance, causal, block, b, h):
             p = _scores(q3[:, i0:i1], k3[:, :n], a_k, band, scale, causal, i0)
             top = p.amax(-1, keepdim=True)
             p = p.sub_(top).exp_()
@@ -142,7 +142,7 @@ class _ShawFlash(torch.autograd.Function):
             lse[:, i0:i1] = top + total.log()
             o = torch.bmm(p, v3[:, :n])
             if a_v is not None:
-                o.add_(_bin_sum(p, band, a_v.shape[0]) @ a_v)
+                o.add_(bin_sum(p, band, a_v.shape[0]) @ a_v)
             out[:, i0:i1] = o
         ctx.save_for_backward(q, k, v, key_table, value_table, qp, kp, out, lse)
         ctx.meta = meta
@@ -167,17 +167,17 @@ class _ShawFlash(torch.autograd.Function):
         gv = torch.zeros(b * h, k_len, d, dtype=dtype, device=q.device)
         ga_k = torch.zeros(rows, d, dtype=dtype, device=q.device)
         ga_v = None if a_v is None else torch.zeros(rows, d, dtype=dtype, device=q.device)
-        for i0, i1, n, band in _blocks(qp, kp, shift, q_len, max_distance, causal, block, b, h):
+        for i0, i1, n, band in bin_blocks(qp, kp, shift, q_len, max_distance, causal, block, b, h):
             qb, gb = q3[:, i0:i1], g3[:, i0:i1]  # [b·h, blk, d]
             p = _scores(qb, k3[:, :n], a_k, band, scale, causal, i0)
             p = p.sub_(lse[:, i0:i1]).exp_()  # P, [b·h, blk, n]
             gv[:, :n].baddbmm_(p.transpose(1, 2), gb)
             dp = torch.bmm(gb, v3[:, :n].transpose(1, 2))
             if a_v is not None and ga_v is not None:
-                ga_v += _bin_sum(p, band, rows).flatten(0, 1).T @ gb.flatten(0, 1)
-                _spread(gb @ a_v.T, band, n, out=dp)  # + dO · a^V[r_ij]
+                ga_v += bin_sum(p, band, rows).flatten(0, 1).T @ gb.flatten(0, 1)
+                spread(gb @ a_v.T, band, n, out=dp)  # + dO · a^V[r_ij]
             ds = p.mul_(dp.sub_(delta[:, i0:i1]))  # dS = P ⊙ (dP - D), in P's memory
-            d_r = _bin_sum(ds, band, rows)  # dR, [b·h, blk, 2k + 1]
+            d_r = bin_sum(ds, band, rows)  # dR, [b·h, blk, 2k + 1]
             gq[:, i0:i1] = torch.bmm(ds, k3[:, :n]).add_(d_r @ a_k)
             ga_k += d_r.flatten(0, 1).T @ qb.flatten(0, 1)
             gk[:, :n].baddbmm_(ds.transpose(1, 2), qb)
@@ -211,7 +211,7 @@ def _kernel_forward(q, k, v, a_k, qp, kp, meta):
     b, h, q_len, d = q.shape
     out = torch.empty(b, h, q_len, d, dtype=q.dtype, device=q.device)
     lse = torch.empty(b, h, q_len, 1, dtype=q.dtype, device=q.device)
-    blocks = _blocks(qp, kp, shift, q_len, max_distance, causal, block_size(q_len), b, h)
+    blocks = bin_blocks(qp, kp, shift, q_len, max_distance, causal, block_size(q_len), b, h)
     for i0, i1, n, (lo, hi, idx) in blocks:
         qb = q[:, :, i0:i1]
         per_bin = (qb @ a_k.T).mul_(scale)  # [b, h, blk, 2k + 1]
@@ -241,75 +241,10 @@ def _kernel_forward(q, k, v, a_k, qp, kp, meta):
     return out.view(b * h, q_len, d), lse.view(b * h, q_len, 1)
 
 
-def _shift(q_positions: torch.Tensor, k_positions: torch.Tensor) -> int | None:
-    """``c`` when the positions are consecutive, ``[len]`` each (``p = offset + index``),
-    so that a pair's distance is ``j - i + c``; else None. Reads them (not under compile)."""
-    if q_positions.dim() != 1 or k_positions.dim() != 1:
-        return None
-    for pos in (q_positions, k_positions):
-        if pos.shape[0] > 1 and not bool((pos.diff() == 1).all()):
-            return None
-    if not q_positions.numel() or not k_positions.numel():
-        return None
-    return int(k_positions[0]) - int(q_positions[0])
-
-
-def _blocks(qp, kp, shift, q_len, max_distance, causal, block, b, h):
-    """Yield ``(i0, i1, n, band)`` per block of queries ``[i0, i1)``: the keys it sees are
-    ``[0, n)``. ``band = (lo, hi, idx)``: keys before ``lo`` are in the first distance bin
-    (farther left than ``max_distance``), keys from ``hi`` on in the last, and ``idx`` holds
-    the bins of keys ``[lo, hi)``, expanded to ``[b, h, i1 - i0, hi - lo]`` (a view). With
-    consecutive positions (``shift`` not None) the band is the ``blk + 2k`` keys around the
-    diagonal; otherwise it is every key."""
-    k_len = kp.shape[-1]
-    for i0 in range(0, q_len, block):
-        i1 = min(i0 + block, q_len)
-        n = i1 if causal else k_len
-        lo, hi = 0, n
-        if shift is not None:  # key j of query i is at distance j - i + shift
-            lo = min(max(i0 - shift - max_distance, 0), n)
-            hi = min(max(i1 - shift + max_distance, lo), n)
-        rel = kp[:, :, lo:hi] - qp[:, :, i0:i1].transpose(1, 2)  # [b | 1, blk, hi - lo]
-        idx = shaw_index(rel, max_distance).unsqueeze(1).expand(b, h, i1 - i0, hi - lo)
-        yield i0, i1, n, (lo, hi, idx)
-
-
-def _spread(per_bin: torch.Tensor, band, n: int, out: torch.Tensor | None = None) -> torch.Tensor:
-    """``per_bin[.., i, r_ij]`` for every key ``j < n``, added to ``out`` if given:
-    ``[b·h, blk, 2k + 1]`` -> ``[b·h, blk, n]``."""
-    lo, hi, idx = band
-    b, h, blk, _ = idx.shape
-    gathered = per_bin.view(b, h, blk, -1).gather(-1, idx).view(b * h, blk, hi - lo)
-    if out is None:
-        if lo == 0 and hi == n:
-            return gathered
-        out = per_bin.new_empty(b * h, blk, n)
-        out[:, :, lo:hi] = gathered
-        out[:, :, :lo], out[:, :, hi:] = per_bin[:, :, :1], per_bin[:, :, -1:]
-    else:
-        out[:, :, lo:hi] += gathered
-        out[:, :, :lo] += per_bin[:, :, :1]
-        out[:, :, hi:] += per_bin[:, :, -1:]
-    return out
-
-
-def _bin_sum(x: torch.Tensor, band, rows: int) -> torch.Tensor:
-    """``x`` summed into the distance bins of its pairs: ``[b·h, blk, n]`` ->
-    ``[b·h, blk, rows]``."""
-    lo, hi, idx = band
-    b, h, blk, _ = idx.shape
-    bins = x.new_zeros(b, h, blk, rows)
-    bins.scatter_add_(-1, idx, x.view(b, h, blk, -1)[..., lo:hi])
-    bins = bins.view(b * h, blk, rows)
-    bins[:, :, 0] += x[:, :, :lo].sum(-1)
-    bins[:, :, -1] += x[:, :, hi:].sum(-1)
-    return bins
-
-
 def _scores(qb, kn, a_k, band, scale, causal, i0):
     """``q kᵀ · scale + q a^K[r]ᵀ · scale`` of one block, ``-inf`` past the query under the
     causal mask: ``[b·h, blk, d]``, ``[b·h, n, d]`` -> ``[b·h, blk, n]``."""
-    s = _spread(qb @ a_k.T, band, kn.shape[1])  # the key term, scaled with the scores:
+    s = spread(qb @ a_k.T, band, kn.shape[1])  # the key term, scaled with the scores:
     s = s.baddbmm_(qb, kn.transpose(1, 2), beta=scale, alpha=scale)
     if causal:  # the diagonal block: keys after their query
         blk = qb.shape[1]

@@ -6,6 +6,7 @@ Transformers", arXiv:2310.04418). The math is in :mod:`posenc.functional.fire`.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import torch
 from torch import nn
@@ -151,10 +152,10 @@ class Fire(BiasEncoding):
         first, second = self._linears()
         w1, b1 = first.weight.to(dtype), first.bias.to(dtype).unsqueeze(-1)
         w2, b2 = second.weight.to(dtype), second.bias.to(dtype).unsqueeze(-1)
-        flat = x.reshape(-1, 1, x.shape[-2] * x.shape[-1])  # [(b | 1), 1, q_len·k_len]
+        flat = x.reshape(math.prod(x.shape[:-2]), 1, x.shape[-2] * x.shape[-1])  # [b|1, 1, q·k]
         hidden = torch.baddbmm(b1, w1.expand(flat.shape[0], -1, -1), flat).relu_()
         out = torch.baddbmm(b2, w2.expand(flat.shape[0], -1, -1), hidden)  # [., heads, q·k]
-        return out.view(*x.shape[:-2], -1, *x.shape[-2:])  # [(b,) heads, q_len, k_len]
+        return out.view(*x.shape[:-2], w2.shape[0], *x.shape[-2:])  # [(b,) heads, q, k]
 
 
 def _scalar(p: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -189,12 +189,14 @@ def shared_bias(
 
     Example:
         >>> import posenc
-        >>> t5 = posenc.create("t5", n_heads=4)
+        >>> fire, t5 = posenc.create("fire", n_heads=4), posenc.create("t5", n_heads=4)
         >>> ctx = AttentionContext.build(6, 6, 1, torch.device("cpu"))
         >>> shape = AttnShape(1, 4, 4, 6, 6, 8)
-        >>> shared_bias(t5, ctx, shape, causal=True, training=True, cached=False).shape
+        >>> shared_bias(fire, ctx, shape, causal=True, training=True, cached=False).shape
         torch.Size([4, 6, 6])
-        >>> shared_bias(t5, ctx, shape, causal=True, training=False, cached=False) is None
+        >>> shared_bias(fire, ctx, shape, causal=True, training=False, cached=False) is None
+        True
+        >>> shared_bias(t5, ctx, shape, causal=True, training=True, cached=False) is None
         True
     """
     if encoding.kind != "bias":
