@@ -11,7 +11,13 @@ import posenc
 from posenc import attention, registry
 from posenc.attn import bias as bias_module
 from posenc.attn import bias_plan
-from posenc.attn.bias_blocks import DistanceGrad, block_size, distance_attention, distance_values
+from posenc.attn.bias_blocks import (
+    DistanceGrad,
+    block_size,
+    distance_attention,
+    distance_values,
+    negligible,
+)
 from posenc.attn.bias_grad import bias_flash_available
 from posenc.models import TransformerLM
 
@@ -247,3 +253,28 @@ def test_a_model_trains_on_it_with_the_gradients_of_the_other_paths(name, monkey
 
 def _fail(*args, **kwargs):
     raise AssertionError("the distance path ran where it does not apply")
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_negligible_flushes_only_weights_below_the_smallest_normal(causal):
+    """Every distance set to -inf weighs less than float32's tiny in every row (exact
+    float64 softmax), and a steep head does get distances flushed."""
+    enc = posenc.create("alibi", n_heads=4, slopes=[8.0, 2.0, 0.5, 0.01])
+    n = 60
+    q, k = (torch.randn(2, 4, n, 8) for _ in "qk")
+    values = distance_values(enc, n, causal)
+    flushed = negligible(values, q, k, 8**-0.5)
+    gone = torch.isinf(flushed) & ~torch.isinf(values)  # [h, 2n - 1]
+    assert gone[0].any() and not gone[3].any()  # the steep head loses its far keys, not the flat
+    rows = values.unfold(-1, n, 1).flip(-2)  # [h, n, n], row i = query i
+    scores = (q.double() @ k.double().transpose(-1, -2)) * 8**-0.5 + rows.double()
+    weights = scores.softmax(-1)  # [b, h, n, n]
+    gone_rows = gone.unfold(-1, n, 1).flip(-2).expand_as(weights)
+    assert (weights[gone_rows] < torch.finfo(torch.float32).tiny).all()
+    assert not torch.isinf(flushed[:, n - 1]).any()  # distance 0 stays
+
+
+def test_negligible_flushes_nothing_for_non_finite_inputs():
+    values = distance_values(posenc.create("alibi", n_heads=2, slopes=[50.0, 50.0]), 9, True)
+    q = torch.full((1, 2, 9, 4), float("nan"))
+    assert torch.equal(negligible(values, q, q, 0.5), values)

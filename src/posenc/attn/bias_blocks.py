@@ -22,6 +22,7 @@ skewed view (:class:`DistanceGrad`). Measured against plain causal SDPA: docs/de
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -33,7 +34,7 @@ from ..positions import arange
 from .flash_blocks import BLOCK as BACKWARD_BLOCK
 from .flash_blocks import check_blockwise, flash_backward, flash_forward
 
-__all__ = ["block_size", "distance_attention", "distance_values"]
+__all__ = ["block_size", "distance_attention", "distance_values", "negligible"]
 
 #: queries per kernel call: an eighth of the length, within these bounds (fewer calls leave
 #: more of each diagonal tile computed in vain, smaller ones give each call too little work;
@@ -107,8 +108,36 @@ def distance_attention(
             f"q {tuple(q.shape)}, k {tuple(k.shape)}, values {tuple(values.shape)}"
         )
     k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (k, v))
-    values = values.to(math_dtype(q.dtype)).contiguous()  # the kernel reads rows of stride 1
+    values = negligible(values.to(math_dtype(q.dtype)), q, k, scale)
+    values = values.contiguous()  # the kernel reads rows of stride 1
     return _DistanceFlash.apply(q, k, v, values, float(scale), bool(causal), block)
+
+
+def negligible(
+    values: torch.Tensor, q: torch.Tensor, k: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """``values`` with ``-inf`` at the distances whose weight is below the smallest normal
+    float in every row, whatever q and k hold: flushed to zero, as the backward flushes what
+    ``exp()`` would make subnormal, before the kernel's own ``exp()`` (whose scalar path
+    slows down on subnormals: a steep ALiBi head at L 8192).
+
+    A row's largest score is at least that of its own key (distance 0, which every query
+    sees), and ``scale·q·k`` differs between two keys by at most
+    ``2·scale·max|q|·max|k|`` (per head); a distance whose value is below the value at 0 by
+    more than that plus ``-log(tiny)`` weighs less than ``tiny`` in every row.
+
+    Shapes:
+        values ``[h, 2L - 1]``, q ``[b, h, L, d]``, k ``[b, h, L, d]`` (heads repeated) ->
+        ``[h, 2L - 1]``
+    """
+    n = q.shape[2]
+    with torch.no_grad():
+        norms = [torch.linalg.vector_norm(t, dim=-1, dtype=values.dtype) for t in (q, k)]
+        q_max, k_max = (t.amax(dim=(0, 2)) for t in norms)  # [h]
+        bound = 2.01 * scale * q_max * k_max  # a hundredth more: the norms' own rounding
+        floor = values[:, n - 1 : n] + math.log(torch.finfo(values.dtype).tiny) - bound[:, None]
+        far = values < floor  # NaN or inf in q, k: an inf or NaN bound flushes nothing
+    return values.masked_fill(far, float("-inf"))
 
 
 class _DistanceFlash(torch.autograd.Function):
