@@ -1,9 +1,9 @@
 """Attention with a bias computed a block of query rows at a time on the CPU: the flash
 kernel per block, forward and backward, with no ``[heads, L, L]`` tensor.
 
-For a bias that is neither per distance (:mod:`.bias_blocks`) nor linear (:mod:`.linear_bias`)
-but a function of the positions alone, FIRE's MLP (Li et al. 2023, arXiv:2310.04418) the one
-in posenc: each block of ``B`` queries takes its ``[heads, B, keys]`` rows from the encoding
+For a bias of the positions alone that is neither per distance (:mod:`.bias_blocks`) nor
+linear (:mod:`.linear_bias`), in posenc FIRE's MLP (Li et al. 2023, arXiv:2310.04418): each
+block of ``B`` queries takes its ``[heads, B, keys]`` rows from the encoding
 (``rows(i0, i1, n)``), calls the kernel over the keys up to its last query (the causal part
 of the diagonal tile as ``-inf`` in the rows), and keeps only the output and the log-sum-exp.
 The backward (FlashAttention-2, Dao 2023, arXiv:2307.08691, in
