@@ -21,7 +21,7 @@ __all__ = ["EXTRAS", "compare_command", "demo_command", "register", "report_comm
 EXTRAS = "the arena needs its extras: pip install 'posenc[arena]' (and for --hf-model 'posenc[hf]')"
 
 _PRESET = (
-    "quick (about 9 min on 2 cores), standard (3 seeds; 78 min on 2 shared cores), "
+    "quick (about 5 min on 2 cores), standard (3 seeds; 78 min on 2 shared cores), "
     "full (hours, 3 seeds; for a GPU) or tiny (seconds, for tests)"
 )
 _DEVICE = "auto (CUDA when torch sees a GPU), cpu or cuda: where every model trains."
