@@ -13,12 +13,11 @@ from posenc.attn import bias as bias_module
 from posenc.attn import bias_plan
 from posenc.attn.bias_blocks import (
     DistanceGrad,
-    block_size,
     distance_attention,
     distance_values,
     negligible,
 )
-from posenc.attn.bias_grad import bias_flash_available
+from posenc.attn.flash_blocks import bias_flash_available, block_size
 from posenc.models import TransformerLM
 
 BIAS = [n for n in posenc.available() if posenc.info(n).kind == "bias"]

@@ -32,20 +32,9 @@ from ..base import BiasEncoding
 from ..functional.dtypes import math_dtype
 from ..positions import arange
 from .flash_blocks import BLOCK as BACKWARD_BLOCK
-from .flash_blocks import check_blockwise, flash_backward, flash_forward
+from .flash_blocks import block_size, check_blockwise, flash_backward, flash_forward
 
-__all__ = ["block_size", "distance_attention", "distance_values", "negligible"]
-
-#: queries per kernel call: an eighth of the length, within these bounds (fewer calls leave
-#: more of each diagonal tile computed in vain, smaller ones give each call too little work;
-#: t5, 8 heads of 64, 2 cores: 1.04x the floor at L 1024 with 128, 1.19x with 512; 1.08x at
-#: L 4096 with 256, 1.21x with 128)
-MIN_BLOCK, MAX_BLOCK = 64, 256
-
-
-def block_size(n: int) -> int:
-    """Queries per kernel call for ``n`` queries: ``n // 8`` within ``[MIN_BLOCK, MAX_BLOCK]``."""
-    return min(MAX_BLOCK, max(MIN_BLOCK, n // 8))
+__all__ = ["distance_attention", "distance_values", "negligible"]
 
 
 def distance_values(
@@ -93,7 +82,7 @@ def distance_attention(
         scale: the score scale (the bias is added after it).
         causal: each block sees the keys up to its last query only (the ``-inf`` values
             mask the rest).
-        block: queries per kernel call; default :func:`block_size`.
+        block: queries per kernel call; default :func:`~posenc.attn.flash_blocks.block_size`.
 
     Returns:
         ``[batch, heads, L, d]`` in the dtype of ``q``; the bias and the backward are in

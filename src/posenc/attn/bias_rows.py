@@ -21,9 +21,8 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from ..functional.dtypes import math_dtype
-from .bias_blocks import block_size
 from .flash_blocks import BLOCK as BACKWARD_BLOCK
-from .flash_blocks import check_blockwise, flash_backward, flash_forward
+from .flash_blocks import after_query, block_size, check_blockwise, flash_backward, flash_forward
 
 __all__ = ["Rows", "rows_attention"]
 
@@ -54,7 +53,7 @@ def rows_attention(
         scale: the score scale (the bias is added after it).
         causal: mask keys after their query, by index.
         block: queries per kernel call; default
-            :func:`~posenc.attn.bias_blocks.block_size`.
+            :func:`~posenc.attn.flash_blocks.block_size`.
 
     Returns:
         ``[batch, heads, L, d]`` in the dtype of ``q``.
@@ -66,11 +65,6 @@ def rows_attention(
         raise ValueError(f"rows_attention needs as many keys as queries, got {k.shape[2]}, {n}")
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     return _RowsFlash.apply(q, k, v, rows, float(scale), bool(causal), block, *params)
-
-
-def _later(i0: int, i1: int, n: int, device: torch.device) -> torch.Tensor:
-    """``[i1 - i0, n]`` bool: key ``j`` after query ``i`` (``j > i``), by index."""
-    return torch.arange(n, device=device) > torch.arange(i0, i1, device=device)[:, None]
 
 
 class _RowsFlash(torch.autograd.Function):
@@ -94,7 +88,7 @@ class _RowsFlash(torch.autograd.Function):
         def mask(i0: int, i1: int, keys: int) -> torch.Tensor:
             bias = rows(i0, i1, keys).to(dtype)  # [h, blk, keys]
             if causal:  # the diagonal tile: keys after their query
-                bias = bias.masked_fill(_later(i0, i1, keys, q.device), float("-inf"))
+                bias = bias.masked_fill(after_query(i0, i1, 0, keys, q.device), float("-inf"))
             return bias.unsqueeze(0)
 
         out, lse = flash_forward(

@@ -23,8 +23,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from ..functional.dtypes import math_dtype
-from .bias_blocks import block_size
-from .flash_blocks import FLASH_OP, bias_flash_available, check_blockwise
+from .flash_blocks import FLASH_OP, after_query, bias_flash_available, block_size, check_blockwise
 from .shaw_bins import bin_blocks, bin_sum, consecutive_shift, spread
 
 __all__ = ["BLOCK", "shaw_attention"]
@@ -194,7 +193,7 @@ class _ShawFlash(torch.autograd.Function):
 
 def _kernel_forward(q, k, v, a_k, qp, kp, meta):
     """The forward over consecutive positions without a value table on the CPU flash kernel,
-    a block of :func:`~posenc.attn.bias_blocks.block_size` queries at a time, in up to three
+    a block of :func:`~posenc.attn.flash_blocks.block_size` queries at a time, in up to three
     calls merged by their log-sum-exp: the keys farther left than ``max_distance`` from
     every query of the block (all in the first distance bin: a per-row constant, the
     reference the others are taken against, so no bias at all), the band around the diagonal
@@ -218,11 +217,7 @@ def _kernel_forward(q, k, v, a_k, qp, kp, meta):
         left = per_bin[..., :1]  # every key before lo: the reference
         bias = per_bin.gather(-1, idx).sub_(left)  # [b, h, blk, hi - lo]
         if causal:  # keys after their query, by index
-            later = (
-                torch.arange(lo, hi, device=q.device)
-                > torch.arange(i0, i1, device=q.device)[:, None]
-            )
-            bias.masked_fill_(later, float("-inf"))
+            bias.masked_fill_(after_query(i0, i1, lo, hi, q.device), float("-inf"))
         parts = [
             kernel(qb, k[:, :, lo:hi], v[:, :, lo:hi], 0.0, False, attn_mask=bias, scale=scale)[:2]
         ]
