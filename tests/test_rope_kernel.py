@@ -13,11 +13,13 @@ import torch
 
 import posenc
 from posenc.functional import apply_rope, rope_cos_sin, rope_inv_freq
+from posenc.functional import compiled as compiled_mod
 from posenc.functional import rope_kernel as rk
+from posenc.functional.cpu import cpu_vector_isa
 from posenc.functional.rope_kernel import apply_rope_fast
 
 pytestmark = pytest.mark.skipif(
-    not rk.cpu_vector_isa(), reason="inductor has no vector ISA on this CPU: eager only"
+    not cpu_vector_isa(), reason="inductor has no vector ISA on this CPU: eager only"
 )
 
 
@@ -25,18 +27,16 @@ pytestmark = pytest.mark.skipif(
 def compiled(monkeypatch):
     """Force the compiled kernel on every size; the list counts the calls it answers."""
     calls = []
-    real = rk._kernel
+    real = rk.KERNEL.compiled
 
-    def counting(x):
-        kernel = real(x)
-        if kernel is not None:
-            calls.append(tuple(x.shape))
-        return kernel
+    def counting(x, *args):
+        calls.append(tuple(x.shape))
+        return real(x, *args)
 
-    monkeypatch.setattr(rk, "ENABLED", True)
+    monkeypatch.setattr(compiled_mod, "ENABLED", True)
     monkeypatch.setattr(rk, "COMPILE_MIN_NUMEL", 0)
-    monkeypatch.setattr(rk, "_failed", [])
-    monkeypatch.setattr(rk, "_kernel", counting)
+    monkeypatch.setattr(rk.KERNEL, "failed", None)
+    monkeypatch.setattr(rk.KERNEL, "compiled", counting)
     return calls
 
 
@@ -155,7 +155,7 @@ def test_small_inputs_and_switch_off_stay_eager(compiled, monkeypatch):
     monkeypatch.setattr(rk, "COMPILE_MIN_NUMEL", x.numel() + 1)
     apply_rope_fast(x, cos, sin)
     monkeypatch.setattr(rk, "COMPILE_MIN_NUMEL", 0)
-    monkeypatch.setattr(rk, "ENABLED", False)
+    monkeypatch.setattr(compiled_mod, "ENABLED", False)
     apply_rope_fast(x, cos, sin)
     assert compiled == []
 
@@ -167,7 +167,7 @@ def test_compile_failure_falls_back_once(compiled, monkeypatch):
         tries.append(1)
         raise RuntimeError("no C compiler\nmore lines")
 
-    monkeypatch.setattr(rk, "_compiled", lambda: broken)
+    monkeypatch.setattr(rk.KERNEL, "compiled", broken)
     cos, sin = tables(5, 8)
     x = torch.randn(1, 2, 5, 16)
     with pytest.warns(RuntimeWarning, match="no C compiler"):

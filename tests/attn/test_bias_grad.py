@@ -259,13 +259,18 @@ def test_model_shared_table_equals_per_layer_paths(name, monkeypatch, tol):
     model = TransformerLM(64, 32, 3, 4, name, n_kv_heads=2).double()
     ids = torch.randint(0, 64, (2, 41))
     counted = []
-    real_bias = model.encoding.bias
-    monkeypatch.setattr(
-        model.encoding, "bias", lambda *a, **kw: counted.append(1) or real_bias(*a, **kw)
-    )
+
+    def count(method):
+        real = getattr(model.encoding, method)
+        monkeypatch.setattr(
+            model.encoding, method, lambda *a, **kw: counted.append(1) or real(*a, **kw)
+        )
+
+    count("bias")  # the table
     shared = _step(model, ids)
     assert len(counted) == 1  # once per forward, not once per layer
     monkeypatch.setattr(shared_module, "shared_bias", lambda *a, **kw: None)
+    count("masked_bias")  # the rows of the blockwise path
     per_layer = _step(model, ids)
     assert len(counted) >= 1 + 3  # once per layer at least (per block of rows, for FIRE)
     monkeypatch.setattr(bias_plan, "bias_flash_available", lambda: False)

@@ -41,8 +41,8 @@ def test_float64_equals_the_reference_forward_and_backward(
     positions = torch.arange(n)
     params = list(enc.parameters())
 
-    def rows(i0, i1, keys):
-        return enc.bias(positions[i0:i1], positions[:keys])
+    def rows(i0, i1, keys, masked):
+        return enc.masked_bias(positions[i0:i1], positions[:keys], masked)
 
     out = rows_attention(q, k, v, rows, params, 0.3, causal, block)
     bias = enc.bias(positions, positions)
@@ -73,7 +73,7 @@ def test_nothing_of_the_scores_is_saved():
             q,
             k,
             v,
-            lambda i0, i1, keys: enc.bias(positions[i0:i1], positions[:keys]),
+            lambda i0, i1, n, masked: enc.masked_bias(positions[i0:i1], positions[:n], masked),
             list(enc.parameters()),
             0.3,
             True,

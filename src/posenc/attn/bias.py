@@ -137,9 +137,8 @@ def _rows(q, k, v, encoding, context, plan, causal, scale, table, options):
     (:mod:`~posenc.attn.bias_rows`)."""
     p = context.positions
 
-    def rows(i0: int, i1: int, n: int) -> torch.Tensor:
-        q_pos = p.q[..., i0:i1]
-        return encoding.bias(q_pos, p.k[..., :n])
+    def rows(i0: int, i1: int, n: int, masked: torch.Tensor | None) -> torch.Tensor:
+        return encoding.masked_bias(p.q[..., i0:i1], p.k[..., :n], masked)
 
     params = [t for t in encoding.parameters() if t.requires_grad]
     return rows_attention(q, k, v, rows, params, scale, causal)

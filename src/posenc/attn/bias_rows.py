@@ -4,8 +4,9 @@ kernel per block, forward and backward, with no ``[heads, L, L]`` tensor.
 For a bias of the positions alone that is neither per distance (:mod:`.bias_blocks`) nor
 linear (:mod:`.linear_bias`), in posenc FIRE's MLP (Li et al. 2023, arXiv:2310.04418): each
 block of ``B`` queries takes its ``[heads, B, keys]`` rows from the encoding
-(``rows(i0, i1, n)``), calls the kernel over the keys up to its last query (the causal part
-of the diagonal tile as ``-inf`` in the rows), and keeps only the output and the log-sum-exp.
+(``rows(i0, i1, n, masked)``), calls the kernel over the keys up to its last query (the causal
+part of the diagonal tile as ``-inf`` in the rows, set by the encoding as it computes them),
+and keeps only the output and the log-sum-exp.
 The backward (FlashAttention-2, Dao 2023, arXiv:2307.08691, in
 :func:`~posenc.attn.flash_blocks.flash_backward`) recomputes each block's rows with autograd on,
 and hands them the block's score gradients summed over the batch: the encoding's parameters
@@ -26,9 +27,10 @@ from .flash_blocks import after_query, block_size, check_blockwise, flash_backwa
 
 __all__ = ["Rows", "rows_attention"]
 
-#: ``rows(i0, i1, n)``: the bias of queries ``i0..i1-1`` over keys ``0..n-1``, ``[heads,
-#: i1 - i0, n]``, differentiable in the encoding's parameters
-Rows = Callable[[int, int, int], torch.Tensor]
+#: ``rows(i0, i1, n, masked)``: the bias of queries ``i0..i1-1`` over keys ``0..n-1``, ``[heads,
+#: i1 - i0, n]`` (a strided view will do), ``-inf`` where ``masked`` (bool ``[i1 - i0, n]``,
+#: or None), differentiable in the encoding's parameters
+Rows = Callable[[int, int, int, torch.Tensor | None], torch.Tensor]
 
 
 def rows_attention(
@@ -86,10 +88,7 @@ class _RowsFlash(torch.autograd.Function):
         dtype = math_dtype(q.dtype)
 
         def mask(i0: int, i1: int, keys: int) -> torch.Tensor:
-            bias = rows(i0, i1, keys).to(dtype)  # [h, blk, keys]
-            if causal:  # the diagonal tile: keys after their query
-                bias = bias.masked_fill(after_query(i0, i1, 0, keys, q.device), float("-inf"))
-            return bias.unsqueeze(0)
+            return rows(i0, i1, keys, _hidden(i0, i1, keys, causal, q.device)).to(dtype)[None]
 
         out, lse = flash_forward(
             q,
@@ -115,8 +114,8 @@ class _RowsFlash(torch.autograd.Function):
         current: list[torch.Tensor] = []
 
         def bias_of(i0: int, i1: int, n: int) -> torch.Tensor:
-            with torch.enable_grad():
-                block_bias = ctx.rows(i0, i1, n)  # [h, blk, n], with its graph
+            with torch.enable_grad():  # [h, blk, n], with its graph
+                block_bias = ctx.rows(i0, i1, n, _hidden(i0, i1, n, ctx.causal, q.device))
             current[:] = [block_bias]
             return block_bias.detach().to(dtype).unsqueeze(0)
 
@@ -150,3 +149,9 @@ class _RowsFlash(torch.autograd.Function):
             None,
             *(next(param_grads) if needed else None for needed in need[7:]),
         )
+
+
+def _hidden(i0: int, i1: int, n: int, causal: bool, device: torch.device) -> torch.Tensor | None:
+    """The keys queries ``i0..i1-1`` may not see among the first ``n``: the causal part of
+    the diagonal tile, or None."""
+    return after_query(i0, i1, 0, n, device) if causal else None

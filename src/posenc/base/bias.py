@@ -115,6 +115,19 @@ class BiasEncoding(Encoding):
             kp = k_positions.view(-1, 1, 1, k_positions.shape[-1])  # [b, 1, 1, k_len]
         return self.bias_at(h, qp, kp)
 
+    def masked_bias(
+        self,
+        q_positions: torch.Tensor,
+        k_positions: torch.Tensor,
+        masked: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """:meth:`bias` with ``-inf`` where ``masked`` (bool, broadcastable to ``[q_len,
+        k_len]``: a key its query may not see), for the blockwise paths that take the bias
+        a block of query rows at a time (:mod:`posenc.attn.bias_rows`). An encoding that
+        can mask as it computes overrides this, and may return a strided view."""
+        bias = self.bias(q_positions, k_positions)
+        return bias if masked is None else bias.masked_fill(masked, float("-inf"))
+
     def score_mod(
         self,
         q_positions: torch.Tensor | None = None,

@@ -6,7 +6,6 @@ Transformers", arXiv:2310.04418). The math is in :mod:`posenc.functional.fire`.
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import torch
 from torch import nn
@@ -15,6 +14,7 @@ from ..base import BiasConfig, BiasEncoding
 from ..config import check_float, check_int
 from ..functional.dtypes import math_dtype
 from ..functional.fire import fire_input, fire_mlp
+from ..functional.fire_pieces import fire_mlp_pieces
 from ..registry import register
 
 __all__ = ["Fire"]
@@ -134,28 +134,34 @@ class Fire(BiasEncoding):
         scale: float | None = None,
     ) -> torch.Tensor:
         """The materialised bias, as :meth:`bias_at` computes it per score, with the MLP
-        as two matrix products over its hidden units, the scores in the columns so that the
-        result comes out in ``[heads, scores]`` order with no transpose (faster than the
-        unrolled sum flex needs; the same function, rounded in another order).
+        by pieces (:func:`~posenc.functional.fire_pieces.fire_mlp_pieces`: the same
+        function, rounded in another order, with no hidden layer per score).
 
         Shapes:
             ``[heads, q_len, k_len]``, or ``[batch, heads, q_len, k_len]`` for
             ``[batch, len]`` positions.
         """
+        return self.masked_bias(q_positions, k_positions).contiguous()
+
+    def masked_bias(
+        self,
+        q_positions: torch.Tensor,
+        k_positions: torch.Tensor,
+        masked: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """:meth:`bias` with ``-inf`` where ``masked``, in the kernel's own layout: a view
+        of ``[(batch,) q_len, k_len, heads]`` (one pass, no transpose)."""
         qp, kp = self._check_pair(q_positions, k_positions)
         if qp.dim() == 1 and kp.dim() == 1:
             qp, kp = qp.view(-1, 1), kp.view(1, -1)  # -> [q_len, k_len]
         else:
             qp, kp = qp.view(-1, qp.shape[-1], 1), kp.view(-1, 1, kp.shape[-1])  # [b, q, k]
         x = self._input(qp, kp)  # [(b,) q_len, k_len]
-        dtype = x.dtype
         first, second = self._linears()
-        w1, b1 = first.weight.to(dtype), first.bias.to(dtype).unsqueeze(-1)
-        w2, b2 = second.weight.to(dtype), second.bias.to(dtype).unsqueeze(-1)
-        flat = x.reshape(math.prod(x.shape[:-2]), 1, x.shape[-2] * x.shape[-1])  # [b|1, 1, q·k]
-        hidden = torch.baddbmm(b1, w1.expand(flat.shape[0], -1, -1), flat).relu_()
-        out = torch.baddbmm(b2, w2.expand(flat.shape[0], -1, -1), hidden)  # [., heads, q·k]
-        return out.view(*x.shape[:-2], w2.shape[0], *x.shape[-2:])  # [(b,) heads, q, k]
+        out = fire_mlp_pieces(
+            x, first.weight[:, 0], first.bias, second.weight, second.bias, masked
+        )  # [(b,) q_len, k_len, heads]
+        return out.movedim(-1, -3)
 
 
 def _scalar(p: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

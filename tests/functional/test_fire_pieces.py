@@ -1,0 +1,105 @@
+"""FIRE's MLP by pieces (posenc.functional.fire_pieces) against the MLP itself: values and
+gradients (float64 and float32), units without a kink, inputs on a kink, masked scores,
+and the compiled kernels against the same functions run eagerly."""
+
+import pytest
+import torch
+
+from posenc.functional import compiled as compiled_mod
+from posenc.functional import fire_pieces as fp
+from posenc.functional.cpu import cpu_vector_isa
+from posenc.functional.fire import fire_mlp
+from posenc.functional.fire_pieces import fire_mlp_pieces, fire_pieces
+
+
+def mlp(hidden=6, heads=3, dtype=torch.float64, flat=()):
+    """Random weights (units in ``flat`` with ``w1 = 0``: no kink), requiring grad."""
+    gen = torch.Generator().manual_seed(hidden * 31 + heads)
+    w1, b1 = torch.randn(hidden, generator=gen), torch.randn(hidden, generator=gen)
+    w1[list(flat)] = 0.0
+    w2, b2 = torch.randn(heads, hidden, generator=gen), torch.randn(heads, generator=gen)
+    return [t.to(dtype).requires_grad_() for t in (w1, b1, w2, b2)]
+
+
+def per_head(x, w1, b1, w2, b2):
+    """The MLP as :func:`fire_mlp` computes it, heads last: ``[..., heads]``."""
+    heads = torch.arange(w2.shape[0]).view(-1, *([1] * x.dim()))
+    return fire_mlp(x, heads, w1, b1, w2, b2).movedim(0, -1)
+
+
+def scale_of(w1, b1, w2, b2, x_max):
+    """Σ|terms| of one output: |b2| + Σ_k |w2|·(|w1|·x_max + |b1|)."""
+    return ((w2.abs() @ (w1.abs() * x_max + b1.abs())) + b2.abs()).max().item()
+
+
+def test_pieces_of_a_two_unit_mlp_by_hand():
+    # units relu(x) and relu(1 - x): kinks 0 and 1; sum is |x| + |1 - x| style by pieces
+    kinks, slope, offset = fire_pieces(
+        torch.tensor([1.0, -1.0]), torch.tensor([0.0, 1.0]), torch.ones(1, 2), torch.zeros(1)
+    )
+    assert kinks.tolist() == [0.0, 1.0]
+    assert slope[:, 0].tolist() == [-1.0, 0.0, 1.0]  # below 0: only 1 - x; between: both
+    assert offset[:, 0].tolist() == [1.0, 1.0, 0.0]
+
+
+@pytest.mark.parametrize("flat", [(), (0, 3)])
+def test_equals_the_mlp_forward_and_backward_float64(flat, tol):
+    weights = mlp(flat=flat)
+    x = (torch.rand(5, 40, dtype=torch.float64) * 6 - 3).requires_grad_()  # kinks in range
+    got, want = fire_mlp_pieces(x, *weights), per_head(x, *weights)
+    scale = scale_of(*weights, x_max=3.0)
+    torch.testing.assert_close(got, want, **tol(torch.float64, n=2 * 6 + 4, scale=scale))
+    grad = torch.randn(got.shape, dtype=torch.float64)
+    inputs = [x, *weights]
+    for g, w in zip(
+        torch.autograd.grad(got, inputs, grad), torch.autograd.grad(want, inputs, grad), strict=True
+    ):
+        # a sum over up to 200 scores of products of terms up to ``scale``
+        torch.testing.assert_close(g, w, **tol(torch.float64, n=250, scale=200 * scale))
+
+
+def test_an_input_on_a_kink_gives_the_value_of_both_pieces(tol):
+    w1, b1, w2, b2 = mlp()
+    kinks, _, _ = fire_pieces(w1, b1, w2, b2)
+    x = kinks.detach().clone()  # every input exactly on a kink
+    got = fire_mlp_pieces(x, w1, b1, w2, b2)
+    scale = scale_of(w1, b1, w2, b2, x_max=x.abs().max().item())
+    torch.testing.assert_close(
+        got, per_head(x, w1, b1, w2, b2), **tol(torch.float64, n=16, scale=scale)
+    )
+
+
+def test_masked_scores_are_minus_inf_and_get_no_gradient():
+    w1, b1, w2, b2 = mlp()
+    x = torch.rand(4, 5, dtype=torch.float64, requires_grad=True)
+    masked = torch.ones(4, 5, dtype=torch.bool).triu(1)
+    out = fire_mlp_pieces(x, w1, b1, w2, b2, masked)
+    assert torch.isneginf(out[masked]).all() and torch.isfinite(out[~masked]).all()
+    grads = torch.autograd.grad(out[~masked].sum(), [x, w1, b1, w2, b2])
+    plain = fire_mlp_pieces(x, w1, b1, w2, b2)
+    want = torch.autograd.grad(plain[~masked].sum(), [x, w1, b1, w2, b2])
+    assert (grads[0][masked] == 0).all()
+    for g, w in zip(grads, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.skipif(not cpu_vector_isa(), reason="inductor has no vector ISA on this CPU")
+def test_compiled_kernels_equal_the_eager_functions(monkeypatch, tol):
+    monkeypatch.setattr(compiled_mod, "ENABLED", True)
+    weights = mlp(hidden=32, heads=8, dtype=torch.float32)
+    x = torch.rand(48, 130, requires_grad=True)  # 6,240 scores: past COMPILE_MIN_SCORES
+    masked = torch.rand(48, 130) < 0.2
+    grad = torch.randn(48, 130, 8)
+    results = []
+    for threshold in (0, 10**9):  # compiled, then eager
+        monkeypatch.setattr(fp, "COMPILE_MIN_SCORES", threshold)
+        out = fire_mlp_pieces(x, *weights, masked)
+        results.append((out, *torch.autograd.grad(out, [x, *weights], grad)))
+    assert fp._FORWARD.failed is None and fp._BACKWARD.failed is None
+    scale = scale_of(*(w.detach() for w in weights), x_max=1.0)
+    out, *grads = zip(*results, strict=True)
+    torch.testing.assert_close(*out, **tol(torch.float32, n=40, scale=scale))
+    # each gradient is a sum over at most every score of |grad|·(a term of the output)
+    terms = grad.abs().sum().item() * max(scale, 1.0)
+    for got, want in grads:
+        torch.testing.assert_close(got, want, **tol(torch.float32, n=x.numel(), scale=terms))
