@@ -9,7 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.testing import assert_close
 
+from posenc.bias import fire as fire_module
 from posenc.bias.fire import Fire
+from posenc.functional import fire_pieces
 from posenc.functional.fire import FIRE_EPS, fire_input, fire_mlp
 from posenc.models import TransformerLM
 
@@ -56,7 +58,17 @@ def bias_tol(tol, enc, x_max=4.0):
     return tol(n=enc.config.hidden + 8, scale=terms.max().item())
 
 
-def test_matches_the_formula_below_and_above_the_threshold(tol):
+@pytest.fixture(params=["matmul", "pieces"])
+def mlp_form(request, monkeypatch):
+    """Fire's bias by the MLP's matrix products (eager, small inputs) or by pieces (forced
+    on every size: compiled where inductor vectorises, eager otherwise)."""
+    if request.param == "pieces":
+        monkeypatch.setattr(fire_pieces, "COMPILE_MIN_SCORES", 0)
+        monkeypatch.setattr(fire_module, "pieces_pay", lambda x: True)
+    return request.param
+
+
+def test_matches_the_formula_below_and_above_the_threshold(tol, mlp_form):
     enc = make()
     rounding = bias_tol(tol, enc)
     q_pos, k_pos = torch.tensor([0, 3, 9, 10, 11, 25, 100]), torch.arange(30)
@@ -71,7 +83,7 @@ def test_matches_the_formula_below_and_above_the_threshold(tol):
     assert_close(enc.bias(q_frac, k_frac), naive_bias(enc, q_frac, k_frac).float(), **rounding)
 
 
-def test_the_normaliser_uses_the_max_not_the_min(tol):
+def test_the_normaliser_uses_the_max_not_the_min(tol, mlp_form):
     enc = make()  # L = 10
     q, k = torch.tensor([40]), torch.tensor([0, 20, 39])
     got = enc.bias(q, k)

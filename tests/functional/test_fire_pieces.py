@@ -8,7 +8,7 @@ import torch
 from posenc.functional import compiled as compiled_mod
 from posenc.functional import fire_pieces as fp
 from posenc.functional.cpu import cpu_vector_isa
-from posenc.functional.fire import fire_mlp
+from posenc.functional.fire import fire_mlp, fire_mlp_matmul
 from posenc.functional.fire_pieces import fire_mlp_pieces, fire_pieces
 
 
@@ -103,3 +103,14 @@ def test_compiled_kernels_equal_the_eager_functions(monkeypatch, tol):
     terms = grad.abs().sum().item() * max(scale, 1.0)
     for got, want in grads:
         torch.testing.assert_close(got, want, **tol(torch.float32, n=x.numel(), scale=terms))
+
+
+def test_the_matrix_product_form_equals_the_mlp(tol):
+    w1, b1, w2, b2 = (w.detach() for w in mlp(hidden=7, heads=3))
+    x = torch.rand(2, 5, 9, dtype=torch.float64) * 4 - 2
+    got = fire_mlp_matmul(x, w1, b1, w2, b2)
+    assert got.shape == (2, 3, 5, 9)
+    want = per_head(x, w1, b1, w2, b2).movedim(-1, -3)
+    torch.testing.assert_close(
+        got, want, **tol(torch.float64, n=2 * 7 + 4, scale=scale_of(w1, b1, w2, b2, x_max=2.0))
+    )

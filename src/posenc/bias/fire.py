@@ -13,8 +13,8 @@ from torch import nn
 from ..base import BiasConfig, BiasEncoding
 from ..config import check_float, check_int
 from ..functional.dtypes import math_dtype
-from ..functional.fire import fire_input, fire_mlp
-from ..functional.fire_pieces import fire_mlp_pieces
+from ..functional.fire import fire_input, fire_mlp, fire_mlp_matmul
+from ..functional.fire_pieces import fire_mlp_pieces, pieces_pay
 from ..registry import register
 
 __all__ = ["Fire"]
@@ -71,8 +71,11 @@ class Fire(BiasEncoding):
     Not relative: past the threshold the bias depends on the query position too (its
     normaliser). Queries before their key (bidirectional attention) use ``|i - j|``.
     Inside flex attention the MLP runs per score as an unrolled sum over its hidden units
-    (:func:`~posenc.functional.fire.fire_mlp`). The paper learns one FIRE per layer (and
-    studies sharing one across layers); posenc's ``TransformerLM`` shares one encoding.
+    (:func:`~posenc.functional.fire.fire_mlp`); the materialised bias and the blockwise
+    rows run it by pieces where those run compiled
+    (:func:`~posenc.functional.fire_pieces.fire_mlp_pieces`). The paper learns one FIRE
+    per layer (and studies sharing one across layers); posenc's ``TransformerLM`` shares
+    one encoding.
 
     Shapes:
         ``bias(q_positions, k_positions)``: ``[n_heads, q_len, k_len]``.
@@ -134,8 +137,8 @@ class Fire(BiasEncoding):
         scale: float | None = None,
     ) -> torch.Tensor:
         """The materialised bias, as :meth:`bias_at` computes it per score, with the MLP
-        by pieces (:func:`~posenc.functional.fire_pieces.fire_mlp_pieces`: the same
-        function, rounded in another order, with no hidden layer per score).
+        by pieces or by its matrix products (:meth:`masked_bias`: the same function,
+        rounded in another order).
 
         Shapes:
             ``[heads, q_len, k_len]``, or ``[batch, heads, q_len, k_len]`` for
@@ -149,8 +152,10 @@ class Fire(BiasEncoding):
         k_positions: torch.Tensor,
         masked: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """:meth:`bias` with ``-inf`` where ``masked``, in the kernel's own layout: a view
-        of ``[(batch,) q_len, k_len, heads]`` (one pass, no transpose)."""
+        """:meth:`bias` with ``-inf`` where ``masked``; by pieces where they run compiled
+        (:func:`~posenc.functional.fire_pieces.pieces_pay`), in the kernel's own layout (a
+        view of ``[(batch,) q_len, k_len, heads]``: one pass, no transpose), else by the
+        MLP's matrix products (:func:`~posenc.functional.fire.fire_mlp_matmul`)."""
         qp, kp = self._check_pair(q_positions, k_positions)
         if qp.dim() == 1 and kp.dim() == 1:
             qp, kp = qp.view(-1, 1), kp.view(1, -1)  # -> [q_len, k_len]
@@ -158,10 +163,11 @@ class Fire(BiasEncoding):
             qp, kp = qp.view(-1, qp.shape[-1], 1), kp.view(-1, 1, kp.shape[-1])  # [b, q, k]
         x = self._input(qp, kp)  # [(b,) q_len, k_len]
         first, second = self._linears()
-        out = fire_mlp_pieces(
-            x, first.weight[:, 0], first.bias, second.weight, second.bias, masked
-        )  # [(b,) q_len, k_len, heads]
-        return out.movedim(-1, -3)
+        weights = (first.weight[:, 0], first.bias, second.weight, second.bias)
+        if pieces_pay(x):  # compiled: [(b,) q_len, k_len, heads] in one pass
+            return fire_mlp_pieces(x, *weights, masked).movedim(-1, -3)
+        out = fire_mlp_matmul(x, *weights)  # [(b,) heads, q_len, k_len]
+        return out if masked is None else out.masked_fill(masked, float("-inf"))
 
 
 def _scalar(p: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

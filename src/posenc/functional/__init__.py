@@ -12,7 +12,7 @@ from .axial_rope import (
     rope_mixed_freqs,
 )
 from .dtypes import math_dtype, wide_dtype
-from .fire import FIRE_EPS, fire_input, fire_mlp, fire_psi
+from .fire import FIRE_EPS, fire_input, fire_mlp, fire_mlp_matmul, fire_psi
 from .grid import GRID_ORDERS, RESAMPLE_MODES, grid_table_index, resample_grid_table, sincos_2d
 from .kerple import KERPLE_VARIANTS, clamp_straight_through, kerple_bias
 from .latent import join_latent_heads, mla_softmax_scale
@@ -70,6 +70,7 @@ __all__ = [
     "default_mrope_section",
     "fire_input",
     "fire_mlp",
+    "fire_mlp_matmul",
     "fire_psi",
     "grid_table_index",
     "join_latent_heads",

@@ -21,9 +21,11 @@ normaliser carries a small ``eps``. For ``i < j`` (bidirectional attention) the 
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-__all__ = ["FIRE_EPS", "fire_input", "fire_mlp", "fire_psi"]
+__all__ = ["FIRE_EPS", "fire_input", "fire_mlp", "fire_mlp_matmul", "fire_psi"]
 
 #: added to the normaliser ψ(max(L, i)), as in the paper's code
 FIRE_EPS = 1e-6
@@ -95,3 +97,23 @@ def fire_mlp(
         hidden = torch.relu(w1[unit].to(dtype) * x + b1[unit].to(dtype))
         out = out + w2[head, unit].to(dtype) * hidden
     return out
+
+
+def fire_mlp_matmul(
+    x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor
+) -> torch.Tensor:
+    """``f_θ(x)`` for every head as two batched matrix products over the hidden units,
+    the scores in the columns so that the result comes out heads first with no transpose:
+    :func:`fire_mlp` for all heads, rounded in another order. Math in ``x.dtype``.
+
+    Shapes:
+        x ``[..., q, k]``; w1, b1 ``[hidden]``; w2 ``[heads, hidden]``; b2 ``[heads]`` ->
+        ``[..., heads, q, k]``
+    """
+    dtype = x.dtype
+    w1, b1 = w1.to(dtype).unsqueeze(-1), b1.to(dtype).unsqueeze(-1)  # [hidden, 1]
+    w2, b2 = w2.to(dtype), b2.to(dtype).unsqueeze(-1)
+    flat = x.reshape(math.prod(x.shape[:-2]), 1, x.shape[-2] * x.shape[-1])  # [n, 1, q·k]
+    hidden = torch.baddbmm(b1, w1.expand(flat.shape[0], -1, -1), flat).relu_()
+    out = torch.baddbmm(b2, w2.expand(flat.shape[0], -1, -1), hidden)  # [n, heads, q·k]
+    return out.view(*x.shape[:-2], w2.shape[0], *x.shape[-2:])

@@ -25,7 +25,8 @@ hidden layer, 32 floats a score, which is most of its cost.
 
 On a CPU with a vector ISA (or CUDA) both directions run as kernels compiled by
 ``torch.compile`` (:mod:`posenc.functional.compiled`); elsewhere the same functions run
-eagerly.
+eagerly, where the per-score gathers cost more than the MLP's two matrix products (which
+BLAS vectorises whatever ATen's ISA): :func:`pieces_pay` says which to use.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from torch.autograd.function import once_differentiable
 
 from .compiled import CompiledFunction
 
-__all__ = ["COMPILE_MIN_SCORES", "fire_mlp_pieces", "fire_pieces"]
+__all__ = ["COMPILE_MIN_SCORES", "fire_mlp_pieces", "fire_pieces", "pieces_pay"]
 
 #: the fewest scores a call takes to the compiled kernels (below, a compiled call's fixed
 #: cost outweighs the passes it saves)
@@ -163,6 +164,14 @@ def _evaluate_backward(
 
 _FORWARD = CompiledFunction(_evaluate, "FIRE")
 _BACKWARD = CompiledFunction(_evaluate_backward, "FIRE backward")
+
+
+def pieces_pay(x: torch.Tensor) -> bool:
+    """Whether :func:`fire_mlp_pieces` of inputs like ``x`` runs compiled (enough scores,
+    a device inductor vectorises): then it is the fastest form of the MLP; otherwise the
+    MLP's matrix products (:func:`~posenc.functional.fire.fire_mlp_matmul`) are, for
+    large ``x`` (measured: ``docs/design-notes.md``, "FIRE by blocks of rows")."""
+    return x.numel() >= COMPILE_MIN_SCORES and _FORWARD.usable(x.device)
 
 
 def _run(kernel: CompiledFunction, x: torch.Tensor, *args: torch.Tensor | None):
