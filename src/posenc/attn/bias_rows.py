@@ -88,7 +88,7 @@ class _RowsFlash(torch.autograd.Function):
         dtype = math_dtype(q.dtype)
 
         def mask(i0: int, i1: int, keys: int) -> torch.Tensor:
-            return rows(i0, i1, keys, _hidden(i0, i1, keys, causal, q.device)).to(dtype)[None]
+            return rows(i0, i1, keys, _unseen(i0, i1, keys, causal, q.device)).to(dtype)[None]
 
         out, lse = flash_forward(
             q,
@@ -115,7 +115,7 @@ class _RowsFlash(torch.autograd.Function):
 
         def bias_of(i0: int, i1: int, n: int) -> torch.Tensor:
             with torch.enable_grad():  # [h, blk, n], with its graph
-                block_bias = ctx.rows(i0, i1, n, _hidden(i0, i1, n, ctx.causal, q.device))
+                block_bias = ctx.rows(i0, i1, n, _unseen(i0, i1, n, ctx.causal, q.device))
             current[:] = [block_bias]
             return block_bias.detach().to(dtype).unsqueeze(0)
 
@@ -151,7 +151,7 @@ class _RowsFlash(torch.autograd.Function):
         )
 
 
-def _hidden(i0: int, i1: int, n: int, causal: bool, device: torch.device) -> torch.Tensor | None:
+def _unseen(i0: int, i1: int, n: int, causal: bool, device: torch.device) -> torch.Tensor | None:
     """The keys queries ``i0..i1-1`` may not see among the first ``n``: the causal part of
     the diagonal tile, or None."""
     return after_query(i0, i1, 0, n, device) if causal else None
