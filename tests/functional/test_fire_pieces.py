@@ -33,7 +33,7 @@ def scale_of(w1, b1, w2, b2, x_max):
 
 
 def test_pieces_of_a_two_unit_mlp_by_hand():
-    # units relu(x) and relu(1 - x): kinks 0 and 1; sum is |x| + |1 - x| style by pieces
+    # relu(x) + relu(1 - x): kinks 0 and 1 (-0.0 is 0)
     kinks, slope, offset = fire_pieces(
         torch.tensor([1.0, -1.0]), torch.tensor([0.0, 1.0]), torch.ones(1, 2), torch.zeros(1)
     )

@@ -62,10 +62,11 @@ def fire_pieces(
         slope and offset ``[hidden + 1, heads]`` (piece ``p``: ``p`` kinks below ``x``)
 
     Example:
-        >>> w1, b1 = torch.tensor([1.0, -1.0]), torch.tensor([0.0, 1.0])
+        >>> # relu(2x - 1) + relu(2 - x): kinks 0.5 and 2
+        >>> w1, b1 = torch.tensor([2.0, -1.0]), torch.tensor([-1.0, 2.0])
         >>> kinks, slope, offset = fire_pieces(w1, b1, torch.ones(1, 2), torch.zeros(1))
         >>> kinks.tolist(), slope[:, 0].tolist(), offset[:, 0].tolist()
-        ([0.0, 1.0], [-1.0, 0.0, 1.0], [1.0, 1.0, 0.0])
+        ([0.5, 2.0], [-1.0, 1.0, 2.0], [2.0, 1.0, -1.0])
     """
     hidden = w1.shape[0]
     flat = w1 == 0
