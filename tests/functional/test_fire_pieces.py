@@ -87,7 +87,7 @@ def test_masked_scores_are_minus_inf_and_get_no_gradient():
 def test_compiled_kernels_equal_the_eager_functions(monkeypatch, tol):
     monkeypatch.setattr(compiled_mod, "ENABLED", True)
     weights = mlp(hidden=32, heads=8, dtype=torch.float32)
-    x = torch.rand(48, 130, requires_grad=True)  # 6,240 scores: past COMPILE_MIN_SCORES
+    x = torch.rand(48, 130, requires_grad=True)
     masked = torch.rand(48, 130) < 0.2
     grad = torch.randn(48, 130, 8)
     results = []
