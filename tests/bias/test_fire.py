@@ -11,7 +11,7 @@ from torch.testing import assert_close
 
 from posenc.bias import fire as fire_module
 from posenc.bias.fire import Fire
-from posenc.functional import fire_pieces
+from posenc.functional import compiled
 from posenc.functional.fire import FIRE_EPS, fire_input, fire_mlp
 from posenc.models import TransformerLM
 
@@ -60,10 +60,12 @@ def bias_tol(tol, enc, x_max=4.0):
 
 @pytest.fixture(params=["matmul", "pieces"])
 def mlp_form(request, monkeypatch):
-    """Fire's bias by the MLP's matrix products (eager, small inputs) or by pieces (forced
-    on every size: compiled where inductor vectorises, eager otherwise)."""
+    """Fire's bias by the MLP's matrix products (small inputs, or no vectorising inductor)
+    or by pieces, forced on every size and run eagerly (the compiled kernels equal the
+    eager functions: tests/functional/test_fire_pieces.py; compiling each dtype and rank
+    here would cost the suite 20 s on a cold cache)."""
     if request.param == "pieces":
-        monkeypatch.setattr(fire_pieces, "COMPILE_MIN_SCORES", 0)
+        monkeypatch.setattr(compiled, "ENABLED", False)
         monkeypatch.setattr(fire_module, "pieces_pay", lambda x: True)
     return request.param
 
