@@ -114,4 +114,3 @@ def test_the_matrix_product_form_equals_the_mlp(tol):
     torch.testing.assert_close(
         got, want, **tol(torch.float64, n=2 * 7 + 4, scale=scale_of(w1, b1, w2, b2, x_max=2.0))
     )
-
