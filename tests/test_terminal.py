@@ -19,7 +19,8 @@ from posenc.terminal import encodings_table, memory_cost, render, show
         ("learned", "[L, d] learned table"),
         ("learned_2d", "[L, d] learned table"),  # bounded by its grid
         ("rope", "[L, d/2] cos/sin"),
-        ("rope_mixed", "[L, d/2] cos/sin + learned frequencies"),
+        ("rope_mixed", "[H, L, d/2] cos/sin + learned weights"),
+        ("fope", "[H, L, d/2] cos/sin + learned weights"),
         ("alibi", "[H, 2L - 1] distances (CPU), or none (flex, fused ALiBi)"),
         ("t5", "[H, 2L - 1] distances (CPU), or none (flex, fused ALiBi)"),  # shift_invariant
         ("fire", "[H, L, L] bias, or none (flex)"),

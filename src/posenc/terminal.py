@@ -77,8 +77,8 @@ def memory_cost(name: str) -> str:
 
     - additive: a learned ``[L, d]`` table when it is trainable and its configuration bounds
       the positions (``max_positions``, ``grid``), else computed on the fly;
-    - rotary: ``[L, d/2]`` cos and sin, computed per call (plus the learned frequencies of
-      a trainable one);
+    - rotary: ``[L, d/2]`` cos and sin, computed per call (per head, and learned weights:
+      frequencies or Fourier coefficients, for a trainable one);
     - bias: what its backends hold (:func:`~posenc.attn.bias_plan.bias_memory`).
     """
     cls = registry.get(name)
@@ -89,7 +89,9 @@ def memory_cost(name: str) -> str:
             return "[L, d] learned table"
         return "none (computed; a few weights)" if info.trainable else "none (computed)"
     if info.kind == "rotary":
-        return "[L, d/2] cos/sin" + (" + learned frequencies" if info.trainable else "")
+        if info.trainable:  # per head: RoPE-Mixed's frequencies, FoPE's coefficients
+            return "[H, L, d/2] cos/sin + learned weights"
+        return "[L, d/2] cos/sin"
     if info.kind == "bias":  # asked of the one place that chooses the bias backend
         return bias_memory(cast(type[BiasEncoding], cls))
     return "none"

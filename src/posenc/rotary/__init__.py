@@ -1,6 +1,7 @@
 """Rotary encodings: rotate queries and keys inside every attention layer."""
 
 from .axial import RoPE2D, RoPEMixed
+from .fope import FoPE
 from .latent import LatentRoPE
 from .layouts import layout_permutation, permute_for_layout
 from .mrope import MRoPE
@@ -9,6 +10,7 @@ from .rope import RoPE
 from .xpos import XPos
 
 __all__ = [
+    "FoPE",
     "LatentRoPE",
     "MRoPE",
     "PRoPE",
