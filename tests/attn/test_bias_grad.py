@@ -270,9 +270,9 @@ def test_model_shared_table_equals_per_layer_paths(name, monkeypatch, tol):
     shared = _step(model, ids)
     assert len(counted) == 1  # once per forward, not once per layer
     monkeypatch.setattr(shared_module, "shared_bias", lambda *a, **kw: None)
-    count("masked_bias")  # the rows of the blockwise path
+    count("block_rows")  # the rows of the blockwise path, prepared once per layer
     per_layer = _step(model, ids)
-    assert len(counted) >= 1 + 3  # once per layer at least (per block of rows, for FIRE)
+    assert len(counted) == 1 + 3
     monkeypatch.setattr(bias_plan, "bias_flash_available", lambda: False)
     sdpa = _step(model, ids)
     rounding = tol(torch.float64, n=20_000, scale=1.0)

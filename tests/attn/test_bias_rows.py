@@ -14,6 +14,8 @@ from posenc import attention
 from posenc.attn import bias as bias_module
 from posenc.attn.bias_grad import bias_flash_available
 from posenc.attn.bias_rows import rows_attention
+from posenc.bias import fire as fire_module
+from posenc.functional import compiled
 
 pytestmark = pytest.mark.skipif(not bias_flash_available(), reason="no CPU flash kernel")
 
@@ -41,7 +43,7 @@ def test_float64_equals_the_reference_forward_and_backward(
     positions = torch.arange(n)
     params = list(enc.parameters())
 
-    def rows(i0, i1, keys, masked):
+    def rows(i0, i1, keys, masked, *params):
         return enc.masked_bias(positions[i0:i1], positions[:keys], masked)
 
     out = rows_attention(q, k, v, rows, params, 0.3, causal, block)
@@ -73,7 +75,7 @@ def test_nothing_of_the_scores_is_saved():
             q,
             k,
             v,
-            lambda i0, i1, n, masked: enc.masked_bias(positions[i0:i1], positions[:n], masked),
+            lambda i0, i1, n, masked, *_: enc.masked_bias(positions[i0:i1], positions[:n], masked),
             list(enc.parameters()),
             0.3,
             True,
@@ -86,9 +88,15 @@ def test_nothing_of_the_scores_is_saved():
 
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("training", [False, True])
+@pytest.mark.parametrize("form", ["matmul", "pieces"])
 def test_auto_takes_it_without_a_table_and_equals_math(
-    causal, training, monkeypatch, attention_tol, grad_tol, score_size
+    form, causal, training, monkeypatch, attention_tol, grad_tol, score_size
 ):
+    # FIRE's rows from its MLP's weights, or from its pieces (forced at this size, run
+    # eagerly), each block differentiated with respect to them
+    if form == "pieces":
+        monkeypatch.setattr(compiled, "ENABLED", False)
+        monkeypatch.setattr(fire_module, "pieces_pay", lambda scores, device: True)
     enc = _fire(4, torch.float32)
     calls = []
     real = bias_module.rows_attention

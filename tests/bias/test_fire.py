@@ -66,7 +66,7 @@ def mlp_form(request, monkeypatch):
     here would cost the suite 20 s on a cold cache)."""
     if request.param == "pieces":
         monkeypatch.setattr(compiled, "ENABLED", False)
-        monkeypatch.setattr(fire_module, "pieces_pay", lambda x: True)
+        monkeypatch.setattr(fire_module, "pieces_pay", lambda scores, device: True)
     return request.param
 
 

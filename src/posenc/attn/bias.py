@@ -136,12 +136,8 @@ def _rows(q, k, v, encoding, context, plan, causal, scale, table, options):
     """A bias of the positions alone a block of query rows at a time
     (:mod:`~posenc.attn.bias_rows`)."""
     p = context.positions
-
-    def rows(i0: int, i1: int, n: int, masked: torch.Tensor | None) -> torch.Tensor:
-        return encoding.masked_bias(p.q[..., i0:i1], p.k[..., :n], masked)
-
-    params = [t for t in encoding.parameters() if t.requires_grad]
-    return rows_attention(q, k, v, rows, params, scale, causal)
+    rows, tensors = encoding.block_rows(p.q, p.k)
+    return rows_attention(q, k, v, rows, tensors, scale, causal)
 
 
 def _flex(q, k, v, encoding, context, plan, causal, scale, table, options):

@@ -9,8 +9,15 @@ part of the diagonal tile as ``-inf`` in the rows, set by the encoding as it com
 and keeps only the output and the log-sum-exp.
 The backward (FlashAttention-2, Dao 2023, arXiv:2307.08691, in
 :func:`~posenc.attn.flash_blocks.flash_backward`) recomputes each block's rows with autograd on,
-and hands them the block's score gradients summed over the batch: the encoding's parameters
-get their gradient block by block, and nothing of ``[batch, heads, L, L]`` is saved.
+and hands them the block's score gradients summed over the batch: the tensors the rows are
+computed from get their gradient block by block, and nothing of ``[batch, heads, L, L]`` is
+saved.
+
+Those tensors are handed to ``rows`` as arguments (:meth:`~posenc.base.BiasEncoding.block_rows`
+says which). A leaf (an encoding's parameter) is differentiated as it is; any other (what
+an encoding derives from its parameters once per call: FIRE's pieces) is differentiated as a
+detached copy, and autograd carries the summed gradient on to the parameters once, after
+the last block: each block's graph holds only the block's own operations.
 """
 
 from __future__ import annotations
@@ -27,10 +34,10 @@ from .flash_blocks import after_query, block_size, check_blockwise, flash_backwa
 
 __all__ = ["Rows", "rows_attention"]
 
-#: ``rows(i0, i1, n, masked)``: the bias of queries ``i0..i1-1`` over keys ``0..n-1``, ``[heads,
-#: i1 - i0, n]`` (a strided view will do), ``-inf`` where ``masked`` (bool ``[i1 - i0, n]``,
-#: or None), differentiable in the encoding's parameters
-Rows = Callable[[int, int, int, torch.Tensor | None], torch.Tensor]
+#: ``rows(i0, i1, n, masked, *tensors)``: the bias of queries ``i0..i1-1`` over keys
+#: ``0..n-1``, ``[heads, i1 - i0, n]`` (a strided view will do), ``-inf`` where ``masked``
+#: (bool ``[i1 - i0, n]``, or None), computed from ``tensors`` (differentiably)
+Rows = Callable[..., torch.Tensor]
 
 
 def rows_attention(
@@ -50,8 +57,8 @@ def rows_attention(
         q: ``[batch, heads, L, d]``; k, v: ``[batch, kv_heads, L, d]``.
         rows: the bias of a block of queries (:data:`Rows`), in the query and key order of
             q and k.
-        params: the tensors ``rows`` reads that may need a gradient (the encoding's
-            parameters).
+        params: the tensors ``rows`` is given and computes from, which may need a
+            gradient (the encoding's parameters, or what it derives from them per call).
         scale: the score scale (the bias is added after it).
         causal: mask keys after their query, by index.
         block: queries per kernel call; default
@@ -88,7 +95,8 @@ class _RowsFlash(torch.autograd.Function):
         dtype = math_dtype(q.dtype)
 
         def mask(i0: int, i1: int, keys: int) -> torch.Tensor:
-            return rows(i0, i1, keys, _unseen(i0, i1, keys, causal, q.device)).to(dtype)[None]
+            masked = _unseen(i0, i1, keys, causal, q.device)
+            return rows(i0, i1, keys, masked, *params).to(dtype)[None]
 
         out, lse = flash_forward(
             q,
@@ -108,6 +116,11 @@ class _RowsFlash(torch.autograd.Function):
     def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         q, k, v, out, lse, *params = ctx.saved_tensors
         need = ctx.needs_input_grad
+        # a derived tensor as a leaf of its own: each block's graph ends there
+        params = [
+            p if p.is_leaf or not needed else p.detach().requires_grad_()
+            for p, needed in zip(params, need[7:], strict=True)
+        ]
         wanted = [p for p, needed in zip(params, need[7:], strict=True) if needed]
         dtype = math_dtype(q.dtype)
         totals = [torch.zeros_like(p) for p in wanted]
@@ -115,7 +128,8 @@ class _RowsFlash(torch.autograd.Function):
 
         def bias_of(i0: int, i1: int, n: int) -> torch.Tensor:
             with torch.enable_grad():  # [h, blk, n], with its graph
-                block_bias = ctx.rows(i0, i1, n, _unseen(i0, i1, n, ctx.causal, q.device))
+                masked = _unseen(i0, i1, n, ctx.causal, q.device)
+                block_bias = ctx.rows(i0, i1, n, masked, *params)
             current[:] = [block_bias]
             return block_bias.detach().to(dtype).unsqueeze(0)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
@@ -127,6 +128,22 @@ class BiasEncoding(Encoding):
         can mask as it computes overrides this, and may return a strided view."""
         bias = self.bias(q_positions, k_positions)
         return bias if masked is None else bias.masked_fill(masked, float("-inf"))
+
+    def block_rows(
+        self, q_positions: torch.Tensor, k_positions: torch.Tensor
+    ) -> tuple[Callable[..., torch.Tensor], list[torch.Tensor]]:
+        """The bias a block of query rows at a time, for :mod:`posenc.attn.bias_rows`:
+        ``(rows, tensors)``, where ``rows(i0, i1, n, masked, *tensors)`` is
+        :meth:`masked_bias` of queries ``i0..i1-1`` over keys ``0..n-1`` and ``tensors``
+        what it is computed from. By default the parameters that need a gradient, read
+        from the module itself; an encoding that derives something from them once per
+        call (FIRE's pieces) overrides this and returns that, so that each block's
+        gradient stops there."""
+
+        def rows(i0: int, i1: int, n: int, masked: torch.Tensor | None, *_: torch.Tensor):
+            return self.masked_bias(q_positions[..., i0:i1], k_positions[..., :n], masked)
+
+        return rows, [t for t in self.parameters() if t.requires_grad]
 
     def score_mod(
         self,

@@ -6,6 +6,7 @@ Transformers", arXiv:2310.04418). The math is in :mod:`posenc.functional.fire`.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -14,7 +15,7 @@ from ..base import BiasConfig, BiasEncoding
 from ..config import check_float, check_int
 from ..functional.dtypes import math_dtype
 from ..functional.fire import fire_input, fire_mlp, fire_mlp_matmul
-from ..functional.fire_pieces import fire_mlp_pieces, pieces_pay
+from ..functional.fire_pieces import evaluate_pieces, fire_pieces, pieces_pay
 from ..registry import register
 
 __all__ = ["Fire"]
@@ -156,18 +157,41 @@ class Fire(BiasEncoding):
         (:func:`~posenc.functional.fire_pieces.pieces_pay`), in the kernel's own layout (a
         view of ``[(batch,) q_len, k_len, heads]``: one pass, no transpose), else by the
         MLP's matrix products (:func:`~posenc.functional.fire.fire_mlp_matmul`)."""
+        rows, tensors = self.block_rows(q_positions, k_positions)
+        return rows(0, q_positions.shape[-1], k_positions.shape[-1], masked, *tensors)
+
+    def block_rows(
+        self, q_positions: torch.Tensor, k_positions: torch.Tensor
+    ) -> tuple[Callable[..., torch.Tensor], list[torch.Tensor]]:
+        """The rows of a block of queries from what FIRE derives once per call: ``c`` and
+        the threshold as scalars, and the MLP's pieces (or its weights, where the pieces
+        would not run compiled); see :meth:`~posenc.base.BiasEncoding.block_rows`."""
         qp, kp = self._check_pair(q_positions, k_positions)
-        if qp.dim() == 1 and kp.dim() == 1:
-            qp, kp = qp.view(-1, 1), kp.view(1, -1)  # -> [q_len, k_len]
-        else:
-            qp, kp = qp.view(-1, qp.shape[-1], 1), kp.view(-1, 1, kp.shape[-1])  # [b, q, k]
-        x = self._input(qp, kp)  # [(b,) q_len, k_len]
+        dtype = math_dtype(qp.dtype, kp.dtype, self.c.dtype)
+        qp, kp = qp.to(dtype), kp.to(dtype)
         first, second = self._linears()
-        weights = (first.weight[:, 0], first.bias, second.weight, second.bias)
-        if pieces_pay(x):  # compiled: [(b,) q_len, k_len, heads] in one pass
-            return fire_mlp_pieces(x, *weights, masked).movedim(-1, -3)
-        out = fire_mlp_matmul(x, *weights)  # [(b,) heads, q_len, k_len]
-        return out if masked is None else out.masked_fill(masked, float("-inf"))
+        weights = [first.weight[:, 0], first.bias, second.weight, second.bias]
+        scalars = [_scalar(self.c, dtype), self.threshold(dtype)]
+        by_pieces = pieces_pay(qp.shape[-1] * kp.shape[-1], qp.device)
+        mlp = fire_pieces(*(w.to(dtype) for w in weights)) if by_pieces else weights
+
+        def rows(
+            i0: int, i1: int, n: int, masked: torch.Tensor | None, *tensors: torch.Tensor
+        ) -> torch.Tensor:
+            (c, threshold), net = tensors[:2], tensors[2:]
+            q_pos, k_pos = qp[..., i0:i1], kp[..., :n]
+            if q_pos.dim() == 1 and k_pos.dim() == 1:
+                q_pos, k_pos = q_pos.view(-1, 1), k_pos.view(1, -1)  # -> [blk, n]
+            else:  # -> [b, blk, n]
+                q_pos, k_pos = q_pos.reshape(-1, i1 - i0, 1), k_pos.reshape(-1, 1, n)
+            x = fire_input(q_pos, k_pos, c, threshold)
+            if by_pieces:  # compiled: [(b,) blk, n, heads] in one pass
+                kinks, slope, offset = net
+                return evaluate_pieces(x, kinks, slope, offset, masked).movedim(-1, -3)
+            out = fire_mlp_matmul(x, *net)  # [(b,) heads, blk, n]
+            return out if masked is None else out.masked_fill(masked, float("-inf"))
+
+        return rows, [*scalars, *mlp]
 
 
 def _scalar(p: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

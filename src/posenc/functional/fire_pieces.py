@@ -36,7 +36,13 @@ from torch.autograd.function import once_differentiable
 
 from .compiled import CompiledFunction
 
-__all__ = ["COMPILE_MIN_SCORES", "fire_mlp_pieces", "fire_pieces", "pieces_pay"]
+__all__ = [
+    "COMPILE_MIN_SCORES",
+    "evaluate_pieces",
+    "fire_mlp_pieces",
+    "fire_pieces",
+    "pieces_pay",
+]
 
 #: the fewest scores a call takes to the compiled kernels: below, a compiled call's fixed
 #: cost (about 0.45 ms with the pieces' small ops) outweighs what it saves (2-core AVX2,
@@ -114,8 +120,25 @@ def fire_mlp_pieces(
         >>> torch.allclose(fire_mlp_pieces(x, w1, b1, w2, b2), torch.stack(per_head, -1), atol=1e-5)
         True
     """
-    dtype = x.dtype
-    kinks, slope, offset = fire_pieces(*(t.to(dtype) for t in (w1, b1, w2, b2)))
+    return evaluate_pieces(x, *fire_pieces(*(t.to(x.dtype) for t in (w1, b1, w2, b2))), masked)
+
+
+def evaluate_pieces(
+    x: torch.Tensor,
+    kinks: torch.Tensor,
+    slope: torch.Tensor,
+    offset: torch.Tensor,
+    masked: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``slope[p]·x + offset[p]`` for every head, ``p`` the number of ``kinks`` below
+    ``x``, ``-inf`` where ``masked``: :func:`fire_mlp_pieces` from the pieces
+    :func:`fire_pieces` gives (computed once for many calls). Differentiable once in ``x``,
+    ``slope`` and ``offset``.
+
+    Shapes:
+        x ``[...]``, masked broadcastable to it; kinks ``[hidden]``; slope, offset
+        ``[hidden + 1, heads]`` -> ``[..., heads]``
+    """
     if masked is not None:
         masked = masked.expand(x.shape)
     return _Pieces.apply(x, kinks, slope, offset, masked)
@@ -169,12 +192,12 @@ _FORWARD = CompiledFunction(_evaluate, "FIRE")
 _BACKWARD = CompiledFunction(_evaluate_backward, "FIRE backward")
 
 
-def pieces_pay(x: torch.Tensor) -> bool:
-    """Whether :func:`fire_mlp_pieces` of inputs like ``x`` runs compiled (enough scores,
-    a device inductor vectorises): then it is the fastest form of the MLP; otherwise the
-    MLP's matrix products (:func:`~posenc.functional.fire.fire_mlp_matmul`) are, for
-    large ``x`` (measured: ``docs/design-notes.md``, "FIRE by blocks of rows")."""
-    return x.numel() >= COMPILE_MIN_SCORES and _FORWARD.usable(x.device)
+def pieces_pay(scores: int, device: torch.device) -> bool:
+    """Whether :func:`fire_mlp_pieces` of ``scores`` inputs on ``device`` runs compiled
+    (enough scores, a device inductor vectorises): then it is the fastest form of the MLP;
+    otherwise the MLP's matrix products (:func:`~posenc.functional.fire.fire_mlp_matmul`)
+    are, for many scores (measured: ``docs/design-notes.md``, "FIRE by blocks of rows")."""
+    return scores >= COMPILE_MIN_SCORES and _FORWARD.usable(device)
 
 
 def _run(kernel: CompiledFunction, x: torch.Tensor, *args: torch.Tensor | None):
