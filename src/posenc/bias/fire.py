@@ -122,8 +122,12 @@ class Fire(BiasEncoding):
         """The MLP's input (:func:`fire_input`) of broadcastable positions, in float32
         (float64 for float64 positions or parameters)."""
         dtype = math_dtype(q_pos.dtype, k_pos.dtype, self.c.dtype)
-        c, threshold = _scalar(self.c, dtype), self.threshold(dtype)
+        c, threshold = self._scalars(dtype)
         return fire_input(q_pos.to(dtype), k_pos.to(dtype), c, threshold)
+
+    def _scalars(self, dtype: torch.dtype) -> list[torch.Tensor]:
+        """``c`` and the threshold ``L``, 0-d, in ``dtype``."""
+        return [_scalar(self.c, dtype), self.threshold(dtype)]
 
     def bias_at(self, head: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         x = self._input(q_pos, k_pos)
@@ -171,7 +175,7 @@ class Fire(BiasEncoding):
         qp, kp = qp.to(dtype), kp.to(dtype)
         first, second = self._linears()
         weights = [first.weight[:, 0], first.bias, second.weight, second.bias]
-        scalars = [_scalar(self.c, dtype), self.threshold(dtype)]
+        scalars = self._scalars(dtype)
         by_pieces = pieces_pay(qp.shape[-1] * kp.shape[-1], qp.device)
         mlp = fire_pieces(*(w.to(dtype) for w in weights)) if by_pieces else weights
 

@@ -197,14 +197,18 @@ def pieces_pay(scores: int, device: torch.device) -> bool:
     (enough scores, a device inductor vectorises): then it is the fastest form of the MLP;
     otherwise the MLP's matrix products (:func:`~posenc.functional.fire.fire_mlp_matmul`)
     are, for many scores (measured: ``docs/design-notes.md``, "FIRE by blocks of rows")."""
-    return scores >= COMPILE_MIN_SCORES and _FORWARD.usable(device)
+    return _compiles(_FORWARD, scores, device)
+
+
+def _compiles(kernel: CompiledFunction, scores: int, device: torch.device) -> bool:
+    """Whether ``kernel`` runs compiled for ``scores`` inputs on ``device``."""
+    return scores >= COMPILE_MIN_SCORES and kernel.usable(device)
 
 
 def _run(kernel: CompiledFunction, x: torch.Tensor, *args: torch.Tensor | None):
     """``kernel(x, ...)`` compiled where usable and worth it, else its eager function."""
-    if x.numel() >= COMPILE_MIN_SCORES and kernel.usable(x.device):
-        return kernel(x, *args)
-    return kernel.fn(x, *args)
+    run = kernel if _compiles(kernel, x.numel(), x.device) else kernel.fn
+    return run(x, *args)
 
 
 class _Pieces(torch.autograd.Function):
