@@ -21,9 +21,9 @@ rank, size, batch, device); huge or tiny finite configuration values (``MAX_FLOA
 ``MAX_INT``); bad factory keywords; and each entry point's own arguments (``scale``,
 ``temperature``, ``normalize``, token ids, caches, Hugging Face config keys).
 
-The matrix (kept true by :func:`test_matrix_size_is_recorded`): 2190 cases: 1087 expect a
-ValueError, 397 a TypeError, 706 a correct result. By family: dtype 714, positions 589,
-input 164, config 535, attention 56, model 65, hf 24, positions.grid 9, positions.multimodal
+The matrix (kept true by :func:`test_matrix_size_is_recorded`): 2239 cases: 1111 expect a
+ValueError, 405 a TypeError, 723 a correct result. By family: dtype 728, positions 602,
+input 168, config 549, attention 60, model 65, hf 24, positions.grid 9, positions.multimodal
 18, compose 9, other 7.
 """
 
@@ -56,6 +56,7 @@ GRID_W = 3
 P = torch.tensor([103, 100, 105, 101, 104, 102])
 EXTRA_CONFIG: dict[str, dict[str, Any]] = {
     "shaw": {"head_dim": 4},
+    "fox": {"dim": SIZE},
     "sincos_2d": {"grid": (SEQ // GRID_W, GRID_W)},
     "rope_2d": {"grid": (SEQ // GRID_W, GRID_W)},
     "rope_mixed": {"grid": (SEQ // GRID_W, GRID_W), "n_heads": HEADS},
@@ -110,9 +111,14 @@ def as_positions(enc: posenc.Encoding, p: torch.Tensor) -> torch.Tensor:
     return torch.stack((p // GRID_W, p % GRID_W), dim=-1)
 
 
-def shaw_q(enc: posenc.Encoding, q_len: int = SEQ) -> dict[str, torch.Tensor]:
-    """``{"q": ...}`` for a bias that depends on the queries, else {}."""
-    if enc.kind != "bias" or not enc.needs_q:
+def shaw_q(enc: posenc.Encoding, q_len: int = SEQ, k_len: int | None = None) -> dict[str, Any]:
+    """``{"q": ...}`` for a bias that depends on the queries, ``{"x": ...}`` (the keys'
+    tokens) for one that reads the layer's input (FoX), else {}."""
+    if enc.kind != "bias":
+        return {}
+    if enc.needs_input:
+        return {"x": X[:, : q_len if k_len is None else k_len]}
+    if not enc.needs_q:
         return {}
     return {"q": gen(BATCH, SIZE, q_len, enc.config.head_dim, seed=3)}
 
@@ -150,9 +156,11 @@ def entry_points(enc: posenc.Encoding) -> dict[str, Callable[..., Any]]:
             ),
             "rotation": lambda p: enc.rotation(p),
         }
-    return {
+    points = {
         "bias": lambda p, k_p=None: enc.bias(
-            p, p if k_p is None else k_p, **shaw_q(enc, seq_of(p))
+            p,
+            p if k_p is None else k_p,
+            **shaw_q(enc, seq_of(p), seq_of(p if k_p is None else k_p)),
         ),
         "score_mod": lambda p, k_p=None: materialise(
             enc.score_mod(p, p if k_p is None else k_p, **shaw_q(enc, seq_of(p))),
@@ -162,6 +170,9 @@ def entry_points(enc: posenc.Encoding) -> dict[str, Callable[..., Any]]:
             p.device if isinstance(p, torch.Tensor) else None,
         ),
     }
+    if enc.needs_input:  # FoX: its bias reads the layer's input, no score_mod
+        del points["score_mod"]
+    return points
 
 
 # The cases -----------------------------------------------------------------------------
@@ -342,7 +353,7 @@ def expected_empty(enc: posenc.Encoding, point: str) -> Any:
         if point == "forward":
             return Q[:, :, :0], K[:, :, :0]
         return tuple(t[..., :0, :] for t in enc.rotation(as_positions(enc, P)))
-    if enc.needs_q:  # the bias depends on each batch element's queries
+    if enc.needs_q or enc.needs_input:  # the bias depends on each batch element's inputs
         return torch.empty(BATCH, SIZE, 0, 0)
     return torch.empty(*((1, SIZE) if point == "score_mod" else (SIZE,)), 0, 0)
 
@@ -411,6 +422,19 @@ def input_cases() -> None:
                     ),
                     exc,
                     "seq_len must be",
+                )
+        elif enc.needs_input:
+            for label, bad_x, exc, match in (
+                ("x_missing", None, TypeError, "pass x="),
+                ("x_int", X.long(), TypeError, "x must be a floating-point"),
+                ("x_dim", gen(BATCH, SEQ, SIZE + 1), ValueError, r"x must be \[batch, seq, dim"),
+                ("x_len", X[:, :2], ValueError, "x must hold the 6 keys"),
+            ):
+                raises(
+                    f"{base}/{label}",
+                    functools.partial(lambda enc, x: enc.bias(P, P, x=x), enc, bad_x),
+                    exc,
+                    match,
                 )
         else:
             q = shaw_q(enc)
@@ -599,20 +623,24 @@ def attention_cases() -> None:
         if enc.kind not in ("rotary", "bias") or enc.position_axes != 1:
             continue
         size = {"rotary": {"head_dim": SIZE}, "bias": {"n_heads": HEADS}}[enc.kind]
-        extra = {"head_dim": SIZE} if name == "shaw" else {}
+        extra = {"shaw": {"head_dim": SIZE}, "fox": {"dim": SIZE}}.get(name, {})
         built = posenc.create(name, **size, **extra)
+        clock = {"bias": built.clock(X)} if getattr(built, "needs_input", False) else {}
         ref = functools.partial(
-            lambda e: posenc.attention(Q, K, v, encoding=e, q_positions=P, k_positions=P), built
+            lambda e, c: posenc.attention(Q, K, v, encoding=e, q_positions=P, k_positions=P, **c),
+            built,
+            clock,
         )
         for dtype in (torch.uint8, torch.int16, torch.int32, torch.uint32):
             result(
                 f"attention/{name}/{dtype}",
                 functools.partial(
-                    lambda e, d: posenc.attention(
-                        Q, K, v, encoding=e, q_positions=P.to(d), k_positions=P.to(d)
+                    lambda e, d, c: posenc.attention(
+                        Q, K, v, encoding=e, q_positions=P.to(d), k_positions=P.to(d), **c
                     ),
                     built,
                     dtype,
+                    clock,
                 ),
                 ref,
             )

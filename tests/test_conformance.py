@@ -45,6 +45,7 @@ GRID_W = 3
 GRID = (SEQ // GRID_W, GRID_W)
 EXTRA_CONFIG: dict[str, dict[str, Any]] = {
     "shaw": {"head_dim": 4},
+    "fox": {"dim": 5},
     "sincos_2d": {"grid": GRID},
     "rope_2d": {"grid": GRID},
     "rope_mixed": {"grid": GRID, "n_heads": HEADS},
@@ -98,15 +99,19 @@ def expected_shapes(
     enc: posenc.Encoding, inputs: tuple[torch.Tensor, ...]
 ) -> list[tuple[int, ...]]:
     if enc.kind == "bias":
-        return [(BATCH, SIZE, SEQ, SEQ) if enc.needs_q else (SIZE, SEQ, SEQ)]
+        batched = enc.needs_q or enc.needs_input
+        return [(BATCH, SIZE, SEQ, SEQ) if batched else (SIZE, SEQ, SEQ)]
     return [tuple(t.shape) for t in inputs]
 
 
 def fixed_q(enc: posenc.Encoding, device: str = "cpu") -> dict[str, torch.Tensor]:
-    """``{"q": ...}`` for a bias that depends on the queries (the same q every call), else {}."""
-    if enc.kind != "bias" or not enc.needs_q:
+    """``{"q": ...}`` for a bias that depends on the queries, ``{"x": ...}`` for one that
+    reads the layer's input (the same tensor every call), else {}."""
+    if enc.kind != "bias" or not (enc.needs_q or enc.needs_input):
         return {}
     generator = torch.Generator().manual_seed(0)
+    if enc.needs_input:
+        return {"x": torch.randn(BATCH, SEQ, enc.config.dim, generator=generator).to(device)}
     q = torch.randn(BATCH, SIZE, SEQ, enc.config.head_dim, generator=generator)
     return {"q": q.to(device)}
 

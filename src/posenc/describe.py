@@ -200,6 +200,10 @@ def example(name: str) -> str:
         lines.append(f"q, k, v = torch.randn(3, {heads}).unbind()  # [batch, heads, seq, head_dim]")
         lines.extend(positions)
         where = ", q_positions=positions, k_positions=positions" if positions else ""
+        if getattr(cls, "needs_input", False):  # FoX: the bias is a clock of the layer input
+            x = f"x = torch.randn({BATCH}, {SEQ}, {DIM})"
+            lines.append(f"{x}  # [batch, seq, dim]: the layer's input")
+            where += ", bias=enc.clock(x)"
         lines.append(f"out = posenc.attention(q, k, v, encoding=enc, causal=True{where})")
         lines.append(f"print(out.shape)  # torch.Size([{heads}])")
     else:

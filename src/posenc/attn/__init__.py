@@ -11,10 +11,13 @@ One module per concept:
 - :mod:`~posenc.attn.pattern`: :class:`~posenc.attn.pattern.AttnPattern`, the sliding
   window or chunk a query sees, by position, and the softcap and sinks checks;
 - :mod:`~posenc.attn.backends`: what every backend choice shares, and
-  :func:`~posenc.attn.backends.plan_plain`, the backend of attention without a bias;
+  :func:`~posenc.attn.backends.plan_plain`, the backend of attention without a bias,
+  which :mod:`~posenc.attn.plain` runs;
 - :mod:`~posenc.attn.bias_plan`: :func:`plan_bias`, the one choice of the backend that
   runs a bias encoding, with the table of the backends;
 - :mod:`~posenc.attn.bias`: one runner per backend of bias encodings;
+- :mod:`~posenc.attn.forget`: FoX's forget bias as extra key coordinates on plain
+  attention;
 - :mod:`~posenc.attn.explicit`: the softmax written out in float32, the path of softcap,
   sinks, values added by the encoding and values that are not all finite;
 - the backends: :mod:`~posenc.attn.linear_bias` (ALiBi fused into CPU SDPA),

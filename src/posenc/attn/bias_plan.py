@@ -212,6 +212,8 @@ def bias_memory(cls: type[BiasEncoding]) -> str:
     def declares(name: str) -> bool:
         return getattr(cls, name) is not getattr(BiasEncoding, name)
 
+    if declares("needs_input"):  # FoX: its clock rides in extra key coordinates
+        return "[B, H, L] clock; k, v per head, 8 columns wider"
     if declares("adds_to_values"):
         return "[H, L, L] scores, or [H, 64, L] blocks (CPU)"
     if declares("shift_invariant"):

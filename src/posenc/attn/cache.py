@@ -3,7 +3,8 @@ attention can still see.
 
 Rotary encodings rotate keys before they are cached, so cached keys keep the rotation of
 their own position; the cache also keeps each token's position (integers, every token),
-for bias encodings and the masks of the next steps.
+for bias encodings and the masks of the next steps, and, in a FoX layer, each token's
+forget clock per head (the next tokens' clocks continue from the last one).
 
 A layer with a sliding window of ``W`` (or a chunk of ``C``) keeps a rolling buffer of its
 last ``W - 1`` (``C - 1``) keys and values: no later query can see an older one, as long
@@ -74,6 +75,9 @@ class KVCache:
             torch.zeros(batch, kv_heads, n, head_dim, device=device, dtype=dtype) for n in size
         ]
         self.values = [torch.zeros_like(k) for k in self.keys]
+        #: per layer with a forget clock (FoX), ``[batch, heads, max_seq_len | keep, 1]``
+        self.clocks: dict[int, torch.Tensor] = {}
+        self._last_clock: dict[int, torch.Tensor] = {}  # [batch, heads, 1]
         self.positions = torch.zeros(batch, max_seq_len, device=device, dtype=torch.long)
         self.max_seq_len = max_seq_len
         self.length = 0
@@ -114,21 +118,41 @@ class KVCache:
         """Store ``k, v`` ``[batch, kv_heads, n, head_dim]`` after the cached ones and return
         the keys and values the new queries may see, ``[batch, kv_heads, visible(layer,
         n), head_dim]`` (all of them in a layer that keeps all)."""
-        n = k.shape[2]
+        return self._store(self.keys[layer], k, layer), self._store(self.values[layer], v, layer)
+
+    def last_clock(self, layer: int) -> torch.Tensor | None:
+        """The forget clock of ``layer``'s last cached token (FoX, :meth:`update_clock`),
+        ``[batch, heads, 1]``, or None before the first."""
+        return self._last_clock.get(layer) if self.length else None
+
+    def update_clock(self, layer: int, clock: torch.Tensor) -> torch.Tensor:
+        """Store the forget clocks ``[batch, heads, n]`` of ``layer``'s new tokens (an
+        encoding with ``needs_input``: FoX) and return those of the keys the new queries may
+        see, ``[batch, heads, visible(layer, n)]``; the buffer is made on the first call,
+        kept as the keys are (rolling in a layer that keeps some)."""
+        if layer not in self.clocks:
+            b, h = clock.shape[:2]
+            size = self.keys[layer].shape[2]  # max_seq_len, or the kept keys
+            self.clocks[layer] = clock.new_zeros(b, h, size, 1)  # [b, h, size, 1]
+        self._last_clock[layer] = clock[..., -1:]
+        return self._store(self.clocks[layer], clock.unsqueeze(-1), layer).squeeze(-1)
+
+    def _store(self, buffer: torch.Tensor, new: torch.Tensor, layer: int) -> torch.Tensor:
+        """Write ``new`` ``[batch, heads, n, width]`` into ``layer``'s ``buffer`` after the
+        cached tokens and return the tokens the new queries may see (the kept ones and the
+        new ones), ``[batch, heads, visible(layer, n), width]``."""
+        n = new.shape[2]
         end = self._end(n)
-        keys, values, keep = self.keys[layer], self.values[layer], self.keep[layer]
+        keep = self.keep[layer]
         if keep is None:
-            keys[:, :, self.length : end] = k
-            values[:, :, self.length : end] = v
-            return keys[:, :, :end], values[:, :, :end]
+            buffer[:, :, self.length : end] = new
+            return buffer[:, :, :end]
         kept = min(self.length, keep)  # the buffer's last `kept` slots hold them
-        k_all = torch.cat((keys[:, :, keep - kept :], k), dim=2)
-        v_all = torch.cat((values[:, :, keep - kept :], v), dim=2)
-        m = min(keep, k_all.shape[2])
+        seen = torch.cat((buffer[:, :, keep - kept :], new), dim=2)
+        m = min(keep, seen.shape[2])
         if m:
-            keys[:, :, keep - m :] = k_all[:, :, -m:]
-            values[:, :, keep - m :] = v_all[:, :, -m:]
-        return k_all, v_all
+            buffer[:, :, keep - m :] = seen[:, :, -m:]
+        return seen
 
     def update_positions(
         self,
@@ -164,11 +188,12 @@ class KVCache:
         self.length = self._end(n)
 
     def memory(self) -> list[int]:
-        """The bytes of keys and values each layer holds."""
-        return [
-            k.numel() * k.element_size() + v.numel() * v.element_size()
-            for k, v in zip(self.keys, self.values, strict=True)
+        """The bytes of keys and values (and forget clocks) each layer holds."""
+        tensors = [
+            [k, v, *([self.clocks[i]] if i in self.clocks else [])]
+            for i, (k, v) in enumerate(zip(self.keys, self.values, strict=True))
         ]
+        return [sum(t.numel() * t.element_size() for t in layer) for layer in tensors]
 
 
 def _check_growing(positions: torch.Tensor, linked: torch.Tensor | None) -> None:

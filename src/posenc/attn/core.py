@@ -13,16 +13,16 @@ from __future__ import annotations
 from typing import cast
 
 import torch
-import torch.nn.functional as F
 
 from ..base import BiasEncoding, Encoding, RotaryEncoding
-from .backends import BACKENDS, AttnShape, plan_plain
-from .bias import bias_attention, flex_run
+from .backends import BACKENDS
+from .bias import bias_attention
 from .checks import check_context, check_encoding, check_qkv, check_scale, check_table
 from .context import AttentionContext
-from .explicit import explicit_attention, finite
-from .masks import zero_dead_rows
+from .explicit import finite
+from .forget import forget_attention
 from .pattern import AttnPattern, ScoreOptions, check_sinks, check_softcap
+from .plain import plain_attention
 
 __all__ = ["attention"]
 
@@ -82,7 +82,9 @@ def attention(
             encoding's parameters. The paths that materialise the bias use it (SDPA, math,
             the CPU training path); flex attention and the fused linear-bias path compute
             the same bias per score instead. Not for encodings whose bias depends on ``q``
-            (``needs_q``: Shaw). None: computed here where needed.
+            (``needs_q``: Shaw). None: computed here where needed. With an encoding whose
+            bias is computed from the layer's input (``needs_input``: FoX), required: its
+            clock of the keys' tokens, ``encoding.clock(x)``, ``[batch, heads, k_len]``.
         context: the positions and masks of this call built once for several
             (:meth:`AttentionContext.build <posenc.attn.context.AttentionContext.build>`
             takes the four arguments above), as a model's layers share them; then none of
@@ -134,18 +136,19 @@ def attention(
     scale = check_scale(scale, q.shape[-1])
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
-    if bias is not None:
+    reads_input = kind == "bias" and cast(BiasEncoding, encoding).needs_input
+    if bias is not None or reads_input:
         check_table(bias, encoding, q, k.shape[2])
     check_sinks(sinks, q.shape[1], q.device)
     options = ScoreOptions(AttnPattern(window, chunk), check_softcap(softcap), sinks)
     all_finite = finite(k, v)
     if kind == "bias":
-        enc = cast(BiasEncoding, encoding)
-        return bias_attention(
+        run = forget_attention if reads_input else bias_attention  # FoX: a clock of x
+        return run(
             q,
             k,
             v,
-            enc,
+            cast(BiasEncoding, encoding),
             context,
             causal=causal,
             scale=scale,
@@ -159,7 +162,7 @@ def attention(
             f"{cast(Encoding, encoding).info.name!r} is an additive encoding: add it to the "
             "token embeddings (enc(x)) before the first layer instead of passing it to attention"
         )
-    return _plain(q, k, v, context, causal, scale, backend, options, all_finite)
+    return plain_attention(q, k, v, context, causal, scale, backend, options, all_finite)
 
 
 def _rotate(encoding, q, k, q_positions, k_positions):
@@ -176,45 +179,3 @@ def _rotate(encoding, q, k, q_positions, k_positions):
     if q_order is None or k_order is None:
         return q, k, None, None
     return q, k, q_order, k_order
-
-
-def _plain(
-    q, k, v, context: AttentionContext, causal: bool, scale: float, backend: str, options, finite
-) -> torch.Tensor:
-    """Attention without a bias on the runner :func:`plan_plain` picks: SDPA with the
-    kernel's own causal mask over default positions (top-left; one query sees every key),
-    flex attention, the explicit softmax, or SDPA with the context's dense mask.
-
-    Shapes:
-        q ``[b, h, q_len, d]``, k, v ``[b, kv_h, k_len, d]`` -> ``[b, h, q_len, d]``.
-    """
-    needs_grad = torch.is_grad_enabled() and any(
-        t.requires_grad for t in (q, k, v, options.sinks) if t is not None
-    )
-    runner = plan_plain(
-        AttnShape.of(q, k),
-        context.positions,
-        masked=context.masks is not None,
-        needs_grad=needs_grad,
-        device=q.device,
-        backend=backend,
-        traits=options.traits(finite),
-    )
-    q_len, k_len = q.shape[2], k.shape[2]
-    gqa = q.shape[1] != k.shape[1]
-    if runner == "fast":
-        is_causal = causal and q_len == k_len
-        return F.scaled_dot_product_attention(
-            q, k, v, is_causal=is_causal, scale=scale, enable_gqa=gqa
-        )
-    if runner == "flex":
-        return flex_run(q, k, v, None, context, causal, scale, options)
-    allowed = context.allowed(causal, options.pattern)
-    mask, dead = (None, None) if allowed is None else allowed
-    if runner == "math":
-        out = explicit_attention(
-            q, k, v, scale, allowed=mask, softcap=options.softcap, sinks=options.sinks
-        )
-    else:
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=gqa)
-    return zero_dead_rows(out, dead)

@@ -45,6 +45,8 @@ class BiasEncoding(Encoding):
     ``adds_to_values``      a term is added to the output too      ``math`` (and ``shaw``)
     ``value_term()``        that term, from the probabilities      ``math``
     ``relative_tables()``   the bias is Shaw's clipped tables      ``shaw`` (CPU training)
+    ``needs_input``         the bias is ``c_i - c_j`` of a clock   extra key coordinates
+                            of the layer's input (FoX)             (:mod:`posenc.attn.forget`)
     ======================  =====================================  ==========================
 
     Shapes:
@@ -61,6 +63,11 @@ class BiasEncoding(Encoding):
     #: ``arange(L)`` its table is a Toeplitz matrix of ``2L - 1`` values, which attention
     #: and models then compute once per distance (:mod:`posenc.attn.bias_blocks`)
     shift_invariant: ClassVar[bool] = False
+    #: True when the bias is ``c_i - c_j`` of a per-token, per-head clock computed from the
+    #: layer's input ``x`` (FoX's forget gates): :meth:`clock` gives it, attention takes it
+    #: as ``bias=`` (:mod:`posenc.attn.forget`), and a model gives each layer its own
+    #: instance, since its parameters read that layer's input
+    needs_input: ClassVar[bool] = False
 
     @property
     def n_heads(self) -> int:
@@ -80,6 +87,16 @@ class BiasEncoding(Encoding):
         then trains on the CPU blockwise (:mod:`posenc.attn.shaw_grad`). None (the
         default): not of this form."""
         return None
+
+    def clock(self, x: torch.Tensor, start: torch.Tensor | None = None) -> torch.Tensor:
+        """The per-token clock of an encoding with ``needs_input`` (its bias is ``c_i -
+        c_j``), continued from ``start``, the clock of the token before ``x``'s first.
+
+        Shapes:
+            x ``[batch, seq, dim]``, start ``[batch, heads, 1]`` or None ->
+            ``[batch, heads, seq]``.
+        """
+        raise TypeError(f"{self.info.name!r}'s bias does not depend on the layer's input")
 
     def bias_at(self, head: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         """The bias for ``head`` of a query at ``q_pos`` and a key at ``k_pos``.

@@ -2,8 +2,9 @@
 
 from .alibi import ALiBi
 from .fire import Fire
+from .fox import Fox
 from .kerple import Kerple
 from .shaw import Shaw
 from .t5 import T5Bias
 
-__all__ = ["ALiBi", "Fire", "Kerple", "Shaw", "T5Bias"]
+__all__ = ["ALiBi", "Fire", "Fox", "Kerple", "Shaw", "T5Bias"]

@@ -18,7 +18,7 @@ from torch import nn
 
 from ..attn import AttentionContext, KVCache, attention
 from ..attn.pattern import ScoreTraits
-from ..base import Encoding, RotaryEncoding
+from ..base import BiasEncoding, Encoding, RotaryEncoding
 from .spec import LayerSpec
 
 __all__ = ["Block", "SelfAttention"]
@@ -102,7 +102,8 @@ class SelfAttention(nn.Module):
             layer: this layer's index in ``cache``.
             bias: a bias encoding's table, computed once per forward and shared by the
                 layers with this encoding and pattern (``bias=`` of
-                :func:`posenc.attention`), or None.
+                :func:`posenc.attention`), or None. An encoding that reads the layer's
+                input (FoX) gets its clock here instead (:meth:`clock`).
 
         Returns:
             ``[batch, seq, dim]``.
@@ -110,6 +111,8 @@ class SelfAttention(nn.Module):
         b, s, _ = x.shape
         q, k, v = self.project(x, encoding, rotation)  # rotated before caching
         q = self.temper(q, context)
+        if encoding.kind == "bias" and cast(BiasEncoding, encoding).needs_input:
+            bias = self.clock(cast(BiasEncoding, encoding), x, cache, layer)
         if cache is not None:
             k, v = cache.update(layer, k, v)
         out = attention(
@@ -128,6 +131,22 @@ class SelfAttention(nn.Module):
         )
         # [b, h, s, hd] -> [b, s, h * hd]
         return self.out(out.transpose(1, 2).reshape(b, s, self.n_heads * self.head_dim))
+
+    @staticmethod
+    def clock(
+        encoding: BiasEncoding, x: torch.Tensor, cache: KVCache | None, layer: int
+    ) -> torch.Tensor:
+        """The clock of an encoding that reads the layer's input (FoX's forget gates) for
+        the keys this layer's queries see: ``encoding.clock(x)``, continued from the
+        cache's last and joined to the cached ones when decoding.
+
+        Shapes:
+            x ``[batch, seq, dim]`` -> ``[batch, heads, seq]`` (``[batch, heads,
+            cache.visible(layer, seq)]`` with a cache).
+        """
+        if cache is None:
+            return encoding.clock(x)
+        return cache.update_clock(layer, encoding.clock(x, cache.last_clock(layer)))
 
     def project(
         self, x: torch.Tensor, encoding: Encoding, rotation: tuple[torch.Tensor, ...] | None

@@ -120,7 +120,9 @@ def layer_probabilities(
     scores = (q.float() @ k.float().transpose(-1, -2)) * scale  # [b, h, s, s]
     if encoding.kind == "bias":
         p = context.positions
-        bias = cast(BiasEncoding, encoding).bias(p.q, p.k, q=q, scale=scale)
+        enc = cast(BiasEncoding, encoding)
+        given = {"x": x} if enc.needs_input else {"q": q, "scale": scale}  # FoX reads x
+        bias = enc.bias(p.q, p.k, **given)
         scores = scores + bias.float()  # [(b,) h, s, s] broadcasts
     allowed = context.allowed(causal, attn.pattern)
     mask, dead = (None, None) if allowed is None else allowed

@@ -5,7 +5,10 @@ resolved from the model's arguments, and its encodings built once each.
 :class:`~posenc.models.plan.LayerPlan`. :func:`build_routing` builds the plan's encodings
 for the model's sizes, once per distinct spec: layers whose specs are equal (or build to
 the same class and configuration) share one instance, as T5 shares its relative bias, so
-one forward computes one rotation or bias table for all of them.
+one forward computes one rotation or bias table for all of them. An encoding whose bias
+reads the layer's input (``needs_input``: FoX's forget gates) is built once per layer
+that names it, as the paper's gates are per layer (an instance given in several layers
+stays shared).
 """
 
 from __future__ import annotations
@@ -101,7 +104,10 @@ class _Built:
         spec = "nope" if spec is None else spec
         instance = isinstance(spec, Encoding)
         for known, j in self.seen:
-            if known is spec or (not instance and not self.given[j] and _equal(known, spec)):
+            if known is spec and instance:
+                return j  # the same instance, as given
+            own = getattr(self.encodings[j], "needs_input", False)  # one per layer (FoX)
+            if not instance and not own and not self.given[j] and _equal(known, spec):
                 return j
         try:
             enc = build(spec, **sizes)
@@ -114,7 +120,7 @@ class _Built:
                 "1-D encoding (posenc.available() lists them)"
             )
         j = len(self.encodings)
-        if not instance:
+        if not instance and not getattr(enc, "needs_input", False):
             j = next(
                 (
                     i

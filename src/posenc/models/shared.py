@@ -199,8 +199,8 @@ def shared_bias(
         >>> shared_bias(t5, ctx, shape, causal=True, training=True, cached=False) is None
         True
     """
-    if encoding.kind != "bias":
-        return None
+    if encoding.kind != "bias" or cast(BiasEncoding, encoding).needs_input:
+        return None  # FoX's clock reads each layer's input: its layer computes it
     bias = cast(BiasEncoding, encoding)
     device = context.positions.q.device
     if not shares_table(bias, training=training, cached=cached, device=device):

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 
 from .. import registry
 from ..base import BiasEncoding
+from ..bias.fox import Fox
 from .common import check_encoding, check_size, new_figure
 
 if TYPE_CHECKING:
@@ -27,6 +28,8 @@ __all__ = ["SHAW_HEAD_DIM", "bias"]
 
 #: the head size of the Shaw tables and of the fixed random queries its bias is drawn for
 SHAW_HEAD_DIM = 16
+#: the input width of the forget gates FoX's heatmap reads (a fixed random input)
+FOX_DIM = 16
 
 
 def bias(
@@ -40,12 +43,14 @@ def bias(
     Learned encodings (``t5``, ``kerple``, ``fire``, ``shaw``) are drawn at their
     initialisation (seed 0; the title says so): T5's table starts at zero, so its panels are
     flat. Shaw's bias depends on the queries: it is drawn for fixed random queries (seed 0,
-    head size :data:`SHAW_HEAD_DIM`). The whole ``[L, L]`` matrix is shown; a causal model
-    uses its lower triangle (keys at or before the query) only.
+    head size :data:`SHAW_HEAD_DIM`); FoX's depends on the layer's input: it is drawn for a
+    fixed random input (seed 0, width :data:`FOX_DIM`), and only its lower triangle, since
+    it is defined for keys at or before their query. Otherwise the whole ``[L, L]`` matrix
+    is shown; a causal model uses its lower triangle (keys at or before the query) only.
 
     Args:
         encoding: the name of a bias encoding (``alibi``, ``t5``, ``kerple``, ``fire``,
-            ``shaw``).
+            ``shaw``, ``fox``).
         n_heads: the encoding's number of heads.
         length: the sequence length ``L`` (queries and keys at positions ``0 .. L-1``).
         heads: which heads to draw (indices in ``0 .. n_heads-1``); all heads if omitted.
@@ -74,7 +79,8 @@ def bias(
     fig, (first,) = new_figure(1, title, width=2.6 * cols + 1.0, height=2.6 * rows + 0.6)
     first.remove()
     grid = fig.subplots(rows, cols, squeeze=False)
-    low, high = float(matrix[chosen].min()), float(matrix[chosen].max())
+    shown = matrix[chosen][~matrix[chosen].isnan()]  # FoX leaves later keys blank
+    low, high = float(shown.min()), float(shown.max())
     if low == high:  # a flat bias (T5 at initialisation): a visible, centred scale
         low, high = low - 1.0, high + 1.0
     images = []
@@ -106,18 +112,36 @@ def bias_matrix(encoding: str, n_heads: int, length: int) -> torch.Tensor:
         ``[n_heads, length, length]`` float32 on the CPU.
     """
     torch.manual_seed(0)  # learned encodings: the same initialisation every time
-    config = {"head_dim": SHAW_HEAD_DIM} if encoding == "shaw" else {}
+    config = {"shaw": {"head_dim": SHAW_HEAD_DIM}, "fox": {"dim": FOX_DIM}}.get(encoding, {})
     enc = registry.create(encoding, n_heads=n_heads, **config)
     assert isinstance(enc, BiasEncoding)
     positions = torch.arange(length)
     with torch.no_grad():
-        if enc.needs_q:  # Shaw: the bias of fixed random queries
+        if enc.needs_input:  # FoX
+            out = input_bias(cast(Fox, enc), length)
+        elif enc.needs_q:  # Shaw: the bias of fixed random queries
             generator = torch.Generator().manual_seed(0)
             q = torch.randn(1, n_heads, length, SHAW_HEAD_DIM, generator=generator)
             out = enc.bias(positions, positions, q=q)[0]  # [n_heads, L, L]
         else:
             out = enc.bias(positions, positions)  # [n_heads, L, L]
     return out.float()
+
+
+def input_bias(enc: Fox, length: int) -> torch.Tensor:
+    """The bias of an encoding that reads the layer's input (FoX's forget gates) for a
+    fixed random input (seed 0), over keys at or before their query (NaN elsewhere: it
+    defines no bias for later keys).
+
+    Returns:
+        ``[n_heads, length, length]`` float32 on the CPU.
+    """
+    x = torch.randn(1, length, enc.dim, generator=torch.Generator().manual_seed(0))
+    positions = torch.arange(length)
+    with torch.no_grad():
+        out = enc.bias(positions, positions, x=x)[0]
+    future = torch.ones(length, length, dtype=torch.bool).triu(1)
+    return out.masked_fill(future, float("nan")).float()
 
 
 def _check_heads(heads: Sequence[int] | None, n_heads: int) -> list[int]:

@@ -9,8 +9,9 @@ position ``j`` under the encoding, measured in the way its kind acts on attentio
   ``q_i · k_j / (|q| |k|)`` of one fixed query and key (all ones) rotated to positions
   ``i`` and ``j``: for RoPE a function of ``j - i`` only, the long-term decay along the
   diagonals;
-- bias (ALiBi, T5, KERPLE, FIRE, Shaw): the score bias of head 0, learned ones at their
-  initialisation (Shaw's, which depends on the query, for the same fixed query);
+- bias (ALiBi, T5, KERPLE, FIRE, Shaw, FoX): the score bias of head 0, learned ones at
+  their initialisation (Shaw's, which depends on the query, for the same fixed query;
+  FoX's, which depends on the layer's input, for a fixed random input, keys ``j <= i``);
 - ``nope``: 1 everywhere, since without an encoding every position looks the same.
 
 Encodings of image grids (``sincos_2d``, ``learned_2d``, ``rope_2d``, ``rope_mixed``) are
@@ -22,15 +23,17 @@ matplotlib (the ``plot`` extra) is imported only when a figure is drawn.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.nn.functional as F
 
 from ..base import AdditiveEncoding, BiasEncoding, Encoding, RotaryEncoding
+from ..bias.fox import Fox
 from ..builder import build
 from ..positions import grid as grid_positions
 from ..registry import available, get
+from .bias import input_bias
 from .common import check_size, new_figure
 
 if TYPE_CHECKING:
@@ -94,6 +97,8 @@ def scores(enc: Encoding, q_positions: torch.Tensor, k_positions: torch.Tensor) 
             k = unit.expand(1, heads, n_k, -1).contiguous()
             q, k = enc(q, k, positions=q_positions, k_positions=k_positions)
             out = (q[0, 0] @ k[0, 0].T).float()
+        elif isinstance(enc, BiasEncoding) and enc.needs_input:
+            out = input_bias(cast(Fox, enc), n_k)[0, n_k - n_q :]  # FoX: the tokens, not positions
         elif isinstance(enc, BiasEncoding):
             head_dim = getattr(enc.config, "head_dim", None)
             q = None
