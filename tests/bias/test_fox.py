@@ -153,7 +153,9 @@ def test_forget_gates_decay_the_past():
 
 @pytest.mark.parametrize("backend", ["auto", "sdpa", "math", "flex"])
 @pytest.mark.parametrize("pattern", [{}, {"window": 4}, {"chunk": 4}])
-def test_backends_and_patterns_agree(backend, pattern, attention_tol):
+def test_backends_and_patterns_agree(backend, pattern, attention_tol, backends):
+    if backend not in ("auto", *backends):
+        pytest.skip("compiled flex attention does not run on this CPU")
     enc = fox(bias_init=0.5)
     q, k, v, x = inputs(q_len=12, k_len=12)
     clock = enc.clock(x)
