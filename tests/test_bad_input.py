@@ -21,9 +21,9 @@ rank, size, batch, device); huge or tiny finite configuration values (``MAX_FLOA
 ``MAX_INT``); bad factory keywords; and each entry point's own arguments (``scale``,
 ``temperature``, ``normalize``, token ids, caches, Hugging Face config keys).
 
-The matrix (kept true by :func:`test_matrix_size_is_recorded`): 2239 cases: 1111 expect a
-ValueError, 405 a TypeError, 723 a correct result. By family: dtype 728, positions 602,
-input 168, config 549, attention 60, model 65, hf 24, positions.grid 9, positions.multimodal
+The matrix (kept true by :func:`test_matrix_size_is_recorded`): 2320 cases: 1150 expect a
+ValueError, 417 a TypeError, 753 a correct result. By family: dtype 756, positions 626,
+input 179, config 563, attention 64, model 65, hf 24, positions.grid 9, positions.multimodal
 18, compose 9, other 7.
 """
 
@@ -57,6 +57,7 @@ P = torch.tensor([103, 100, 105, 101, 104, 102])
 EXTRA_CONFIG: dict[str, dict[str, Any]] = {
     "shaw": {"head_dim": 4},
     "fox": {"dim": SIZE},
+    "pope": {"n_heads": HEADS},
     "sincos_2d": {"grid": (SEQ // GRID_W, GRID_W)},
     "rope_2d": {"grid": (SEQ // GRID_W, GRID_W)},
     "rope_mixed": {"grid": (SEQ // GRID_W, GRID_W), "n_heads": HEADS},
@@ -350,8 +351,8 @@ def expected_empty(enc: posenc.Encoding, point: str) -> Any:
     if enc.kind in ("additive", "none"):
         return X[:, :0] if point == "forward" else torch.empty(0, SIZE)
     if enc.kind == "rotary":
-        if point == "forward":
-            return Q[:, :, :0], K[:, :, :0]
+        if point == "forward":  # PoPE's q and k come out twice as wide
+            return tuple(t[:, :, :0].repeat(1, 1, 1, enc.width_factor) for t in (Q, K))
         return tuple(t[..., :0, :] for t in enc.rotation(as_positions(enc, P)))
     if enc.needs_q or enc.needs_input:  # the bias depends on each batch element's inputs
         return torch.empty(BATCH, SIZE, 0, 0)
@@ -623,7 +624,8 @@ def attention_cases() -> None:
         if enc.kind not in ("rotary", "bias") or enc.position_axes != 1:
             continue
         size = {"rotary": {"head_dim": SIZE}, "bias": {"n_heads": HEADS}}[enc.kind]
-        extra = {"shaw": {"head_dim": SIZE}, "fox": {"dim": SIZE}}.get(name, {})
+        extra = {"shaw": {"head_dim": SIZE}, "fox": {"dim": SIZE}, "pope": {"n_heads": HEADS}}
+        extra = extra.get(name, {})
         built = posenc.create(name, **size, **extra)
         clock = {"bias": built.clock(X)} if getattr(built, "needs_input", False) else {}
         ref = functools.partial(

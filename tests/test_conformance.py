@@ -46,6 +46,7 @@ GRID = (SEQ // GRID_W, GRID_W)
 EXTRA_CONFIG: dict[str, dict[str, Any]] = {
     "shaw": {"head_dim": 4},
     "fox": {"dim": 5},
+    "pope": {"n_heads": HEADS},
     "sincos_2d": {"grid": GRID},
     "rope_2d": {"grid": GRID},
     "rope_mixed": {"grid": GRID, "n_heads": HEADS},
@@ -101,6 +102,8 @@ def expected_shapes(
     if enc.kind == "bias":
         batched = enc.needs_q or enc.needs_input
         return [(BATCH, SIZE, SEQ, SEQ) if batched else (SIZE, SEQ, SEQ)]
+    if enc.kind == "rotary":  # PoPE widens q and k
+        return [(*t.shape[:-1], t.shape[-1] * enc.width_factor) for t in inputs]
     return [tuple(t.shape) for t in inputs]
 
 

@@ -195,7 +195,9 @@ def example(name: str) -> str:
         lines.extend(positions)
         call = "enc(q, k, positions)" if positions else "enc(q, k)"
         lines.append(f"q, k = {call}  # rotated by their positions")
-        lines.append(f"print(q.shape, k.shape)  # torch.Size([{heads}]) torch.Size([{heads}])")
+        width = HEAD_DIM * getattr(cls, "width_factor", 1)  # PoPE doubles q and k
+        out = f"{BATCH}, {HEADS}, {SEQ}, {width}"
+        lines.append(f"print(q.shape, k.shape)  # torch.Size([{out}]) torch.Size([{out}])")
     elif cls.kind in ("bias", "none"):
         lines.append(f"q, k, v = torch.randn(3, {heads}).unbind()  # [batch, heads, seq, head_dim]")
         lines.extend(positions)

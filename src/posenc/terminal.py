@@ -89,6 +89,8 @@ def memory_cost(name: str) -> str:
             return "[L, d] learned table"
         return "none (computed; a few weights)" if info.trainable else "none (computed)"
     if info.kind == "rotary":
+        if getattr(cls, "width_factor", 1) > 1:  # PoPE: a phase per channel, q, k doubled
+            return "[H, L, d] cos/sin; q, k twice as wide"
         if info.trainable:  # per head: RoPE-Mixed's frequencies, FoPE's coefficients
             return "[H, L, d/2] cos/sin + learned weights"
         return "[L, d/2] cos/sin"

@@ -39,9 +39,12 @@ class KVCache:
         keep: per layer, how many past keys it needs (``W - 1`` for a causal window of
             ``W``, ``C - 1`` for a chunk of ``C``), or None for all of them; default: all,
             in every layer.
+        key_dims: per layer, the width of its keys as cached, after the encoding (PoPE's
+            are ``2 · head_dim``); default: ``head_dim`` in every layer.
 
     Shapes:
-        keys[layer], values[layer]: ``[batch, kv_heads, max_seq_len | keep, head_dim]``;
+        keys[layer]: ``[batch, kv_heads, max_seq_len | keep, key_dims[layer]]``;
+        values[layer]: ``[batch, kv_heads, max_seq_len | keep, head_dim]``;
         positions: ``[batch, max_seq_len]``.
 
     Example:
@@ -61,10 +64,18 @@ class KVCache:
         device: torch.device | str | None = None,
         dtype: torch.dtype = torch.float32,
         keep: Sequence[int | None] | None = None,
+        key_dims: Sequence[int] | None = None,
     ) -> None:
         keep = [None] * n_layers if keep is None else list(keep)
         if len(keep) != n_layers:
             raise ValueError(f"keep must give one entry per layer ({n_layers}), got {len(keep)}")
+        key_dims = [head_dim] * n_layers if key_dims is None else list(key_dims)
+        if len(key_dims) != n_layers:
+            raise ValueError(
+                f"key_dims must give one entry per layer ({n_layers}), got {len(key_dims)}"
+            )
+        for i, width in enumerate(key_dims):
+            check_int(f"key_dims[{i}]", width)
         for i, n in enumerate(keep):
             if n is not None:
                 check_int(f"keep[{i}]", n, minimum=0)
@@ -72,9 +83,12 @@ class KVCache:
         self.keep: list[int | None] = [None if n is None or n >= max_seq_len else n for n in keep]
         size = [max_seq_len if n is None else n for n in self.keep]
         self.keys = [
+            torch.zeros(batch, kv_heads, n, width, device=device, dtype=dtype)
+            for n, width in zip(size, key_dims, strict=True)
+        ]
+        self.values = [
             torch.zeros(batch, kv_heads, n, head_dim, device=device, dtype=dtype) for n in size
         ]
-        self.values = [torch.zeros_like(k) for k in self.keys]
         #: per layer with a forget clock (FoX), ``[batch, heads, max_seq_len | keep, 1]``
         self.clocks: dict[int, torch.Tensor] = {}
         self._last_clock: dict[int, torch.Tensor] = {}  # [batch, heads, 1]

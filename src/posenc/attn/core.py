@@ -61,8 +61,9 @@ def attention(
             ``[3, batch, len]``); those rotate q and k only, and the causal mask follows the
             token order.
         causal: a query sees the keys at its own position and before.
-        scale: the score scale, default ``1/sqrt(head_dim)``. A bias is added after scaling
-            (ALiBi's bias is not divided by ``sqrt(head_dim)``).
+        scale: the score scale, default ``1/sqrt(head_dim)`` of q as given (before a rotary
+            encoding that widens it: PoPE). A bias is added after scaling (ALiBi's bias is
+            not divided by ``sqrt(head_dim)``).
         backend: ``"auto"`` (the fastest exact one,
             :func:`~posenc.attn.bias_plan.plan_bias` for bias encodings,
             :func:`~posenc.attn.bias_plan.plan_plain` otherwise), ``"flex"`` (flex
@@ -116,6 +117,7 @@ def attention(
     """
     check_qkv(q, k, v)
     kind = check_encoding(encoding)
+    scale = check_scale(scale, q.shape[-1])  # of the input width (PoPE widens q and k)
     if kind == "rotary":
         if context is not None:
             raise ValueError("context is for encodings that do not rotate: rotate q and k first")
@@ -133,7 +135,6 @@ def attention(
         )
     else:
         check_context(context, q, k, q_positions, k_positions, key_padding_mask, segment_ids)
-    scale = check_scale(scale, q.shape[-1])
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
     reads_input = kind == "bias" and cast(BiasEncoding, encoding).needs_input

@@ -33,7 +33,8 @@ def plain_attention(
     flex attention, the explicit softmax, or SDPA with the context's dense mask.
 
     Shapes:
-        q ``[b, h, q_len, d]``, k, v ``[b, kv_h, k_len, d]`` -> ``[b, h, q_len, d]``.
+        q, k ``[b, h | kv_h, len, d]``, v ``[b, kv_h, k_len, d_v]`` (``d_v <= d``: PoPE's
+        values keep the input width) -> ``[b, h, q_len, d_v]``.
     """
     needs_grad = torch.is_grad_enabled() and any(
         t.requires_grad for t in (q, k, v, options.sinks) if t is not None
@@ -47,15 +48,18 @@ def plain_attention(
         backend=backend,
         traits=options.traits(finite),
     )
-    q_len, k_len = q.shape[2], k.shape[2]
+    q_len, k_len, width = q.shape[2], k.shape[2], v.shape[-1]
     gqa = q.shape[1] != k.shape[1]
+    if runner != "math" and width < q.shape[-1]:  # PoPE's wider q, k: one width for SDPA
+        v = F.pad(v, (0, q.shape[-1] - width))  # (its CPU kernels fall back to math else)
     if runner == "fast":
         is_causal = causal and q_len == k_len
-        return F.scaled_dot_product_attention(
+        out = F.scaled_dot_product_attention(
             q, k, v, is_causal=is_causal, scale=scale, enable_gqa=gqa
         )
+        return out[..., :width]
     if runner == "flex":
-        return flex_run(q, k, v, None, context, causal, scale, options)
+        return flex_run(q, k, v, None, context, causal, scale, options)[..., :width]
     allowed = context.allowed(causal, options.pattern)
     mask, dead = (None, None) if allowed is None else allowed
     if runner == "math":
@@ -64,4 +68,4 @@ def plain_attention(
         )
     else:
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=gqa)
-    return zero_dead_rows(out, dead)
+    return zero_dead_rows(out[..., :width], dead)

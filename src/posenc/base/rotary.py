@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import torch
 
@@ -35,6 +36,9 @@ class RotaryEncoding(Encoding):
     kind = "rotary"
     size_key = "head_dim"
     config: RotaryConfig
+    #: how many times wider :meth:`rotate` makes q and k (PoPE: 2, a complex number per
+    #: channel); attention keeps the score scale of the input width, ``1/sqrt(head_dim)``
+    width_factor: ClassVar[int] = 1
 
     @property
     def head_dim(self) -> int:
@@ -59,7 +63,8 @@ class RotaryEncoding(Encoding):
         self, x: torch.Tensor, rotation: tuple[torch.Tensor, ...], key: bool = False
     ) -> torch.Tensor:
         """Rotate ``x`` ``[batch, heads, seq, head_dim]`` (``key`` marks keys, for encodings
-        that treat queries and keys differently, such as xPos).
+        that treat queries and keys differently, such as xPos) into ``[batch, heads, seq,
+        width_factor · head_dim]``.
 
         Named ``rotate``, not ``apply``: ``nn.Module.apply(fn)`` calls ``apply(fn)`` on
         every child, so an override would break ``model.apply(init_fn)``."""
@@ -95,7 +100,8 @@ class RotaryEncoding(Encoding):
         the lengths agree.
 
         Returns:
-            ``(q_rotated, k_rotated)`` with the shapes and dtypes of ``q`` and ``k``.
+            ``(q_rotated, k_rotated)`` with the shapes and dtypes of ``q`` and ``k``, their
+            last dimension ``width_factor`` times wider (PoPE's 2).
         """
         self._check_heads("q", q)
         self._check_heads("k", k)

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from ..attn import AttentionContext, KVCache, attention
+from ..attn.checks import check_scale
 from ..attn.pattern import ScoreTraits
 from ..base import BiasEncoding, Encoding, RotaryEncoding
 from .spec import LayerSpec
@@ -127,7 +128,7 @@ class SelfAttention(nn.Module):
             chunk=self.pattern.chunk,
             sinks=self.sinks,
             softcap=self.softcap,
-            scale=self.scale,
+            scale=check_scale(self.scale, self.head_dim),  # of the heads before PoPE widens them
         )
         # [b, h, s, hd] -> [b, s, h * hd]
         return self.out(out.transpose(1, 2).reshape(b, s, self.n_heads * self.head_dim))

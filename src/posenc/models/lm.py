@@ -173,17 +173,16 @@ class TransformerLM(nn.Module):
         last ``W - 1`` keys and values, a layer with a chunk of ``C`` its last ``C - 1``:
         no later query sees an older one (positions must then grow by one or more per
         token, as they do by default). ``cache.memory()`` gives the bytes per layer."""
-        p = self.embed.weight
         keep = [self._keeps(block) if rolling else None for block in self.blocks]
+        wide = [getattr(self.encodings[e], "width_factor", 1) for e in self._layer_encoding]
+        sizes = (self.n_layers, batch, self.n_kv_heads, self.head_dim, max_seq_len)
+        p = self.embed.weight
         return KVCache(
-            self.n_layers,
-            batch,
-            self.n_kv_heads,
-            self.head_dim,
-            max_seq_len,
+            *sizes,
             device=p.device,
             dtype=p.dtype,
             keep=keep,
+            key_dims=[self.head_dim * w for w in wide],  # PoPE's keys are twice as wide
         )
 
     def _keeps(self, block: nn.Module) -> int | None:

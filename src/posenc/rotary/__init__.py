@@ -6,6 +6,7 @@ from .latent import LatentRoPE
 from .layouts import layout_permutation, permute_for_layout
 from .mrope import MRoPE
 from .p_rope import PRoPE
+from .pope import PoPE
 from .rope import RoPE
 from .xpos import XPos
 
@@ -14,6 +15,7 @@ __all__ = [
     "LatentRoPE",
     "MRoPE",
     "PRoPE",
+    "PoPE",
     "RoPE",
     "RoPE2D",
     "RoPEMixed",
