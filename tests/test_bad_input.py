@@ -21,9 +21,9 @@ rank, size, batch, device); huge or tiny finite configuration values (``MAX_FLOA
 ``MAX_INT``); bad factory keywords; and each entry point's own arguments (``scale``,
 ``temperature``, ``normalize``, token ids, caches, Hugging Face config keys).
 
-The matrix (kept true by :func:`test_matrix_size_is_recorded`): 2320 cases: 1150 expect a
-ValueError, 417 a TypeError, 753 a correct result. By family: dtype 756, positions 626,
-input 179, config 563, attention 64, model 65, hf 24, positions.grid 9, positions.multimodal
+The matrix (kept true by :func:`test_matrix_size_is_recorded`): 2380 cases: 1182 expect a
+ValueError, 428 a TypeError, 770 a correct result. By family: dtype 770, positions 639,
+input 191, config 580, attention 68, model 65, hf 24, positions.grid 9, positions.multimodal
 18, compose 9, other 7.
 """
 
@@ -58,6 +58,7 @@ EXTRA_CONFIG: dict[str, dict[str, Any]] = {
     "shaw": {"head_dim": 4},
     "fox": {"dim": SIZE},
     "pope": {"n_heads": HEADS},
+    "cope": {"head_dim": 4},
     "sincos_2d": {"grid": (SEQ // GRID_W, GRID_W)},
     "rope_2d": {"grid": (SEQ // GRID_W, GRID_W)},
     "rope_mixed": {"grid": (SEQ // GRID_W, GRID_W), "n_heads": HEADS},
@@ -121,7 +122,10 @@ def shaw_q(enc: posenc.Encoding, q_len: int = SEQ, k_len: int | None = None) -> 
         return {"x": X[:, : q_len if k_len is None else k_len]}
     if not enc.needs_q:
         return {}
-    return {"q": gen(BATCH, SIZE, q_len, enc.config.head_dim, seed=3)}
+    q = gen(BATCH, SIZE, q_len, enc.config.head_dim, seed=3)
+    if enc.needs_scores:  # CoPE: the keys too
+        return {"q": q, "k": gen(BATCH, SIZE, q_len if k_len is None else k_len, 4, seed=4)}
+    return {"q": q}
 
 
 def materialise(mod, n_heads: int, q_len: int, k_len: int, device: Any = None) -> torch.Tensor:
@@ -171,7 +175,7 @@ def entry_points(enc: posenc.Encoding) -> dict[str, Callable[..., Any]]:
             p.device if isinstance(p, torch.Tensor) else None,
         ),
     }
-    if enc.needs_input:  # FoX: its bias reads the layer's input, no score_mod
+    if enc.needs_input or enc.needs_scores:  # FoX, CoPE: no score_mod can compute them
         del points["score_mod"]
     return points
 
@@ -439,6 +443,7 @@ def input_cases() -> None:
                 )
         else:
             q = shaw_q(enc)
+            keys = {name: t for name, t in q.items() if name != "q"}  # CoPE's k
             if q:
                 batched = P.expand(BATCH, SEQ)
                 for label, bad_q, p, exc, match in (
@@ -456,7 +461,9 @@ def input_cases() -> None:
                 ):
                     raises(
                         f"{base}/{label}",
-                        functools.partial(lambda enc, q, p: enc.bias(p, p, q=q), enc, bad_q, p),
+                        functools.partial(
+                            lambda enc, q, p, kw: enc.bias(p, p, q=q, **kw), enc, bad_q, p, keys
+                        ),
                         exc,
                         match,
                     )
@@ -464,11 +471,31 @@ def input_cases() -> None:
                     raises(
                         f"{base}/scale_{scale}",
                         functools.partial(
-                            lambda enc, s, q: enc.bias(P, P, q=q, scale=s), enc, scale, q["q"]
+                            lambda enc, s, q, kw: enc.bias(P, P, q=q, scale=s, **kw),
+                            enc,
+                            scale,
+                            q["q"],
+                            keys,
                         ),
                         exc,
                         "scale must be",
                     )
+            if enc.needs_scores:  # CoPE: its keys, and no score_mod
+                for label, bad_k, exc, match in (
+                    ("k_missing", None, TypeError, "pass k="),
+                    ("k_int", keys["k"].long(), TypeError, "k must be a floating-point"),
+                    ("k_head_dim", keys["k"][..., :1], ValueError, r"k must be \[batch, heads"),
+                    ("k_len", keys["k"][:, :, :1], ValueError, "k must be .* k_len the keys"),
+                ):
+                    raises(
+                        f"{base}/{label}",
+                        functools.partial(
+                            lambda enc, k, q: enc.bias(P, P, q=q, k=k), enc, bad_k, q["q"]
+                        ),
+                        exc,
+                        match,
+                    )
+                continue
             for offset, exc in ((-1, ValueError), (1.5, TypeError)):
                 raises(
                     f"{base}/q_offset_{offset}",
@@ -624,7 +651,12 @@ def attention_cases() -> None:
         if enc.kind not in ("rotary", "bias") or enc.position_axes != 1:
             continue
         size = {"rotary": {"head_dim": SIZE}, "bias": {"n_heads": HEADS}}[enc.kind]
-        extra = {"shaw": {"head_dim": SIZE}, "fox": {"dim": SIZE}, "pope": {"n_heads": HEADS}}
+        extra = {
+            "shaw": {"head_dim": SIZE},
+            "cope": {"head_dim": SIZE},
+            "fox": {"dim": SIZE},
+            "pope": {"n_heads": HEADS},
+        }
         extra = extra.get(name, {})
         built = posenc.create(name, **size, **extra)
         clock = {"bias": built.clock(X)} if getattr(built, "needs_input", False) else {}

@@ -47,6 +47,8 @@ EXTRA_CONFIG: dict[str, dict[str, Any]] = {
     "shaw": {"head_dim": 4},
     "fox": {"dim": 5},
     "pope": {"n_heads": HEADS},
+    # its vectors start at zero (the paper's): drawn, so that every check sees the bias
+    "cope": {"head_dim": 4, "init_std": 1.0},
     "sincos_2d": {"grid": GRID},
     "rope_2d": {"grid": GRID},
     "rope_mixed": {"grid": GRID, "n_heads": HEADS},
@@ -116,6 +118,9 @@ def fixed_q(enc: posenc.Encoding, device: str = "cpu") -> dict[str, torch.Tensor
     if enc.needs_input:
         return {"x": torch.randn(BATCH, SEQ, enc.config.dim, generator=generator).to(device)}
     q = torch.randn(BATCH, SIZE, SEQ, enc.config.head_dim, generator=generator)
+    if enc.needs_scores:  # CoPE counts with the scores of q and k
+        k = torch.randn(BATCH, SIZE, SEQ, enc.config.head_dim, generator=generator)
+        return {"q": q.to(device), "k": k.to(device)}
     return {"q": q.to(device)}
 
 

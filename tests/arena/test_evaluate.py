@@ -115,16 +115,16 @@ def test_validation_loss_is_lm_loss_on_the_bytes_extrapolation_scores(tmp_path: 
 
 
 def test_encoding_spec_bounds_a_table_by_its_config() -> None:
-    """An encoding with a ``max_positions`` config key gets a table of the trained length;
-    the others are named as they are."""
+    """An encoding with a ``max_positions`` config key gets a table of the trained length,
+    one with a ``train_length`` key (FoPE's clip) that length; the others are named as they
+    are."""
     for name in posenc.available():
         fields = {f.name for f in dataclasses.fields(posenc.registry.get(name).Config)}
         spec = lm.encoding_spec(name, 48)
-        if "max_positions" in fields:
-            assert spec == {"name": name, "max_positions": 48}
-        else:
-            assert spec == name
+        known = {k: 48 for k in ("max_positions", "train_length") if k in fields}
+        assert spec == ({"name": name, **known} if known else name)
     assert lm.encoding_spec("learned", 48) == {"name": "learned", "max_positions": 48}
+    assert lm.encoding_spec("fope", 64) == {"name": "fope", "train_length": 64}
 
 
 def test_cannot_run_note_names_the_limit() -> None:

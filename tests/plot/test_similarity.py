@@ -57,8 +57,9 @@ def test_every_encoding_renders(name):
     fig = similarity(name, positions=8, dim=16)
     ax, data = _image(fig)
     assert data.shape == (8, 8)
-    if getattr(posenc.registry.get(name), "needs_input", False):
-        # FoX defines its bias for keys at or before their query only: blank above
+    cls = posenc.registry.get(name)
+    if getattr(cls, "needs_input", False) or getattr(cls, "needs_scores", False):
+        # FoX and CoPE define their bias for keys at or before their query only: blank above
         lower = torch.ones(8, 8, dtype=torch.bool).tril()
         assert bool(torch.isfinite(data[lower]).all()) and bool(data[~lower].isnan().all())
     else:

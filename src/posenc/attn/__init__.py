@@ -17,7 +17,8 @@ One module per concept:
   runs a bias encoding, with the table of the backends;
 - :mod:`~posenc.attn.bias`: one runner per backend of bias encodings;
 - :mod:`~posenc.attn.forget`: FoX's forget bias as extra key coordinates on plain
-  attention;
+  attention; :mod:`~posenc.attn.contextual`: CoPE's bias of each row's scores, the
+  explicit softmax by blocks of rows;
 - :mod:`~posenc.attn.explicit`: the softmax written out in float32, the path of softcap,
   sinks, values added by the encoding and values that are not all finite;
 - the backends: :mod:`~posenc.attn.linear_bias` (ALiBi fused into CPU SDPA),

@@ -21,6 +21,7 @@ from .bias_grad import bias_flash_attention
 from .bias_plan import AttnShape, plan_bias
 from .bias_rows import rows_attention
 from .context import AttentionContext
+from .contextual import contextual_attention
 from .explicit import explicit_attention
 from .flex import flex_attention
 from .linear_bias import linear_bias_sdpa
@@ -89,6 +90,12 @@ def bias_attention(
     )
     run = _RUNNERS[plan.runner]
     return run(q, k, v, encoding, context, plan, causal, scale, table, options)
+
+
+def _scores(q, k, v, encoding, context, plan, causal, scale, table, options):
+    """A bias of each row's scores (CoPE), by blocks of rows (:mod:`.contextual`)."""
+    allowed = context.allowed(causal, options.pattern)
+    return contextual_attention(q, k, v, encoding, allowed, scale, options)
 
 
 def _shaw(q, k, v, encoding, context, plan, causal, scale, table, options):
@@ -235,6 +242,7 @@ def _table(q, encoding, context, plan, scale, given):
 
 
 _RUNNERS: dict[str, Callable[..., torch.Tensor]] = {
+    "scores": _scores,
     "shaw": _shaw,
     "linear": _linear,
     "blocks": _blocks,

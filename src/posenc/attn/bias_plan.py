@@ -11,6 +11,8 @@ picks, in order:
 ============  =====================================================  ===================
 runner        where                                                  module
 ============  =====================================================  ===================
+``scores``    ``needs_scores`` (CoPE): the explicit softmax by       :mod:`.contextual`
+              blocks of query rows, whatever else holds
 ``math`` or   keys or values not all finite (``math``); softcap or   :mod:`.explicit`
 ``flex``      sinks (:func:`~.backends.explicit_runner`: flex at
               inference where it pays, never for sinks)
@@ -67,7 +69,7 @@ __all__ = [
     "shares_table",
 ]
 
-Runner = Literal["shaw", "math", "linear", "blocks", "rows", "flex", "flash", "sdpa"]
+Runner = Literal["scores", "shaw", "math", "linear", "blocks", "rows", "flex", "flash", "sdpa"]
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,13 @@ def plan_bias(
     compiling = torch.compiler.is_compiling()
     cpu_training = device.type == "cpu" and needs_grad
     masked = masked or traits.pattern.local
+    if encoding.needs_scores:  # CoPE: each row's scores, explicitly, by blocks of rows
+        if backend not in ("auto", "math"):
+            raise ValueError(
+                f"{encoding.info.name!r}'s bias depends on each row's scores before the "
+                "softmax: only backend='auto' or 'math' run it"
+            )
+        return BiasPlan("scores")
     if encoding.adds_to_values and backend not in ("auto", "math"):
         raise ValueError(f"{encoding.info.name!r} adds to the values: only backend='math' runs it")
     explicit = explicit_runner(shape, device, backend, needs_grad, traits)
@@ -212,6 +221,8 @@ def bias_memory(cls: type[BiasEncoding]) -> str:
     def declares(name: str) -> bool:
         return getattr(cls, name) is not getattr(BiasEncoding, name)
 
+    if declares("needs_scores"):  # CoPE: by blocks of rows, recomputed in the backward
+        return "[H, B, L] scores per block of B rows"
     if declares("needs_input"):  # FoX: its clock rides in extra key coordinates
         return "[B, H, L] clock; k, v per head, 8 columns wider"
     if declares("adds_to_values"):

@@ -47,6 +47,8 @@ class BiasEncoding(Encoding):
     ``relative_tables()``   the bias is Shaw's clipped tables      ``shaw`` (CPU training)
     ``needs_input``         the bias is ``c_i - c_j`` of a clock   extra key coordinates
                             of the layer's input (FoX)             (:mod:`posenc.attn.forget`)
+    ``needs_scores``        the bias depends on each row's scores  ``scores`` (blockwise math,
+                            before softmax (CoPE): ``score_bias``  :mod:`~.attn.contextual`)
     ======================  =====================================  ==========================
 
     Shapes:
@@ -68,6 +70,10 @@ class BiasEncoding(Encoding):
     #: as ``bias=`` (:mod:`posenc.attn.forget`), and a model gives each layer its own
     #: instance, since its parameters read that layer's input
     needs_input: ClassVar[bool] = False
+    #: True when the bias depends on every score of its row before the softmax (CoPE's
+    #: gates): :meth:`score_bias` gives it, and attention runs it on the explicit softmax by
+    #: blocks of query rows (:mod:`posenc.attn.contextual`)
+    needs_scores: ClassVar[bool] = False
 
     @property
     def n_heads(self) -> int:
@@ -97,6 +103,18 @@ class BiasEncoding(Encoding):
             ``[batch, heads, seq]``.
         """
         raise TypeError(f"{self.info.name!r}'s bias does not depend on the layer's input")
+
+    def score_bias(
+        self, q: torch.Tensor, scores: torch.Tensor, allowed: torch.Tensor | None
+    ) -> torch.Tensor:
+        """The bias of an encoding with ``needs_scores``, from the queries and their rows'
+        scaled scores over the keys they see (``allowed``: True where seen, or None).
+
+        Shapes:
+            q ``[b, heads, q_len, d]``, scores ``[b, heads, q_len, k_len]`` -> the same as
+            scores.
+        """
+        raise TypeError(f"{self.info.name!r}'s bias does not depend on the scores")
 
     def bias_at(self, head: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         """The bias for ``head`` of a query at ``q_pos`` and a key at ``k_pos``.

@@ -1,10 +1,11 @@
 """Bias encodings: add a term to the attention scores before softmax."""
 
 from .alibi import ALiBi
+from .cope import CoPE
 from .fire import Fire
 from .fox import Fox
 from .kerple import Kerple
 from .shaw import Shaw
 from .t5 import T5Bias
 
-__all__ = ["ALiBi", "Fire", "Fox", "Kerple", "Shaw", "T5Bias"]
+__all__ = ["ALiBi", "CoPE", "Fire", "Fox", "Kerple", "Shaw", "T5Bias"]

@@ -122,6 +122,8 @@ def layer_probabilities(
         p = context.positions
         enc = cast(BiasEncoding, encoding)
         given = {"x": x} if enc.needs_input else {"q": q, "scale": scale}  # FoX reads x
+        if enc.needs_scores:  # CoPE counts with q and k
+            given["k"] = k
         bias = enc.bias(p.q, p.k, **given)
         scores = scores + bias.float()  # [(b,) h, s, s] broadcasts
     allowed = context.allowed(causal, attn.pattern)

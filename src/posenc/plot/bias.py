@@ -18,6 +18,7 @@ import torch
 
 from .. import registry
 from ..base import BiasEncoding
+from ..bias.cope import CoPE
 from ..bias.fox import Fox
 from .common import check_encoding, check_size, new_figure
 
@@ -43,14 +44,16 @@ def bias(
     Learned encodings (``t5``, ``kerple``, ``fire``, ``shaw``) are drawn at their
     initialisation (seed 0; the title says so): T5's table starts at zero, so its panels are
     flat. Shaw's bias depends on the queries: it is drawn for fixed random queries (seed 0,
-    head size :data:`SHAW_HEAD_DIM`); FoX's depends on the layer's input: it is drawn for a
+    head size :data:`SHAW_HEAD_DIM`; CoPE's for fixed random queries and keys, its vectors at
+    zero at initialisation, and over keys at or before their query, the ones it counts);
+    FoX's depends on the layer's input: it is drawn for a
     fixed random input (seed 0, width :data:`FOX_DIM`), and only its lower triangle, since
     it is defined for keys at or before their query. Otherwise the whole ``[L, L]`` matrix
     is shown; a causal model uses its lower triangle (keys at or before the query) only.
 
     Args:
         encoding: the name of a bias encoding (``alibi``, ``t5``, ``kerple``, ``fire``,
-            ``shaw``, ``fox``).
+            ``shaw``, ``cope``, ``fox``).
         n_heads: the encoding's number of heads.
         length: the sequence length ``L`` (queries and keys at positions ``0 .. L-1``).
         heads: which heads to draw (indices in ``0 .. n_heads-1``); all heads if omitted.
@@ -112,17 +115,27 @@ def bias_matrix(encoding: str, n_heads: int, length: int) -> torch.Tensor:
         ``[n_heads, length, length]`` float32 on the CPU.
     """
     torch.manual_seed(0)  # learned encodings: the same initialisation every time
-    config = {"shaw": {"head_dim": SHAW_HEAD_DIM}, "fox": {"dim": FOX_DIM}}.get(encoding, {})
+    config = {
+        "shaw": {"head_dim": SHAW_HEAD_DIM},
+        "cope": {"head_dim": SHAW_HEAD_DIM},
+        "fox": {"dim": FOX_DIM},
+    }.get(encoding, {})
     enc = registry.create(encoding, n_heads=n_heads, **config)
     assert isinstance(enc, BiasEncoding)
     positions = torch.arange(length)
     with torch.no_grad():
         if enc.needs_input:  # FoX
             out = input_bias(cast(Fox, enc), length)
-        elif enc.needs_q:  # Shaw: the bias of fixed random queries
+        elif enc.needs_q:  # Shaw, CoPE: the bias of fixed random queries (and keys)
             generator = torch.Generator().manual_seed(0)
             q = torch.randn(1, n_heads, length, SHAW_HEAD_DIM, generator=generator)
-            out = enc.bias(positions, positions, q=q)[0]  # [n_heads, L, L]
+            if enc.needs_scores:
+                k = torch.randn(q.shape, generator=generator)
+                out = cast(CoPE, enc).bias(positions, positions, q=q, k=k)[0]  # [n_heads, L, L]
+            else:
+                out = enc.bias(positions, positions, q=q)[0]
+            if enc.needs_scores:  # CoPE counts the keys at or before its query only
+                out = out.masked_fill(torch.ones_like(out, dtype=torch.bool).triu(1), math.nan)
         else:
             out = enc.bias(positions, positions)  # [n_heads, L, L]
     return out.float()

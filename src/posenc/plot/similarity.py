@@ -11,7 +11,8 @@ position ``j`` under the encoding, measured in the way its kind acts on attentio
   diagonals;
 - bias (ALiBi, T5, KERPLE, FIRE, Shaw, FoX): the score bias of head 0, learned ones at
   their initialisation (Shaw's, which depends on the query, for the same fixed query;
-  FoX's, which depends on the layer's input, for a fixed random input, keys ``j <= i``);
+  CoPE's, which depends on the scores, for the same fixed queries and keys, and FoX's, which
+  depends on the layer's input, for a fixed random input: both over keys ``j <= i``);
 - ``nope``: 1 everywhere, since without an encoding every position looks the same.
 
 Encodings of image grids (``sincos_2d``, ``learned_2d``, ``rope_2d``, ``rope_mixed``) are
@@ -29,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from ..base import AdditiveEncoding, BiasEncoding, Encoding, RotaryEncoding
+from ..bias.cope import CoPE
 from ..bias.fox import Fox
 from ..builder import build
 from ..positions import grid as grid_positions
@@ -102,11 +104,19 @@ def scores(enc: Encoding, q_positions: torch.Tensor, k_positions: torch.Tensor) 
         elif isinstance(enc, BiasEncoding):
             head_dim = getattr(enc.config, "head_dim", None)
             q = None
+            k = None
             if enc.needs_q and head_dim is not None:
                 unit = torch.full((head_dim,), head_dim**-0.5)
                 q = unit.expand(1, enc.n_heads, n_q, -1).contiguous()
-            bias = enc.bias(q_positions, k_positions, q=q)
+                k = unit.expand(1, enc.n_heads, n_k, -1).contiguous()
+            if enc.needs_scores:  # CoPE counts with the same fixed keys
+                bias = cast(CoPE, enc).bias(q_positions, k_positions, q=q, k=k)
+            else:
+                bias = enc.bias(q_positions, k_positions, q=q)
             out = (bias[0, 0] if bias.dim() == 4 else bias[0]).float()
+            if enc.needs_scores:  # defined over the keys a query counts: j <= i
+                future = torch.ones(n_q, n_k, dtype=torch.bool).triu(n_k - n_q + 1)
+                out = out.masked_fill(future, float("nan"))
         else:  # nope: no position information, every pair alike
             out = torch.ones(n_q, n_k)
     return out.detach().cpu()

@@ -43,11 +43,13 @@ def encoding_spec(name: str, max_positions: int) -> str | dict[str, Any]:
     """The spec of encoding ``name`` for a model trained on ``max_positions`` tokens: the
     name, or, for an encoding whose configuration has a ``max_positions`` field (a table
     with a hard end, such as ``learned``), that field set to exactly ``max_positions`` (it
-    cannot go past them; the experiments report that as cannot-run)."""
+    cannot go past them; the experiments report that as cannot-run), and for one with a
+    ``train_length`` field (FoPE clips the frequencies too slow to train in it), that field
+    set to the training length."""
     fields = {f.name for f in dataclasses.fields(get(name).Config)}
-    if "max_positions" in fields:
-        return {"name": name, "max_positions": max_positions}
-    return name
+    keys: tuple[str, ...] = ("max_positions", "train_length")
+    known: dict[str, Any] = {key: max_positions for key in keys if key in fields}
+    return {"name": name, **known} if known else name
 
 
 def cannot_run_note(e: PositionOutOfRangeError) -> str:

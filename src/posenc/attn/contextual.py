@@ -1,0 +1,93 @@
+"""Attention with a bias computed from each row's scores before the softmax (CoPE's
+contextual positions, Golovneva et al. 2024, arXiv:2405.18719), by blocks of query rows.
+
+A row's bias needs the row's every score (CoPE gates them and counts the gates), so no
+fused kernel can take it. The scores, the bias and the softmax of a block of ``B`` query
+rows are computed explicitly (:func:`~posenc.attn.explicit.explicit_attention`, which
+keeps its semantics: masks, softcap, sinks, non-finite values), a block at a time; when a
+backward will run, each block runs under activation checkpointing, so the backward
+recomputes its block and nothing of ``[batch, heads, L, L]`` is kept between the forward and
+the backward. Memory: a few ``[batch, heads, B, k_len]`` tensors at a time, with ``B`` chosen
+so that one holds about :data:`BLOCK_SCORES` scores; time: the explicit softmax's, with the
+block's scores computed twice when training.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from ..base import BiasEncoding
+from ..functional.dtypes import math_dtype
+from .explicit import explicit_attention
+from .masks import zero_dead_rows
+from .pattern import ScoreOptions
+
+__all__ = ["BLOCK_SCORES", "contextual_attention"]
+
+#: the scores of one block of query rows (batch · heads · rows · keys): 4 Mi, 16 MiB in
+#: float32 per tensor of the block
+BLOCK_SCORES = 1 << 22
+
+
+def contextual_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    encoding: BiasEncoding,
+    allowed: tuple[torch.Tensor, torch.Tensor] | None,
+    scale: float,
+    options: ScoreOptions,
+    block: int | None = None,
+) -> torch.Tensor:
+    """``softmax(q kᵀ·scale + bias) v`` with the bias ``encoding.score_bias(q, scores,
+    allowed)`` of each row's scaled scores, a block of query rows at a time.
+
+    Args:
+        q: ``[b, h, q_len, d]``; k, v ``[b, kv_h, k_len, d]``.
+        encoding: a bias encoding with ``needs_scores`` (CoPE).
+        allowed: ``(mask, dead)`` from :meth:`AttentionContext.allowed
+            <posenc.attn.context.AttentionContext.allowed>` (mask ``[b | 1, 1, q_len,
+            k_len]``, True where a query may see a key), or None for no mask.
+        scale: the score scale.
+        options: the softcap and sinks (the window or chunk is in ``allowed``).
+        block: query rows per block; default: about :data:`BLOCK_SCORES` scores a block.
+
+    Shapes:
+        -> ``[b, h, q_len, d]`` in the dtype of ``q``.
+    """
+    b, h, q_len, _ = q.shape
+    k_len = k.shape[2]
+    mask, dead = (None, None) if allowed is None else allowed
+    if block is None:
+        block = max(1, BLOCK_SCORES // (b * h * k_len))
+    tensors = (q, k, v, *encoding.parameters())
+    train = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+    def rows(q_rows: torch.Tensor, k: torch.Tensor, v: torch.Tensor, i0: int) -> torch.Tensor:
+        seen = None if mask is None else mask[..., i0 : i0 + q_rows.shape[2], :]
+        group = h // k.shape[1]
+        dtype = math_dtype(q_rows.dtype)
+        keys = k.to(dtype).repeat_interleave(group, 1)  # [b, h, k_len, d]
+        scores = q_rows.to(dtype) @ keys.transpose(-1, -2)  # [b, h, rows, k_len]
+        bias = encoding.score_bias(q_rows, scores * scale, seen)
+        return explicit_attention(
+            q_rows,
+            k,
+            v,
+            scale,
+            bias=bias,
+            allowed=seen,
+            softcap=options.softcap,
+            sinks=options.sinks,
+        )
+
+    outs = []
+    for i0 in range(0, q_len, block):
+        q_rows = q[:, :, i0 : i0 + block]
+        if train:
+            outs.append(checkpoint(rows, q_rows, k, v, i0, use_reentrant=False))
+        else:
+            outs.append(rows(q_rows, k, v, i0))
+    out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
+    return zero_dead_rows(out, dead)
