@@ -63,20 +63,27 @@ def check_table(
     if not isinstance(encoding, BiasEncoding):
         got = "None" if encoding is None else repr(encoding.info.name)
         raise ValueError(f"bias is the table of a bias encoding, but the encoding is {got}")
-    if encoding.needs_input:
-        _check_clock(table, encoding, q, k_len)
-        return
-    assert table is not None
+    name = encoding.info.name
+    if encoding.needs_input and table is None:
+        raise ValueError(
+            f"{name!r}'s bias is computed from the layer's input: pass bias={name}.clock(x), "
+            "the clock of the keys' tokens [batch, heads, k_len]"
+        )
     if encoding.needs_q:
         raise ValueError(
-            f"{encoding.info.name!r} computes its bias from q: it cannot be precomputed; "
-            "pass bias=None"
+            f"{name!r} computes its bias from q: it cannot be precomputed; pass bias=None"
         )
     if not isinstance(table, torch.Tensor) or not table.is_floating_point():
         kind = table.dtype if isinstance(table, torch.Tensor) else type(table).__name__
         raise TypeError(f"bias must be a floating-point tensor, got {kind}")
     b, h, q_len = q.shape[:3]
-    if table.shape[-3:] != (h, q_len, k_len) or (
+    if encoding.needs_input:
+        if tuple(table.shape) != (b, h, k_len):
+            raise ValueError(
+                f"bias must be the clock of {name!r}, [batch, heads, k_len] = [{b}, {h}, "
+                f"{k_len}], got shape {tuple(table.shape)}"
+            )
+    elif table.shape[-3:] != (h, q_len, k_len) or (
         table.dim() != 3 and (table.dim() != 4 or table.shape[0] not in (1, b))
     ):
         raise ValueError(
@@ -85,29 +92,6 @@ def check_table(
         )
     if table.device != q.device:
         raise ValueError(f"bias is on {table.device} but q is on {q.device}: move bias there")
-
-
-def _check_clock(
-    clock: torch.Tensor | None, encoding: BiasEncoding, q: torch.Tensor, k_len: int
-) -> None:
-    """Raise unless ``clock`` is ``encoding``'s ``[batch, heads, k_len]`` clock for ``q``."""
-    name = encoding.info.name
-    if clock is None:
-        raise ValueError(
-            f"{name!r}'s bias is computed from the layer's input: pass bias={name}.clock(x), "
-            "the clock of the keys' tokens [batch, heads, k_len]"
-        )
-    if not isinstance(clock, torch.Tensor) or not clock.is_floating_point():
-        kind = clock.dtype if isinstance(clock, torch.Tensor) else type(clock).__name__
-        raise TypeError(f"bias must be a floating-point tensor, got {kind}")
-    b, h = q.shape[:2]
-    if tuple(clock.shape) != (b, h, k_len):
-        raise ValueError(
-            f"bias must be the clock of {name!r}, [batch, heads, k_len] = [{b}, {h}, {k_len}], got "
-            f"shape {tuple(clock.shape)}"
-        )
-    if clock.device != q.device:
-        raise ValueError(f"bias is on {clock.device} but q is on {q.device}: move bias there")
 
 
 def check_encoding(encoding: Encoding | None) -> str | None:
