@@ -76,11 +76,14 @@ SITUATIONS: tuple[Situation, ...] = (
         "longer-than-trained",
         "You need to handle sequences longer than those trained on",
         ("extrapolation",),
-        ("alibi", "kerple", "fire", "rope"),
+        ("alibi", "kerple", "fire", "fox", "cope", "rope"),
         "The article calls RoPE the best choice here; measured, it is not for reading longer "
         "inputs as they are: plain RoPE's perplexity grows past the training length while "
         "ALiBi's and KERPLE's stay flat (Press et al. 2022; Chi et al. 2022; FIRE: Li et al. "
-        "2023; posenc's arena measures it: see the evidence of a run). So: a bias "
+        "2023; posenc's arena measures it: see the evidence of a run). Two newer biases "
+        "learn their decay from the content: FoX's forget gates (Lin et al. 2025) and CoPE's "
+        "counted positions (Golovneva et al. 2024) also stay flat in the arena, FoX below "
+        "ALiBi at every length (docs/results/research). So: a bias "
         "encoding for zero-shot extrapolation; RoPE when you can extend it with a scaling "
         "(posenc.create('rope', scaling=...): YaRN, NTK) and a short fine-tune at the new "
         "length (Chen et al. 2023; Peng et al. 2023).",
