@@ -259,6 +259,18 @@ def test_bad_calls_raise():
         posenc.attention(q, k, v, enc)
     with pytest.raises(ValueError, match=r"bias must be the clock of 'fox', \[batch, heads"):
         posenc.attention(q, k, v, enc, bias=enc.clock(x)[..., :4])
+    with pytest.raises(ValueError, match="queries are the last of its keys' tokens"):
+        k5, v5 = k[:, :, :5], v[:, :, :5]
+        positions = torch.arange(9)
+        posenc.attention(
+            q,
+            k5,
+            v5,
+            enc,
+            bias=enc.clock(x[:, :5]),
+            q_positions=positions,
+            k_positions=positions[:5],
+        )
     with pytest.raises(ValueError, match="causal attention only"):
         posenc.attention(q, k, v, enc, bias=enc.clock(x), causal=False)
     with pytest.raises(TypeError, match="depends on the layer's input"):

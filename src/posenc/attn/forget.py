@@ -112,6 +112,11 @@ def forget_attention(
         )
     assert table is not None, "posenc.attention checks that the clock is given"
     clock, q_len, d = table, q.shape[2], q.shape[-1]
+    if q_len > k.shape[2]:
+        raise ValueError(
+            f"{encoding.info.name}'s queries are the last of its keys' tokens: q has {q_len} "
+            f"positions but k only {k.shape[2]}"
+        )
     if backend == "math" or options.softcap is not None or options.sinks is not None:
         bias = forget_bias(clock[..., clock.shape[-1] - q_len :], clock)  # [b, h, q, k]
         allowed = context.allowed(causal, options.pattern)
