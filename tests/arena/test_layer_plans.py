@@ -48,6 +48,8 @@ def test_the_plans_at_four_layers():
         "nope-every-4": [rope, rope, rope, nope],
         "rope-local-nope-global": [("rope", w)] * 3 + [nope],
         "alibi": [("alibi", "full")] * 4,
+        "fox": [("fox", "full")] * 4,
+        "pope": [("pope", "full")] * 4,
     }
 
 

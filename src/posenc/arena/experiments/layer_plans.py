@@ -1,14 +1,16 @@
 """``layer-plans``: one encoding in every layer against the per-layer plans of modern models,
 trained at length L and evaluated at L, 2L, ... 16L as ``extrapolation`` is.
 
-Five :class:`~posenc.models.LayerPlan` models share the data, the batches, the recipe and
-the seed of the language model (``preset.lm``): all RoPE, all NoPE, NoPE every 4th layer
+Seven :class:`~posenc.models.LayerPlan` models share the data, the batches, the recipe
+and the seed of the language model (``preset.lm``): all RoPE, all NoPE, NoPE every 4th layer
 with RoPE elsewhere (Llama 4, SmolLM3), RoPE on sliding-window layers with NoPE global
-ones (3 local to 1 global, Cohere2), and ALiBi for reference. The plans differ only from 4
+ones (3 local to 1 global, Cohere2), ALiBi for reference, and two of the research
+encodings in every layer at this depth: FoX (its gates per layer, as in the paper) and
+PoPE. The plans differ only from 4
 layers on, so the models have the preset's width and heads and ``max(n_layers, 4)``
 layers (:func:`model_size`); the local layers see ``L/4`` keys (:func:`local_window`).
 Perplexity and bits per byte are measured at each length in both of Press et al.'s modes,
-on the validation bytes every language-model experiment scores. The five plans run
+on the validation bytes every language-model experiment scores. The seven plans run
 whatever ``--encodings`` names; their models are the units ``train--plan--<plan>--seed<k>``.
 
 Key-value retrieval by position is measured per encoding by ``lost-in-the-middle``; this
@@ -65,6 +67,8 @@ PLANS: dict[str, Callable[[int, int], LayerPlan]] = {
     "nope-every-4": lambda n, w: LayerPlan.nope_every(n, every=4, encoding="rope"),
     LOCAL: lambda n, w: LayerPlan.local_global(n, (3, 1), window=w, local="rope", global_=None),
     "alibi": lambda n, w: LayerPlan.uniform(n, "alibi"),
+    "fox": lambda n, w: LayerPlan.uniform(n, "fox"),
+    "pope": lambda n, w: LayerPlan.uniform(n, "pope"),
 }
 RETRIEVAL = (
     "Key-value retrieval by position is measured per encoding (lost-in-the-middle), not per "
