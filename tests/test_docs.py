@@ -48,6 +48,12 @@ NOT_RUN = {
         "needs a GPU and hours (tests/arena/test_device.py runs --bf16 on the CPU, tiny)"
     ),
     "posenc arena run all --preset full --out runs/full --resume": "resumes the full run",
+    "posenc arena run extrapolation --preset standard --encodings nope rope alibi p_rope fope "
+    "pope fox cope": "24 models of the standard preset, about 15 minutes; docs/results/research/",
+    "posenc arena run length-generalization --preset standard --encodings nope rope alibi "
+    "--positions randomized --positions pose": (
+        "42 task models of the standard preset, about 25 minutes; docs/results/samplers/"
+    ),
     "posenc arena report runs/full --figures docs/images": "needs the full run's directory",
     "posenc arena compare runs/a runs/b": "needs two finished runs (arena.md runs compare)",
     "posenc bench --size small": "about 10 minutes on two cores (tests/test_bench.py runs tiny)",
