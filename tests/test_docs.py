@@ -50,6 +50,9 @@ NOT_RUN = {
     "posenc arena run all --preset full --out runs/full --resume": "resumes the full run",
     "posenc arena run extrapolation --preset standard --encodings nope rope alibi p_rope fope "
     "pope fox cope": "24 models of the standard preset, about 15 minutes; docs/results/research/",
+    "posenc arena run layer-plans --preset standard": (
+        "21 four-layer models of the standard preset, about 15 minutes; docs/results/plans/"
+    ),
     "posenc arena run length-generalization --preset standard --encodings nope rope alibi "
     "--positions randomized --positions pose": (
         "42 task models of the standard preset, about 25 minutes; docs/results/samplers/"
