@@ -79,7 +79,9 @@ class Scale(RotaryEncoding):
         return q * (1 + positions.view(1, 1, -1, 1)), k * 2
 
 
-@pytest.mark.parametrize("backend", ["auto", "flex", "sdpa", "math"])
+@pytest.mark.parametrize(  # flex: a cold compile of this score_mod, in make test-slow
+    "backend", ["auto", pytest.param("flex", marks=pytest.mark.slow), "sdpa", "math"]
+)
 @pytest.mark.parametrize("causal", [True, False])
 def test_bias_encodings_are_added_to_the_scores(
     causal, backend, dense_attention, attention_tol, backends

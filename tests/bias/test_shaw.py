@@ -180,7 +180,13 @@ def test_max_distance_zero_without_values_is_plain_attention(attention_tol):
 
 
 @pytest.mark.parametrize("causal", [True, False])
-def test_flex_sdpa_math_agree(causal, attention_tol, backends):
+@pytest.mark.parametrize("flex", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_flex_sdpa_math_agree(causal, flex, attention_tol, backends):
+    """SDPA against math; flex against math in ``make test-slow`` (a compile of Shaw's
+    score_mod takes half a minute on a cold inductor cache)."""
+    if flex and "flex" not in backends:
+        pytest.skip("compiled flex attention does not run on this CPU")
+    backends = ("flex", "math") if flex else tuple(b for b in backends if b != "flex")
     enc = shaw()
     q, k, v = qkv()
     q_pos = torch.tensor([[4, 6, 9, 10, 11], [2, 3, 7, 8, 20]])

@@ -222,8 +222,14 @@ def small_enc(bidirectional=True):
 
 
 @pytest.mark.parametrize("causal", [True, False])
-def test_flex_sdpa_math_agree_when_decoding(causal, dense_attention, attention_tol, backends):
-    """q_len != k_len: the queries are the last 5 of 9 positions (a KV cache)."""
+@pytest.mark.parametrize("flex", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_flex_sdpa_math_agree_when_decoding(causal, flex, dense_attention, attention_tol, backends):
+    """q_len != k_len: the queries are the last 5 of 9 positions (a KV cache). Flex in
+    ``make test-slow`` (its compile; T5's flex path is in the default suite through
+    tests/attn/test_backends.py)."""
+    if flex and "flex" not in backends:
+        pytest.skip("compiled flex attention does not run on this CPU")
+    backends = ("flex",) if flex else tuple(b for b in backends if b != "flex")
     enc = small_enc()
     q, k, v = torch.randn(2, 4, 5, 8), torch.randn(2, 2, 9, 8), torch.randn(2, 2, 9, 8)
     allowed = (torch.arange(9) <= torch.arange(4, 9)[:, None]) if causal else None
