@@ -113,7 +113,7 @@ def as_positions(enc: posenc.Encoding, p: torch.Tensor) -> torch.Tensor:
     return torch.stack((p // GRID_W, p % GRID_W), dim=-1)
 
 
-def shaw_q(enc: posenc.Encoding, q_len: int = SEQ, k_len: int | None = None) -> dict[str, Any]:
+def bias_inputs(enc: posenc.Encoding, q_len: int = SEQ, k_len: int | None = None) -> dict[str, Any]:
     """``{"q": ...}`` for a bias that depends on the queries, ``{"x": ...}`` (the keys'
     tokens) for one that reads the layer's input (FoX), else {}."""
     if enc.kind != "bias":
@@ -165,10 +165,10 @@ def entry_points(enc: posenc.Encoding) -> dict[str, Callable[..., Any]]:
         "bias": lambda p, k_p=None: enc.bias(
             p,
             p if k_p is None else k_p,
-            **shaw_q(enc, seq_of(p), seq_of(p if k_p is None else k_p)),
+            **bias_inputs(enc, seq_of(p), seq_of(p if k_p is None else k_p)),
         ),
         "score_mod": lambda p, k_p=None: materialise(
-            enc.score_mod(p, p if k_p is None else k_p, **shaw_q(enc, seq_of(p))),
+            enc.score_mod(p, p if k_p is None else k_p, **bias_inputs(enc, seq_of(p))),
             SIZE,
             seq_of(p),
             seq_of(p if k_p is None else k_p),
@@ -442,7 +442,7 @@ def input_cases() -> None:
                     match,
                 )
         else:
-            q = shaw_q(enc)
+            q = bias_inputs(enc)
             keys = {name: t for name, t in q.items() if name != "q"}  # CoPE's k
             if q:
                 batched = P.expand(BATCH, SEQ)
