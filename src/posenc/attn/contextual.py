@@ -64,11 +64,13 @@ def contextual_attention(
     tensors = (q, k, v, *encoding.parameters())
     train = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
-    def rows(q_rows: torch.Tensor, k: torch.Tensor, v: torch.Tensor, i0: int) -> torch.Tensor:
+    dtype = math_dtype(q.dtype)
+    keys = k.to(dtype).repeat_interleave(h // k.shape[1], 1)  # [b, h, k_len, d], once
+
+    def rows(
+        q_rows: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor, i0: int
+    ) -> torch.Tensor:
         seen = None if mask is None else mask[..., i0 : i0 + q_rows.shape[2], :]
-        group = h // k.shape[1]
-        dtype = math_dtype(q_rows.dtype)
-        keys = k.to(dtype).repeat_interleave(group, 1)  # [b, h, k_len, d]
         scores = q_rows.to(dtype) @ keys.transpose(-1, -2)  # [b, h, rows, k_len]
         bias = encoding.score_bias(q_rows, scores * scale, seen)
         return explicit_attention(
@@ -86,8 +88,8 @@ def contextual_attention(
     for i0 in range(0, q_len, block):
         q_rows = q[:, :, i0 : i0 + block]
         if train:
-            outs.append(checkpoint(rows, q_rows, k, v, i0, use_reentrant=False))
+            outs.append(checkpoint(rows, q_rows, k, v, keys, i0, use_reentrant=False))
         else:
-            outs.append(rows(q_rows, k, v, i0))
+            outs.append(rows(q_rows, k, v, keys, i0))
     out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
     return zero_dead_rows(out, dead)
