@@ -1,15 +1,19 @@
 """FIRE's MLP by pieces (posenc.functional.fire_pieces) against the MLP itself: values and
-gradients (float64 and float32), units without a kink, inputs on a kink, masked scores,
-and the compiled kernels against the same functions run eagerly."""
+gradients (float64), units without a kink, inputs on a kink, masked scores, the written-out
+backward against autograd, and the pieces within a bound. The compiled kernels:
+tests/functional/test_fire_rows.py."""
 
 import pytest
 import torch
 
-from posenc.functional import compiled as compiled_mod
 from posenc.functional import fire_pieces as fp
-from posenc.functional.cpu import cpu_vector_isa
 from posenc.functional.fire import fire_mlp, fire_mlp_matmul
-from posenc.functional.fire_pieces import fire_mlp_pieces, fire_pieces
+from posenc.functional.fire_pieces import (
+    evaluate_pieces,
+    fire_mlp_pieces,
+    fire_pieces,
+    pieces_backward,
+)
 
 
 def mlp(hidden=6, heads=3, dtype=torch.float64, flat=()):
@@ -83,26 +87,35 @@ def test_masked_scores_are_minus_inf_and_get_no_gradient():
         torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.skipif(not cpu_vector_isa(), reason="inductor has no vector ISA on this CPU")
-def test_compiled_kernels_equal_the_eager_functions(monkeypatch, tol):
-    monkeypatch.setattr(compiled_mod, "ENABLED", True)
-    weights = mlp(hidden=32, heads=8, dtype=torch.float32)
-    x = torch.rand(48, 130, requires_grad=True)
-    masked = torch.rand(48, 130) < 0.2
-    grad = torch.randn(48, 130, 8)
-    results = []
-    for threshold in (0, 10**9):  # compiled, then eager
-        monkeypatch.setattr(fp, "COMPILE_MIN_SCORES", threshold)
-        out = fire_mlp_pieces(x, *weights, masked)
-        results.append((out, *torch.autograd.grad(out, [x, *weights], grad)))
-    assert fp._FORWARD.failed is None and fp._BACKWARD.failed is None
-    scale = scale_of(*(w.detach() for w in weights), x_max=1.0)
-    out, *grads = zip(*results, strict=True)
-    torch.testing.assert_close(*out, **tol(torch.float32, n=40, scale=scale))
-    # each gradient is a sum over at most every score of |grad|·(a term of the output)
-    terms = grad.abs().sum().item() * max(scale, 1.0)
-    for got, want in grads:
-        torch.testing.assert_close(got, want, **tol(torch.float32, n=x.numel(), scale=terms))
+def test_the_written_out_backward_equals_autograd(tol):
+    w1, b1, w2, b2 = (w.detach() for w in mlp(hidden=8, heads=3))
+    kinks, slope, offset = fire_pieces(w1, b1, w2, b2)
+    x = torch.rand(2, 9, 11, dtype=torch.float64) * 6 - 3
+    masked = torch.rand(9, 11) < 0.2
+    slope, offset = slope.requires_grad_(), offset.requires_grad_()
+    x_grad = x.clone().requires_grad_()
+    out = evaluate_pieces(x_grad, kinks, slope, offset, masked)
+    assert out.shape == (3, 2, 9, 11) and torch.isneginf(out[:, :, masked]).all()
+    grad = torch.randn(out.shape, dtype=torch.float64)
+    want = torch.autograd.grad(out, [x_grad, slope, offset], grad)
+    got = pieces_backward(x, kinks, slope.detach(), grad, masked)
+    # sums over up to 198 scores of |grad|·|x| (x within 3), each piece's a difference of two
+    terms = 3 * grad.abs().sum().item()
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, **tol(torch.float64, n=2 * x.numel(), scale=terms))
+
+
+def test_the_pieces_within_a_bound_give_the_same_values():
+    w1, b1, w2, b2 = (w.detach() for w in mlp(hidden=12, heads=3))
+    pieces = fire_pieces(w1, b1, w2, b2)
+    x = torch.rand(500, dtype=torch.float64) * 0.8
+    x[:3] = torch.tensor([0.0, 0.8, 0.4])
+    kinks, slope, offset = fp.pieces_within(*pieces, 0.8)
+    inside = int(((pieces[0] >= 0) & (pieces[0] <= 0.8)).sum())
+    assert kinks.shape[0] % fp.KINK_STEP == 0 and kinks.shape[0] - inside < fp.KINK_STEP
+    assert torch.isinf(kinks[inside:]).all() and slope.shape == (kinks.shape[0] + 1, 3)
+    # the same piece for every input: equal, not merely close
+    assert torch.equal(evaluate_pieces(x, kinks, slope, offset), evaluate_pieces(x, *pieces))
 
 
 def test_the_matrix_product_form_equals_the_mlp(tol):

@@ -46,9 +46,10 @@ FLASH_OP = "_scaled_dot_product_flash_attention_for_cpu"
 MIN_BLOCK, MAX_BLOCK = 64, 256
 
 
-def block_size(n: int) -> int:
-    """Queries per kernel call for ``n`` queries: ``n // 8`` within ``[MIN_BLOCK, MAX_BLOCK]``."""
-    return min(MAX_BLOCK, max(MIN_BLOCK, n // 8))
+def block_size(n: int, parts: int = 8) -> int:
+    """Queries per kernel call for ``n`` queries: ``n // parts`` within ``[MIN_BLOCK,
+    MAX_BLOCK]``."""
+    return min(MAX_BLOCK, max(MIN_BLOCK, n // parts))
 
 
 def after_query(i0: int, i1: int, lo: int, hi: int, device: torch.device) -> torch.Tensor:

@@ -14,11 +14,16 @@ from torch import nn
 from ..base import BiasConfig, BiasEncoding
 from ..config import check_float, check_int
 from ..functional.dtypes import math_dtype
-from ..functional.fire import fire_input, fire_mlp, fire_mlp_matmul
-from ..functional.fire_pieces import evaluate_pieces, fire_pieces, pieces_pay
+from ..functional.fire import fire_input, fire_input_bound, fire_mlp, fire_mlp_matmul
+from ..functional.fire_pieces import fire_pieces, pieces_within
+from ..functional.fire_rows import fire_rows, pieces_pay
 from ..registry import register
 
 __all__ = ["Fire"]
+
+#: the largest input is widened by this fraction before the kinks above it are dropped: the
+#: compiled kernel rounds the inputs its own way (an ulp is about 1e-7)
+BOUND_MARGIN = 1e-4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,7 +182,7 @@ class Fire(BiasEncoding):
         weights = [first.weight[:, 0], first.bias, second.weight, second.bias]
         scalars = self._scalars(dtype)
         by_pieces = pieces_pay(qp.shape[-1] * kp.shape[-1], qp.device)
-        mlp = fire_pieces(*(w.to(dtype) for w in weights)) if by_pieces else weights
+        mlp = self._pieces(qp, kp, scalars, weights) if by_pieces else weights
 
         def rows(
             i0: int, i1: int, n: int, masked: torch.Tensor | None, *tensors: torch.Tensor
@@ -188,14 +193,26 @@ class Fire(BiasEncoding):
                 q_pos, k_pos = q_pos.view(-1, 1), k_pos.view(1, -1)  # -> [blk, n]
             else:  # -> [b, blk, n]
                 q_pos, k_pos = q_pos.reshape(-1, i1 - i0, 1), k_pos.reshape(-1, 1, n)
-            x = fire_input(q_pos, k_pos, c, threshold)
-            if by_pieces:  # compiled: [(b,) blk, n, heads] in one pass
+            if by_pieces:  # compiled: the input, the pieces, [(b,) heads, blk, n] in one pass
                 kinks, slope, offset = net
-                return evaluate_pieces(x, kinks, slope, offset, masked).movedim(-1, -3)
-            out = fire_mlp_matmul(x, *net)  # [(b,) heads, blk, n]
+                return fire_rows(q_pos, k_pos, c, threshold, kinks, slope, offset, masked)
+            out = fire_mlp_matmul(fire_input(q_pos, k_pos, c, threshold), *net)
             return out if masked is None else out.masked_fill(masked, float("-inf"))
 
         return rows, [*scalars, *mlp]
+
+    @staticmethod
+    def _pieces(
+        qp: torch.Tensor, kp: torch.Tensor, scalars: list[torch.Tensor], weights: list[torch.Tensor]
+    ) -> list[torch.Tensor]:
+        """The MLP's pieces that the inputs of queries ``qp`` and keys ``kp`` reach
+        (:func:`~posenc.functional.fire_pieces.pieces_within`, the largest input widened by
+        :data:`BOUND_MARGIN` for the kernel's rounding)."""
+        c, threshold = scalars
+        with torch.no_grad():
+            bound = float(fire_input_bound(qp, kp, c, threshold)) * (1 + BOUND_MARGIN)
+        w1, b1, w2, b2 = (w.to(qp.dtype) for w in weights)
+        return list(pieces_within(*fire_pieces(w1, b1, w2, b2), bound))
 
 
 def _scalar(p: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

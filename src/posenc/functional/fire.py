@@ -25,7 +25,15 @@ import math
 
 import torch
 
-__all__ = ["FIRE_EPS", "fire_input", "fire_mlp", "fire_mlp_matmul", "fire_psi"]
+__all__ = [
+    "FIRE_EPS",
+    "fire_input",
+    "fire_input_bound",
+    "fire_input_partials",
+    "fire_mlp",
+    "fire_mlp_matmul",
+    "fire_psi",
+]
 
 #: added to the normaliser ψ(max(L, i)), as in the paper's code
 FIRE_EPS = 1e-6
@@ -62,6 +70,56 @@ def fire_input(
     distance = (q_pos - k_pos).abs()
     normaliser = fire_psi(torch.maximum(q_pos, threshold), c) + eps
     return fire_psi(distance, c) / normaliser
+
+
+def fire_input_partials(
+    q_pos: torch.Tensor,
+    k_pos: torch.Tensor,
+    c: torch.Tensor,
+    threshold: torch.Tensor,
+    eps: float = FIRE_EPS,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The partial derivatives of :func:`fire_input` ``x = ψ(d) / (ψ(m) + eps)``, with
+    ``d = |i - j|`` and ``m = max(L, i)``, with respect to ``c`` and the threshold ``L``,
+    elementwise, as autograd takes them: ``∂ψ(u)/∂c = sign(c·u)·u / (1 + |c·u|)``,
+    ``∂ψ(m)/∂m = sign(c·m)·c / (1 + |c·m|)``, and ``∂m/∂L`` is 1 where ``L > i``, 0 where
+    ``L < i`` and ½ where they are equal (``torch.maximum`` splits a tie).
+
+        ∂x/∂c = (∂ψ(d)/∂c - x·∂ψ(m)/∂c) / (ψ(m) + eps)
+        ∂x/∂L = -x·∂ψ(m)/∂m·∂m/∂L / (ψ(m) + eps)
+
+    Shapes:
+        q_pos, k_pos, c, threshold: broadcastable -> two tensors of their broadcast shape
+    """
+    distance = (q_pos - k_pos).abs()
+    m = torch.maximum(q_pos, threshold)
+    cd, cm = c * distance, c * m
+    normaliser = fire_psi(m, c) + eps
+    x = fire_psi(distance, c) / normaliser
+    d_c = (cd.sign() * distance / (1 + cd.abs()) - x * cm.sign() * m / (1 + cm.abs())) / normaliser
+    m_threshold = (threshold > q_pos).to(x.dtype) + (threshold == q_pos).to(x.dtype) / 2
+    d_threshold = -x * cm.sign() * c / (1 + cm.abs()) * m_threshold / normaliser
+    return d_c, d_threshold
+
+
+def fire_input_bound(
+    q_pos: torch.Tensor,
+    k_pos: torch.Tensor,
+    c: torch.Tensor,
+    threshold: torch.Tensor,
+    eps: float = FIRE_EPS,
+) -> torch.Tensor:
+    """The largest :func:`fire_input` over every query and key: for each query the input
+    grows with the distance, so its largest is at the farther of the two extreme keys.
+    (The smallest is 0 or more: ``ψ >= 0`` and the normaliser ``> 0``.)
+
+    Shapes:
+        q_pos ``[..., q]``, k_pos ``[..., k]`` (floating, >= 0; the leading dimensions
+        broadcastable), c, threshold 0-d -> 0-d
+    """
+    lo, hi = k_pos.amin(-1, keepdim=True), k_pos.amax(-1, keepdim=True)
+    farthest = torch.maximum((q_pos - lo).abs(), (q_pos - hi).abs())
+    return fire_input(q_pos, q_pos - farthest, c, threshold, eps).max()
 
 
 def fire_mlp(

@@ -16,39 +16,36 @@ a sum of the products). Where ``x`` lies exactly on a kink both neighbouring pie
 the same value (the MLP is continuous), and the gradient is that of either piece (ReLU's
 is that of the piece below).
 
-The gradient of the result with respect to ``slope``, ``offset`` and ``x`` is computed here
-(:class:`_Pieces`): the sums of the score gradients (times ``x``) per piece and head, and
-``Σ_h grad_h · slope[p, h]``; autograd carries them on to the MLP's weights through
-:func:`fire_pieces` and to ``c`` and the threshold through the input. Nothing of
-``[scores, hidden]`` is formed in either direction: the eager MLP writes and reads its
-hidden layer, 32 floats a score, which is most of its cost.
+The gradient with respect to ``slope`` and ``offset`` is a sum per piece of the score
+gradients (times ``x``), per head. With the pieces ordered by their kinks, the scores on
+piece ``p`` are those above kink ``p - 1`` and not above kink ``p``, so the sums per piece
+are differences of the sums above each kink (:func:`pieces_backward`): one conditional
+sum per kink and head, a vectorised reduction, where a scatter-add of every score into its
+piece is scalar code and the one-hot matrix of the pieces writes ``hidden + 1`` floats a
+score. Autograd carries the sums on to the MLP's weights through :func:`fire_pieces`.
+Nothing of ``[scores, hidden]`` is formed in either direction: the eager MLP writes and
+reads its hidden layer, 32 floats a score, which is most of its cost.
 
-On a CPU with a vector ISA (or CUDA) both directions run as kernels compiled by
-``torch.compile`` (:mod:`posenc.functional.compiled`); elsewhere the same functions run
-eagerly, where the per-score gathers cost more than the MLP's two matrix products (which
-BLAS vectorises whatever ATen's ISA): :func:`pieces_pay` says which to use.
+:mod:`posenc.functional.fire_rows` runs these functions compiled, fused with FIRE's input.
 """
 
 from __future__ import annotations
 
 import torch
-from torch.autograd.function import once_differentiable
-
-from .compiled import CompiledFunction
 
 __all__ = [
-    "COMPILE_MIN_SCORES",
+    "KINK_STEP",
     "evaluate_pieces",
     "fire_mlp_pieces",
     "fire_pieces",
-    "pieces_pay",
+    "on_piece",
+    "pieces_backward",
+    "pieces_within",
 ]
 
-#: the fewest scores a call takes to the compiled kernels: below, a compiled call's fixed
-#: cost (about 0.45 ms with the pieces' small ops) outweighs what it saves (2-core AVX2,
-#: 8 heads, 32 units: 0.46 ms against the matrix products' 0.21 at 4,096 scores, 0.44
-#: against 0.54 at 16,384, 0.64 against 2.5 at 65,536)
-COMPILE_MIN_SCORES = 1 << 14
+#: :func:`pieces_within` pads the kinks it keeps to a multiple of this: one compiled graph
+#: per multiple, and at most this many comparisons per score in vain
+KINK_STEP = 4
 
 
 def fire_pieces(
@@ -92,6 +89,34 @@ def fire_pieces(
     return kinks, slope, offset
 
 
+def pieces_within(
+    kinks: torch.Tensor, slope: torch.Tensor, offset: torch.Tensor, bound: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The pieces an input in ``[0, bound]`` can fall on, as :func:`fire_pieces` gives them
+    (differentiable in ``slope`` and ``offset``): the kinks below 0 lie below every such
+    input and those above ``bound`` above it, so they are dropped and an input's piece is
+    counted among the rest. The kinks kept are padded with ``+inf`` to a multiple of
+    :data:`KINK_STEP` (the compiled kernels unroll one comparison per kink: few counts,
+    few graphs).
+
+    Shapes:
+        kinks ``[hidden]`` (ascending), slope, offset ``[hidden + 1, heads]`` -> kinks
+        ``[n]``, slope, offset ``[n + 1, heads]``, ``n`` a multiple of :data:`KINK_STEP`
+
+    Example:
+        >>> kinks, slope, offset = torch.tensor([-1.0, 0.5, 2.0]), torch.eye(4), torch.eye(4)
+        >>> kinks, slope, offset = pieces_within(kinks, slope, offset, 1.0)
+        >>> kinks.tolist(), slope.argmax(-1).tolist()
+        ([0.5, inf, inf, inf], [1, 2, 2, 2, 2])
+    """
+    first, last = (int(n) for n in torch.stack([(kinks < 0).sum(), (kinks <= bound).sum()]))
+    kept = last - first
+    pad = max(KINK_STEP, -(-kept // KINK_STEP) * KINK_STEP) - kept
+    kinks = torch.cat([kinks[first:last], kinks.new_full((pad,), torch.inf)])
+    rows = torch.arange(first, last + 1 + pad, device=slope.device).clamp_(max=last)
+    return kinks, slope[rows], offset[rows]
+
+
 def fire_mlp_pieces(
     x: torch.Tensor,
     w1: torch.Tensor,
@@ -101,8 +126,8 @@ def fire_mlp_pieces(
     masked: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``f_θ(x)`` for every head, as :func:`~posenc.functional.fire.fire_mlp` gives it per
-    head, by pieces (see the module); ``-inf`` where ``masked``. Differentiable once in
-    ``x`` and the weights. The math runs in ``x.dtype``.
+    head, by pieces (see the module); ``-inf`` where ``masked``. Eager and differentiable
+    by autograd; the math runs in ``x.dtype``.
 
     Args:
         x: the MLP's inputs (:func:`~posenc.functional.fire.fire_input`).
@@ -120,7 +145,23 @@ def fire_mlp_pieces(
         >>> torch.allclose(fire_mlp_pieces(x, w1, b1, w2, b2), torch.stack(per_head, -1), atol=1e-5)
         True
     """
-    return evaluate_pieces(x, *fire_pieces(*(t.to(x.dtype) for t in (w1, b1, w2, b2))), masked)
+    pieces = fire_pieces(*(t.to(x.dtype) for t in (w1, b1, w2, b2)))
+    return evaluate_pieces(x, *pieces, masked).movedim(0, -1)
+
+
+def on_piece(x: torch.Tensor, kinks: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """``table[p]`` for every ``x``, ``p`` the number of ``kinks`` below it, heads first:
+    one comparison and one select per kink (unrolled: compiled, a vectorised pointwise
+    loop, where a gather of ``table[p]`` per score and head loads one float at a time).
+
+    Shapes:
+        x ``[...]``; kinks ``[n]`` (ascending); table ``[n + 1, heads]`` -> ``[heads, ...]``
+    """
+    rows = table.T.reshape(*table.T.shape, *([1] * x.dim()))  # [heads, n + 1, 1, ...]
+    out = rows[:, 0]
+    for k in range(kinks.shape[0]):
+        out = torch.where(x > kinks[k], rows[:, k + 1], out)
+    return out
 
 
 def evaluate_pieces(
@@ -131,104 +172,43 @@ def evaluate_pieces(
     masked: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``slope[p]·x + offset[p]`` for every head, ``p`` the number of ``kinks`` below
-    ``x``, ``-inf`` where ``masked``: :func:`fire_mlp_pieces` from the pieces
-    :func:`fire_pieces` gives (computed once for many calls). Differentiable once in ``x``,
-    ``slope`` and ``offset``.
+    ``x``, ``-inf`` where ``masked``, heads first (the layout attention reads: each head's
+    scores contiguous). Differentiable by autograd (its gradient written out is
+    :func:`pieces_backward`).
 
     Shapes:
-        x ``[...]``, masked broadcastable to it; kinks ``[hidden]``; slope, offset
-        ``[hidden + 1, heads]`` -> ``[..., heads]``
+        x ``[...]``, masked broadcastable to it; kinks ``[n]``; slope, offset
+        ``[n + 1, heads]`` -> ``[heads, ...]``
     """
-    if masked is not None:
-        masked = masked.expand(x.shape)
-    return _Pieces.apply(x, kinks, slope, offset, masked)
+    out = on_piece(x, kinks, slope) * x + on_piece(x, kinks, offset)
+    return out if masked is None else out.masked_fill(masked, float("-inf"))
 
 
-def _piece(x: torch.Tensor, kinks: torch.Tensor) -> torch.Tensor:
-    """The piece of every ``x``: how many kinks lie below it (int32), as one comparison
-    per kink (unrolled: compiled, it is a pointwise loop with no search)."""
-    piece = (x > kinks[0]).int()
-    for k in range(1, kinks.shape[0]):
-        piece = piece + (x > kinks[k]).int()
-    return piece
-
-
-def _evaluate(
-    x: torch.Tensor,
-    kinks: torch.Tensor,
-    slope: torch.Tensor,
-    offset: torch.Tensor,
-    masked: torch.Tensor | None,
-) -> torch.Tensor:
-    """``slope[p]·x + offset[p]`` per head, ``-inf`` where masked: ``[..., heads]``."""
-    p = _piece(x, kinks)
-    out = slope[p] * x[..., None] + offset[p]
-    return out if masked is None else out.masked_fill(masked[..., None], float("-inf"))
-
-
-def _evaluate_backward(
+def pieces_backward(
     x: torch.Tensor,
     kinks: torch.Tensor,
     slope: torch.Tensor,
     grad: torch.Tensor,
     masked: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The gradients of :func:`_evaluate` with respect to ``x``, ``slope`` and ``offset``:
-    ``Σ_h grad_h·slope[p, h]``, and the sums per piece of ``grad·x`` and ``grad`` (a
-    product with the pieces' one-hot matrix: a matrix product, where a scatter-add of
-    every score would be scalar code)."""
+    """The gradients of :func:`evaluate_pieces` with respect to ``x``, ``slope`` and
+    ``offset``, for the gradient ``grad`` of its result: ``Σ_h grad_h·slope[p, h]`` per
+    score, and the sums per piece of ``grad·x`` and ``grad``, each the difference of the
+    sums above consecutive kinks (see the module), those a matrix product of the scores'
+    gradients with the indicators ``x > kink``.
+
+    Shapes:
+        x ``[...]``, masked broadcastable to it, grad ``[heads, ...]``; kinks ``[n]``;
+        slope ``[n + 1, heads]`` -> ``(grad_x [...], grad_slope, grad_offset [n + 1,
+        heads])``
+    """
     if masked is not None:
-        grad = grad.masked_fill(masked[..., None], 0.0)
-    p = _piece(x, kinks)
-    grad_x = (grad * slope[p]).sum(-1)
-    pieces = torch.arange(slope.shape[0], dtype=p.dtype, device=p.device)
-    one_hot = (p[..., None] == pieces).to(x.dtype).reshape(-1, slope.shape[0])
-    both = torch.cat([grad * x[..., None], grad], -1).reshape(-1, 2 * slope.shape[1])
-    sums = one_hot.T @ both  # [pieces, 2·heads]
-    return grad_x, sums[:, : slope.shape[1]], sums[:, slope.shape[1] :]
-
-
-_FORWARD = CompiledFunction(_evaluate, "FIRE")
-_BACKWARD = CompiledFunction(_evaluate_backward, "FIRE backward")
-
-
-def pieces_pay(scores: int, device: torch.device) -> bool:
-    """Whether :func:`fire_mlp_pieces` of ``scores`` inputs on ``device`` runs compiled
-    (enough scores, a device inductor vectorises): then it is the fastest form of the MLP;
-    otherwise the MLP's matrix products (:func:`~posenc.functional.fire.fire_mlp_matmul`)
-    are, for many scores (measured: ``docs/design-notes.md``, "FIRE by blocks of rows")."""
-    return _compiles(_FORWARD, scores, device)
-
-
-def _compiles(kernel: CompiledFunction, scores: int, device: torch.device) -> bool:
-    """Whether ``kernel`` runs compiled for ``scores`` inputs on ``device``."""
-    return scores >= COMPILE_MIN_SCORES and kernel.usable(device)
-
-
-def _run(kernel: CompiledFunction, x: torch.Tensor, *args: torch.Tensor | None):
-    """``kernel(x, ...)`` compiled where usable and worth it, else its eager function."""
-    run = kernel if _compiles(kernel, x.numel(), x.device) else kernel.fn
-    return run(x, *args)
-
-
-class _Pieces(torch.autograd.Function):
-    """:func:`_evaluate` with :func:`_evaluate_backward` as its gradient."""
-
-    @staticmethod
-    def forward(ctx, x, kinks, slope, offset, masked):
-        ctx.save_for_backward(x, kinks, slope, masked)
-        return _run(_FORWARD, x, kinks, slope, offset, masked)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad):
-        x, kinks, slope, masked = ctx.saved_tensors
-        grad_x, grad_slope, grad_offset = _run(_BACKWARD, x, kinks, slope, grad, masked)
-        need = ctx.needs_input_grad
-        return (
-            grad_x if need[0] else None,
-            None,
-            grad_slope if need[2] else None,
-            grad_offset if need[3] else None,
-            None,
-        )
+        grad = grad.masked_fill(masked, 0.0)
+    heads = grad.shape[0]
+    grad_x = (grad * on_piece(x, kinks, slope)).sum(0)
+    both = torch.cat([grad * x, grad]).reshape(2 * heads, -1)  # [2·heads, scores]
+    above = (x.expand(grad.shape[1:]).reshape(-1, 1) > kinks).to(x.dtype)  # [scores, n]
+    # sums above kink k - 1 (every score for k = 0): [n + 1, 2·heads]
+    sums = torch.cat([both.sum(-1, keepdim=True), both @ above], -1).T
+    per_piece = sums - torch.cat([sums[1:], torch.zeros_like(sums[:1])])
+    return grad_x, per_piece[:, :heads], per_piece[:, heads:]
