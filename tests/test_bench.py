@@ -378,3 +378,15 @@ def test_the_report_states_the_targets_and_the_isas_side_by_side():
     assert lines[2] == (
         "| alibi training step, length 512 | at most 1.20x | 1.30x, not met | 1.10x, met |"
     )
+
+
+def test_every_bias_encoding_the_suite_lists_runs_each_of_its_calls():
+    # the small and full sizes time every one of them (none is named in their presets)
+    names = bias_attention.bias_encodings()
+    assert {"alibi", "t5", "kerple", "shaw", "fire"} <= set(names)
+    assert not {"fox", "cope"} & set(names)  # their attention needs the input or the scores
+    for name in names:
+        for pass_ in bias_attention.PASSES:
+            calls, _ = bias_attention.impls(name, 8, heads=2, head_dim=4, pass_=pass_, peers=False)
+            for call in calls.values():
+                call()

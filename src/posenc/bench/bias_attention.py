@@ -40,8 +40,12 @@ PASSES = ("fwd", "fwd+bwd")
 
 
 def bias_encodings() -> list[str]:
-    """Every registered encoding of kind ``bias``."""
-    return [n for n in registry.available() if registry.info(n).kind == "bias"]
+    """Every registered encoding of kind ``bias`` whose bias comes from the positions alone:
+    not FoX's (it reads the layer's input: ``attention`` takes its clock) nor CoPE's (each
+    row's scores: no ``sdpa`` form), which the training case times in a model."""
+    names = [n for n in registry.available() if registry.info(n).kind == "bias"]
+    more = ("needs_input", "needs_scores")
+    return [n for n in names if not any(getattr(registry.get(n), a, False) for a in more)]
 
 
 def _too_big(heads: int, L: int, dtype: torch.dtype, pass_: str) -> str | None:
