@@ -35,7 +35,7 @@ __all__ = ["BACKWARD_BLOCK", "PARTS", "Rows", "rows_attention"]
 
 #: queries per block of the backward: twice the other blockwise paths' (each block here
 #: recomputes its rows and runs the encoding's backward, about 0.3 ms of calls whatever
-#: its size; FIRE, L 1024, 8 heads of 64, 2-core AVX2, forward+backward 2.8x the floor
+#: its size; FIRE, L 1024, 8 heads of 64, 2-core AVX-512 EPYC, forward+backward 2.8x the floor
 #: with 64, 2.3x with 128); it holds ``[batch, heads, BACKWARD_BLOCK, L]`` floats
 BACKWARD_BLOCK = 128
 #: the forward's kernel calls take a quarter of the queries each (within
