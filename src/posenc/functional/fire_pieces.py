@@ -19,10 +19,9 @@ is that of the piece below).
 The gradient with respect to ``slope`` and ``offset`` is a sum per piece of the score
 gradients (times ``x``), per head. With the pieces ordered by their kinks, the scores on
 piece ``p`` are those above kink ``p - 1`` and not above kink ``p``, so the sums per piece
-are differences of the sums above each kink (:func:`pieces_backward`): one conditional
-sum per kink and head, a vectorised reduction, where a scatter-add of every score into its
-piece is scalar code and the one-hot matrix of the pieces writes ``hidden + 1`` floats a
-score. Autograd carries the sums on to the MLP's weights through :func:`fire_pieces`.
+are differences of the sums above each kink (:func:`pieces_backward`): a matrix product
+of ``[grad·x, grad]`` with the indicators ``x > kink``, where a scatter-add of every score
+into its piece is scalar code (conditional sums per kink, compiled, were slower). Autograd carries the sums on to the MLP's weights through :func:`fire_pieces`.
 Nothing of ``[scores, hidden]`` is formed in either direction: the eager MLP writes and
 reads its hidden layer, 32 floats a score, which is most of its cost.
 
