@@ -77,7 +77,8 @@ def test_equals_the_formula_forward_and_backward_float64(case, tol):
 
 
 @pytest.mark.skipif(not cpu_vector_isa(), reason="inductor has no vector ISA on this CPU")
-@pytest.mark.parametrize("batched", [False, True])
+# batched positions compile their own graphs (15 s on a cold cache): make test-slow
+@pytest.mark.parametrize("batched", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_compiled_kernels_equal_the_eager_functions(batched, monkeypatch, tol):
     monkeypatch.setattr(compiled_mod, "ENABLED", True)
     net = weights(hidden=32, heads=8, dtype=torch.float32)
