@@ -21,9 +21,10 @@ gradients (times ``x``), per head. With the pieces ordered by their kinks, the s
 piece ``p`` are those above kink ``p - 1`` and not above kink ``p``, so the sums per piece
 are differences of the sums above each kink (:func:`pieces_backward`): a matrix product
 of ``[grad·x, grad]`` with the indicators ``x > kink``, where a scatter-add of every score
-into its piece is scalar code (conditional sums per kink, compiled, were slower). Autograd carries the sums on to the MLP's weights through :func:`fire_pieces`.
-Nothing of ``[scores, hidden]`` is formed in either direction: the eager MLP writes and
-reads its hidden layer, 32 floats a score, which is most of its cost.
+into its piece is scalar code (conditional sums per kink, compiled, were slower).
+Autograd carries the sums on to the MLP's weights through :func:`fire_pieces`. Nothing of
+``[scores, hidden]`` is formed in either direction: the eager MLP writes and reads its
+hidden layer, 32 floats a score, which is most of its cost.
 
 :mod:`posenc.functional.fire_rows` runs these functions compiled, fused with FIRE's input.
 """
