@@ -114,7 +114,8 @@ def test_the_input_partials_equal_autograd(c, threshold, tol):
     l_t = torch.tensor(threshold, dtype=torch.float64, requires_grad=True)
     grad = torch.randn(25, 25, dtype=torch.float64)
     want = torch.autograd.grad(fire_input(q_pos, k_pos, c_t, l_t), [c_t, l_t], grad)
-    d_c, d_threshold = fire_input_partials(q_pos, k_pos, c_t.detach(), l_t.detach())
+    x, d_c, d_threshold = fire_input_partials(q_pos, k_pos, c_t.detach(), l_t.detach())
+    assert torch.equal(x, fire_input(q_pos, k_pos, c_t.detach(), l_t.detach()))
     for got, w in zip(((grad * d_c).sum(), (grad * d_threshold).sum()), want, strict=True):
         scale = (grad.abs() * 25).sum().item()  # |∂x/∂c| is at most about the distance
         torch.testing.assert_close(got, w, **tol(torch.float64, n=16 * 625, scale=scale))

@@ -78,10 +78,10 @@ def fire_input_partials(
     c: torch.Tensor,
     threshold: torch.Tensor,
     eps: float = FIRE_EPS,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The partial derivatives of :func:`fire_input` ``x = ψ(d) / (ψ(m) + eps)``, with
-    ``d = |i - j|`` and ``m = max(L, i)``, with respect to ``c`` and the threshold ``L``,
-    elementwise, as autograd takes them: ``∂ψ(u)/∂c = sign(c·u)·u / (1 + |c·u|)``,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`fire_input` ``x = ψ(d) / (ψ(m) + eps)``, with ``d = |i - j|`` and
+    ``m = max(L, i)``, and its partial derivatives with respect to ``c`` and the threshold
+    ``L``, elementwise, as autograd takes them: ``∂ψ(u)/∂c = sign(c·u)·u / (1 + |c·u|)``,
     ``∂ψ(m)/∂m = sign(c·m)·c / (1 + |c·m|)``, and ``∂m/∂L`` is 1 where ``L > i``, 0 where
     ``L < i`` and ½ where they are equal (``torch.maximum`` splits a tie).
 
@@ -89,7 +89,8 @@ def fire_input_partials(
         ∂x/∂L = -x·∂ψ(m)/∂m·∂m/∂L / (ψ(m) + eps)
 
     Shapes:
-        q_pos, k_pos, c, threshold: broadcastable -> two tensors of their broadcast shape
+        q_pos, k_pos, c, threshold: broadcastable -> ``(x, ∂x/∂c, ∂x/∂L)``, each of their
+        broadcast shape
     """
     distance = (q_pos - k_pos).abs()
     m = torch.maximum(q_pos, threshold)
@@ -99,7 +100,7 @@ def fire_input_partials(
     d_c = (cd.sign() * distance / (1 + cd.abs()) - x * cm.sign() * m / (1 + cm.abs())) / normaliser
     m_threshold = (threshold > q_pos).to(x.dtype) + (threshold == q_pos).to(x.dtype) / 2
     d_threshold = -x * cm.sign() * c / (1 + cm.abs()) * m_threshold / normaliser
-    return d_c, d_threshold
+    return x, d_c, d_threshold
 
 
 def fire_input_bound(

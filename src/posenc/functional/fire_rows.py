@@ -9,13 +9,13 @@ attention kernels read (each head's scores contiguous; written heads last, the C
 kernel copies them into this layout itself, and the copy cost as much as the MLP). The
 backward takes the gradient of that result and gives those of ``c``, the threshold and
 the pieces' slopes and offsets at once: the sums per piece (:func:`~posenc.functional.
-fire_pieces.pieces_backward`) and ``Σ grad_x·∂x/∂c``, ``Σ grad_x·∂x/∂L`` with the input's
-partial derivatives written out (:func:`~posenc.functional.fire.fire_input_partials`).
+fire_pieces.pieces_backward`) and ``Σ grad_x·∂x/∂c``, ``Σ grad_x·∂x/∂L`` with the input and
+its partial derivatives written out (:func:`~posenc.functional.fire.fire_input_partials`).
 Nothing per score is kept between the two: the input is recomputed from the positions.
 
 On a CPU with a vector ISA (or CUDA) both directions run as kernels compiled by
 ``torch.compile`` (:mod:`posenc.functional.compiled`); elsewhere the same functions run
-eagerly, where the per-score gathers cost more than the MLP's two matrix products (which
+eagerly, where the per-score selects cost more than the MLP's two matrix products (which
 BLAS vectorises whatever ATen's ISA): :func:`pieces_pay` says which to use.
 """
 
@@ -87,9 +87,8 @@ def _rows(q_pos, k_pos, c, threshold, kinks, slope, offset, masked):
 def _rows_backward(q_pos, k_pos, c, threshold, kinks, slope, grad, masked):
     """The gradients of :func:`_rows` with respect to ``c``, ``threshold``, ``slope`` and
     ``offset`` for the gradient ``grad`` of its result (heads first)."""
-    x = fire_input(q_pos, k_pos, c, threshold)
+    x, d_c, d_threshold = fire_input_partials(q_pos, k_pos, c, threshold)
     grad_x, grad_slope, grad_offset = pieces_backward(x, kinks, slope, grad, masked)
-    d_c, d_threshold = fire_input_partials(q_pos, k_pos, c, threshold)
     return (grad_x * d_c).sum(), (grad_x * d_threshold).sum(), grad_slope, grad_offset
 
 
@@ -102,14 +101,19 @@ def pieces_pay(scores: int, device: torch.device) -> bool:
     scores, a device inductor vectorises): then it is the fastest form of the MLP;
     otherwise the MLP's matrix products (:func:`~posenc.functional.fire.fire_mlp_matmul`)
     are, for many scores (measured: ``docs/design-notes.md``, "FIRE by blocks of rows")."""
-    return scores >= COMPILE_MIN_SCORES and _FORWARD.usable(device)
+    return _compiles(_FORWARD, scores, device)
+
+
+def _compiles(kernel: CompiledFunction, scores: int, device: torch.device) -> bool:
+    """Whether ``kernel`` runs compiled for ``scores`` scores on ``device``."""
+    return scores >= COMPILE_MIN_SCORES and kernel.usable(device)
 
 
 def _run(kernel: CompiledFunction, q_pos: torch.Tensor, k_pos: torch.Tensor, *args):
     """``kernel(q_pos, k_pos, *args)`` compiled where usable and worth it (enough scores),
     else its eager function."""
     scores = torch.broadcast_shapes(q_pos.shape, k_pos.shape).numel()
-    compiled = scores >= COMPILE_MIN_SCORES and kernel.usable(q_pos.device)
+    compiled = _compiles(kernel, scores, q_pos.device)
     return (kernel if compiled else kernel.fn)(q_pos, k_pos, *args)
 
 
