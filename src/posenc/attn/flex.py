@@ -12,19 +12,15 @@ import functools
 
 import torch
 
+from ..functional.compiled import many_graphs
 from ..functional.cpu import cpu_vector_isa
 from ..positions import query_offset
 from .pattern import FULL, AttnPattern
 
 __all__ = ["flex_attention", "flex_available", "flex_block_mask"]
 
-RECOMPILE_LIMIT = 64
 #: smaller CPU heads are zero-padded to this size (see :func:`flex_attention`)
 CPU_MIN_HEAD_DIM = 24
-#: the option's name: ``cache_size_limit`` before torch 2.7 renamed it
-_LIMIT_NAME = (
-    "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
-)
 
 
 @functools.cache
@@ -167,15 +163,9 @@ def flex_attention(
     if block_mask is None:
         shape = (q.shape[0], q.shape[2], k.shape[2])
         block_mask = flex_block_mask(*shape, q.device, q_positions, k_positions, causal, mask_mod)
-    # past dynamo's default of 8 graphs per function, torch.compile silently falls back to
-    # uncompiled flex attention, which builds the whole score matrix: allow one graph per
-    # (encoding, shape class) a process plausibly meets
     if softcap is not None:
         score_mod = capped(score_mod, softcap)
-    # past dynamo's default of 8 graphs per function, torch.compile silently falls back to
-    # uncompiled flex attention, which builds the whole score matrix: allow one graph per
-    # (encoding, shape class) a process plausibly meets
-    with torch._dynamo.config.patch({_LIMIT_NAME: RECOMPILE_LIMIT}):
+    with many_graphs():  # one graph per (encoding, shape class), past dynamo's 8
         return _compiled()(
             q,
             k,

@@ -24,26 +24,24 @@ in the same order, so the results are equal or within the rounding of a reordere
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
 from .cpu import cpu_vector_isa
 
-__all__ = ["ENABLED", "CompiledFunction", "tracing"]
+__all__ = ["ENABLED", "CompiledFunction", "many_graphs", "tracing"]
 
 #: the switch: False runs every kernel's eager function (``POSENC_COMPILE=0``)
 ENABLED = os.environ.get("POSENC_COMPILE", "1").strip().lower() not in ("0", "false", "no", "off")
-#: dynamo keeps this many graphs of a compiled function; past dynamo's default of 8 it
-#: would silently fall back to eager for the rest
+#: dynamo keeps this many graphs of a compiled function (:func:`many_graphs`); past
+#: dynamo's default of 8 it would silently fall back to eager for the rest
 RECOMPILE_LIMIT = 64
-_LIMIT_NAME = (
-    "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
-)
 
 
 def tracing() -> bool:
@@ -88,13 +86,9 @@ class CompiledFunction:
 
     def __call__(self, *args: Any) -> Any:
         """``fn(*args)``, compiled; if compiling fails, ``fn(*args)`` (and never again)."""
-        # dynamo reads the limit only when a call misses its graphs; set by hand, as
-        # config.patch costs a call three times as much
-        config = torch._dynamo.config
-        limit = getattr(config, _LIMIT_NAME)
-        setattr(config, _LIMIT_NAME, max(limit, RECOMPILE_LIMIT))
         try:
-            return self.compiled(*args)
+            with many_graphs():
+                return self.compiled(*args)
         except Exception as error:
             out = self.fn(*args)  # bad input raises here, as it would eagerly
             self.failed = f"{type(error).__name__}: {error}".splitlines()[0]
@@ -105,5 +99,31 @@ class CompiledFunction:
                 stacklevel=3,
             )
             return out
-        finally:
-            setattr(config, _LIMIT_NAME, limit)
+
+
+@contextlib.contextmanager
+def many_graphs() -> Iterator[None]:
+    """Within, dynamo keeps up to :data:`RECOMPILE_LIMIT` graphs of a compiled function
+    (one per shape class, dtype and autograd mode a process plausibly meets): past its
+    default of 8 it would run the function uncompiled without a word (flex attention
+    then builds the whole score matrix). Dynamo reads the limit only when a call misses
+    its graphs; set by hand, as ``config.patch`` costs a call three times as much."""
+    import torch._dynamo  # here, not at import: it takes a second `import posenc` need not
+
+    config, name = torch._dynamo.config, _limit_name()
+    limit = getattr(config, name)
+    setattr(config, name, max(limit, RECOMPILE_LIMIT))
+    try:
+        yield
+    finally:
+        setattr(config, name, limit)
+
+
+@functools.cache
+def _limit_name() -> str:
+    """The name of dynamo's recompile limit: ``cache_size_limit`` before torch 2.7 renamed
+    it ``recompile_limit``."""
+    import torch._dynamo
+
+    renamed = hasattr(torch._dynamo.config, "recompile_limit")
+    return "recompile_limit" if renamed else "cache_size_limit"
