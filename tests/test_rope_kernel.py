@@ -121,8 +121,17 @@ def within_one_ulp(a, b):
     return bool(((a.float() - b.float()).abs() <= ulp).all())
 
 
-@pytest.mark.parametrize("layout", ["half", "interleaved"])
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+#: each case compiles its own graphs (about 4 s on a cold cache): each dtype and each layout
+#: once in the default suite, every pair in ``make test-slow``
+LOW_PRECISION = [
+    (torch.bfloat16, "half"),
+    (torch.float16, "interleaved"),
+    pytest.param(torch.bfloat16, "interleaved", marks=pytest.mark.slow),
+    pytest.param(torch.float16, "half", marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize(("dtype", "layout"), LOW_PRECISION)
 def test_low_precision_within_one_ulp(compiled, layout, dtype):
     # both compute in float32 and round once to dtype; the float32 values are equal (see
     # above), so the results are equal unless inductor keeps a value the reference rounds:
@@ -141,7 +150,7 @@ def test_low_precision_within_one_ulp(compiled, layout, dtype):
         assert within_one_ulp(a, b)
 
 
-@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("layout", ["half", pytest.param("interleaved", marks=pytest.mark.slow)])
 def test_batch_and_per_head_tables(compiled, layout):
     x = projected(2, 3, 21, 16)
     for cos, sin in (tables(21, 8, batch=2), tables(21, 8, batch=2, heads=3)):

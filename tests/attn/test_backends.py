@@ -152,9 +152,14 @@ def grads(out, tensors, seed=1):
 
 #: compiled flex attention costs 8-40 s of inductor compile per encoding on a cold cache
 #: (FIRE's unrolled MLP the most), as a clean CI machine has it: the default suite runs flex
-#: for these, ``make test-slow`` for every case
-FLEX_DEFAULT = ("alibi", "t5")
-FLEX_CASES = [n if n in FLEX_DEFAULT else pytest.param(n, marks=pytest.mark.slow) for n in CASES]
+#: for these (causal, encoding) pairs (a linear and a per-distance bias, each mask),
+#: ``make test-slow`` for every case
+FLEX_DEFAULT = ((True, "alibi"), (False, "t5"))
+FLEX_CASES = [
+    (causal, n) if (causal, n) in FLEX_DEFAULT else pytest.param(causal, n, marks=pytest.mark.slow)
+    for causal in (True, False)
+    for n in CASES
+]
 
 
 def agree_with_float64(case, causal, backends, dense_attention, attention_tol):
@@ -183,9 +188,8 @@ def test_sdpa_and_math_agree(case, causal, dense_attention, attention_tol):
     agree_with_float64(case, causal, ("auto", "sdpa", "math"), dense_attention, attention_tol)
 
 
-@pytest.mark.parametrize("name", FLEX_CASES)
-@pytest.mark.parametrize("causal", [True, False])
-def test_flex_agrees(name, causal, dense_attention, attention_tol, backends):
+@pytest.mark.parametrize(("causal", "name"), FLEX_CASES)
+def test_flex_agrees(causal, name, dense_attention, attention_tol, backends):
     if "flex" not in backends:
         pytest.skip("compiled flex attention does not run on this CPU")
     agree_with_float64(CASES[name], causal, ("flex", "math"), dense_attention, attention_tol)

@@ -124,8 +124,18 @@ def test_the_context_builds_its_dense_mask_once():
     assert mask.shape == (2, 1, 5, 5) and dead[0, 0, 0, 0]  # the pad query sees no key
 
 
-@pytest.mark.parametrize("length", [9, 300])  # 300: past FLEX_MIN_SCORES, flex where it runs
-@pytest.mark.parametrize("name", ["t5", "alibi", "rope"])
+#: 300: past FLEX_MIN_SCORES, flex where it runs (its compile about 5 s on a cold cache:
+#: ALiBi's in ``make test-slow``)
+PLAN_CASES = [
+    (name, length)
+    if (name, length) != ("alibi", 300)
+    else pytest.param(name, length, marks=pytest.mark.slow)
+    for name in ("t5", "alibi", "rope")
+    for length in (9, 300)
+]
+
+
+@pytest.mark.parametrize(("name", "length"), PLAN_CASES)
 def test_a_model_builds_one_context_and_one_mask_per_forward(name, length, monkeypatch):
     built, dense, blocks = [], [], []
     real_build, real_dense = AttentionContext.build.__func__, Masks.dense

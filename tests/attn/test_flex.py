@@ -48,8 +48,16 @@ def test_the_default_causal_block_mask_is_cached():
     assert dense.shape[-2:] == (1, 1) and bool(dense.all())
 
 
+#: each layout compiles its own kernel (about 4 s on a cold cache): no mask and a
+#: ``mask_mod`` run in ``make test-slow`` here, and in the default suite through
+#: ``test_backends``' non-causal T5 and ``test_masks``' padding with shared positions
+LAYOUTS = ["default", "positions"] + [
+    pytest.param(layout, marks=pytest.mark.slow) for layout in ("bidirectional", "mask_mod")
+]
+
+
 @needs_flex
-@pytest.mark.parametrize("layout", ["default", "positions", "bidirectional", "mask_mod"])
+@pytest.mark.parametrize("layout", LAYOUTS)
 def test_flex_equals_dense_attention(layout, dense_attention, attention_tol):
     """Every way to give flex its mask, against float64 attention with the same mask."""
     q, k, v = qkv()
