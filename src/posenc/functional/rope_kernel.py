@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from .compiled import CompiledFunction
+from .compiled import CompiledFunction, tracing
 from .rope import ROPE_LAYOUTS, apply_rope
 
 __all__ = ["COMPILE_MIN_NUMEL", "apply_rope_fast", "compiled_rope_failed"]
@@ -70,9 +70,10 @@ def apply_rope_fast(
         True
     """
     if (
-        not KERNEL.usable(x.device)  # first: under a trace, the size test would add a guard
+        tracing()  # first: under a trace, the size test would add a guard
         or x.numel() < COMPILE_MIN_NUMEL
         or layout not in ROPE_LAYOUTS  # let the reference raise its ValueError
+        or not KERNEL.usable(x.device)  # last: its first call probes the CPU (about 1.5 s)
     ):
         return apply_rope(x, cos, sin, layout)
     if x.requires_grad and torch.is_grad_enabled() and not (cos.requires_grad or sin.requires_grad):
