@@ -3,6 +3,7 @@ resuming after SIGKILL, and training on two processes with DistributedDataParall
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -105,18 +106,19 @@ def test_bad_command_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert main(["arena", "report", str(tmp_path / "missing")]) == 2
 
 
-# A preset whose language models train long enough to be killed between checkpoints.
-SCRIPT = """
+#: a preset whose language models train long enough to be killed between checkpoints
+KILLABLE = dataclasses.replace(
+    TINY,
+    encodings=("nope", "rope"),
+    lm=TrainConfig(steps=200, batch_size=4, warmup_steps=2, checkpoint_every=10),
+)
+SCRIPT = f"""
 import dataclasses, sys, torch
 torch.set_num_threads(1)
 from posenc.arena import run_arena
 from posenc.arena.running.presets import TINY
-from posenc.arena.running.context import RunContext
 from posenc.arena.running.training import TrainConfig
-from posenc.arena.running.training import TrainConfig
-preset = dataclasses.replace(
-    TINY, encodings=("nope", "rope"),
-    lm=TrainConfig(steps=200, batch_size=4, warmup_steps=2, checkpoint_every=10))
+preset = dataclasses.replace(TINY, encodings={KILLABLE.encodings!r}, lm={KILLABLE.lm!r})
 run_arena(["extrapolation"], preset, out=sys.argv[1], resume=True, bars=False)
 """
 
@@ -132,7 +134,12 @@ def _arena(out: Path) -> subprocess.Popen[bytes]:
 
 def test_resume_after_sigkill_gives_identical_results(tmp_path: Path) -> None:
     whole, killed = tmp_path / "whole", tmp_path / "killed"
-    assert _arena(whole).wait(timeout=600) == 0
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in the script: the configuration records it
+    try:  # the whole run here, in this process: the script's start-up once less
+        run_arena(["extrapolation"], KILLABLE, out=whole, resume=True, bars=False)
+    finally:
+        torch.set_num_threads(threads)
     # kill the second model's training after its second checkpoint, mid-run
     proc = _arena(killed)
     marker = killed / "checkpoints" / "train--lm--rope--seed0" / "checkpoint.json"
