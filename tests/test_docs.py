@@ -146,7 +146,16 @@ def test_docs_pages_exist():
     assert "adding-an-encoding.md" in names
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+#: the arena page trains every experiment at the tiny preset, as ``tests/arena/test_run.py``
+#: does (10 s on idle cores): its commands run in ``make test-slow``
+SLOW_PAGES = ("arena.md",)
+
+
+@pytest.mark.parametrize(
+    "page",
+    [pytest.param(p, marks=pytest.mark.slow) if p.name in SLOW_PAGES else p for p in PAGES],
+    ids=lambda p: p.name,
+)
 def test_docs_page_runs(page, tmp_path, monkeypatch):
     if page.name == "huggingface.md":
         pytest.importorskip("transformers")
