@@ -254,25 +254,30 @@ def _step(model, ids):
 @pytest.mark.parametrize("name", ["fire"])  # the one bias neither per score nor by distance
 def test_model_shared_table_equals_per_layer_paths(name, monkeypatch, tol):
     """One table per forward, shared by the layers, gives the loss and gradients of a table
-    per layer on the blockwise path and of SDPA's math backward (the path before this)."""
+    per layer on the blockwise paths and of SDPA's math backward (the path before this).
+    FIRE's threshold lies inside the 40 positions: each layer takes both blockwise paths."""
     torch.manual_seed(0)
-    model = TransformerLM(64, 32, 3, 4, name, n_kv_heads=2).double()
+    spec = {"name": name, "init_threshold": 20.0}
+    model = TransformerLM(64, 32, 3, 4, spec, n_kv_heads=2).double()
     ids = torch.randint(0, 64, (2, 41))
-    counted = []
+    counted: dict[str, list[int]] = {"bias": [], "block_rows": []}
 
     def count(method):
         real = getattr(model.encoding, method)
+        calls = counted[method]
         monkeypatch.setattr(
-            model.encoding, method, lambda *a, **kw: counted.append(1) or real(*a, **kw)
+            model.encoding, method, lambda *a, **kw: calls.append(1) or real(*a, **kw)
         )
 
     count("bias")  # the table
+    count("block_rows")  # the rows (the table is made of them too)
     shared = _step(model, ids)
-    assert len(counted) == 1  # once per forward, not once per layer
+    assert [len(c) for c in counted.values()] == [1, 1]  # once per forward, not per layer
     monkeypatch.setattr(shared_module, "shared_bias", lambda *a, **kw: None)
-    count("block_rows")  # the rows of the blockwise path, prepared once per layer
     per_layer = _step(model, ids)
-    assert len(counted) == 1 + 3
+    # per layer: the distance values of the queries before the threshold (a bias of 2·20 - 1
+    # keys, itself made of rows) and the rows of the rest
+    assert [len(c) for c in counted.values()] == [1 + 3, 1 + 3 * 2]
     monkeypatch.setattr(bias_plan, "bias_flash_available", lambda: False)
     sdpa = _step(model, ids)
     rounding = tol(torch.float64, n=20_000, scale=1.0)

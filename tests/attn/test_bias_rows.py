@@ -123,3 +123,61 @@ def test_auto_takes_it_without_a_table_and_equals_math(
     with torch.no_grad():
         attention(q, k, v, enc, causal=causal, bias=bias)
     assert calls == [1]
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_queries_after_an_offset_are_the_last_rows_of_the_whole(causal, tol, dense_attention):
+    """``q_offset``: the queries are the keys from ``m`` on (the rest of a call whose first
+    queries ran elsewhere): the last rows of the whole attention, forward and backward."""
+    b, h, n, m = 2, 2, 45, 17
+    enc = _fire(h)
+    q = torch.randn(b, h, n, 8, dtype=torch.float64, requires_grad=True)
+    k, v = (torch.randn(b, h, n, 8, dtype=torch.float64, requires_grad=True) for _ in "kv")
+    positions = torch.arange(n)
+    params = list(enc.parameters())
+
+    def rows(i0, i1, keys, masked, *params):
+        return enc.masked_bias(positions[i0:i1], positions[:keys], masked)
+
+    out = rows_attention(q[:, :, m:], k, v, rows, params, 0.3, causal, 8, q_offset=m)
+    bias = enc.bias(positions, positions)
+    expected = dense_attention(q, k, v, bias=bias, causal=causal, scale=0.3)[:, :, m:]
+    torch.testing.assert_close(out, expected, **tol(torch.float64, n=8 * (n + 16), scale=10.0))
+    grad_out = torch.randn(out.shape, dtype=torch.float64)
+    got = torch.autograd.grad(out, [q, k, v, *params], grad_out)
+    want = torch.autograd.grad(expected, [q, k, v, *params], grad_out)
+    for g, w in zip(got, want, strict=True):
+        scale = max(w.abs().max().item(), 1.0)
+        torch.testing.assert_close(g, w, **tol(torch.float64, n=8 * b * h * (n + 16), scale=scale))
+    with pytest.raises(ValueError, match="q_offset"):
+        rows_attention(q[:, :, m:], k[:, :, 1:], v[:, :, 1:], rows, params, 0.3, causal, q_offset=m)
+
+
+@pytest.mark.parametrize("threshold", [20.0, 20.5, 100.0])
+def test_fire_before_its_threshold_runs_on_the_distance_blocks(threshold, monkeypatch, tol):
+    """Causal FIRE over the indices: the queries before ``L`` (strictly: 20 at ``L = 20``
+    is a tie of the normaliser's maximum) on the distance blocks, the rest on the rows;
+    all of them (``L`` past the last query) on the blocks alone. Against the math path,
+    in float64, forward and the gradients of q, k, v and every parameter."""
+    enc = posenc.create("fire", n_heads=2, init_threshold=threshold).to(torch.float64)
+    seen = {"blocks": [], "rows": []}
+    for name, module_name in (("blocks", "distance_attention"), ("rows", "rows_attention")):
+        real = getattr(bias_module, module_name)
+
+        def spy(q, *args, _real=real, _name=name, **kwargs):
+            seen[_name].append(q.shape[2])
+            return _real(q, *args, **kwargs)
+
+        monkeypatch.setattr(bias_module, module_name, spy)
+    q, k, v = (torch.randn(2, 2, 45, 8, dtype=torch.float64, requires_grad=True) for _ in "qkv")
+    inputs = [q, k, v, *enc.parameters()]
+    results = []
+    for backend in ("auto", "math"):
+        out = attention(q, k, v, enc, backend=backend)
+        results.append((out, torch.autograd.grad(out.sum(), inputs)))
+    first = min(45, math.ceil(threshold))
+    assert seen == {"blocks": [first], "rows": [45 - first] if first < 45 else []}
+    torch.testing.assert_close(results[0][0], results[1][0], **tol(torch.float64, n=200))
+    for g, w in zip(results[0][1], results[1][1], strict=True):
+        scale = max(w.abs().max().item(), 1.0)
+        torch.testing.assert_close(g, w, **tol(torch.float64, n=4 * 45 * 45, scale=scale))

@@ -8,6 +8,7 @@ runner takes its mask from the :class:`~posenc.attn.context.AttentionContext`: a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -19,10 +20,11 @@ from ..positions import query_offset
 from .bias_blocks import distance_attention, distance_values
 from .bias_grad import bias_flash_attention
 from .bias_plan import AttnShape, plan_bias
-from .bias_rows import rows_attention
+from .bias_rows import PARTS, rows_attention
 from .context import AttentionContext
 from .contextual import contextual_attention
 from .explicit import explicit_attention
+from .flash_blocks import block_size
 from .flex import flex_attention
 from .linear_bias import linear_bias_sdpa
 from .masks import zero_dead_rows
@@ -141,10 +143,35 @@ def _blocks(q, k, v, encoding, context, plan, causal, scale, table, options):
 
 def _rows(q, k, v, encoding, context, plan, causal, scale, table, options):
     """A bias of the positions alone a block of query rows at a time
-    (:mod:`~posenc.attn.bias_rows`)."""
-    p = context.positions
+    (:mod:`~posenc.attn.bias_rows`); under a causal mask over the indices, the first
+    queries whose bias is shift-invariant (:meth:`~posenc.base.BiasEncoding.invariant_below`:
+    FIRE's before its threshold) see only each other, so they run on the distance blocks
+    (:func:`_blocks`) and the rows path takes the rest."""
+    p, n = context.positions, q.shape[2]
+    first = _invariant_queries(encoding, n) if causal and not p.explicit else 0
+    if first == n:
+        return _blocks(q, k, v, encoding, context, plan, causal, scale, table, options)
     rows, tensors = encoding.block_rows(p.q, p.k)
-    return rows_attention(q, k, v, rows, tensors, scale, causal)
+    if first == 0:
+        return rows_attention(q, k, v, rows, tensors, scale, causal)
+    # each part in the blocks the whole call would take: fewer kernel calls
+    values = distance_values(encoding, first, causal, q.device)
+    head = (t[:, :, :first] for t in (q, k, v))
+    out = distance_attention(*head, values, scale, causal, block=min(first, block_size(n)))
+    rest = q[:, :, first:]
+    block = min(n - first, block_size(n, PARTS))
+    rest = rows_attention(rest, k, v, rows, tensors, scale, causal, block, q_offset=first)
+    return torch.cat([out, rest], dim=2)
+
+
+def _invariant_queries(encoding: BiasEncoding, n: int) -> int:
+    """How many of the queries at positions ``0..n-1`` come before
+    ``encoding.invariant_below()`` (strictly: at the bound FIRE's normaliser is a tie,
+    whose gradient is shared with the query's position)."""
+    bound = encoding.invariant_below()
+    if not bound > 0:  # none (or a NaN threshold: the rows path's result is NaN as well)
+        return 0
+    return n if bound >= n else math.ceil(bound)
 
 
 def _flex(q, k, v, encoding, context, plan, causal, scale, table, options):

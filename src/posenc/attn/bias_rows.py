@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch.autograd.function import once_differentiable
 
+from ..config import check_int
 from ..functional.dtypes import math_dtype
 from .flash_blocks import after_query, block_size, check_blockwise, flash_backward, flash_forward
 
@@ -59,12 +60,13 @@ def rows_attention(
     scale: float,
     causal: bool,
     block: int | None = None,
+    q_offset: int = 0,
 ) -> torch.Tensor:
     """``softmax(q kᵀ · scale + bias) v`` with the bias from ``rows``, a block of queries per
     kernel call, with a blockwise backward that reaches ``params`` through ``rows``.
 
     Args:
-        q: ``[batch, heads, L, d]``; k, v: ``[batch, kv_heads, L, d]``.
+        q: ``[batch, heads, q_len, d]``; k, v: ``[batch, kv_heads, q_offset + q_len, d]``.
         rows: the bias of a block of queries (:data:`Rows`), in the query and key order of
             q and k.
         params: the tensors ``rows`` is given and computes from, which may need a
@@ -73,17 +75,23 @@ def rows_attention(
         causal: mask keys after their query, by index.
         block: queries per kernel call; default
             :func:`~posenc.attn.flash_blocks.block_size` of :data:`PARTS`.
+        q_offset: the queries are the keys from ``q_offset`` on (the rest of a call whose
+            first queries went another way); ``rows`` and the causal mask take the keys'
+            indices.
 
     Returns:
-        ``[batch, heads, L, d]`` in the dtype of ``q``.
+        ``[batch, heads, q_len, d]`` in the dtype of ``q``.
     """
     n = q.shape[2]
     block = block_size(n, PARTS) if block is None else block
-    k, v = check_blockwise(q, k, v, causal, block)
-    if k.shape[2] != n:
-        raise ValueError(f"rows_attention needs as many keys as queries, got {k.shape[2]}, {n}")
+    k, v = check_blockwise(q, k, v, False, block)
+    check_int("q_offset", q_offset, minimum=0)
+    if k.shape[2] != q_offset + n:
+        raise ValueError(
+            f"rows_attention needs q_offset + q_len keys ({q_offset} + {n}), got {k.shape[2]}"
+        )
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
-    return _RowsFlash.apply(q, k, v, rows, float(scale), bool(causal), block, *params)
+    return _RowsFlash.apply(q, k, v, rows, float(scale), bool(causal), block, q_offset, *params)
 
 
 class _RowsFlash(torch.autograd.Function):
@@ -99,26 +107,19 @@ class _RowsFlash(torch.autograd.Function):
         scale: float,
         causal: bool,
         block: int,
+        q_offset: int,
         *params: torch.Tensor,
     ) -> torch.Tensor:
-        n = q.shape[2]
         dtype = math_dtype(q.dtype)
 
         def mask(i0: int, i1: int, keys: int) -> torch.Tensor:
+            i0, i1 = i0 + q_offset, i1 + q_offset  # the keys' indices
             masked = _unseen(i0, i1, keys, causal, q.device)
             return rows(i0, i1, keys, masked, *params).to(dtype)[None]
 
-        out, lse = flash_forward(
-            q,
-            k,
-            v,
-            mask,
-            scale,
-            block=block,
-            keys=(lambda i0, i1: i1) if causal else (lambda i0, i1: n),
-        )
+        out, lse = flash_forward(q, k, v, mask, scale, block=block, keys=_keys(k, causal, q_offset))
         ctx.save_for_backward(q, k, v, out, lse, *params)
-        ctx.rows, ctx.scale, ctx.causal = rows, scale, causal
+        ctx.rows, ctx.scale, ctx.causal, ctx.q_offset = rows, scale, causal, q_offset
         return out
 
     @staticmethod
@@ -129,14 +130,15 @@ class _RowsFlash(torch.autograd.Function):
         # a derived tensor as a leaf of its own: each block's graph ends there
         params = [
             p if p.is_leaf or not needed else p.detach().requires_grad_()
-            for p, needed in zip(params, need[7:], strict=True)
+            for p, needed in zip(params, need[8:], strict=True)
         ]
-        wanted = [p for p, needed in zip(params, need[7:], strict=True) if needed]
+        wanted = [p for p, needed in zip(params, need[8:], strict=True) if needed]
         dtype = math_dtype(q.dtype)
         totals = [torch.zeros_like(p) for p in wanted]
         current: list[torch.Tensor] = []
 
         def bias_of(i0: int, i1: int, n: int) -> torch.Tensor:
+            i0, i1 = i0 + ctx.q_offset, i1 + ctx.q_offset
             with torch.enable_grad():  # [h, blk, n], with its graph
                 masked = _unseen(i0, i1, n, ctx.causal, q.device)
                 block_bias = ctx.rows(i0, i1, n, masked, *params)
@@ -159,7 +161,7 @@ class _RowsFlash(torch.autograd.Function):
             lse,
             ctx.scale,
             block=BACKWARD_BLOCK,
-            causal=ctx.causal,
+            keys=_keys(k, ctx.causal, ctx.q_offset),  # the rows hold the causal -inf
             bias_grad=bias_grad if wanted else None,
         )
         param_grads = iter(totals)
@@ -171,8 +173,17 @@ class _RowsFlash(torch.autograd.Function):
             None,
             None,
             None,
-            *(next(param_grads) if needed else None for needed in need[7:]),
+            None,
+            *(next(param_grads) if needed else None for needed in need[8:]),
         )
+
+
+def _keys(k: torch.Tensor, causal: bool, q_offset: int) -> Callable[[int, int], int]:
+    """How many keys (the first ones) the queries ``i0..i1-1`` see: those up to the last
+    query's own (its index is ``q_offset + i1 - 1``), or all of them."""
+    if causal:
+        return lambda i0, i1: q_offset + i1
+    return lambda i0, i1: k.shape[2]
 
 
 def _unseen(i0: int, i1: int, n: int, causal: bool, device: torch.device) -> torch.Tensor | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -41,6 +42,8 @@ class BiasEncoding(Encoding):
     ``needs_q``             the bias depends on the queries        (closes the shared table)
     ``shift_invariant``     the bias depends on ``k - q`` only     ``blocks`` (from ``2L - 1``
                                                                    values, with a backward)
+    ``invariant_below()``   the same for the queries before a      ``blocks`` for those, the
+                            position (FIRE's threshold)            ``rows`` for the rest
     ``linear_slopes()``     the bias is ``-m_h (q_pos - k_pos)``   ``linear`` (fused SDPA)
     ``adds_to_values``      a term is added to the output too      ``math`` (and ``shaw``)
     ``value_term()``        that term, from the probabilities      ``math``
@@ -163,6 +166,14 @@ class BiasEncoding(Encoding):
         can mask as it computes overrides this, and may return a strided view."""
         bias = self.bias(q_positions, k_positions)
         return bias if masked is None else bias.masked_fill(masked, float("-inf"))
+
+    def invariant_below(self) -> float:
+        """The position below which a query's bias depends on ``k_pos - q_pos`` only (with
+        every key): ``inf`` where :attr:`shift_invariant`, else 0 (no query) unless an
+        encoding says otherwise (FIRE: its threshold ``L``). On the rows path
+        (:mod:`posenc.attn.bias_rows`) those queries run on the distance blocks
+        (:mod:`posenc.attn.bias_blocks`), from ``2n - 1`` values instead of ``n²``."""
+        return math.inf if self.shift_invariant else 0.0
 
     def block_rows(
         self, q_positions: torch.Tensor, k_positions: torch.Tensor

@@ -123,6 +123,12 @@ class Fire(BiasEncoding):
         """The threshold ``L = |threshold_scale| · init_threshold`` (0-d, in ``dtype``)."""
         return _scalar(self.threshold_scale, dtype).abs() * self.config.init_threshold
 
+    def invariant_below(self) -> float:
+        """The threshold ``L``: for a query before it the normaliser ``ψ(max(L, i))`` is
+        ``ψ(L)``, so its bias ``f_θ(ψ(|i - j|) / ψ(L))`` is one value per distance (and
+        reaches ``L`` through ``ψ(L)``). Read from the parameter: a host sync."""
+        return float(self.threshold(math_dtype(self.c.dtype)).detach())
+
     def _input(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         """The MLP's input (:func:`fire_input`) of broadcastable positions, in float32
         (float64 for float64 positions or parameters)."""
