@@ -127,3 +127,30 @@ def test_the_matrix_product_form_equals_the_mlp(tol):
     torch.testing.assert_close(
         got, want, **tol(torch.float64, n=2 * 7 + 4, scale=scale_of(w1, b1, w2, b2, x_max=2.0))
     )
+
+
+@pytest.mark.parametrize("flat", [(), (0, 3)])
+def test_the_units_within_a_bound_equal_the_mlp_forward_and_backward(flat, tol):
+    """Only the units that bend inside ``[0, bound]`` keep their ReLU; the others fold into
+    ``b2`` and one linear unit. Float64 values and the gradients of x and every weight, at
+    the ends of the range too; a kink on 0 and one on the bound stay units."""
+    w1, b1, w2, b2 = mlp(hidden=12, heads=3, flat=flat)
+    with torch.no_grad():
+        b1[1], b1[2] = 0.0, -0.8 * w1[2]  # kinks at 0 and at the bound
+    bound = 0.8
+    kinks = -b1 / w1
+    x = torch.rand(10, 30, dtype=torch.float64) * bound
+    x[0, :3] = torch.tensor([0.0, bound, 0.4])
+    x.requires_grad_()
+    small = fp.units_within(w1, b1, w2, b2, bound)
+    bends = (w1 != 0) & (kinks >= 0) & (kinks <= bound)
+    assert small[0].shape == (int(bends.sum()) + 1,) and bool(bends[1] & bends[2])
+    got, want = fire_mlp_matmul(x, *small), fire_mlp_matmul(x, w1, b1, w2, b2)
+    scale = scale_of(w1, b1, w2, b2, x_max=bound)
+    torch.testing.assert_close(got, want, **tol(torch.float64, n=2 * 12 + 4, scale=scale))
+    grad = torch.randn(got.shape, dtype=torch.float64)
+    inputs = [x, w1, b1, w2, b2]
+    for g, w in zip(
+        torch.autograd.grad(got, inputs, grad), torch.autograd.grad(want, inputs, grad), strict=True
+    ):
+        torch.testing.assert_close(g, w, **tol(torch.float64, n=2 * 300, scale=300 * scale))

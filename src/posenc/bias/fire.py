@@ -15,7 +15,7 @@ from ..base import BiasConfig, BiasEncoding
 from ..config import check_float, check_int
 from ..functional.dtypes import math_dtype
 from ..functional.fire import fire_input, fire_input_bound, fire_mlp, fire_mlp_matmul
-from ..functional.fire_pieces import fire_pieces, pieces_within
+from ..functional.fire_pieces import fire_pieces, pieces_within, units_within
 from ..functional.fire_rows import fire_rows, pieces_pay
 from ..registry import register
 
@@ -184,11 +184,9 @@ class Fire(BiasEncoding):
         qp, kp = self._check_pair(q_positions, k_positions)
         dtype = math_dtype(qp.dtype, kp.dtype, self.c.dtype)
         qp, kp = qp.to(dtype), kp.to(dtype)
-        first, second = self._linears()
-        weights = [first.weight[:, 0], first.bias, second.weight, second.bias]
         scalars = self._scalars(dtype)
         by_pieces = pieces_pay(qp.shape[-1] * kp.shape[-1], qp.device)
-        mlp = self._pieces(qp, kp, scalars, weights) if by_pieces else weights
+        mlp = self._within(qp, kp, scalars, by_pieces)
 
         def rows(
             i0: int, i1: int, n: int, masked: torch.Tensor | None, *tensors: torch.Tensor
@@ -207,18 +205,26 @@ class Fire(BiasEncoding):
 
         return rows, [*scalars, *mlp]
 
-    @staticmethod
-    def _pieces(
-        qp: torch.Tensor, kp: torch.Tensor, scalars: list[torch.Tensor], weights: list[torch.Tensor]
+    def _within(
+        self, qp: torch.Tensor, kp: torch.Tensor, scalars: list[torch.Tensor], by_pieces: bool
     ) -> list[torch.Tensor]:
-        """The MLP's pieces that the inputs of queries ``qp`` and keys ``kp`` reach
-        (:func:`~posenc.functional.fire_pieces.pieces_within`, the largest input widened by
-        :data:`BOUND_MARGIN` for the kernel's rounding)."""
+        """The MLP as far as the inputs of queries ``qp`` and keys ``kp`` reach it (their
+        largest widened by :data:`BOUND_MARGIN` for the kernels' rounding): its pieces
+        (:func:`~posenc.functional.fire_pieces.pieces_within`), or its weights with the
+        units that do not bend there folded (:func:`~posenc.functional.fire_pieces.
+        units_within`); where there are no inputs to bound (no positions, or on the meta
+        device), the whole MLP."""
+        first, second = self._linears()
+        weights = [first.weight[:, 0], first.bias, second.weight, second.bias]
+        if qp.device.type == "meta" or qp.numel() == 0 or kp.numel() == 0:
+            return weights
         c, threshold = scalars
         with torch.no_grad():
             bound = float(fire_input_bound(qp, kp, c, threshold)) * (1 + BOUND_MARGIN)
         w1, b1, w2, b2 = (w.to(qp.dtype) for w in weights)
-        return list(pieces_within(*fire_pieces(w1, b1, w2, b2), bound))
+        if by_pieces:
+            return list(pieces_within(*fire_pieces(w1, b1, w2, b2), bound))
+        return list(units_within(w1, b1, w2, b2, bound))
 
 
 def _scalar(p: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -41,6 +41,7 @@ __all__ = [
     "on_piece",
     "pieces_backward",
     "pieces_within",
+    "units_within",
 ]
 
 #: :func:`pieces_within` pads the kinks it keeps to a multiple of this: one compiled graph
@@ -115,6 +116,52 @@ def pieces_within(
     kinks = torch.cat([kinks[first:last], kinks.new_full((pad,), torch.inf)])
     rows = torch.arange(first, last + 1 + pad, device=slope.device).clamp_(max=last)
     return kinks, slope[rows], offset[rows]
+
+
+def units_within(
+    w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor, bound: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A smaller MLP equal to ``W2·relu(w1·x + b1) + b2`` for every input in ``[0, bound]``,
+    as :func:`pieces_within` is for the pieces (differentiable in the weights): a unit whose
+    kink lies outside ``[0, bound]`` is on or off for every such input, so the units that
+    are on add an affine term ``a·x + b``, folded into one unit ``relu(x + 1)`` (last: on
+    for every such input, 0 included) with ``a`` its output weights and ``b - a`` added to
+    ``b2``, and those that are off are dropped (a unit with ``w1 = 0`` is on where
+    ``b1 > 0``: its gradient in ``w1`` stays). The
+    eager MLP (:func:`~posenc.functional.fire.fire_mlp_matmul`) then writes its hidden layer
+    for the units that bend inside the inputs' range only (at initialisation about a third).
+
+    Shapes:
+        w1, b1 ``[hidden]``; w2 ``[heads, hidden]``; b2 ``[heads]`` -> ``[kept + 1]``,
+        ``[kept + 1]``, ``[heads, kept + 1]``, ``[heads]``
+
+    Example:
+        >>> from posenc.functional.fire import fire_mlp_matmul
+        >>> w1, b1, w2, b2 = torch.randn(32), torch.randn(32), torch.randn(4, 32), torch.randn(4)
+        >>> small = units_within(w1, b1, w2, b2, 1.0)
+        >>> x = torch.rand(5, 7)
+        >>> bool(small[0].shape[0] <= 33)
+        True
+        >>> whole = fire_mlp_matmul(x, w1, b1, w2, b2)
+        >>> torch.allclose(fire_mlp_matmul(x, *small), whole, atol=1e-5)
+        True
+    """
+    with torch.no_grad():
+        flat = w1 == 0
+        kink = -b1 / torch.where(flat, 1.0, w1)
+        inside = ~flat & (kink >= 0) & (kink <= bound)
+        on = ~inside & torch.where(flat, b1 > 0, (w1 > 0) == (kink < 0))  # over [0, bound]
+        kept, linear = inside.nonzero()[:, 0], on.nonzero()[:, 0]
+    w2_linear = w2[:, linear]
+    slope = w2_linear @ w1[linear]  # [heads]
+    b2 = b2 + w2_linear @ b1[linear] - slope
+    one = w1.new_ones(1)
+    return (
+        torch.cat([w1[kept], one]),
+        torch.cat([b1[kept], one]),
+        torch.cat([w2[:, kept], slope[:, None]], 1),
+        b2,
+    )
 
 
 def fire_mlp_pieces(
