@@ -27,15 +27,18 @@ def _fire(h, dtype=torch.float64):
 
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize(
-    ("b", "h", "kv_h", "n", "block"),
+    ("b", "h", "kv_h", "n", "block", "m"),
     [
-        (2, 4, 2, 70, 16),  # grouped-query heads, blocks across the backward's 64
-        (1, 2, 2, 37, None),  # one block
-        (3, 2, 2, 1, None),  # one query
+        (2, 4, 2, 70, 16, 0),  # grouped-query heads, blocks across the backward's 64
+        (1, 2, 2, 37, None, 0),  # one block
+        (3, 2, 2, 1, None, 0),  # one query
+        # the queries are the keys from 17 on (the rest of a call whose first queries ran
+        # elsewhere): the last rows of the whole
+        (2, 2, 2, 45, 8, 17),
     ],
 )
 def test_float64_equals_the_reference_forward_and_backward(
-    causal, b, h, kv_h, n, block, tol, dense_attention
+    causal, b, h, kv_h, n, block, m, tol, dense_attention
 ):
     enc = _fire(h)
     q = torch.randn(b, h, n, 8, dtype=torch.float64, requires_grad=True)
@@ -46,9 +49,9 @@ def test_float64_equals_the_reference_forward_and_backward(
     def rows(i0, i1, keys, masked, *params):
         return enc.masked_bias(positions[i0:i1], positions[:keys], masked)
 
-    out = rows_attention(q, k, v, rows, params, 0.3, causal, block)
+    out = rows_attention(q[:, :, m:], k, v, rows, params, 0.3, causal, block, q_offset=m)
     bias = enc.bias(positions, positions)
-    expected = dense_attention(q, k, v, bias=bias, causal=causal, scale=0.3)
+    expected = dense_attention(q, k, v, bias=bias, causal=causal, scale=0.3)[:, :, m:]
     rounding = tol(torch.float64, n=8 * (n + 16), scale=10.0)
     torch.testing.assert_close(out, expected, **rounding)
     grad_out = torch.randn(out.shape, dtype=torch.float64)
@@ -125,32 +128,10 @@ def test_auto_takes_it_without_a_table_and_equals_math(
     assert calls == [1]
 
 
-@pytest.mark.parametrize("causal", [True, False])
-def test_queries_after_an_offset_are_the_last_rows_of_the_whole(causal, tol, dense_attention):
-    """``q_offset``: the queries are the keys from ``m`` on (the rest of a call whose first
-    queries ran elsewhere): the last rows of the whole attention, forward and backward."""
-    b, h, n, m = 2, 2, 45, 17
-    enc = _fire(h)
-    q = torch.randn(b, h, n, 8, dtype=torch.float64, requires_grad=True)
-    k, v = (torch.randn(b, h, n, 8, dtype=torch.float64, requires_grad=True) for _ in "kv")
-    positions = torch.arange(n)
-    params = list(enc.parameters())
-
-    def rows(i0, i1, keys, masked, *params):
-        return enc.masked_bias(positions[i0:i1], positions[:keys], masked)
-
-    out = rows_attention(q[:, :, m:], k, v, rows, params, 0.3, causal, 8, q_offset=m)
-    bias = enc.bias(positions, positions)
-    expected = dense_attention(q, k, v, bias=bias, causal=causal, scale=0.3)[:, :, m:]
-    torch.testing.assert_close(out, expected, **tol(torch.float64, n=8 * (n + 16), scale=10.0))
-    grad_out = torch.randn(out.shape, dtype=torch.float64)
-    got = torch.autograd.grad(out, [q, k, v, *params], grad_out)
-    want = torch.autograd.grad(expected, [q, k, v, *params], grad_out)
-    for g, w in zip(got, want, strict=True):
-        scale = max(w.abs().max().item(), 1.0)
-        torch.testing.assert_close(g, w, **tol(torch.float64, n=8 * b * h * (n + 16), scale=scale))
-    with pytest.raises(ValueError, match="q_offset"):
-        rows_attention(q[:, :, m:], k[:, :, 1:], v[:, :, 1:], rows, params, 0.3, causal, q_offset=m)
+def test_an_offset_needs_its_keys():
+    q, k = torch.randn(1, 2, 5, 8), torch.randn(1, 2, 7, 8)
+    with pytest.raises(ValueError, match=r"q_offset \+ q_len keys \(3 \+ 5\), got 7"):
+        rows_attention(q, k, k, lambda *a: None, [], 0.3, True, q_offset=3)
 
 
 @pytest.mark.parametrize("threshold", [20.0, 20.5, 100.0])
