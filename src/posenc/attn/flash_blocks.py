@@ -170,8 +170,9 @@ def flash_backward(
         causal: mask keys after their query by index (``q_len == k_len``): each block then
             sees the keys up to its last query.
         keys: the keys the block of queries ``i0..i1-1`` sees (the first ones), for a bias
-            that masks the rest with ``-inf`` itself; the blocks then run in the order that
-            makes this count non-decreasing. None: every key (or the causal ones).
+            that masks the rest with ``-inf`` itself; the blocks then run last to first
+            (for the reversed queries of :mod:`~posenc.attn.bias_blocks`, the order in
+            which this count does not decrease). None: every key (or the causal ones).
         bias_grad: called as ``bias_grad(i0, dS)`` per block, ``dS`` ``[b·h, blk, keys]``
             (overwritten after the call); None: no gradient of the bias.
 
