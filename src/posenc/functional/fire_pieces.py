@@ -127,9 +127,9 @@ def units_within(
     are on add an affine term ``a·x + b``, folded into one unit ``relu(x + 1)`` (last: on
     for every such input, 0 included) with ``a`` its output weights and ``b - a`` added to
     ``b2``, and those that are off are dropped (a unit with ``w1 = 0`` is on where
-    ``b1 > 0``: its gradient in ``w1`` stays). The
-    eager MLP (:func:`~posenc.functional.fire.fire_mlp_matmul`) then writes its hidden layer
-    for the units that bend inside the inputs' range only (at initialisation about a third).
+    ``b1 > 0``: its gradient in ``w1`` stays). The eager MLP
+    (:func:`~posenc.functional.fire.fire_mlp_matmul`) then writes its hidden layer for the
+    units that bend inside the inputs' range only (at initialisation about a third).
 
     Shapes:
         w1, b1 ``[hidden]``; w2 ``[heads, hidden]``; b2 ``[heads]`` -> ``[kept + 1]``,
