@@ -137,8 +137,14 @@ def _blocks(q, k, v, encoding, context, plan, causal, scale, table, options):
     """A shift-invariant bias from its ``2L - 1`` distances, by blocks of queries
     (:mod:`~posenc.attn.bias_blocks`); a given table is not read (the distances are the
     same values, and their backward reaches the encoding's parameters)."""
+    return _by_distance(q, k, v, encoding, scale, causal)
+
+
+def _by_distance(q, k, v, encoding, scale, causal, block=None):
+    """:func:`~posenc.attn.bias_blocks.distance_attention` over the encoding's distance
+    values for these ``q_len`` queries and keys."""
     values = distance_values(encoding, q.shape[2], causal, q.device)
-    return distance_attention(q, k, v, values, scale, causal)
+    return distance_attention(q, k, v, values, scale, causal, block)
 
 
 def _rows(q, k, v, encoding, context, plan, causal, scale, table, options):
@@ -155,9 +161,8 @@ def _rows(q, k, v, encoding, context, plan, causal, scale, table, options):
     if first == 0:
         return rows_attention(q, k, v, rows, tensors, scale, causal)
     # each part in the blocks the whole call would take: fewer kernel calls
-    values = distance_values(encoding, first, causal, q.device)
     head = (t[:, :, :first] for t in (q, k, v))
-    out = distance_attention(*head, values, scale, causal, block=min(first, block_size(n)))
+    out = _by_distance(*head, encoding, scale, causal, block=min(first, block_size(n)))
     rest = q[:, :, first:]
     block = min(n - first, block_size(n, PARTS))
     rest = rows_attention(rest, k, v, rows, tensors, scale, causal, block, q_offset=first)
