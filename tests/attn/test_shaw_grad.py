@@ -60,6 +60,11 @@ CASES = [
     (1, 2, 2, 30, 30, 0, 8, None, None),  # k = 0: one bin
     (2, 2, 2, 21, 21, 4, 8, "offset", "offset"),  # positions from 100: the same distances
     (2, 2, 1, 19, 19, 4, 8, "batch", "batch"),  # [batch, len] positions, not consecutive
+    # queries placed 20 after or before their keys (farther than k): under the causal mask
+    # every key a query sees is in one bin, yet the keys after it stay hidden; two blocks of
+    # the CPU kernel's forward
+    (1, 2, 2, 150, 150, 4, 16, "ahead", None),
+    (1, 2, 2, 150, 150, 4, 16, None, "ahead"),
 ]
 
 
@@ -71,6 +76,7 @@ def test_float64_equals_reference(causal, values, b, h, kv_h, q_len, k_len, kd, 
     positions = {
         None: lambda n: torch.arange(n),
         "offset": lambda n: torch.arange(n) + 100,
+        "ahead": lambda n: torch.arange(n) + 20,
         "batch": lambda n: torch.randint(0, 4, (b, n)).cumsum(-1) + torch.arange(n),
     }
     q_pos = positions[qp](q_len)

@@ -11,7 +11,7 @@ import torch
 
 from ..functional.shaw import shaw_index
 
-__all__ = ["bin_blocks", "bin_sum", "consecutive_shift", "spread"]
+__all__ = ["bin_blocks", "bin_sum", "block_bounds", "consecutive_shift", "spread"]
 
 
 def consecutive_shift(q_positions: torch.Tensor, k_positions: torch.Tensor) -> int | None:
@@ -27,21 +27,32 @@ def consecutive_shift(q_positions: torch.Tensor, k_positions: torch.Tensor) -> i
     return int(k_positions[0]) - int(q_positions[0])
 
 
-def bin_blocks(qp, kp, shift, q_len, max_distance, causal, block, b, h):
-    """Yield ``(i0, i1, n, band)`` per block of queries ``[i0, i1)``: the keys it sees are
-    ``[0, n)``. ``band = (lo, hi, idx)``: keys before ``lo`` are in the first distance bin
-    (farther left than ``max_distance``), keys from ``hi`` on in the last, and ``idx`` holds
-    the bins of keys ``[lo, hi)``, expanded to ``[b, h, i1 - i0, hi - lo]`` (a view). With
-    consecutive positions (``shift`` not None) the band is the ``blk + 2k`` keys around the
-    diagonal; otherwise it is every key."""
-    k_len = kp.shape[-1]
+def block_bounds(shift, q_len, k_len, max_distance, causal, block):
+    """Yield ``(i0, i1, n, lo, hi)`` per block of queries ``[i0, i1)``: the keys it sees are
+    ``[0, n)``; keys before ``lo`` are in the first distance bin (farther left than
+    ``max_distance``), keys from ``hi`` on in the last. With consecutive positions
+    (``shift`` not None: key ``j`` of query ``i`` is at distance ``j - i + shift``) the
+    band ``[lo, hi)`` is the ``blk + 2k`` keys around the diagonal; otherwise every key.
+    Causal, the band holds every key from ``i0`` on (to ``n``), so the keys outside it are
+    visible to every query of the block: the mask is applied in the band only."""
     for i0 in range(0, q_len, block):
         i1 = min(i0 + block, q_len)
         n = i1 if causal else k_len
         lo, hi = 0, n
-        if shift is not None:  # key j of query i is at distance j - i + shift
+        if shift is not None and causal:  # the keys the mask hides stay in the band
+            lo = min(max(i0 - shift - max_distance, 0), i0)
+        elif shift is not None:
             lo = min(max(i0 - shift - max_distance, 0), n)
             hi = min(max(i1 - shift + max_distance, lo), n)
+        yield i0, i1, n, lo, hi
+
+
+def bin_blocks(qp, kp, shift, q_len, max_distance, causal, block, b, h):
+    """Yield ``(i0, i1, n, band)`` per block of :func:`block_bounds`, ``band = (lo, hi,
+    idx)`` with ``idx`` the bins of keys ``[lo, hi)``, expanded to ``[b, h, i1 - i0,
+    hi - lo]`` (a view)."""
+    k_len = kp.shape[-1]
+    for i0, i1, n, lo, hi in block_bounds(shift, q_len, k_len, max_distance, causal, block):
         rel = kp[:, :, lo:hi] - qp[:, :, i0:i1].transpose(1, 2)  # [b | 1, blk, hi - lo]
         idx = shaw_index(rel, max_distance).unsqueeze(1).expand(b, h, i1 - i0, hi - lo)
         yield i0, i1, n, (lo, hi, idx)

@@ -23,8 +23,9 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from ..functional.dtypes import math_dtype
-from .flash_blocks import FLASH_OP, after_query, bias_flash_available, block_size, check_blockwise
-from .shaw_bins import bin_blocks, bin_sum, consecutive_shift, spread
+from ..functional.shaw import shaw_index
+from .flash_blocks import FLASH_OP, bias_flash_available, block_size, check_blockwise
+from .shaw_bins import bin_blocks, bin_sum, block_bounds, consecutive_shift, spread
 
 __all__ = ["BLOCK", "shaw_attention"]
 
@@ -125,7 +126,7 @@ class _ShawFlash(torch.autograd.Function):
         a_v = None if value_table is None else value_table.to(dtype)
         if a_v is None and shift is not None and bias_flash_available():
             out, lse = _kernel_forward(
-                q3.view(q.shape), k3.view(k.shape), v3.view(v.shape), a_k, qp, kp, meta
+                q3.view(q.shape), k3.view(k.shape), v3.view(v.shape), a_k, meta
             )
             ctx.save_for_backward(q, k, v, key_table, value_table, qp, kp, out, lse)
             ctx.meta = meta
@@ -191,15 +192,16 @@ class _ShawFlash(torch.autograd.Function):
         )
 
 
-def _kernel_forward(q, k, v, a_k, qp, kp, meta):
+def _kernel_forward(q, k, v, a_k, meta):
     """The forward over consecutive positions without a value table on the CPU flash kernel,
     a block of :func:`~posenc.attn.flash_blocks.block_size` queries at a time, in up to three
-    calls merged by their log-sum-exp: the keys farther left than ``max_distance`` from
-    every query of the block (all in the first distance bin: a per-row constant, the
-    reference the others are taken against, so no bias at all), the band around the diagonal
-    with its bias ``q a^K[r]ᵀ · scale`` gathered from ``2k + 1`` values per query, and (not
+    calls: the keys farther left than ``max_distance`` from every query of the block (all in
+    the first distance bin: a per-row constant, the reference the others are taken against,
+    so no bias at all), the band around the diagonal with its bias ``q a^K[r]ᵀ · scale``
+    gathered from ``2k + 1`` values per query (``-inf`` past the query, causal), and (not
     causal) the keys farther right (the last bin: another per-row constant, added to their
-    log-sum-exp).
+    log-sum-exp). The calls write into one output and log-sum-exp per part, merged once
+    for every row at the end: the glue costs a few operations per block, not a dozen.
 
     Shapes:
         q ``[b, h, q_len, d]``, k, v ``[b, h, k_len, d]`` in the math dtype ->
@@ -208,32 +210,47 @@ def _kernel_forward(q, k, v, a_k, qp, kp, meta):
     max_distance, shift, scale, causal, _ = meta
     kernel = getattr(torch.ops.aten, FLASH_OP)
     b, h, q_len, d = q.shape
-    out = torch.empty(b, h, q_len, d, dtype=q.dtype, device=q.device)
-    lse = torch.empty(b, h, q_len, 1, dtype=q.dtype, device=q.device)
-    blocks = bin_blocks(qp, kp, shift, q_len, max_distance, causal, block_size(q_len), b, h)
-    for i0, i1, n, (lo, hi, idx) in blocks:
-        qb = q[:, :, i0:i1]
-        per_bin = (qb @ a_k.T).mul_(scale)  # [b, h, blk, 2k + 1]
-        left = per_bin[..., :1]  # every key before lo: the reference
-        bias = per_bin.gather(-1, idx).sub_(left)  # [b, h, blk, hi - lo]
-        if causal:  # keys after their query, by index
-            bias.masked_fill_(after_query(i0, i1, lo, hi, q.device), float("-inf"))
-        parts = [
-            kernel(qb, k[:, :, lo:hi], v[:, :, lo:hi], 0.0, False, attn_mask=bias, scale=scale)[:2]
-        ]
-        if lo > 0:
-            parts.append(kernel(qb, k[:, :, :lo], v[:, :, :lo], 0.0, False, scale=scale)[:2])
-        if hi < n:
-            o, lse_right = kernel(qb, k[:, :, hi:n], v[:, :, hi:n], 0.0, False, scale=scale)[:2]
-            parts.append((o, lse_right + (per_bin[..., -1] - left[..., 0])))
-        lses = torch.stack([part[1] for part in parts])  # [parts, b, h, blk]
-        total = lses.logsumexp(0)
-        weights = lses.sub_(total).exp_().unsqueeze(-1)  # each part's share of the row
-        block_out = torch.mul(parts[0][0], weights[0], out=out[:, :, i0:i1])
-        for (o, _), w in zip(parts[1:], weights[1:], strict=True):
-            block_out.addcmul_(o, w)
-        lse[:, :, i0:i1, 0] = total + left[..., 0]
-    return out.view(b * h, q_len, d), lse.view(b * h, q_len, 1)
+    per_bin = (q @ a_k.T).mul_(scale)  # [b, h, q_len, 2k + 1]
+    left = per_bin[..., :1]  # every key before lo: the reference
+    # each bin's bias over the first, and one more column, -inf, for keys after their query
+    bins = torch.cat([per_bin - left, torch.full_like(left, float("-inf"))], -1)
+    parts = 2 if causal else 3  # the band, the keys farther left, farther right
+    outs = q.new_zeros(parts, b, h, q_len, d)
+    lses = q.new_full((parts, b, h, q_len), float("-inf"))
+    index: dict[tuple[int, int, int], torch.Tensor] = {}  # the blocks' bins, by shape
+    for i0, i1, n, lo, hi in block_bounds(
+        shift, q_len, k.shape[2], max_distance, causal, block_size(q_len)
+    ):
+        if (i1 - i0, lo - i0, hi - i0) not in index:
+            index[i1 - i0, lo - i0, hi - i0] = _band_bins(
+                i1 - i0, lo - i0, hi - i0, shift, max_distance, causal, q.device
+            )
+        idx = index[i1 - i0, lo - i0, hi - i0].expand(b, h, -1, -1)
+        calls = ((lo, hi, bins[:, :, i0:i1].gather(-1, idx)), (0, lo, None), (hi, n, None))
+        for part, (k0, k1, mask) in enumerate(calls[:parts]):
+            if k1 > k0:
+                qb, kb, vb = q[:, :, i0:i1], k[:, :, k0:k1], v[:, :, k0:k1]
+                o, lse = kernel(qb, kb, vb, 0.0, False, attn_mask=mask, scale=scale)[:2]
+                outs[part, :, :, i0:i1], lses[part, :, :, i0:i1] = o, lse
+    if not causal:  # the keys farther right are in the last bin
+        lses[2] += per_bin[..., -1] - left[..., 0]
+    total = lses.logsumexp(0)
+    weights = lses.sub_(total).exp_().unsqueeze(-1)  # each part's share of the row
+    out = torch.mul(outs[0], weights[0])
+    for o, w in zip(outs[1:], weights[1:], strict=True):
+        out.addcmul_(o, w)
+    return out.view(b * h, q_len, d), total.add_(left[..., 0]).view(b * h, q_len, 1)
+
+
+def _band_bins(blk, lo, hi, shift, max_distance, causal, device):
+    """The bins of the band, keys ``[i0 + lo, i0 + hi)`` of the queries ``[i0, i0 + blk)``
+    (``lo``, ``hi`` relative to the block's first query, so every block of one shape shares
+    them), ``2k + 1`` for keys after their query under the causal mask: ``[blk, hi - lo]``."""
+    rel = torch.arange(lo, hi, device=device) - torch.arange(blk, device=device)[:, None]
+    idx = shaw_index(rel + shift, max_distance)
+    if causal:
+        idx.masked_fill_(rel > 0, 2 * max_distance + 1)
+    return idx
 
 
 def _scores(qb, kn, a_k, band, scale, causal, i0):
