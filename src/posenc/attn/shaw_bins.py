@@ -11,7 +11,7 @@ import torch
 
 from ..functional.shaw import shaw_index
 
-__all__ = ["bin_blocks", "bin_sum", "block_bounds", "consecutive_shift", "spread"]
+__all__ = ["band_masks", "bin_blocks", "bin_sum", "block_bounds", "consecutive_shift", "spread"]
 
 
 def consecutive_shift(q_positions: torch.Tensor, k_positions: torch.Tensor) -> int | None:
@@ -56,6 +56,45 @@ def bin_blocks(qp, kp, shift, q_len, max_distance, causal, block, b, h):
         rel = kp[:, :, lo:hi] - qp[:, :, i0:i1].transpose(1, 2)  # [b | 1, blk, hi - lo]
         idx = shaw_index(rel, max_distance).unsqueeze(1).expand(b, h, i1 - i0, hi - lo)
         yield i0, i1, n, (lo, hi, idx)
+
+
+def band_masks(bins, blocks, shift, max_distance, causal):
+    """Yield each block's additive mask over its band, ``[b, h, i1 - i0, hi - lo]``, for
+    consecutive positions (``shift`` an int; the blocks of :func:`block_bounds`): the bias of
+    key ``j`` is ``bins[.., i, clip(j - i + shift, -k, k) + k]``, ``-inf`` past the query
+    under the causal mask.
+
+    A key's bias depends on its query's row of ``bins`` and on ``j - i`` alone, so every
+    block reads one buffer laid out by distance, ``buf[r, t]`` for ``j - i = t + rel_min``,
+    through a view whose rows step one column left (row stride ``T - 1``, the skew of
+    Huang et al. 2018, arXiv:1809.04281, section 3.4.1). The columns before the first bin,
+    and the masked ones, are the same for every block and are written once; a block writes
+    its rows' ``2k + 1`` bins (and, not causal, the last one past them). The views share the
+    buffer: use each before taking the next.
+
+    Shapes:
+        bins ``[b, h, q_len, 2k + 1]``, each bin's bias over the first (``bins[.., 0] = 0``).
+    """
+    rel_min = min(lo - i1 + 1 for i0, i1, _, lo, _ in blocks)
+    width = max(hi - i0 for i0, _, _, _, hi in blocks) - rel_min  # T
+    b, h, _, rows = bins.shape
+    buf = bins.new_empty(b, h, max(i1 - i0 for i0, i1, *_ in blocks), width)
+    first = min(max(-max_distance - shift - rel_min, 0), width)  # column of bin 0's end
+    # the columns a block writes: its bins from ``first``, up to the query (causal) or on
+    end = min(1 - rel_min, width) if causal else width
+    top = min(max(first, -max_distance - shift - rel_min + rows), end)  # past the last bin
+    buf[..., :first] = 0.0
+    buf[..., end:] = float("-inf")
+    skip = first + max_distance + shift + rel_min  # bins before column ``first``
+    for i0, i1, _, lo, hi in blocks:
+        blk = i1 - i0
+        if top > first:
+            buf[:, :, :blk, first:top] = bins[:, :, i0:i1, skip : skip + top - first]
+        if end > top:
+            buf[:, :, :blk, top:end] = bins[:, :, i0:i1, -1:]
+        stride = (buf.stride(0), buf.stride(1), width - 1, 1)
+        offset = buf.storage_offset() + lo - i0 - rel_min
+        yield buf.as_strided((b, h, blk, hi - lo), stride, offset)
 
 
 def spread(per_bin: torch.Tensor, band, n: int, out: torch.Tensor | None = None) -> torch.Tensor:

@@ -23,9 +23,8 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from ..functional.dtypes import math_dtype
-from ..functional.shaw import shaw_index
 from .flash_blocks import FLASH_OP, bias_flash_available, block_size, check_blockwise
-from .shaw_bins import bin_blocks, bin_sum, block_bounds, consecutive_shift, spread
+from .shaw_bins import band_masks, bin_blocks, bin_sum, block_bounds, consecutive_shift, spread
 
 __all__ = ["BLOCK", "shaw_attention"]
 
@@ -210,47 +209,30 @@ def _kernel_forward(q, k, v, a_k, meta):
     max_distance, shift, scale, causal, _ = meta
     kernel = getattr(torch.ops.aten, FLASH_OP)
     b, h, q_len, d = q.shape
-    per_bin = (q @ a_k.T).mul_(scale)  # [b, h, q_len, 2k + 1]
-    left = per_bin[..., :1]  # every key before lo: the reference
-    # each bin's bias over the first, and one more column, -inf, for keys after their query
-    bins = torch.cat([per_bin - left, torch.full_like(left, float("-inf"))], -1)
+    left = (q @ a_k[0]).mul_(scale)  # [b, h, q_len]: every key before lo, the reference
+    bins = (q @ (a_k - a_k[:1]).T).mul_(scale)  # [b, h, q_len, 2k + 1]: each bin over it
     parts = 2 if causal else 3  # the band, the keys farther left, farther right
-    outs = q.new_zeros(parts, b, h, q_len, d)
+    outs = q.new_empty(parts, b, h, q_len, d)
     lses = q.new_full((parts, b, h, q_len), float("-inf"))
-    index: dict[tuple[int, int, int], torch.Tensor] = {}  # the blocks' bins, by shape
-    for i0, i1, n, lo, hi in block_bounds(
-        shift, q_len, k.shape[2], max_distance, causal, block_size(q_len)
-    ):
-        if (i1 - i0, lo - i0, hi - i0) not in index:
-            index[i1 - i0, lo - i0, hi - i0] = _band_bins(
-                i1 - i0, lo - i0, hi - i0, shift, max_distance, causal, q.device
-            )
-        idx = index[i1 - i0, lo - i0, hi - i0].expand(b, h, -1, -1)
-        calls = ((lo, hi, bins[:, :, i0:i1].gather(-1, idx)), (0, lo, None), (hi, n, None))
-        for part, (k0, k1, mask) in enumerate(calls[:parts]):
+    blocks = list(block_bounds(shift, q_len, k.shape[2], max_distance, causal, block_size(q_len)))
+    masks = band_masks(bins, blocks, shift, max_distance, causal)
+    for (i0, i1, n, lo, hi), mask in zip(blocks, masks, strict=True):
+        calls = ((lo, hi, mask), (0, lo, None), (hi, n, None))
+        for part, (k0, k1, part_mask) in enumerate(calls[:parts]):
+            qb, kb, vb = q[:, :, i0:i1], k[:, :, k0:k1], v[:, :, k0:k1]
             if k1 > k0:
-                qb, kb, vb = q[:, :, i0:i1], k[:, :, k0:k1], v[:, :, k0:k1]
-                o, lse = kernel(qb, kb, vb, 0.0, False, attn_mask=mask, scale=scale)[:2]
+                o, lse = kernel(qb, kb, vb, 0.0, False, attn_mask=part_mask, scale=scale)[:2]
                 outs[part, :, :, i0:i1], lses[part, :, :, i0:i1] = o, lse
+            else:  # no keys: a share of 0 (its log-sum-exp stays -inf) of a finite output
+                outs[part, :, :, i0:i1] = 0.0
     if not causal:  # the keys farther right are in the last bin
-        lses[2] += per_bin[..., -1] - left[..., 0]
+        lses[2] += bins[..., -1]
     total = lses.logsumexp(0)
     weights = lses.sub_(total).exp_().unsqueeze(-1)  # each part's share of the row
     out = torch.mul(outs[0], weights[0])
     for o, w in zip(outs[1:], weights[1:], strict=True):
         out.addcmul_(o, w)
-    return out.view(b * h, q_len, d), total.add_(left[..., 0]).view(b * h, q_len, 1)
-
-
-def _band_bins(blk, lo, hi, shift, max_distance, causal, device):
-    """The bins of the band, keys ``[i0 + lo, i0 + hi)`` of the queries ``[i0, i0 + blk)``
-    (``lo``, ``hi`` relative to the block's first query, so every block of one shape shares
-    them), ``2k + 1`` for keys after their query under the causal mask: ``[blk, hi - lo]``."""
-    rel = torch.arange(lo, hi, device=device) - torch.arange(blk, device=device)[:, None]
-    idx = shaw_index(rel + shift, max_distance)
-    if causal:
-        idx.masked_fill_(rel > 0, 2 * max_distance + 1)
-    return idx
+    return out.view(b * h, q_len, d), total.add_(left).view(b * h, q_len, 1)
 
 
 def _scores(qb, kn, a_k, band, scale, causal, i0):
