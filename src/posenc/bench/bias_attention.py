@@ -173,11 +173,7 @@ def _memory_main() -> int:
     """The ``--memory`` child: for each spec on stdin, one JSON line name -> extra MiB."""
     for spec in json.loads(sys.stdin.read()):
         calls, _ = impls(**spec)
-        out = {}
-        for name, call in calls.items():
-            call()  # warm-up: lazy allocations and caches are not the call's
-            out[name] = memory.peak_extra_mib(call)
-        print(json.dumps(out), flush=True)
+        print(json.dumps(memory.peaks_mib(calls)), flush=True)
     return 0
 
 
