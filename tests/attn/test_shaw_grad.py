@@ -111,6 +111,17 @@ def test_keys_that_follow_cached_ones(tol):
         torch.testing.assert_close(g, w, **tol(torch.float64, n=200_000, scale=10.0))
 
 
+@pytest.mark.parametrize("offset", [100, -100])
+def test_a_query_far_from_every_key(offset, tol):
+    """One query farther than k from all its keys, to either side: no key is in the band
+    (the band's mask has no columns), every key in the first or in the last bin."""
+    q, k, v, a_k, _ = _inputs(1, 2, 2, 1, 5, 8, 5, torch.float64, False)
+    q_pos, k_pos = torch.arange(1) + offset, torch.arange(5)
+    out = shaw_attention(q, k, v, a_k, None, 2, q_pos, k_pos, 0.4, False)
+    expected = _reference(q, k, v, a_k, None, q_pos, k_pos, 2, 0.4, False)
+    torch.testing.assert_close(out, expected, **tol(torch.float64, n=100, scale=10.0))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("causal", [True, False])
 def test_low_precision_within_rounding(dtype, causal, attention_tol, grad_tol, score_size):

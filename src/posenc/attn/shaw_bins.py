@@ -76,7 +76,7 @@ def band_masks(bins, blocks, shift, max_distance, causal):
         bins ``[b, h, q_len, 2k + 1]``, each bin's bias over the first (``bins[.., 0] = 0``).
     """
     rel_min = min(lo - i1 + 1 for i0, i1, _, lo, _ in blocks)
-    width = max(hi - i0 for i0, _, _, _, hi in blocks) - rel_min  # T
+    width = max(max(hi - i0 for i0, _, _, _, hi in blocks) - rel_min, 1)  # T (no band: 0)
     b, h, _, rows = bins.shape
     buf = bins.new_empty(b, h, max(i1 - i0 for i0, i1, *_ in blocks), width)
     first = min(max(-max_distance - shift - rel_min, 0), width)  # column of bin 0's end
