@@ -17,6 +17,7 @@ would plug in; the CPU path imports no Triton.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -209,8 +210,8 @@ def _kernel_forward(q, k, v, a_k, meta):
     max_distance, shift, scale, causal, _ = meta
     kernel = getattr(torch.ops.aten, FLASH_OP)
     b, h, q_len, d = q.shape
-    left = (q @ a_k[0]).mul_(scale)  # [b, h, q_len]: every key before lo, the reference
-    bins = (q @ (a_k - a_k[:1]).T).mul_(scale)  # [b, h, q_len, 2k + 1]: each bin over it
+    left = q @ (a_k[0] * scale)  # [b, h, q_len]: every key before lo, the reference
+    bins = q @ ((a_k - a_k[:1]) * scale).T  # [b, h, q_len, 2k + 1]: each bin over it
     parts = 2 if causal else 3  # the band, the keys farther left, farther right
     outs = q.new_empty(parts, b, h, q_len, d)
     lses = q.new_full((parts, b, h, q_len), float("-inf"))
@@ -227,7 +228,7 @@ def _kernel_forward(q, k, v, a_k, meta):
                 outs[part, :, :, i0:i1] = 0.0
     if not causal:  # the keys farther right are in the last bin
         lses[2] += bins[..., -1]
-    total = lses.logsumexp(0)
+    total = functools.reduce(torch.logaddexp, lses)  # (two or three parts: no reduction)
     weights = lses.sub_(total).exp_().unsqueeze(-1)  # each part's share of the row
     out = torch.mul(outs[0], weights[0])
     for o, w in zip(outs[1:], weights[1:], strict=True):

@@ -238,7 +238,7 @@ def report(result: Mapping[str, Any]) -> str:
             out += [growth_table(records)]
         read = verdicts(case, records)
         if read:
-            out += ["", "Targets (the ratio to the row's floor, measured here):"]
+            out += ["", "Targets (the ratio of the fastest rounds to the floor's, measured here):"]
             out += [f"- {v.line()}" for v in read]
         skips = _skips(records)
         if skips:
@@ -259,14 +259,13 @@ def side_by_side(results: Mapping[str, Mapping[str, Any]]) -> str:
     >>> print(side_by_side({"native": run(1.2), "default": run(1.7)}))
     | row | target | native (AVX2) | default (AVX2) |
     |---|---|---|---|
-    | t5 fwd, L 8 | at most 1.50x | 1.20x, met | 1.70x, not met |
+    | t5 fwd, L 8 | at most 1.50x | 1.20x (median 1.20x), met | 1.70x (median 1.70x), not met |
     """
     rows: dict[tuple[str, str], dict[str, str]] = {}
     for label, result in results.items():
         for case, records in result["cases"].items():
             for v in verdicts(case, records):
-                ratio = "not run" if v.ratio is None else f"{v.ratio:.2f}x"
-                cell_text = f"{ratio}, {'met' if v.met else 'not met'}"
+                cell_text = f"{v.measured()}, {'met' if v.met else 'not met'}"
                 key = (v.label(), f"at most {v.target.bound:.2f}x")
                 rows.setdefault(key, {})[label] = cell_text
     heads = [f"{label} ({r['machine']['cpu_capability']})" for label, r in results.items()]

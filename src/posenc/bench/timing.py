@@ -7,7 +7,11 @@ ran then. Each implementation is called ``warmup`` times first (untimed: allocat
 lazy initialisation, compilation), then once per round for ``repeat`` rounds.
 
 A result is the median of the rounds with the quartiles and the extremes as its spread;
-the ratio to the floor divides medians from the same run.
+the ratio to the floor divides medians from the same run (``x_floor``), and fastest rounds
+(``x_floor_min``). On a shared machine whose interference only adds time, the fastest
+round is the least disturbed one: the speed targets (:mod:`posenc.bench.targets`) read
+the ratio of fastest rounds, which stays within a few hundredths where the ratio of
+medians of a few rounds moves by tenths between runs of the same code.
 
 Example:
     >>> ticks = iter(range(100))
@@ -54,7 +58,8 @@ class Stats:
 
     def to_dict(self, floor: Stats | None = None) -> dict[str, Any]:
         """The record written to JSON, in milliseconds; ``x_floor`` is this median over
-        ``floor``'s (None without a floor)."""
+        ``floor``'s, ``x_floor_min`` this fastest round over ``floor``'s (None without a
+        floor)."""
         out: dict[str, Any] = {
             "median_ms": self.median_s * 1e3,
             "q1_ms": self.q1_s * 1e3,
@@ -64,6 +69,7 @@ class Stats:
             "n": self.n,
         }
         out["x_floor"] = self.median_s / floor.median_s if floor and floor.median_s > 0 else None
+        out["x_floor_min"] = self.min_s / floor.min_s if floor and floor.min_s > 0 else None
         return out
 
 
