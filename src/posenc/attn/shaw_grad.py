@@ -198,7 +198,8 @@ def _kernel_forward(q, k, v, a_k, meta):
     calls: the keys farther left than ``max_distance`` from every query of the block (all in
     the first distance bin: a per-row constant, the reference the others are taken against,
     so no bias at all), the band around the diagonal with its bias ``q a^K[r]ᵀ · scale``
-    gathered from ``2k + 1`` values per query (``-inf`` past the query, causal), and (not
+    read from ``2k + 1`` values per query through a skewed view
+    (:func:`~posenc.attn.shaw_bins.band_masks`; ``-inf`` past the query, causal), and (not
     causal) the keys farther right (the last bin: another per-row constant, added to their
     log-sum-exp). The calls write into one output and log-sum-exp per part, merged once
     for every row at the end: the glue costs a few operations per block, not a dozen.
@@ -228,7 +229,7 @@ def _kernel_forward(q, k, v, a_k, meta):
                 outs[part, :, :, i0:i1] = 0.0
     if not causal:  # the keys farther right are in the last bin
         lses[2] += bins[..., -1]
-    total = functools.reduce(torch.logaddexp, lses)  # (two or three parts: no reduction)
+    total = functools.reduce(torch.logaddexp, lses)  # 2-3 parts: elementwise, no reduction
     weights = lses.sub_(total).exp_().unsqueeze(-1)  # each part's share of the row
     out = torch.mul(outs[0], weights[0])
     for o, w in zip(outs[1:], weights[1:], strict=True):
