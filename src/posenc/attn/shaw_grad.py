@@ -221,8 +221,8 @@ def _kernel_forward(q, k, v, a_k, meta):
     for (i0, i1, n, lo, hi), mask in zip(blocks, masks, strict=True):
         calls = ((lo, hi, mask), (0, lo, None), (hi, n, None))
         for part, (k0, k1, part_mask) in enumerate(calls[:parts]):
-            qb, kb, vb = q[:, :, i0:i1], k[:, :, k0:k1], v[:, :, k0:k1]
             if k1 > k0:
+                qb, kb, vb = q[:, :, i0:i1], k[:, :, k0:k1], v[:, :, k0:k1]
                 o, lse = kernel(qb, kb, vb, 0.0, False, attn_mask=part_mask, scale=scale)[:2]
                 outs[part, :, :, i0:i1], lses[part, :, :, i0:i1] = o, lse
             else:  # no keys: a share of 0 (its log-sum-exp stays -inf) of a finite output

@@ -265,7 +265,7 @@ def side_by_side(results: Mapping[str, Mapping[str, Any]]) -> str:
     for label, result in results.items():
         for case, records in result["cases"].items():
             for v in verdicts(case, records):
-                cell_text = f"{v.measured()}, {'met' if v.met else 'not met'}"
+                cell_text = f"{v.measured()}, {v.status()}"
                 key = (v.label(), f"at most {v.target.bound:.2f}x")
                 rows.setdefault(key, {})[label] = cell_text
     heads = [f"{label} ({r['machine']['cpu_capability']})" for label, r in results.items()]

@@ -82,10 +82,12 @@ class Verdict:
         median = "" if self.median is None else f" (median {self.median:.2f}x)"
         return f"{self.ratio:.2f}x{median}"
 
+    def status(self) -> str:
+        return "met" if self.met else "not met"
+
     def line(self) -> str:
-        status = "met" if self.met else "not met"
         bound = self.target.bound
-        return f"{self.label()}: {self.measured()}, target at most {bound:.2f}x: {status}"
+        return f"{self.label()}: {self.measured()}, target at most {bound:.2f}x: {self.status()}"
 
 
 FWD, BOTH = ("fwd",), ("fwd+bwd",)
