@@ -212,10 +212,25 @@ def test_interleaved_runs_round_robin_after_untimed_warmup():
     assert record["results"]["a"]["x_floor_min"] == 1.0  # fastest rounds: 1 and 1
 
 
+def test_rows_are_timed_a_round_of_every_row_at_a_time():
+    """A busy spell that covers the first two calls of row 1 slows one of its rounds, not
+    all of them: its fastest round is the undisturbed one."""
+    clock, impls, order = _fake_clock(
+        {"a": [9.0, 50.0, 1.0, 1.0], "b": [9.0, 50.0, 2.0, 2.0], "c": [9.0, 3.0, 3.0, 3.0]}
+    )
+    rows = [{"a": impls["a"], "b": impls["b"]}, {"c": impls["c"]}]
+    first, second = timing.interleaved_rows(rows, repeat=3, warmup=1, clock=clock)
+    assert "".join(order) == "abc" * 4  # warm-ups (each row's), then rounds across rows
+    assert (first["a"].n, first["a"].min_s, first["a"].max_s) == (3, 1.0, 50.0)
+    assert first["b"].min_s == 2.0 and list(second) == ["c"] and second["c"].median_s == 3.0
+
+
 @pytest.mark.parametrize("bad", [{"repeat": 0}, {"repeat": 1, "warmup": -1}])
 def test_interleaved_refuses_bad_counts(bad):
     with pytest.raises(ValueError, match=r"^(repeat|warmup) must be"):
         timing.interleaved({"a": lambda: None}, **{"repeat": 1, **bad})
+    with pytest.raises(ValueError, match=r"^(repeat|warmup) must be"):
+        timing.interleaved_rows([{"a": lambda: None}], **{"repeat": 1, **bad})
 
 
 def test_summary_quartiles_agree_with_numpy():

@@ -13,7 +13,9 @@ output's gradient fixed, the input gradients cleared after each call). The peak 
 each implementation (:mod:`posenc.bench.memory`) is measured in one separate process for
 all rows (``python -m posenc.bench.bias_attention --memory`` reads their specs on stdin).
 A materialising implementation whose ``[heads, L, L]`` tensors would need more than half of
-the available memory is skipped, with the reason, rather than risk the run.
+the available memory is skipped, with the reason, rather than risk the run. The rows are
+timed together, a round of every row at a time (:func:`~posenc.bench.timing.interleaved_rows`),
+so each row's rounds are spread over the whole case.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from ..attn import attention
 from ..builder import build
 from . import memory
 from . import peers as peers_mod
-from .timing import forward_call, interleaved, row
+from .timing import forward_call, interleaved_rows, row
 
 __all__ = ["bias_encodings", "impls", "run"]
 
@@ -135,7 +137,8 @@ def run(
     """One record per (pass, length, encoding), then a forward row per (long length, long
     encoding) against the floor alone (no peers, no materialised bias: long contexts keep
     the ratios of short ones, or they do not); each result also has ``peak_mib`` (extra
-    resident MiB at the peak, or None) and ``x_floor_memory``."""
+    resident MiB at the peak, or None) and ``x_floor_memory``. Every row's inputs are built
+    first, then timed round by round across the rows."""
     names = list(encodings) if encodings is not None else bias_encodings()
     sizes = {"heads": heads, "head_dim": head_dim, "dtype": dtype}
     specs: list[dict[str, Any]] = [
@@ -152,10 +155,10 @@ def run(
     peaks: list[dict[str, Any]] = [{} for _ in specs]
     if measure_memory and memory.available():
         peaks = memory.in_subprocess(__name__, specs)
+    built = [impls(**spec) for spec in specs]
+    timed = interleaved_rows([calls for calls, _ in built], repeat=repeat, warmup=warmup)
     records = []
-    for spec, peak in zip(specs, peaks, strict=True):
-        calls, skipped = impls(**spec)
-        stats = interleaved(calls, repeat=repeat, warmup=warmup)
+    for spec, peak, (_, skipped), stats in zip(specs, peaks, built, timed, strict=True):
         config = {k: spec[k] for k in ("encoding", "L", "heads", "head_dim", "dtype")}
         record = row({**config, "pass": spec["pass_"]}, stats, FLOOR, skipped)
         floor_mib = peak.get(FLOOR)

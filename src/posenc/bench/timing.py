@@ -29,13 +29,13 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy
 import torch
 
-__all__ = ["Stats", "forward_call", "interleaved", "row", "summarise"]
+__all__ = ["Stats", "forward_call", "interleaved", "interleaved_rows", "row", "summarise"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,26 +114,54 @@ def interleaved(
     Returns:
         name -> :class:`Stats`, in the order of ``impls``.
     """
+    return interleaved_rows([impls], repeat, warmup, clock, sync)[0]
+
+
+def interleaved_rows(
+    rows: Sequence[Mapping[str, Callable[[], Any]]],
+    repeat: int,
+    warmup: int = 1,
+    clock: Callable[[], float] = time.perf_counter,
+    sync: Callable[[], None] | None = None,
+) -> list[dict[str, Stats]]:
+    """:func:`interleaved` over several rows at once, rounds outermost: round ``r`` times
+    every implementation of every row before round ``r + 1`` starts, so a row's rounds are
+    spread over the whole run instead of a few seconds of it. On a shared machine another
+    tenant's busy spell lasts tens of seconds: timed row by row, it can cover every round
+    of one row (whose fastest round then is no faster than its median); timed this way it
+    falls on one or two rounds of each. Each row is warmed up ``warmup`` times first.
+
+    >>> ticks = iter(range(100))
+    >>> order = []
+    >>> rows = [{n: (lambda n=n: order.append(n)) for n in names} for names in ("ab", "c")]
+    >>> stats = interleaved_rows(rows, repeat=2, warmup=1, clock=lambda: float(next(ticks)))
+    >>> "".join(order)  # the warm-ups, then two rounds of both rows
+    'abcabcabc'
+    >>> [sorted(s) for s in stats]
+    [['a', 'b'], ['c']]
+    """
     if not isinstance(repeat, int) or repeat < 1:
         raise ValueError(f"repeat must be an int >= 1, got {repeat!r}")
     if not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
-    if not impls:
+    if not rows or not all(rows):
         raise ValueError("impls must name at least one implementation")
-    for _ in range(warmup):
-        for fn in impls.values():
-            fn()
+    for impls in rows:
+        for _ in range(warmup):
+            for fn in impls.values():
+                fn()
     if sync is not None:
         sync()
-    times: dict[str, list[float]] = {name: [] for name in impls}
+    times: list[dict[str, list[float]]] = [{name: [] for name in impls} for impls in rows]
     for _ in range(repeat):
-        for name, fn in impls.items():
-            start = clock()
-            fn()
-            if sync is not None:
-                sync()
-            times[name].append(clock() - start)
-    return {name: summarise(t) for name, t in times.items()}
+        for impls, row_times in zip(rows, times, strict=True):
+            for name, fn in impls.items():
+                start = clock()
+                fn()
+                if sync is not None:
+                    sync()
+                row_times[name].append(clock() - start)
+    return [{name: summarise(t) for name, t in row_times.items()} for row_times in times]
 
 
 def row(
