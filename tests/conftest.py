@@ -5,8 +5,14 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
 from hypothesis import settings
+
+# inductor compiles in the test process: a pool of compile workers would start in each
+# xdist worker, each importing torch (seconds of two busy cores), for the few kernels a
+# test compiles. Set before torch's inductor reads its configuration.
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+
+import torch
 
 from posenc.attn.flex import flex_available
 
