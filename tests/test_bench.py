@@ -233,6 +233,12 @@ def test_interleaved_refuses_bad_counts(bad):
         timing.interleaved_rows([{"a": lambda: None}], **{"repeat": 1, **bad})
 
 
+@pytest.mark.parametrize("rows", [[], [{"a": lambda: None}, {}]])
+def test_interleaved_rows_refuses_an_empty_row(rows):
+    with pytest.raises(ValueError, match="at least one implementation, in every row"):
+        timing.interleaved_rows(rows, repeat=1)
+
+
 def test_summary_quartiles_agree_with_numpy():
     gen = np.random.default_rng(0)
     for n in (1, 2, 5, 8):

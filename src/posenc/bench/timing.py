@@ -145,7 +145,7 @@ def interleaved_rows(
     if not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
     if not rows or not all(rows):
-        raise ValueError("impls must name at least one implementation")
+        raise ValueError("impls must name at least one implementation, in every row")
     for impls in rows:
         for _ in range(warmup):
             for fn in impls.values():
