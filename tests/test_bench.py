@@ -20,6 +20,7 @@ from posenc.bench import (
     suite,
     targets,
     timing,
+    training,
 )
 from posenc.bench.machine import FIELDS, FLAGS, cpu_info, machine
 from posenc.cli import main
@@ -223,6 +224,28 @@ def test_rows_are_timed_a_round_of_every_row_at_a_time():
     assert "".join(order) == "abc" * 4  # warm-ups (each row's), then rounds across rows
     assert (first["a"].n, first["a"].min_s, first["a"].max_s) == (3, 1.0, 50.0)
     assert first["b"].min_s == 2.0 and list(second) == ["c"] and second["c"].median_s == 3.0
+
+
+def test_training_times_every_length_in_the_same_rounds(monkeypatch):
+    """The training case hands all its lengths to one interleaved_rows call (a busy spell
+    then falls on a round of each length's rows, not on every round of one length), and
+    each record keeps its own length, floor and tokens per second."""
+    calls = []
+
+    def spy(rows, **kwargs):
+        calls.append([sorted(r) for r in rows])
+        return timing.interleaved_rows(rows, **kwargs)
+
+    monkeypatch.setattr(training, "interleaved_rows", spy)
+    records = training.run(
+        [8, 12], ["nope", "alibi"], dim=16, n_layers=1, n_heads=2, batch=1, repeat=2, warmup=0
+    )
+    assert calls == [[["alibi", "nope"], ["alibi", "nope"]]]
+    assert [r["config"]["length"] for r in records] == [8, 12]
+    for r, length in zip(records, (8, 12), strict=True):
+        assert r["floor"] == "nope" and r["results"]["nope"]["x_floor"] == 1.0
+        s = r["results"]["alibi"]
+        assert s["tokens_per_s"] == pytest.approx(length / (s["median_ms"] / 1e3))
 
 
 @pytest.mark.parametrize("bad", [{"repeat": 0}, {"repeat": 1, "warmup": -1}])

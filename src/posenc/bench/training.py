@@ -4,8 +4,10 @@ A step is what the arena does per batch: forward, next-token cross-entropy, back
 an AdamW update, on random tokens. Every encoding of :func:`posenc.available` that
 TransformerLM accepts (1-D positions; a learned table long enough for the length) gets a
 model of the same size; the models of one length are timed in turns, and ``nope`` (no
-positional term) is the floor. Tokens per second are ``batch * length`` over the median
-step.
+positional term) is the floor. All lengths' models are built first and timed a round of
+every row at a time (:func:`~posenc.bench.timing.interleaved_rows`), so another tenant's
+busy spell falls on a round or two of each row, not on every round of one. Tokens per
+second are ``batch * length`` over the median step.
 
 Issue 13's reference size: dim 256, 4 layers, 8 heads, batch 4, length 512.
 """
@@ -20,7 +22,7 @@ import torch.nn.functional as F
 
 from .. import registry
 from ..models import TransformerLM
-from .timing import interleaved, row
+from .timing import interleaved_rows, row
 
 __all__ = ["FLOOR", "encodings", "run"]
 
@@ -66,7 +68,8 @@ def run(
     """One record per length; each result also has ``tokens_per_s``. Encodings that
     TransformerLM refuses are skipped with its message."""
     chosen = list(names) if names is not None else encodings()
-    records = []
+    rows: list[dict[str, Callable[[], Any]]] = []
+    skips: list[dict[str, str]] = []
     for length in lengths:
         torch.manual_seed(0)
         tokens = torch.randint(0, VOCAB, (batch, length + 1))
@@ -79,6 +82,11 @@ def run(
                 skipped[name] = f"unsupported: {e}"[:200]
                 continue
             calls[name] = _step(model, tokens)
+        rows.append(calls)
+        skips.append(skipped)
+    stats = interleaved_rows(rows, repeat=repeat, warmup=warmup)
+    records = []
+    for length, calls, skipped, row_stats in zip(lengths, rows, skips, stats, strict=True):
         config = {
             "length": length,
             "dim": dim,
@@ -87,7 +95,7 @@ def run(
             "batch": batch,
         }
         floor = FLOOR if FLOOR in calls else None
-        record = row(config, interleaved(calls, repeat=repeat, warmup=warmup), floor, skipped)
+        record = row(config, row_stats, floor, skipped)
         for result in record["results"].values():
             result["tokens_per_s"] = batch * length / (result["median_ms"] / 1e3)
         records.append(record)
