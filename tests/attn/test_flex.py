@@ -48,11 +48,13 @@ def test_the_default_causal_block_mask_is_cached():
     assert dense.shape[-2:] == (1, 1) and bool(dense.all())
 
 
-#: each layout compiles its own kernel (about 4 s on a cold cache): no mask and a
-#: ``mask_mod`` run in ``make test-slow`` here, and in the default suite through
-#: ``test_backends``' non-causal T5 and ``test_masks``' padding with shared positions
-LAYOUTS = ["default", "positions"] + [
-    pytest.param(layout, marks=pytest.mark.slow) for layout in ("bidirectional", "mask_mod")
+#: each layout compiles its own kernel (about 4 s on a cold cache): batched positions run
+#: in the default suite, the others in ``make test-slow`` here and in the default suite
+#: through ``test_backends``' non-causal T5 (no mask, the default positions of a KV cache)
+#: and ``test_masks``' padding with shared positions and segments
+LAYOUTS = ["positions"] + [
+    pytest.param(layout, marks=pytest.mark.slow)
+    for layout in ("default", "bidirectional", "mask_mod")
 ]
 
 

@@ -120,14 +120,21 @@ def test_packed_equals_alone_bias(name, backend, bound):
 
 
 #: a score_mod compiles for 20-60 s on a cold inductor cache, as a clean CI machine has it
-#: (FIRE's unrolled 32-unit MLP the longest): the default suite runs ALiBi's, ``make
-#: test-slow`` every encoding's
-FLEX_BIAS = [n if n == "alibi" else pytest.param(n, marks=pytest.mark.slow) for n in BIAS]
+#: (FIRE's unrolled 32-unit MLP the longest), and the index positions compile their own:
+#: the default suite runs ALiBi's with explicit positions, ``make test-slow`` every case
+FLEX_BIAS = [
+    (n, explicit)
+    if (n, explicit) == ("alibi", True)
+    else pytest.param(n, explicit, marks=pytest.mark.slow)
+    for n in BIAS
+    for explicit in (True, False)
+]
 
 
-@pytest.mark.parametrize("name", FLEX_BIAS)
-def test_flex_with_segments_equals_sdpa(name, backends, bound):
-    """Flex attention's block mask (padding, segments, causal) against the SDPA path."""
+@pytest.mark.parametrize(("name", "explicit"), FLEX_BIAS)
+def test_flex_with_segments_equals_sdpa(name, explicit, backends, bound):
+    """Flex attention's block mask (padding, segments, causal) against the SDPA path, with
+    the packed positions given (``explicit``) or the index positions."""
     if name == "shaw":
         pytest.skip("Shaw adds to the values: only the math path runs it")
     if "flex" not in backends:
@@ -136,17 +143,12 @@ def test_flex_with_segments_equals_sdpa(name, backends, bound):
     q, k, v, segments, real, positions = packed_batch(kv_heads=2, lengths=(20, 30), pad=14)
     tol = bound(q, k, v, enc, positions, packed_mask(segments, real, positions))
     common = {"key_padding_mask": real, "segment_ids": segments}
+    if explicit:
+        common.update(q_positions=positions, k_positions=positions)
     with torch.no_grad():
-        flex = posenc.attention(
-            q, k, v, enc, q_positions=positions, k_positions=positions, backend="flex", **common
-        )
-        sdpa = posenc.attention(
-            q, k, v, enc, q_positions=positions, k_positions=positions, backend="sdpa", **common
-        )
-        default = posenc.attention(q, k, v, enc, backend="flex", **common)  # index positions
-        default_sdpa = posenc.attention(q, k, v, enc, backend="sdpa", **common)
+        flex = posenc.attention(q, k, v, enc, backend="flex", **common)
+        sdpa = posenc.attention(q, k, v, enc, backend="sdpa", **common)
     assert_close(flex, sdpa, **tol)
-    assert_close(default, default_sdpa, **tol)
 
 
 def test_alibi_fused_path_takes_the_masks(bound):

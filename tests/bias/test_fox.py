@@ -151,17 +151,13 @@ def test_forget_gates_decay_the_past():
     assert_close(out[0, 0], v[0, 0])  # each query reads its own token
 
 
-#: (backend, pattern): flex compiles the extended heads per pattern (10-13 s on a cold
-#: inductor cache): the window in the default suite, the others in ``make test-slow``
+#: (backend, pattern): flex compiles the extended heads per pattern (8-13 s on a cold
+#: inductor cache): ``make test-slow`` runs them, the default suite the other backends
 CASES = [
     (backend, pattern)
     for backend in ("auto", "sdpa", "math")
     for pattern in ({}, {"window": 4}, {"chunk": 4})
-] + [
-    ("flex", {"window": 4}),
-    pytest.param("flex", {}, marks=pytest.mark.slow),
-    pytest.param("flex", {"chunk": 4}, marks=pytest.mark.slow),
-]
+] + [pytest.param("flex", p, marks=pytest.mark.slow) for p in ({}, {"window": 4}, {"chunk": 4})]
 
 
 @pytest.mark.parametrize(("backend", "pattern"), CASES)

@@ -102,7 +102,8 @@ def test_attention_keeps_the_input_scale(q_len, k_len, kv_heads, attention_tol):
     assert_close(out.double(), expected, **tol)
 
 
-@pytest.mark.parametrize("backend", ["sdpa", "math", "flex"])
+# flex compiles its kernel (7 s on a cold inductor cache): make test-slow
+@pytest.mark.parametrize("backend", ["sdpa", "math", pytest.param("flex", marks=pytest.mark.slow)])
 def test_backends_agree(backend, attention_tol, backends):
     if backend not in backends:
         pytest.skip("compiled flex attention does not run on this CPU")
