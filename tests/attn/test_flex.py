@@ -48,13 +48,13 @@ def test_the_default_causal_block_mask_is_cached():
     assert dense.shape[-2:] == (1, 1) and bool(dense.all())
 
 
-#: each layout compiles its own kernel (about 4 s on a cold cache): batched positions run
-#: in the default suite, the others in ``make test-slow`` here and in the default suite
-#: through ``test_backends``' non-causal T5 (no mask, the default positions of a KV cache)
-#: and ``test_masks``' padding with shared positions and segments
-LAYOUTS = ["positions"] + [
+#: each layout compiles its own kernel (about 4 s on a cold cache): ``make test-slow`` runs
+#: them here, the default suite through ``test_backends``' non-causal T5 (no mask, the
+#: default positions of a KV cache), ``test_masks``' padding with shared positions and
+#: segments, and ``test_patterns_hf``' Llama 4 chunks after left padding (batched positions)
+LAYOUTS = [
     pytest.param(layout, marks=pytest.mark.slow)
-    for layout in ("default", "bidirectional", "mask_mod")
+    for layout in ("default", "positions", "bidirectional", "mask_mod")
 ]
 
 

@@ -30,6 +30,7 @@ an output by ~1e-1.
 
 from __future__ import annotations
 
+import itertools
 from types import SimpleNamespace
 
 import pytest
@@ -91,6 +92,17 @@ TINY = dict(
 #: windows and chunks cross flex's blocks and the query offset
 LAYOUTS = {"prefill": (13, 13), "cache": (13, 37)}
 FLEX = flex_available(torch.device("cpu"))
+
+
+def flex_case_slow(flex_case, *axes):
+    """The cases of a test, the product of ``axes``, with the one whose ``run_all`` compiles
+    flex (a few seconds of a cold inductor cache, 15-20 s on busy cores) in ``make
+    test-slow``; the other cases, and flex in the Llama 4 padding and Gemma 2 tests, stay
+    in the default suite."""
+    return [
+        pytest.param(*case, marks=pytest.mark.slow) if case == flex_case else case
+        for case in itertools.product(*axes)
+    ]
 
 
 def qkv(q_len, k_len, dtype=torch.float32):
@@ -240,8 +252,9 @@ def merge_heads(x):
 # --- Mistral: the sliding window ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("layout", sorted(LAYOUTS))
-@pytest.mark.parametrize("window", [1, 4, 9])
+@pytest.mark.parametrize(
+    ("window", "layout"), flex_case_slow((4, "cache"), [1, 4, 9], sorted(LAYOUTS))
+)
 def test_mistral_sliding_window_mask_function(window, layout):
     """``window=W`` is transformers' ``sliding_window_causal_mask_function(W)`` evaluated at the
     positions (as ``sdpa_mask`` does, with the cache's query offset), on every backend."""
@@ -359,8 +372,7 @@ def test_mistral_attention_module_with_its_cache():
 # --- Llama 4: chunked attention and the attention temperature --------------------------------
 
 
-@pytest.mark.parametrize("layout", sorted(LAYOUTS))
-@pytest.mark.parametrize("chunk", [4, 8])
+@pytest.mark.parametrize(("chunk", "layout"), flex_case_slow((8, "cache"), [4, 8], sorted(LAYOUTS)))
 def test_llama4_chunked_mask_function(chunk, layout):
     """``chunk=C`` is transformers' ``chunked_causal_mask_function(C, no left padding)`` at
     the positions, on every backend."""
@@ -592,7 +604,7 @@ def test_gemma2_softcap(layer, softcap):
 # --- ModernBERT: the bidirectional local window ---------------------------------------------
 
 
-@pytest.mark.parametrize("local_attention", [4, 5, 8])
+@pytest.mark.parametrize(("local_attention",), flex_case_slow((5,), [4, 5, 8]))
 def test_modernbert_local_window(local_attention):
     """ModernBERT's local layers (``local_attention=W``: transformers'
     ``create_bidirectional_sliding_window_mask``, ``|i - j| <= W // 2``, with the padding
