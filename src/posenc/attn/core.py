@@ -15,6 +15,7 @@ from typing import cast
 import torch
 
 from ..base import BiasEncoding, Encoding, RotaryEncoding
+from ..config import check_bool
 from .backends import BACKENDS
 from .bias import bias_attention
 from .checks import check_context, check_encoding, check_qkv, check_scale, check_table
@@ -108,14 +109,21 @@ def attention(
 
     Positions decide the window and the chunk, as they decide the causal mask: explicit
     positions, packed documents and KV caches follow them. A query that may see no key at
-    all (a pad query, say) gets zeros, never NaN, and no gradient. A key or value a query
-    may not see (a future one, a pad's) never reaches its output, even a NaN: keys and
-    values that are not all finite run on the ``math`` backend, which keeps them out.
+    all (a pad query, say) gets zeros, never NaN, and no gradient.
+
+    Non-finite values, on every backend: a NaN or infinity in a slot a query may not see (a
+    future key, a pad's value, a later token's FoX gate) never reaches that query's output;
+    one it does see does, as in plain attention: a NaN in its query, in a key or value it
+    sees, or in its head's sink makes its row NaN. A score of ``+inf`` takes the row's
+    weight (shared among such scores: the softmax's limit), one of ``-inf`` none. Calls
+    whose q, k, v (or FoX clock) are not all finite run on the ``math`` backend, which
+    keeps both halves of the rule.
 
     Returns:
         ``[batch, heads, q_len, head_dim]`` in the dtype of ``q``.
     """
     check_qkv(q, k, v)
+    check_bool("causal", causal)
     kind = check_encoding(encoding)
     scale = check_scale(scale, q.shape[-1])  # of the input width (PoPE widens q and k)
     if kind == "rotary":
@@ -142,7 +150,8 @@ def attention(
         check_table(bias, encoding, q, k.shape[2])
     check_sinks(sinks, q.shape[1], q.device)
     options = ScoreOptions(AttnPattern(window, chunk), check_softcap(softcap), sinks)
-    all_finite = finite(k, v)
+    # a FoX clock carries a token's NaN to every later token (on fused kernels, to all)
+    all_finite = finite(q, k, v, bias if reads_input else None)
     if kind == "bias":
         run = forget_attention if reads_input else bias_attention  # FoX: a clock of x
         return run(

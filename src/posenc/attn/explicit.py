@@ -24,26 +24,26 @@ import torch
 
 from ..functional.dtypes import math_dtype
 
-__all__ = ["explicit_attention", "finite", "finite_values", "probabilities"]
+__all__ = ["explicit_attention", "finite", "probabilities", "softmax_limits"]
 
 
-def finite(k: torch.Tensor, v: torch.Tensor) -> bool:
-    """Whether every key and value is finite (:func:`finite_values` of each): else a
-    masked slot's NaN would reach other queries through the fused kernels, which add the
-    mask's ``-inf`` to a NaN score and multiply a zero probability by a NaN value."""
-    return finite_values(k) and finite_values(v)
+def finite(*tensors: torch.Tensor | None) -> bool:
+    """Whether every value of the given tensors (None skipped) is finite, read on the host
+    once for all of them: else a NaN or infinity in a slot a query may not see would reach
+    it through the fused kernels, which add the mask's ``-inf`` to a NaN score and multiply
+    a zero probability by a NaN value, and one in a slot it does see would come out of
+    them as a zero row (their online softmax drops a NaN maximum) rather than NaN.
 
-
-def finite_values(v: torch.Tensor) -> bool:
-    """Whether every value is finite: their sum is (NaN and infinities reach it). One
-    strided pass, no copy of a cache's slice (``isfinite(v).all()`` and ``aminmax`` cost
-    15-50x more on the CPU, torch 2.13); a sum that overflows only sends the call to the
-    explicit path, which is exact too. True while compiling, where the kernels' own
-    behaviour is kept rather than a graph break, and on the meta device, which holds no
-    values."""
-    if torch.compiler.is_compiling() or v.device.type == "meta":
+    Each tensor's sum is one strided pass, no copy of a cache's slice (``isfinite(v).all()``
+    and ``aminmax`` cost 15-50x more on the CPU, torch 2.13); NaN and infinities reach the
+    sum, and a sum that overflows only sends the call to the explicit path, which is exact
+    too. True while compiling, where the kernels' own behaviour is kept rather than a graph
+    break, and on the meta device, which holds no values."""
+    present = [t for t in tensors if t is not None and t.device.type != "meta"]
+    if torch.compiler.is_compiling() or not present:
         return True
-    return bool(torch.isfinite(v.sum(dtype=math_dtype(v.dtype))))
+    sums = [t.sum(dtype=math_dtype(t.dtype)).to(torch.float64) for t in present]
+    return bool(torch.isfinite(torch.stack(sums).sum()))
 
 
 def probabilities(
@@ -54,8 +54,12 @@ def probabilities(
     sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The attention probabilities of scaled (and biased) ``scores``: soft-capped, masked,
-    the softmax over the keys and the heads' sink logits, the sinks' column left out (a
-    row then sums to ``1 - p_sink``); a row that sees no key gets zeros.
+    the softmax over the keys and the heads' sink logits (:func:`softmax_limits`), the
+    sinks' column left out (a row then sums to ``1 - p_sink``).
+
+    A score a query may not see (``allowed`` False) is replaced, not added to, so a NaN
+    there never reaches the row; a NaN the row does see (a score or a sink) makes the row
+    NaN, as plain attention does.
 
     Shapes:
         scores ``[b, h, q_len, k_len]``; allowed broadcastable to it; sinks ``[h]`` -> the
@@ -66,11 +70,28 @@ def probabilities(
     if allowed is not None:
         scores = scores.masked_fill(~allowed, float("-inf"))
     if sinks is None:
-        probs = scores.softmax(dim=-1)
-    else:
-        sink = sinks.to(scores.dtype).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
-        probs = torch.cat((scores, sink), dim=-1).softmax(dim=-1)[..., :-1]
-    return probs.nan_to_num(0.0)  # a row that sees no key: zeros, as from the kernels
+        return softmax_limits(scores)
+    sink = sinks.to(scores.dtype).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+    return softmax_limits(torch.cat((scores, sink), dim=-1))[..., :-1]
+
+
+def softmax_limits(scores: torch.Tensor) -> torch.Tensor:
+    """The softmax over the last dimension, with its limits where scores are infinite:
+    ``+inf`` scores share the row's weight equally (the limit as they grow), ``-inf``
+    scores get none, a row of ``-inf`` only (no key seen) gets zeros, and a row with a NaN
+    is NaN. ``Tensor.softmax`` gives NaN for the first and third (``inf - inf``).
+
+    ``+inf`` becomes the dtype's largest float, which the softmax's shift by the row's
+    maximum turns into ``exp(0) = 1`` beside ``exp(-huge) = 0`` for every finite score: two
+    passes more than the plain softmax (the clamp and the row maximum), not a branch on
+    values (no host read).
+
+    Shapes:
+        scores ``[..., n]`` -> ``[..., n]``.
+    """
+    scores = scores.clamp(max=torch.finfo(scores.dtype).max)  # NaN stays NaN
+    empty = scores.amax(dim=-1, keepdim=True) == float("-inf")  # [..., 1]: no key seen
+    return scores.softmax(dim=-1).masked_fill(empty, 0.0)
 
 
 def explicit_attention(

@@ -14,8 +14,9 @@ window, a dense mask), and autograd carries the gradient of ``c`` from SDPA's ``
 ``[heads, L, L]`` tensor, forward or backward.
 
 A sink or a softcap sees the row constant (a sink's logit competes with ``c_i − c_j``, not
-with ``−c_j``; ``tanh`` is not shift-invariant): there, and on ``backend="math"``, the bias
-is materialised.
+with ``−c_j``; ``tanh`` is not shift-invariant): there, on ``backend="math"`` and where an
+input is not finite (a NaN gate makes every later clock NaN, and the centred coordinates
+would carry it into every row as ``0 · NaN``), the bias is materialised.
 """
 
 from __future__ import annotations
@@ -99,7 +100,9 @@ def forget_attention(
         context: the positions and masks of this call.
         causal: must be True: the gates decay the past, a later key has no bias.
         options: the window or chunk, softcap and sinks.
-        finite: whether every key and value is finite.
+        finite: whether q, k, v and the clock are all finite: else the bias is
+            materialised on the explicit path, where a later token's NaN reaches no earlier
+            row.
 
     Shapes:
         q ``[b, h, q_len, d]``, k, v ``[b, kv_h, k_len, d]`` -> ``[b, h, q_len, d]`` in the
@@ -117,7 +120,8 @@ def forget_attention(
             f"{encoding.info.name}'s queries are the last of its keys' tokens: q has {q_len} "
             f"positions but k only {k.shape[2]}"
         )
-    if backend == "math" or options.softcap is not None or options.sinks is not None:
+    # a non-finite clock or input: its centred coordinates would carry 0 · NaN to every row
+    if not finite or backend == "math" or options.softcap is not None or options.sinks is not None:
         bias = forget_bias(clock[..., clock.shape[-1] - q_len :], clock)  # [b, h, q, k]
         allowed = context.allowed(causal, options.pattern)
         mask, dead = (None, None) if allowed is None else allowed

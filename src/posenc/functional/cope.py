@@ -42,7 +42,8 @@ def cope_positions(scores: torch.Tensor, allowed: torch.Tensor | None) -> torch.
 
 def cope_bias(q: torch.Tensor, table: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """``q_i·e[p_ij]``, the position vectors ``table`` interpolated at ``positions``
-    (clamped to the last row), in float32 (float64 if an input is float64).
+    (clamped to the last row), in float32 (float64 if an input is float64); NaN where a
+    position is NaN (a NaN score the row sees).
 
     Shapes:
         q ``[b, h, q_len, d]``, table ``[P, d]``, positions ``[b, h, q_len, k_len]`` ->
@@ -50,9 +51,11 @@ def cope_bias(q: torch.Tensor, table: torch.Tensor, positions: torch.Tensor) -> 
     """
     dtype = math_dtype(q.dtype, table.dtype, positions.dtype)
     positions = positions.to(dtype).clamp(max=table.shape[0] - 1)
+    unknown = positions.isnan()  # a NaN gate the row sees: the row's bias is NaN
+    positions = positions.masked_fill(unknown, 0.0)  # (no index to read at NaN)
     logits = q.to(dtype) @ table.to(dtype).T  # [b, h, q_len, P]
     low = positions.floor()
     frac = positions - low
     below = logits.gather(-1, low.long())
     above = logits.gather(-1, positions.ceil().long())
-    return below * (1 - frac) + above * frac
+    return (below * (1 - frac) + above * frac).masked_fill(unknown, float("nan"))
