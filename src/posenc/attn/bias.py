@@ -71,6 +71,13 @@ def bias_attention(
             f"q has {q.shape[1]} heads but the encoding {type(encoding).__name__} has "
             f"n_heads={encoding.n_heads}"
         )
+    width = getattr(encoding, "head_dim", None)  # the width of a table read with q (Shaw, CoPE)
+    if width is not None and q.shape[-1] != width:
+        raise ValueError(
+            f"q has head_dim={q.shape[-1]} but the encoding {type(encoding).__name__} has "
+            f"head_dim={width} (the width of its tables): create it with head_dim="
+            f"{q.shape[-1]}"
+        )
     needs_grad = any(t.requires_grad for t in (q, k, v)) or (
         torch.is_grad_enabled()
         and (
