@@ -89,6 +89,13 @@ def check_int(
         raise ValueError(f"{name} must be even (sin/cos come in pairs), got {value}")
 
 
+def check_bool(name: str, value: Any) -> None:
+    """Raise ``TypeError`` unless ``value`` is a ``bool``: a truthy string such as
+    ``"no"`` never turns a switch on."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__} ({value!r})")
+
+
 def check_float(name: str, value: Any, *, positive: bool = True) -> None:
     """Raise unless ``value`` is a real number (> 0 if ``positive``) that is 0 or of a
     magnitude in ``[1 / MAX_FLOAT, MAX_FLOAT]``: finite, and so are the tables computed

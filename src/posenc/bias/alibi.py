@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 import torch
 
 from ..base import BiasConfig, BiasEncoding
-from ..config import check_float, check_int
+from ..config import check_bool, check_float, check_int
 from ..functional.alibi import alibi_bias, alibi_slope
 from ..functional.dtypes import math_dtype, wide_dtype
 from ..registry import register
@@ -38,8 +38,7 @@ class AlibiConfig(BiasConfig):
 
     def __post_init__(self) -> None:
         check_int("n_heads", self.n_heads)
-        if not isinstance(self.symmetric, bool):
-            raise TypeError(f"symmetric must be a bool, got {type(self.symmetric).__name__}")
+        check_bool("symmetric", self.symmetric)
         if self.alibi_heads is not None:
             check_int("alibi_heads", self.alibi_heads)
             if self.alibi_heads > self.n_heads:

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ..base import BiasConfig, BiasEncoding
-from ..config import check_float, check_int
+from ..config import check_bool, check_float, check_int
 from ..functional.shaw import shaw_index, shaw_key_bias, shaw_key_scores, shaw_value_term
 from ..positions import position_at
 from ..registry import register
@@ -44,8 +44,7 @@ class ShawConfig(BiasConfig):
         check_int("n_heads", self.n_heads)
         check_int("head_dim", self.head_dim)
         check_int("max_distance", self.max_distance, minimum=0)
-        if not isinstance(self.values, bool):
-            raise TypeError(f"values must be a bool, got {type(self.values).__name__}")
+        check_bool("values", self.values)
         check_float("init_std", self.init_std)
 
 

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from ..base import BiasConfig, BiasEncoding
-from ..config import check_float, check_int
+from ..config import check_bool, check_float, check_int
 from ..functional.dtypes import math_dtype
 from ..functional.t5 import check_t5_buckets as check_buckets
 from ..functional.t5 import t5_relative_bucket
@@ -46,10 +46,7 @@ class T5Config(BiasConfig):
         check_int("n_heads", self.n_heads)
         check_int("num_buckets", self.num_buckets)
         check_int("max_distance", self.max_distance)
-        if not isinstance(self.bidirectional, bool):
-            raise TypeError(
-                f"bidirectional must be a bool, got {type(self.bidirectional).__name__}"
-            )
+        check_bool("bidirectional", self.bidirectional)
         check_buckets(self.num_buckets, self.max_distance, self.bidirectional)
         check_float("init_std", self.init_std, positive=False)
         if self.init_std < 0:

@@ -15,7 +15,7 @@ from typing import Protocol
 import torch
 
 from ..attn import KVCache
-from ..config import check_int
+from ..config import check_bool, check_int
 from ..positions import from_padding
 from .inputs import check_input_ids, check_mask
 
@@ -107,6 +107,7 @@ def generate(
     if not model.causal:
         raise ValueError("generate() needs a causal model (causal=True)")
     check_int("max_new_tokens", max_new_tokens, minimum=0)
+    check_bool("use_cache", use_cache)
     check_temperature(temperature)
     input_ids = check_input_ids(input_ids, model.vocab_size)
     b, s = input_ids.shape

@@ -18,6 +18,7 @@ from typing import Any, TypeAlias
 from ..attn.pattern import AttnPattern, check_softcap
 from ..attn.temperature import QueryTemperature
 from ..base import Encoding
+from ..config import check_bool
 from ..registry import get
 
 __all__ = ["EncodingSpec", "LayerSpec", "at_layer", "describe_encoding", "encoding_kind"]
@@ -125,8 +126,7 @@ class LayerSpec:
                 "encodings go at the input: LayerPlan(input=...)"
             )
         set_(self, "pattern", AttnPattern(self.window, self.chunk))
-        if not isinstance(self.sinks, bool):
-            raise TypeError(f"sinks must be a bool, got {type(self.sinks).__name__}")
+        check_bool("sinks", self.sinks)
         set_(self, "softcap", check_softcap(self.softcap))
         temperature = self.temperature
         if temperature is True:
