@@ -19,9 +19,13 @@ from collections.abc import Sequence
 
 import torch
 
+from ..base.encoding import check_device
 from ..config import check_int
 
 __all__ = ["KVCache"]
+
+#: the sizes :class:`KVCache` takes first, in order
+_SIZES = ("n_layers", "batch", "kv_heads", "head_dim", "max_seq_len")
 
 
 class KVCache:
@@ -66,6 +70,12 @@ class KVCache:
         keep: Sequence[int | None] | None = None,
         key_dims: Sequence[int] | None = None,
     ) -> None:
+        sizes = (n_layers, batch, kv_heads, head_dim, max_seq_len)
+        for name, value in zip(_SIZES, sizes, strict=True):
+            check_int(name, value)
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
+        device = check_device(device)
         keep = [None] * n_layers if keep is None else list(keep)
         if len(keep) != n_layers:
             raise ValueError(f"keep must give one entry per layer ({n_layers}), got {len(keep)}")
@@ -103,6 +113,45 @@ class KVCache:
         """Whether a layer keeps only some of its keys."""
         return any(n is not None for n in self.keep)
 
+    def check_fits(
+        self,
+        *,
+        kv_heads: int,
+        head_dim: int,
+        key_dims: Sequence[int],
+        keep: Sequence[int | None],
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> None:
+        """Raise a ValueError naming what differs unless this cache fits a model whose
+        layers have ``kv_heads`` heads of keys ``key_dims[layer]`` wide and values
+        ``head_dim`` wide, in ``dtype`` on ``device``, and need their last ``keep[layer]``
+        past keys (None: all of them). Shapes only: no value is read."""
+        fix = "make one with model.new_cache(batch, max_seq_len)"
+        if len(self.keys) != len(key_dims):
+            raise ValueError(
+                f"cache has n_layers={len(self.keys)} but the model has {len(key_dims)}: {fix}"
+            )
+        for i, (k, v) in enumerate(zip(self.keys, self.values, strict=True)):
+            got = (k.shape[1], k.shape[-1], v.shape[-1])
+            if got != (kv_heads, key_dims[i], head_dim):
+                raise ValueError(
+                    f"cache layer {i} holds kv_heads={got[0]}, key width {got[1]} and "
+                    f"head_dim={got[2]}, but the model's layer {i} has kv_heads={kv_heads}, "
+                    f"key width {key_dims[i]} and head_dim={head_dim}: {fix}"
+                )
+            kept, needed = self.keep[i], keep[i]
+            if kept is not None and (needed is None or kept < needed):
+                raise ValueError(
+                    f"cache layer {i} keeps its last {kept} keys but the model's layer {i} "
+                    f"needs {'all of them' if needed is None else f'its last {needed}'}: {fix}"
+                )
+        if self.keys[0].dtype != dtype or self.positions.device != device:
+            raise ValueError(
+                f"cache holds {self.keys[0].dtype} on {self.positions.device} but the model is "
+                f"{dtype} on {device}: {fix}"
+            )
+
     def check_batch(self, batch: int) -> None:
         """Raise unless this cache holds ``batch`` sequences."""
         if self.positions.shape[0] != batch:
@@ -132,6 +181,23 @@ class KVCache:
         """Store ``k, v`` ``[batch, kv_heads, n, head_dim]`` after the cached ones and return
         the keys and values the new queries may see, ``[batch, kv_heads, visible(layer,
         n), head_dim]`` (all of them in a layer that keeps all)."""
+        check_int("layer", layer, minimum=0, maximum=len(self.keys) - 1)
+        for name, new, buffer in (("k", k, self.keys[layer]), ("v", v, self.values[layer])):
+            b, h, _, width = buffer.shape
+            if not isinstance(new, torch.Tensor) or new.dim() != 4:
+                raise ValueError(
+                    f"{name} must be a [batch, kv_heads, n, width] tensor, got {new!r}"
+                )
+            if (new.shape[0], new.shape[1], new.shape[3], new.shape[2]) != (
+                b,
+                h,
+                width,
+                k.shape[2],
+            ):
+                raise ValueError(
+                    f"{name} must be [batch={b}, kv_heads={h}, n, {width}] (n as k's) for "
+                    f"layer {layer} of this cache, got {tuple(new.shape)}"
+                )
         return self._store(self.keys[layer], k, layer), self._store(self.values[layer], v, layer)
 
     def last_clock(self, layer: int) -> torch.Tensor | None:
@@ -199,6 +265,7 @@ class KVCache:
 
     def advance(self, n: int) -> None:
         """Mark ``n`` more positions as filled, once every layer has been updated."""
+        check_int("n", n, minimum=0)
         self.length = self._end(n)
 
     def memory(self) -> list[int]:

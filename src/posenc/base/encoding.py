@@ -13,7 +13,13 @@ from ..config import EncodingConfig
 from ..encoding_info import EncodingInfo
 from ..positions import PositionOutOfRangeError, arange, check_batch, check_positions
 
-__all__ = ["Encoding", "FactoryKwargs", "check_float_dtype", "check_float_tensor"]
+__all__ = [
+    "Encoding",
+    "FactoryKwargs",
+    "check_device",
+    "check_float_dtype",
+    "check_float_tensor",
+]
 
 
 class FactoryKwargs(TypedDict):
@@ -27,6 +33,19 @@ def check_float_dtype(dtype: Any) -> None:
     """Raise ``TypeError`` unless ``dtype`` is a floating-point ``torch.dtype`` or None."""
     if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
         raise TypeError(f"dtype must be a floating-point torch.dtype or None, got {dtype!r}")
+
+
+def check_device(device: Any) -> torch.device | None:
+    """``device`` as a ``torch.device`` (None stays None), or a ``TypeError``/``ValueError``
+    naming it."""
+    if device is None:
+        return None
+    if not isinstance(device, (torch.device, str)):
+        raise TypeError(f"device must be a torch.device, a str or None, got {device!r}")
+    try:
+        return torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"device must name a torch device, got {device!r}") from None
 
 
 def check_float_tensor(name: str, t: Any) -> None:
@@ -79,13 +98,7 @@ class Encoding(nn.Module):
         elif not isinstance(config, self.Config):
             raise TypeError(f"config must be a {self.Config.__name__}, got {type(config).__name__}")
         check_float_dtype(dtype)
-        if device is not None:
-            if not isinstance(device, (torch.device, str)):
-                raise TypeError(f"device must be a torch.device, a str or None, got {device!r}")
-            try:
-                device = torch.device(device)
-            except RuntimeError:
-                raise ValueError(f"device must name a torch device, got {device!r}") from None
+        device = check_device(device)
         self.config = config
         self.factory_kwargs: FactoryKwargs = {"device": device, "dtype": dtype}
 

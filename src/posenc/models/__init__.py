@@ -16,6 +16,9 @@ One module per concept:
 - :mod:`~posenc.models.init`: the standard deviations the weights start from;
 - :mod:`~posenc.models.inputs`: the checks on token ids and on the padding and document
   masks;
+- :mod:`~posenc.models.caching`: :class:`~posenc.models.caching.CacheLayout`, what a
+  model's KV cache holds per layer: ``new_cache`` builds one, the forward checks a given
+  one against it;
 - :mod:`~posenc.models.shared`: what one forward computes once for every layer: the
   positions (checked by every encoding), the attention context and the bias tables;
 - :mod:`~posenc.models.generation`: the generate loop, :func:`sample` and

@@ -22,8 +22,9 @@ from ..attn import KVCache
 from ..attn.bias_plan import AttnShape
 from ..attn.checks import check_scale
 from ..base import Encoding
-from ..config import check_int
+from ..config import check_bool, check_int
 from .blocks import Block
+from .caching import CacheLayout
 from .generation import generate
 from .init import init_weights
 from .inputs import check_input_ids
@@ -117,6 +118,7 @@ class TransformerLM(nn.Module):
             ("mlp_ratio", mlp_ratio),
         ):
             check_int(name, value)
+        check_bool("causal", causal)
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         check_int("n_kv_heads", n_kv_heads)
         if dim % n_heads:
@@ -137,8 +139,7 @@ class TransformerLM(nn.Module):
             Block(dim, n_heads, n_kv_heads, mlp_ratio, spec, scale=self.scale) for spec in self.plan
         )
         self.norm = nn.RMSNorm(dim)
-        if not isinstance(tie_embeddings, bool):
-            raise TypeError(f"tie_embeddings must be a bool, got {type(tie_embeddings).__name__}")
+        check_bool("tie_embeddings", tie_embeddings)
         self.head = None if tie_embeddings else nn.Linear(dim, vocab_size, bias=False)
         self.reset_parameters()
 
@@ -173,23 +174,16 @@ class TransformerLM(nn.Module):
         last ``W - 1`` keys and values, a layer with a chunk of ``C`` its last ``C - 1``:
         no later query sees an older one (positions must then grow by one or more per
         token, as they do by default). ``cache.memory()`` gives the bytes per layer."""
-        keep = [self._keeps(block) if rolling else None for block in self.blocks]
-        wide = [getattr(self.encodings[e], "width_factor", 1) for e in self._layer_encoding]
-        sizes = (self.n_layers, batch, self.n_kv_heads, self.head_dim, max_seq_len)
-        p = self.embed.weight
-        return KVCache(
-            *sizes,
-            device=p.device,
-            dtype=p.dtype,
-            keep=keep,
-            key_dims=[self.head_dim * w for w in wide],  # PoPE's keys are twice as wide
-        )
+        return self.cache_layout().new(batch, max_seq_len, rolling=rolling)
 
-    def _keeps(self, block: nn.Module) -> int | None:
-        """How many past keys a layer's attention may still need (None: all of them)."""
-        pattern = cast(Block, block).attn.pattern
-        local = self.causal and pattern.local
-        return (pattern.window or pattern.chunk or 1) - 1 if local else None
+    def cache_layout(self) -> CacheLayout:
+        """What this model's cache holds per layer (:meth:`new_cache` builds it, the forward
+        checks a given cache against it)."""
+        widths = [getattr(self.encodings[e], "width_factor", 1) for e in self._layer_encoding]
+        patterns = [cast(Block, block).attn.pattern for block in self.blocks]
+        return CacheLayout.build(
+            self.n_kv_heads, self.head_dim, widths, patterns, self.causal, self.embed.weight
+        )
 
     def forward(
         self,
@@ -223,6 +217,8 @@ class TransformerLM(nn.Module):
             ``[batch, seq, vocab_size]``. Logits of pad tokens are not meaningful.
         """
         input_ids = check_input_ids(input_ids, self.vocab_size)
+        if cache is not None:
+            self.cache_layout().check(cache)
         b, s = input_ids.shape
         encodings = self.encodings
         inputs = forward_inputs(encodings, input_ids, positions, cache, attention_mask, segment_ids)

@@ -157,6 +157,7 @@ class LayerPlan:
         ``ratio=(1, 1)``, ``window=4096``, ``softcap=50.0``.
         """
         _count("n_layers", n_layers)
+        _count("window", window)  # None would make the local layers full attention
         if isinstance(ratio, tuple) and len(ratio) == 2:
             n_local, n_global = _count("ratio[0]", ratio[0]), _count("ratio[1]", ratio[1])
         elif isinstance(ratio, int) and not isinstance(ratio, bool):
