@@ -14,6 +14,7 @@ from ..config import check_int
 
 __all__ = [
     "COMPOSITE_TEXT",
+    "LAYER_TYPES",
     "LEGACY_KEYS",
     "Getter",
     "config_getter",
@@ -31,13 +32,22 @@ Getter = Callable[..., Any]
 LEGACY_KEYS = {"rope_theta": "rotary_emb_base", "partial_rotary_factor": "rotary_pct"}
 
 
+#: the layer types whose masks posenc builds (transformers' names): ``layer_types`` entries
+LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
+
 #: composite configs that are not M-RoPE ones: model_type -> their language model's
 #: (``text_config``), which holds the positional keys
 COMPOSITE_TEXT = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
 
 
-def config_getter(config: Any) -> Getter:
-    """``get(key, default=None)`` for a config object or its ``config.json`` dict."""
+def config_getter(config: Any, name: str = "config") -> Getter:
+    """``get(key, default=None)`` for a config object or its ``config.json`` dict; a
+    ``TypeError`` naming ``name`` for anything else (a string, a number, None)."""
+    if not isinstance(config, Mapping) and not hasattr(config, "__dict__"):
+        raise TypeError(
+            f"{name} must be a dict (a config.json's contents) or a config object, got "
+            f"{type(config).__name__} ({config!r})"
+        )
     if isinstance(config, Mapping):
         return config.get
     return lambda key, default=None: getattr(config, key, default)
@@ -69,9 +79,20 @@ def config_rope_dict(get: Getter, layer_type: str | None = None) -> dict[str, An
 
     Per-layer-type ``rope_parameters`` (``{"sliding_attention": {...}, "full_attention":
     {...}}``: Gemma 3, ModernBERT) give the dict of ``layer_type``, and raise without one;
-    a flat dict is every layer type's."""
+    a flat dict is every layer type's: of the config's ``layer_types`` where it has them,
+    else of :data:`LAYER_TYPES`."""
+    if layer_type is not None and not isinstance(layer_type, str):
+        raise TypeError(f"layer_type must be a str, got {type(layer_type).__name__}")
     params = _rope_parameters(get)
     nested = nested_rope_keys(params)
+    if not nested and layer_type is not None:
+        declared = get("layer_types")
+        known = LAYER_TYPES if declared is None else tuple(dict.fromkeys(declared))
+        if layer_type not in known:
+            where = (
+                "the layer types posenc reads" if declared is None else "the config's layer_types"
+            )
+            raise ValueError(f"layer_type must be one of {where} {list(known)}, got {layer_type!r}")
     if nested:
         if layer_type is None:
             raise ValueError(

@@ -43,7 +43,7 @@ from ..models.plan import LayerPlan
 from ..models.spec import LayerSpec
 from .keys import config_head_dim
 from .layer_families import COMPOSITE, FAMILIES, Family
-from .layer_types import FULL, ConfigKeys
+from .layer_types import FULL, ConfigKeys, check_length
 from .mrope_families import language_path
 from .rope import rope_from_hf_config
 
@@ -180,6 +180,7 @@ def _uniform(keys: ConfigKeys, layout: str | None) -> LayerPlan:
     checked = [keys]
     for key in language_path(keys.config):  # M-RoPE models: rope_from_hf_config reads it
         checked.append(ConfigKeys(checked[-1].get(key)))
+    sized = checked[-1] if keys.get("num_hidden_layers") is None else keys
     for part in checked:
         for key in PATTERN_KEYS:
             if part.get(key) not in (None, False):
@@ -189,11 +190,13 @@ def _uniform(keys: ConfigKeys, layout: str | None) -> LayerPlan:
                     f"one's (it reads {sorted(FAMILIES)}), and would not ignore the key"
                 )
         types = part.get("layer_types")
-        if types is not None and any(t != FULL for t in types):
+        if types is None:
+            continue
+        if any(t != FULL for t in types):
             raise ValueError(
                 f"model_type {keys.model_type!r} has layer_types {sorted(set(types))}, which "
                 f"posenc has not read for it (it reads {sorted(FAMILIES)})"
             )
+        check_length(types, sized.n_layers())
     rope = rope_from_hf_config(keys.config, layout=layout)
-    sized = checked[-1] if keys.get("num_hidden_layers") is None else keys
     return LayerPlan([LayerSpec(rope)] * sized.n_layers())

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .keys import config_getter
+from .keys import LAYER_TYPES, config_getter
 
 __all__ = [
     "CHUNKED",
@@ -28,7 +28,7 @@ __all__ = [
     "rope_flags",
 ]
 
-FULL, SLIDING, CHUNKED = "full_attention", "sliding_attention", "chunked_attention"
+FULL, SLIDING, CHUNKED = LAYER_TYPES
 
 
 class ConfigKeys:
@@ -154,6 +154,15 @@ DERIVE: dict[str, Callable[[ConfigKeys], list[str]]] = {
 }
 
 
+def check_length(types: Any, n: int) -> None:
+    """Raise unless ``types`` is a list of ``n`` layer types (``num_hidden_layers``): every
+    model type's ``layer_types`` is read by the layer's index."""
+    if isinstance(types, (str, bytes)) or not isinstance(types, Sequence) or len(types) != n:
+        raise ValueError(
+            f"layer_types must be a list of {n} layer types (num_hidden_layers), got {types!r}"
+        )
+
+
 def layer_types(keys: ConfigKeys, allowed: tuple[str, ...]) -> list[str]:
     """The config's ``layer_types`` (derived by :data:`DERIVE` where it has none), one of
     ``allowed`` (the types the family's model builds a mask for) per layer."""
@@ -161,8 +170,7 @@ def layer_types(keys: ConfigKeys, allowed: tuple[str, ...]) -> list[str]:
     types = keys.get("layer_types")
     if types is None:
         types = DERIVE[keys.model_type](keys)
-    if isinstance(types, (str, bytes)) or not isinstance(types, Sequence) or len(types) != n:
-        raise ValueError(f"layer_types must be a list of {n} layer types, got {types!r}")
+    check_length(types, n)
     unknown = sorted({t for t in types if t not in allowed}, key=str)
     if unknown:
         raise ValueError(

@@ -97,7 +97,7 @@ def language_path(config: Any) -> tuple[str, ...]:
         composite = get("model_type") in MROPE_FAMILIES or get("model_type") in COMPOSITE_TEXT
         if composite and get(key) is not None:
             path.append(key)
-            get = config_getter(get(key))
+            get = config_getter(get(key), key)
     return tuple(path)
 
 
