@@ -70,7 +70,7 @@ def test_matches_transformers_proportional_frequencies():
         ({"p": 1.5}, r"p must be in \(0, 1\]"),
         ({"p": 0.5, "scaling": {"rope_type": "linear", "factor": 2.0}}, "proportional one"),
         ({"p": 0.5, "partial_rotary_factor": 0.25}, "conflicts with p=0.5"),
-        ({"p": 0.3}, "rotary_dim must be even"),  # 0.3 · 32 = 9 channels: no whole pairs
+        ({"p": 0.3}, r"p=0.3 of head_dim=32 rotates .* = 9 dimensions"),  # no whole pairs
     ],
 )
 def test_bad_input_is_named(kwargs, match):

@@ -135,9 +135,10 @@ class RotaryEncoding(Encoding):
             and self.depends_on_length
             and not torch.compiler.is_compiling()
             and positions.device.type != "meta"
+            and positions.numel() + k_positions.numel()
         ):
             # one length for queries and keys, so length-dependent frequencies agree
-            seq_len = int(torch.maximum(positions.max(), k_positions.max())) + 1
+            seq_len = int(torch.cat((positions.flatten(), k_positions.flatten())).max()) + 1
         if k_positions is positions:
             q_rot = k_rot = self.rotation(positions, seq_len)
         else:

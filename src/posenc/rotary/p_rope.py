@@ -13,7 +13,7 @@ factor. ``p = 1`` is RoPE; ``p = 0`` would be NoPE (use ``nope``).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
 from ..config import check_float
 from ..registry import register
@@ -34,6 +34,8 @@ class PRopeConfig(RopeConfig):
     """
 
     p: float = 0.75
+
+    fraction_name: ClassVar[str] = "p"
 
     def __post_init__(self) -> None:
         check_float("p", self.p)

@@ -8,7 +8,7 @@ The scaling is a Hugging Face ``rope_parameters`` dict, accepted verbatim
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -22,6 +22,18 @@ from .scaling import ScalingConfig, parse_scaling
 __all__ = ["RoPE"]
 
 DEFAULT_BASE = 10000.0
+
+
+def _odd_fraction(name: str, factor: float, head_dim: int) -> str:
+    """The message for a fraction of the head that rotates no whole number of pairs."""
+    valid = [f"{n / head_dim:g}" for n in range(2, head_dim + 1, 2)]
+    shown = valid if len(valid) <= 6 else [*valid[:3], "...", *valid[-2:]]
+    return (
+        f"{name}={factor} of head_dim={head_dim} rotates int({head_dim} * {factor}) = "
+        f"{int(head_dim * factor)} dimensions, but they come in pairs (an even number, at "
+        f"least 2): {name} must be (an even number of dimensions) / head_dim, one of "
+        f"{', '.join(shown)} for head_dim={head_dim}"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +60,9 @@ class RopeConfig(RotaryConfig):
     scaling: Any = None
     partial_rotary_factor: float | None = None
     rotary_dim: int | None = None
+
+    #: the name of the fraction that rotates, as errors name it (P-RoPE's is ``p``)
+    fraction_name: ClassVar[str] = "partial_rotary_factor"
 
     def __post_init__(self) -> None:
         check_int("head_dim", self.head_dim, minimum=2, even=True)
@@ -80,6 +95,8 @@ class RopeConfig(RotaryConfig):
                     f"rotary_dim={rotary_dim} conflicts with partial_rotary_factor={factor} "
                     f"(head_dim * factor = {derived})"
                 )
+            if derived < 2 or derived % 2:
+                raise ValueError(_odd_fraction(self.fraction_name, factor, self.head_dim))
             rotary_dim = derived
         if rotary_dim is None:
             rotary_dim = self.head_dim
@@ -168,7 +185,7 @@ class RoPE(RotaryEncoding):
         if seq_len is None and self.scaling.depends_on_length:
             if torch.compiler.is_compiling():
                 raise ValueError(f"{self.scaling.rope_type!r} scaling needs seq_len under compile")
-            seq_len = int(positions.max()) + 1
+            seq_len = int(positions.max()) + 1 if positions.numel() else 1  # none: any length
         inv_freq, attention_factor = self._frequencies(seq_len, positions.device)
         return rope_cos_sin(positions, inv_freq, attention_factor)
 
