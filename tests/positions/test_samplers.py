@@ -1,14 +1,16 @@
 """posenc.positions.samplers: randomized positions (Ruoss et al. 2023) and PoSE (Zhu et al.
 2024), by their definitions and their statistics, and usable with 1-D encodings."""
 
+import itertools
 import math
 
 import pytest
 import torch
 
 import posenc
+from posenc.config import MAX_POSITION
 from posenc.models import TransformerLM
-from posenc.positions import PositionSampler, pose, randomized
+from posenc.positions import PositionSampler, pose, randomized, samplers
 
 
 def gen(seed=0):
@@ -23,7 +25,7 @@ def test_randomized_rows_are_sorted_distinct_subsets_below_max():
     assert torch.equal(randomized(3, 7, 7, generator=gen()), torch.arange(7).expand(3, 7))
 
 
-def test_randomized_draws_every_position_equally_often():
+def test_randomized_draws_every_position_equally_often(draw):
     """Each of the N positions is in a row with probability L / N: over R rows its count is
     binomial(R, L/N); every count lies within 5 standard deviations of R L / N."""
     rows, length, n = 4000, 10, 50
@@ -31,6 +33,45 @@ def test_randomized_draws_every_position_equally_often():
     p = length / n
     mean, std = rows * p, math.sqrt(rows * p * (1 - p))
     assert (counts.double() - mean).abs().max() < 5 * std
+
+
+@pytest.fixture(params=["dense", "sparse"])
+def draw(request, monkeypatch):
+    """Both of randomized's draws: a random order of the whole range, and (with the dense
+    range made 0) the sparse one it takes past DENSE_RANGE."""
+    if request.param == "sparse":
+        monkeypatch.setattr(samplers, "DENSE_RANGE", 0)
+    return request.param
+
+
+def test_randomized_draws_every_subset_equally_often(draw):
+    """Each of the C(7, 3) = 35 subsets is a row's with probability 1/35: over R rows its
+    count is binomial(R, 1/35); every count lies within 5 standard deviations of R / 35
+    (marginals alone would pass a draw that favours some subsets)."""
+    rows, length, n = 7000, 3, 7
+    p = randomized(rows, length, n, generator=gen(2))
+    assert bool((p.diff(dim=1) > 0).all()) and int(p.min()) >= 0 and int(p.max()) < n
+    codes = (2**p).sum(dim=1)  # one integer per subset
+    counts = torch.bincount(codes, minlength=2**n)[
+        [sum(2**i for i in c) for c in _subsets(n, length)]
+    ]
+    prob = 1 / math.comb(n, length)
+    mean, std = rows * prob, math.sqrt(rows * prob * (1 - prob))
+    assert counts.sum() == rows and (counts.double() - mean).abs().max() < 5 * std
+
+
+def _subsets(n, k):
+    return itertools.combinations(range(n), k)
+
+
+def test_randomized_reaches_the_documented_bound_without_the_range():
+    """max_position up to 2**53: rows of distinct sorted positions, drawn without a
+    ``[batch, max_position]`` tensor (which would need 70 TB at 2**44)."""
+    for n in (2**44, MAX_POSITION):
+        p = randomized(3, 64, n, generator=gen(5))
+        assert p.shape == (3, 64) and p.dtype == torch.long
+        assert bool((p.diff(dim=1) > 0).all()) and int(p.min()) >= 0 and int(p.max()) < n
+        assert int(p.max()) > n // 2  # spread over the range, not packed at its start
 
 
 def test_the_same_generator_gives_the_same_positions():

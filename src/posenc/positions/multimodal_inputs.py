@@ -19,8 +19,24 @@ __all__ = [
     "check_ids",
     "intervals",
     "kept_tokens",
+    "real_numbers",
     "seconds_per_grid",
 ]
+
+
+def real_numbers(name: str, value: Any, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``value``, a tensor or Python numbers (made a tensor of ``dtype``), as a tensor of
+    real numbers, or a ``TypeError`` naming ``name``: never torch's error for a string."""
+    if not isinstance(value, torch.Tensor):
+        try:
+            value = torch.as_tensor(value, dtype=dtype)
+        except (TypeError, ValueError, RuntimeError):
+            raise TypeError(
+                f"{name} must be real numbers (a tensor or a list of floats), got {value!r}"
+            ) from None
+    if value.dtype == torch.bool or value.is_complex():
+        raise TypeError(f"{name} must be real numbers, got {value.dtype}")
+    return value
 
 
 def check_ids(
@@ -101,12 +117,8 @@ def intervals(
             "second_per_grid_ts needs tokens_per_second (the vision config's temporal ids "
             "per second, e.g. 2 for Qwen2.5-VL)"
         )
-    if isinstance(second_per_grid_ts, torch.Tensor):
-        seconds = second_per_grid_ts
-    else:  # Python numbers: float64 for exact ids, float32 as a processor's tensor would be
-        seconds = torch.as_tensor(second_per_grid_ts, dtype=dtype)
-    if seconds.dtype == torch.bool or seconds.is_complex():
-        raise TypeError(f"second_per_grid_ts must be real numbers, got {seconds.dtype}")
+    # Python numbers: float64 for exact ids, float32 as a processor's tensor would be
+    seconds = real_numbers("second_per_grid_ts", second_per_grid_ts, dtype)
     if seconds.dim() != 1 or seconds.numel() != n_videos:
         raise ValueError(
             f"second_per_grid_ts must be [n_videos] with one value per video ({n_videos}), "
@@ -143,8 +155,8 @@ def seconds_per_grid(seconds: Any, n_videos: int) -> torch.Tensor:
                 "time, so each video needs its seconds per temporal patch"
             )
         return torch.zeros(0)
-    values = torch.as_tensor(seconds).detach().cpu()
-    if values.dtype == torch.bool or values.is_complex() or values.dim() != 1:
+    values = real_numbers("second_per_grids", seconds).detach().cpu()
+    if values.dim() != 1:
         raise ValueError(f"second_per_grids must be [n_videos] real numbers, got {values!r}")
     if values.numel() != n_videos:
         raise ValueError(

@@ -28,7 +28,11 @@ import torch
 
 from ..config import MAX_POSITION, check_int
 
-__all__ = ["SAMPLERS", "PositionSampler", "pose", "randomized"]
+__all__ = ["DENSE_RANGE", "SAMPLERS", "PositionSampler", "pose", "randomized"]
+
+#: the ranges :func:`randomized` draws a whole random order of (``batch × max_position``
+#: floats); larger ones (past twice the length too) are drawn sparsely
+DENSE_RANGE = 1 << 16
 
 
 def _check(batch: int, length: int, max_position: int) -> None:
@@ -53,6 +57,10 @@ def randomized(
     """Randomized positions: per row, ``length`` distinct positions drawn uniformly from
     ``[0, max_position)`` without replacement, in increasing order.
 
+    Up to :data:`DENSE_RANGE` (or ``2 · length``) positions the draw is a random order of
+    the whole range per row; past it, a sparse draw (:func:`_sparse_subset`) that holds
+    ``O(length)`` per row, so ``max_position`` may be as large as ``2**53``.
+
     Shapes:
         returns ``[batch, length]`` int64.
 
@@ -63,9 +71,29 @@ def randomized(
         (torch.Size([2, 5]), True, True)
     """
     _check(batch, length, max_position)
-    keys = torch.rand(batch, max_position, generator=generator)  # a random order per row
-    chosen = keys.argsort(dim=1)[:, :length]
-    return chosen.sort(dim=1).values.to(device)
+    if max_position <= max(2 * length, DENSE_RANGE):
+        keys = torch.rand(batch, max_position, generator=generator)  # a random order per row
+        chosen = keys.argsort(dim=1)[:, :length]
+        return chosen.sort(dim=1).values.to(device)
+    rows = [_sparse_subset(length, max_position, generator) for _ in range(batch)]
+    return torch.stack(rows).to(device)
+
+
+def _sparse_subset(length: int, n: int, generator: torch.Generator | None) -> torch.Tensor:
+    """``length`` distinct values of ``[0, n)``, uniform over the subsets, sorted, without
+    an ``[n]`` tensor (for ``n > 2 · length``): iid draws of the missing count, kept while
+    new, until ``length`` are distinct. A round never draws more than are missing, so the
+    set is that of the first ``length`` distinct values of an iid sequence: uniform. At
+    least half of ``[0, n)`` is free, so each round halves the missing count on average.
+
+    Shapes:
+        -> ``[length]`` int64, increasing.
+    """
+    chosen = torch.empty(0, dtype=torch.long)
+    while chosen.numel() < length:
+        draws = torch.randint(n, (length - chosen.numel(),), generator=generator)
+        chosen = torch.cat((chosen, draws)).unique()  # sorted
+    return chosen
 
 
 def pose(
