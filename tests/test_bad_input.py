@@ -4,8 +4,9 @@ Driven like the conformance suite, by :func:`posenc.available` (plus a :func:`po
 of two encodings), and by every public entry point: ``create``, the encodings' calls
 (``encode``/``forward``, ``forward``/``rotation``, ``bias``/``score_mod``), ``attention``,
 ``TransformerLM`` forward and ``generate``, ``rope_from_hf_config``, ``extend_context``,
-``positions.grid``, ``positions.multimodal`` and ``compose``. Each case expects one of two
-outcomes:
+``positions.grid``, ``positions.multimodal``, ``positions.tmrope``, ``compose``, and what
+the last wave added (``KVCache``, ``new_cache`` and the model's check of a given cache,
+``LayerPlan``, ``hf.layer_plan``). Each case expects one of two outcomes:
 
 - a ``TypeError`` or ``ValueError`` whose message names the argument, raised by posenc
   itself (the innermost frame of the traceback is a posenc source file: never a raw error
@@ -21,10 +22,10 @@ rank, size, batch, device); huge or tiny finite configuration values (``MAX_FLOA
 ``MAX_INT``); bad factory keywords; and each entry point's own arguments (``scale``,
 ``temperature``, ``normalize``, token ids, caches, Hugging Face config keys).
 
-The matrix (kept true by :func:`test_matrix_size_is_recorded`): 2380 cases: 1182 expect a
-ValueError, 428 a TypeError, 770 a correct result. By family: dtype 770, positions 639,
-input 191, config 580, attention 68, model 65, hf 24, positions.grid 9, positions.multimodal
-18, compose 9, other 7.
+The matrix (kept true by :func:`test_matrix_size_is_recorded`): 2433 cases: 1210 expect a
+ValueError, 449 a TypeError, 774 a correct result. By family: dtype 770, positions 641,
+input 191, config 580, attention 71, model 68, hf 35, positions.grid 9, positions.multimodal
+20, compose 9, other 9, cache 28, positions.tmrope 2.
 """
 
 from __future__ import annotations
@@ -1023,6 +1024,276 @@ def other_cases() -> None:
         raises(f"other/{label}", call, exc, match)
 
 
+def wave_cases() -> None:
+    """What the last wave added: KV caches and the model's check of a given cache, layer
+    plans, the Hugging Face layer reader, the research encodings' sizes, zero-length
+    rotations under length-dependent scaling, and seconds given as strings."""
+    from posenc import KVCache
+    from posenc.hf import layer_plan
+    from posenc.models import LayerPlan
+    from posenc.positions import tmrope
+
+    ids = torch.tensor([[1, 2, 3, 4], [5, 6, 7, 10]])
+    model = functools.cache(lm)
+    for label, args, kwargs, exc, match in (
+        ("n_layers_0", (0, 1, 1, 4, 8), {}, ValueError, "n_layers must be >= 1"),
+        ("kv_heads_0", (1, 1, 0, 4, 8), {}, ValueError, "kv_heads must be >= 1"),
+        ("head_dim_0", (1, 1, 1, 0, 8), {}, ValueError, "head_dim must be >= 1"),
+        ("batch_negative", (1, -1, 1, 4, 8), {}, ValueError, "batch must be >= 1"),
+        ("max_seq_len_negative", (1, 1, 1, 4, -1), {}, ValueError, "max_seq_len must be >= 1"),
+        ("max_seq_len_float", (1, 1, 1, 4, 2.5), {}, TypeError, "max_seq_len must be an int"),
+        ("dtype_int64", (1, 1, 1, 4, 8), {"dtype": torch.int64}, TypeError, "dtype must be"),
+        ("dtype_none", (1, 1, 1, 4, 8), {"dtype": None}, TypeError, "dtype must be"),
+        ("device_bogus", (1, 1, 1, 4, 8), {"device": "bogus"}, ValueError, "device must"),
+    ):
+        raises(
+            f"cache/init/{label}",
+            functools.partial(lambda a, k: KVCache(*a, **k), args, kwargs),
+            exc,
+            match,
+        )
+    for label, call, exc, match in (
+        (
+            "update_width",
+            lambda c: c.update(0, gen(1, 1, 2, 3), gen(1, 1, 2, 3)),
+            ValueError,
+            r"k must be \[batch=1, kv_heads=1, n, 4\]",
+        ),
+        (
+            "update_layer",
+            lambda c: c.update(5, gen(1, 1, 2, 4), gen(1, 1, 2, 4)),
+            ValueError,
+            "layer must be <= 0",
+        ),
+        (
+            "update_v_len",
+            lambda c: c.update(0, gen(1, 1, 2, 4), gen(1, 1, 3, 4)),
+            ValueError,
+            "v must be",
+        ),
+        ("advance_negative", lambda c: c.advance(-1), ValueError, "n must be >= 0"),
+        ("advance_float", lambda c: c.advance(1.5), TypeError, "n must be an int"),
+    ):
+        raises(
+            f"cache/{label}",
+            functools.partial(lambda f: f(KVCache(1, 1, 1, 4, 8)), call),
+            exc,
+            match,
+        )
+    for label, call, match in (
+        ("generate_use_cache_str", lambda: model().generate(ids, 2, use_cache="no"), "use_cache"),
+        ("init_causal_str", lambda: TransformerLM(11, 16, 1, 2, "rope", causal="no"), "causal"),
+    ):
+        raises(f"model/{label}", call, TypeError, f"{match} must be a bool")
+    q = gen(BATCH, HEADS, SEQ, SIZE)
+    raises(
+        "attention/causal_str",
+        lambda: posenc.attention(q, q, q, causal="no"),
+        TypeError,
+        "causal must be a bool",
+    )
+    for label, config in (("str", "llama"), ("none", None)):
+        raises(
+            f"hf/layer_plan/config_{label}",
+            functools.partial(layer_plan, config),
+            TypeError,
+            "config must be a dict",
+        )
+    for label, args, kwargs, exc, match in (
+        ("len_negative", (1, -1), {}, ValueError, "max_seq_len must be >= 1"),
+        ("batch_negative", (-1, 8), {}, ValueError, "batch must be >= 1"),
+        ("batch_float", (1.0, 8), {}, TypeError, "batch must be an int"),
+        ("len_float", (1, 8.0), {}, TypeError, "max_seq_len must be an int"),
+        ("rolling_str", (1, 8), {"rolling": "no"}, TypeError, "rolling must be a bool"),
+        ("rolling_int", (1, 8), {"rolling": 0}, TypeError, "rolling must be a bool"),
+    ):
+        raises(
+            f"cache/new_cache/{label}",
+            functools.partial(lambda a, k: model().new_cache(*a, **k), args, kwargs),
+            exc,
+            match,
+        )
+    two_layers = functools.cache(
+        lambda encoding="rope": TransformerLM(11, 16, 2, 2, encoding=encoding).eval()
+    )
+    windowed = functools.cache(
+        lambda: TransformerLM(11, 16, 2, 2, plan=LayerPlan.local_global(2, (1, 1), window=3))
+    )
+    for label, net, cache, exc, match in (
+        ("other_model", two_layers, lambda: model().new_cache(2, 8), ValueError, "n_layers=1"),
+        ("head_dim", two_layers, lambda: KVCache(2, 2, 2, 4, 16), ValueError, "head_dim=8"),
+        ("kv_heads", two_layers, lambda: KVCache(2, 2, 1, 8, 16), ValueError, "kv_heads=2"),
+        (
+            "pope_keys",
+            lambda: two_layers("pope"),
+            lambda: KVCache(2, 2, 2, 8, 16),
+            ValueError,
+            "key width 16",
+        ),
+        (
+            "dtype",
+            two_layers,
+            lambda: KVCache(2, 2, 2, 8, 16, dtype=torch.float64),
+            ValueError,
+            "torch.float64",
+        ),
+        (
+            "rolling_full_layer",
+            windowed,
+            lambda: KVCache(2, 2, 2, 8, 16, keep=[2, 2]),
+            ValueError,
+            "layer 1 keeps its last 2 keys",
+        ),
+        ("dict", two_layers, dict, TypeError, "cache must be a KVCache"),
+    ):
+        raises(
+            f"cache/forward/{label}",
+            functools.partial(lambda n, c: n()(ids, cache=c()), net, cache),
+            exc,
+            match,
+        )
+    result(
+        "cache/forward/rolling_or_not",
+        lambda: windowed()(ids, cache=windowed().new_cache(2, 8, rolling=False)),
+        lambda: windowed()(ids),
+        tol=1e-6,
+    )
+    raises(
+        "model/plan/local_global_window_none",
+        lambda: LayerPlan.local_global(4, window=None),
+        TypeError,
+        "window must be an int",
+    )
+    llama = {**HF, "num_hidden_layers": 2, "rope_theta": 1e4}
+    for n in (0, 1, 3, 5):
+        raises(
+            f"hf/layer_plan/layer_types_{n}",
+            functools.partial(
+                lambda n: layer_plan({**llama, "layer_types": ["full_attention"] * n}), n
+            ),
+            ValueError,
+            "layer_types must be a list of 2 layer types",
+        )
+    flat = {**llama, "rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}
+    for label, config, layer_type, exc, match in (
+        ("flat_bogus", flat, "bogus", ValueError, "layer_type must be one of"),
+        ("flat_int", flat, 3, TypeError, "layer_type must be a str"),
+        (
+            "flat_undeclared",
+            {**flat, "layer_types": ["full_attention"] * 2},
+            "sliding_attention",
+            ValueError,
+            "the config's layer_types",
+        ),
+    ):
+        raises(
+            f"hf/layer_type/{label}",
+            functools.partial(
+                lambda c, t: rope_from_hf_config(c, layer_type=t), config, layer_type
+            ),
+            exc,
+            match,
+        )
+    result(
+        "hf/layer_type/flat_declared",
+        lambda: rope_from_hf_config(flat, layer_type="full_attention").inv_freq(),
+        lambda: rope_from_hf_config(flat).inv_freq(),
+    )
+    raises(
+        "hf/text_config_str",
+        lambda: rope_from_hf_config({**HF, "model_type": "qwen2_vl", "text_config": "x"}),
+        TypeError,
+        "text_config must be a dict .* or a config object",
+    )
+    for label, name, kwargs, match in (
+        ("p_rope_head_dim_4", "p_rope", {"head_dim": 4}, r"p=0.75 of head_dim=4 .* 0.5, 1\b"),
+        (
+            "rope_odd_fraction",
+            "rope",
+            {"head_dim": 4, "partial_rotary_factor": 0.75},
+            "partial_rotary_factor=0.75 of head_dim=4",
+        ),
+    ):
+        raises(
+            f"other/create/{label}",
+            functools.partial(lambda n, k: posenc.create(n, **k), name, kwargs),
+            ValueError,
+            match,
+        )
+    q = gen(BATCH, HEADS, SEQ, 6, seed=5)  # head_dim 6 against the encodings' 8
+    for name in ("cope", "shaw"):
+        raises(
+            f"attention/{name}_head_dim",
+            functools.partial(
+                lambda n: posenc.attention(q, q, q, posenc.create(n, n_heads=HEADS, head_dim=8)),
+                name,
+            ),
+            ValueError,
+            "q has head_dim=6 but the encoding",
+        )
+    empty = gen(BATCH, HEADS, 0, SIZE)
+    for rope_type, scaling in (
+        ("dynamic", {"rope_type": "dynamic", "factor": 2.0}),
+        (
+            "longrope",
+            {
+                "rope_type": "longrope",
+                "short_factor": [1.0] * 4,
+                "long_factor": [2.0] * 4,
+                "factor": 4.0,
+            },
+        ),
+    ):
+        rope = posenc.create(
+            "rope", head_dim=SIZE, scaling={**scaling, "original_max_position_embeddings": 16}
+        )
+        result(
+            f"positions/empty_{rope_type}",
+            functools.partial(rope, empty, empty),
+            lambda: (empty, empty),
+        )
+    video = torch.tensor([[2, 4, 4]])
+    mm_ids = torch.tensor([[5, 6] + [7] * 8 + [5]])
+    omni = dict(
+        image_token_id=90,
+        video_token_id=91,
+        audio_token_id=92,
+        vision_start_token_id=93,
+        audio_start_token_id=95,
+    )
+    for label, seconds in (("str", "0.5"), ("list_of_str", ["0.5"])):
+        raises(
+            f"positions.multimodal/seconds_{label}",
+            functools.partial(
+                lambda s: multimodal(
+                    mm_ids,
+                    video_grid_thw=video,
+                    second_per_grid_ts=s,
+                    tokens_per_second=2.0,
+                    image_token_id=8,
+                    video_token_id=7,
+                ),
+                seconds,
+            ),
+            TypeError,
+            "second_per_grid_ts must be real numbers",
+        )
+        raises(
+            f"positions.tmrope/seconds_{label}",
+            functools.partial(
+                lambda s: tmrope(
+                    torch.tensor([[93] + [91] * 8 + [94]]),
+                    video_grid_thw=video,
+                    second_per_grids=s,
+                    **omni,
+                ),
+                seconds,
+            ),
+            TypeError,
+            "second_per_grids must be real numbers",
+        )
+
+
 positions_dtype_cases()
 positions_value_cases()
 input_cases()
@@ -1033,6 +1304,7 @@ hf_cases()
 positions_cases()
 compose_cases()
 other_cases()
+wave_cases()
 
 
 # The tests -----------------------------------------------------------------------------
