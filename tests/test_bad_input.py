@@ -22,10 +22,10 @@ rank, size, batch, device); huge or tiny finite configuration values (``MAX_FLOA
 ``MAX_INT``); bad factory keywords; and each entry point's own arguments (``scale``,
 ``temperature``, ``normalize``, token ids, caches, Hugging Face config keys).
 
-The matrix (kept true by :func:`test_matrix_size_is_recorded`): 2433 cases: 1210 expect a
-ValueError, 449 a TypeError, 774 a correct result. By family: dtype 770, positions 641,
-input 191, config 580, attention 71, model 68, hf 35, positions.grid 9, positions.multimodal
-20, compose 9, other 9, cache 28, positions.tmrope 2.
+The matrix (kept true by :func:`test_matrix_size_is_recorded`): 2435 cases: 1210 expect a
+ValueError, 451 a TypeError, 774 a correct result. By family: dtype 770, positions 641,
+input 191, config 580, attention 71, model 68, hf 36, positions.grid 9, positions.multimodal
+20, compose 10, other 9, cache 28, positions.tmrope 2.
 """
 
 from __future__ import annotations
@@ -1091,6 +1091,20 @@ def wave_cases() -> None:
         lambda: posenc.attention(q, q, q, causal="no"),
         TypeError,
         "causal must be a bool",
+    )
+    raises(
+        "hf/rope_interleave_str",
+        lambda: rope_from_hf_config(
+            {**HF, "model_type": "deepseek_v3", "qk_rope_head_dim": 8, "rope_interleave": "no"}
+        ),
+        TypeError,
+        "rope_interleave must be a bool",
+    )
+    raises(
+        "compose/module",
+        lambda: posenc.compose(torch.nn.Linear(2, 2), dim=2),
+        TypeError,
+        r"encoding must be an Encoding.*encodings\[0\] is a Linear",
     )
     for label, config in (("str", "llama"), ("none", None)):
         raises(

@@ -157,7 +157,12 @@ def compose(*encodings: str | Mapping[str, Any] | Encoding, dim: int | None = No
     """
     sizes = {} if dim is None else {"dim": dim}
     built: list[Encoding] = []
-    for spec in encodings:
+    for i, spec in enumerate(encodings):
+        if not isinstance(spec, (Encoding, str, Mapping)):
+            raise TypeError(
+                f"each encoding must be an Encoding, a registered name or a dict with a "
+                f"'name' key; encodings[{i}] is a {type(spec).__name__}"
+            )
         if not isinstance(spec, Encoding) and dim is None:
             raise ValueError(f"pass dim= to build {spec!r} by name")
         built.append(build(spec, **sizes))

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..config import check_bool
+
 __all__ = ["HALF", "INTERLEAVED", "LATENT_ATTENTION", "MLA_BY_FLAG", "REFUSED", "pair_layout"]
 
 #: model types whose RoPE rotates pairs (i, i + d/2) of its rotary slice
@@ -137,6 +139,8 @@ def pair_layout(model_type: Any, rope_interleave: Any = None, given: str | None 
         raise ValueError(f"model_type {model_type!r}: {REFUSED[model_type]}; posenc refuses it")
     known = "interleaved" if model_type in INTERLEAVED else "half" if model_type in HALF else None
     if model_type in MLA_BY_FLAG:
+        if rope_interleave is not None:
+            check_bool("rope_interleave", rope_interleave)
         known = "half" if rope_interleave is False else "interleaved"
     if known is not None and given not in (None, known):
         raise ValueError(
