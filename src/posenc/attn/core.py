@@ -67,7 +67,7 @@ def attention(
             not divided by ``sqrt(head_dim)``).
         backend: ``"auto"`` (the fastest exact one,
             :func:`~posenc.attn.bias_plan.plan_bias` for bias encodings,
-            :func:`~posenc.attn.bias_plan.plan_plain` otherwise), ``"flex"`` (flex
+            :func:`~posenc.attn.backends.plan_plain` otherwise), ``"flex"`` (flex
             attention: no ``[heads, L, L]`` tensor), ``"sdpa"`` (SDPA, with the
             materialised bias) or ``"math"`` (explicit softmax in float32).
         key_padding_mask: ``[batch, k_len]`` bool, True for a real token: keys at False

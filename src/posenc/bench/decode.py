@@ -8,7 +8,7 @@ each timed round decodes one token at the next position of its cache (``p, p + 1
 so the caches grow alike.
 
 Two rows: a whole :class:`~posenc.models.TransformerLM` step with its
-:class:`~posenc.attention.KVCache` (explicit positions), and the RoPE part alone (tables for
+:class:`~posenc.attn.cache.KVCache` (explicit positions), and the RoPE part alone (tables for
 one position, q and k of one token rotated). The floor is the step at the near position; the
 far step's ``x_floor`` should be 1: the cost of a step does not depend on the position.
 """

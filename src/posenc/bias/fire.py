@@ -169,7 +169,7 @@ class Fire(BiasEncoding):
         masked: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """:meth:`bias` with ``-inf`` where ``masked``; by pieces where they run compiled
-        (:func:`~posenc.functional.fire_pieces.pieces_pay`), in the kernel's own layout (a
+        (:func:`~posenc.functional.fire_rows.pieces_pay`), in the kernel's own layout (a
         view of ``[(batch,) q_len, k_len, heads]``: one pass, no transpose), else by the
         MLP's matrix products (:func:`~posenc.functional.fire.fire_mlp_matmul`)."""
         rows, tensors = self.block_rows(q_positions, k_positions)

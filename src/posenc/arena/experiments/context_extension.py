@@ -156,7 +156,8 @@ def _records(
     ctx: RunContext, model: TransformerLM, base: dict[str, Any], bar: Task
 ) -> list[dict[str, Any]]:
     """Perplexity and bits per byte of ``model`` at ``base["eval_length"]``, on the bytes
-    ``extrapolation`` scores (:func:`.language_model.validation_loss`, as it does)."""
+    ``extrapolation`` scores
+    (:func:`~posenc.arena.measuring.language_model.validation_loss`, as it does)."""
     return lm_records(base, validation_loss(ctx, model, base["eval_length"], "chunks", bar))
 
 

@@ -7,7 +7,8 @@ query-aware contextualisation). It is scored by exact match for every gold posit
 ``g in range(n)``, for each number of pairs ``n`` of the preset (the first is the training
 number, the others longer contexts) and both query placements. ``learned`` has a table of
 exactly the longest training row and is recorded as cannot-run past it. With ``--hf-model``
-the same probe runs as text prompts on a local Hugging Face model (:mod:`.hf_probe`).
+the same probe runs as text prompts on a local Hugging Face model
+(:mod:`~posenc.arena.measuring.hf_probe`).
 """
 
 from __future__ import annotations

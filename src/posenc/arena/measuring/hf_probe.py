@@ -7,7 +7,8 @@ generator; the prompt is the JSON object, then ``Key: "<k>"`` and ``Value:`` (qu
 puts the key line before the JSON too). The model greedily decodes as many tokens as the
 quoted gold value takes, plus one; a row is right when the continuation, less leading spaces
 and one opening quote, starts with the gold value (exact match). Records are those of
-:mod:`.lost_in_the_middle` with encoding ``hf:<directory name>``. Nothing is downloaded.
+:mod:`~posenc.arena.experiments.lost_in_the_middle` with encoding ``hf:<directory name>``.
+Nothing is downloaded.
 """
 
 from __future__ import annotations
