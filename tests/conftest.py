@@ -14,7 +14,7 @@ os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 import torch
 
-from posenc.attn.flex import flex_available
+from posenc.attn.runners.flex import flex_available
 
 # Property tests: deterministic in CI, a few more examples locally.
 settings.register_profile("ci", max_examples=30, deadline=None, derandomize=True)
@@ -278,7 +278,7 @@ def bfloat16_attention_runs() -> bool:
 @pytest.fixture(scope="session")
 def backends():
     """The attention backends of bias encodings that run here: flex only where compiled flex
-    attention does (:func:`posenc.attn.flex.flex_available`: not on a CPU without AVX2 or
+    attention does (:func:`posenc.attn.runners.flex.flex_available`: not on a CPU without AVX2 or
     AVX-512, e.g. under ``ATEN_CPU_CAPABILITY=default``)."""
     flex = ("flex",) if flex_available(torch.device("cpu")) else ()
     return ("math", "sdpa", *flex)

@@ -18,7 +18,7 @@ import warnings
 import pytest
 import torch
 
-from posenc.attn.pattern import pattern_mask
+from posenc.attn.masks import pattern_mask
 from posenc.hf import is_causal, layer_plan, rope_from_hf_config, score_scale
 from posenc.models import TransformerLM
 

@@ -18,7 +18,7 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 
 from . import registry
-from .attn.bias_plan import bias_memory
+from .attn.planner import bias_memory
 from .base import BiasEncoding
 
 __all__ = [
@@ -79,7 +79,7 @@ def memory_cost(name: str) -> str:
       the positions (``max_positions``, ``grid``), else computed on the fly;
     - rotary: ``[L, d/2]`` cos and sin, computed per call (per head, and learned weights:
       frequencies or Fourier coefficients, for a trainable one);
-    - bias: what its backends hold (:func:`~posenc.attn.bias_plan.bias_memory`).
+    - bias: what its backends hold (:func:`~posenc.attn.planner.bias_memory`).
     """
     cls = registry.get(name)
     info = registry.info(name)

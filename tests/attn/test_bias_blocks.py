@@ -1,4 +1,4 @@
-"""Shift-invariant biases from their 2L - 1 distances (posenc.attn.bias_blocks): the
+"""Shift-invariant biases from their 2L - 1 distances (posenc.attn.runners.distance): the
 values, the blockwise kernel calls over reversed queries and their backward, and
 attention's use of them for inference and training."""
 
@@ -9,15 +9,15 @@ import torch
 
 import posenc
 from posenc import attention, registry
-from posenc.attn import bias as bias_module
-from posenc.attn import bias_plan
-from posenc.attn.bias_blocks import (
+from posenc.attn import planner as plan_module
+from posenc.attn.kernels.flash_blocks import bias_flash_available, block_size
+from posenc.attn.runners import distance as distance_module
+from posenc.attn.runners.distance import (
     DistanceGrad,
     distance_attention,
     distance_values,
     negligible,
 )
-from posenc.attn.flash_blocks import bias_flash_available, block_size
 from posenc.models import TransformerLM
 
 BIAS = [n for n in posenc.available() if posenc.info(n).kind == "bias"]
@@ -183,9 +183,9 @@ def test_auto_takes_it_and_equals_math(
     enc = _trained(name)
     q, k, v = (torch.randn(2, 4, 300, 8, requires_grad=training) for _ in "qkv")
     calls = []
-    real = bias_module.distance_attention
+    real = distance_module.distance_attention
     monkeypatch.setattr(
-        bias_module, "distance_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw)
+        distance_module, "distance_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw)
     )
     inputs = [q, k, v, *enc.parameters()]
     results = []
@@ -207,7 +207,7 @@ def test_auto_takes_it_and_equals_math(
 def test_auto_keeps_other_paths_where_it_does_not_apply(case, monkeypatch):
     # explicit positions, a cached decode step (q_len != k_len) and masks are not the
     # default arange(L) of both with the causal mask alone
-    monkeypatch.setattr(bias_module, "distance_attention", _fail)
+    monkeypatch.setattr(distance_module, "distance_attention", _fail)
     enc = _trained("t5")
     q, k, v = (torch.randn(2, 4, 300, 8) for _ in "qkv")
     kwargs = {}
@@ -231,13 +231,13 @@ def test_a_model_trains_on_it_with_the_gradients_of_the_other_paths(name, monkey
     model = TransformerLM(64, 32, 2, 4, name, n_kv_heads=2).double()
     ids = torch.randint(0, 64, (2, 41))
     calls = []
-    real = bias_module.distance_attention
+    real = distance_module.distance_attention
     monkeypatch.setattr(
-        bias_module, "distance_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw)
+        distance_module, "distance_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw)
     )
     runs = []
     for flash in (True, False):
-        monkeypatch.setattr(bias_plan, "bias_flash_available", lambda flash=flash: flash)
+        monkeypatch.setattr(plan_module, "bias_flash_available", lambda flash=flash: flash)
         model.zero_grad(set_to_none=True)
         logits = model(ids[:, :-1])
         loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten())

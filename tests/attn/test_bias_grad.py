@@ -1,5 +1,5 @@
 """The CPU training path of bias encodings: the flash forward with the blockwise backward
-(posenc.attn.bias_grad), its use by attention's auto backend, and the bias table
+(posenc.attn.runners.flash), its use by attention's auto backend, and the bias table
 TransformerLM computes once per forward and shares across layers."""
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ import torch
 
 import posenc
 from posenc import attention
-from posenc.attn import AttentionContext, bias_plan
-from posenc.attn.bias_grad import BLOCK, bias_flash_attention, bias_flash_available
-from posenc.attn.bias_plan import AttnShape
+from posenc.attn import AttentionContext
+from posenc.attn import planner as plan_module
+from posenc.attn.planner import AttnShape
+from posenc.attn.runners.flash import BLOCK, bias_flash_attention, bias_flash_available
 from posenc.models import TransformerLM
 from posenc.models import shared as shared_module
 from posenc.positions import from_segments
@@ -278,7 +279,7 @@ def test_model_shared_table_equals_per_layer_paths(name, monkeypatch, tol):
     # per layer: the distance values of the queries before the threshold (a bias of 2·20 - 1
     # keys, itself made of rows) and the rows of the rest
     assert [len(c) for c in counted.values()] == [1 + 3, 1 + 3 * 2]
-    monkeypatch.setattr(bias_plan, "bias_flash_available", lambda: False)
+    monkeypatch.setattr(plan_module, "bias_flash_available", lambda: False)
     sdpa = _step(model, ids)
     rounding = tol(torch.float64, n=20_000, scale=1.0)
     for other in (per_layer, sdpa):

@@ -8,10 +8,10 @@ import torch
 
 import posenc
 from posenc.attn import AttentionContext, Masks
-from posenc.attn import bias_plan as bias_plan_module
-from posenc.attn import context as context_module
-from posenc.attn.bias_plan import AttnShape, bias_memory, plan_bias, shares_table
-from posenc.attn.flex import flex_available
+from posenc.attn import masks as masks_module
+from posenc.attn import planner as plan_module
+from posenc.attn.planner import AttnShape, bias_memory, plan_bias, shares_table
+from posenc.attn.runners.flex import flex_available
 from posenc.models import TransformerLM
 
 CPU = torch.device("cpu")
@@ -42,14 +42,14 @@ def plan(name, length=300, *, q_len=None, explicit=False, masked=False, grad=Fal
 
 
 def test_inference_on_the_cpu():
-    assert plan("t5").runner == "blocks"  # shift-invariant over default positions
+    assert plan("t5").runner == "distance"  # shift-invariant over default positions
     flex_or_sdpa = "flex" if flex_available(CPU) else "sdpa"
     assert plan("t5", explicit=True).runner == "rows"  # a bias of the positions alone
     assert plan("t5", q_len=1).runner == "sdpa"  # a decode step: not q_len == k_len
     assert plan("fire").runner == "rows"  # not shift-invariant
     assert plan("fire", masked=True).runner == flex_or_sdpa
     assert plan("fire", 16, masked=True).runner == "sdpa"  # below FLEX_MIN_SCORES
-    assert plan("alibi").runner == "blocks"  # shift-invariant first: the floor's own width
+    assert plan("alibi").runner == "distance"  # shift-invariant first: the floor's own width
     alibi = plan("alibi", explicit=True)
     assert alibi.runner == "linear"
     assert alibi.slopes == posenc.create("alibi", n_heads=8).slopes().tolist()
@@ -60,13 +60,13 @@ def test_inference_on_the_cpu():
 
 
 def test_training_on_the_cpu():
-    assert plan("t5", grad=True) == bias_plan_module.BiasPlan("blocks")
-    assert plan("alibi", grad=True) == bias_plan_module.BiasPlan("blocks")
+    assert plan("t5", grad=True) == plan_module.Plan("distance")
+    assert plan("alibi", grad=True) == plan_module.Plan("distance")
     assert plan("t5", grad=True, explicit=True).runner == "rows"
     assert plan("fire", grad=True).runner == "rows"
     # a table handed in (a model's, shared by its layers) runs on the flash kernel
     shared = plan("fire", grad=True, table_given=True)
-    assert shared == bias_plan_module.BiasPlan("flash", "full")
+    assert shared == plan_module.Plan("flash", "full")
     assert plan("alibi", grad=True, explicit=True).runner == "linear"
     assert plan("shaw", grad=True, config={"values": True}).runner == "shaw"
     reversed_order = plan("shaw", 40, grad=True, masked=True)
@@ -76,7 +76,7 @@ def test_training_on_the_cpu():
 def test_values_take_the_math_path_and_refuse_other_backends():
     values = {"values": True}
     assert plan("shaw", config=values).runner == "shaw"  # blockwise, the values term too
-    assert plan("shaw", config=values, masked=True) == bias_plan_module.BiasPlan("math", "full")
+    assert plan("shaw", config=values, masked=True) == plan_module.Plan("math", "full")
     with pytest.raises(ValueError, match="only backend='math' runs it"):
         plan("shaw", config={"values": True}, backend="sdpa")
 
@@ -139,7 +139,7 @@ PLAN_CASES = [
 def test_a_model_builds_one_context_and_one_mask_per_forward(name, length, monkeypatch):
     built, dense, blocks = [], [], []
     real_build, real_dense = AttentionContext.build.__func__, Masks.dense
-    real_blocks = context_module.flex_block_mask
+    real_blocks = masks_module.flex_block_mask
     monkeypatch.setattr(
         AttentionContext,
         "build",
@@ -147,7 +147,7 @@ def test_a_model_builds_one_context_and_one_mask_per_forward(name, length, monke
     )
     monkeypatch.setattr(Masks, "dense", lambda self, *a: dense.append(1) or real_dense(self, *a))
     monkeypatch.setattr(
-        context_module, "flex_block_mask", lambda *a: blocks.append(1) or real_blocks(*a)
+        masks_module, "flex_block_mask", lambda *a: blocks.append(1) or real_blocks(*a)
     )
     model = TransformerLM(64, 32, 3, 4, name)
     mask = torch.ones(2, length, dtype=torch.long)

@@ -1,4 +1,4 @@
-"""A bias of the positions alone a block of query rows at a time (posenc.attn.bias_rows):
+"""A bias of the positions alone a block of query rows at a time (posenc.attn.runners.rows):
 FIRE against a dense float64 reference, forward and backward (its MLP's parameters too),
 what it saves, and auto's use of it."""
 
@@ -11,9 +11,10 @@ import torch
 
 import posenc
 from posenc import attention
-from posenc.attn import bias as bias_module
-from posenc.attn.bias_grad import bias_flash_available
-from posenc.attn.bias_rows import rows_attention
+from posenc.attn.runners import distance as distance_module
+from posenc.attn.runners import rows as rows_module
+from posenc.attn.runners.flash import bias_flash_available
+from posenc.attn.runners.rows import rows_attention
 from posenc.bias import fire as fire_module
 from posenc.functional import compiled
 
@@ -102,9 +103,9 @@ def test_auto_takes_it_without_a_table_and_equals_math(
         monkeypatch.setattr(fire_module, "pieces_pay", lambda scores, device: True)
     enc = _fire(4, torch.float32)
     calls = []
-    real = bias_module.rows_attention
+    real = rows_module.rows_attention
     monkeypatch.setattr(
-        bias_module, "rows_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw)
+        rows_module, "rows_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw)
     )
     q, k, v = (torch.randn(2, 4, 70, 16, requires_grad=training) for _ in "qkv")
     inputs = [q, k, v, *enc.parameters()]
@@ -142,14 +143,18 @@ def test_fire_before_its_threshold_runs_on_the_distance_blocks(threshold, monkey
     in float64, forward and the gradients of q, k, v and every parameter."""
     enc = posenc.create("fire", n_heads=2, init_threshold=threshold).to(torch.float64)
     seen = {"blocks": [], "rows": []}
-    for name, module_name in (("blocks", "distance_attention"), ("rows", "rows_attention")):
-        real = getattr(bias_module, module_name)
+    spied = (
+        ("blocks", distance_module, "distance_attention"),
+        ("rows", rows_module, "rows_attention"),
+    )
+    for name, module, module_name in spied:
+        real = getattr(module, module_name)
 
         def spy(q, *args, _real=real, _name=name, **kwargs):
             seen[_name].append(q.shape[2])
             return _real(q, *args, **kwargs)
 
-        monkeypatch.setattr(bias_module, module_name, spy)
+        monkeypatch.setattr(module, module_name, spy)
     q, k, v = (torch.randn(2, 2, 45, 8, dtype=torch.float64, requires_grad=True) for _ in "qkv")
     inputs = [q, k, v, *enc.parameters()]
     results = []

@@ -4,13 +4,8 @@ layout, per call for explicit positions and mask_mods), and the CPU head-size pa
 import pytest
 import torch
 
-from posenc.attn.flex import (
-    CPU_MIN_HEAD_DIM,
-    _default_mask,
-    flex_attention,
-    flex_available,
-)
-from posenc.attn.pattern import FULL, AttnPattern
+from posenc.attn.masks import FULL, AttnPattern, _default_mask
+from posenc.attn.runners.flex import CPU_MIN_HEAD_DIM, flex_attention, flex_available
 
 needs_flex = pytest.mark.skipif(
     not flex_available(torch.device("cpu")), reason="compiled flex attention does not run here"

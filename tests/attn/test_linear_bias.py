@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import posenc
-from posenc.attn.bias_plan import AttnShape, plan_bias
-from posenc.attn.linear_bias import linear_bias_blocks, linear_bias_runs, linear_bias_sdpa
+from posenc.attn.planner import AttnShape, plan_bias
+from posenc.attn.runners.linear import linear_bias_blocks, linear_bias_runs, linear_bias_sdpa
 from posenc.functional.alibi import alibi_slopes
 from posenc.positions import AttnPositions
 

@@ -14,8 +14,8 @@ import torch
 from torch.testing import assert_close
 
 import posenc
-from posenc.attn.linear_bias import SMALL_Q
 from posenc.attn.masks import Masks
+from posenc.attn.runners.linear import SMALL_Q
 from posenc.positions import from_segments
 
 HEADS, HEAD_DIM = 4, 8

@@ -16,7 +16,7 @@ import torch
 from torch.testing import assert_close
 
 import posenc
-from posenc.attn.explicit import softmax_limits
+from posenc.attn.runners.math import softmax_limits
 
 BATCH, HEADS, SEQ, DIM = 1, 2, 8, 8
 NAN, INF = float("nan"), float("inf")

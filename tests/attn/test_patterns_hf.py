@@ -38,7 +38,7 @@ import torch
 from torch.testing import assert_close
 
 import posenc
-from posenc.attn.flex import flex_available
+from posenc.attn.runners.flex import flex_available
 from posenc.hf import rope_from_hf_config
 from posenc.positions import from_padding, from_segments
 
@@ -730,7 +730,7 @@ def test_window_conventions_of_the_models():
     is posenc's pattern: Mistral's ``sliding_window=W`` the last ``W`` keys (``window=W``),
     ModernBERT's ``local_attention=W`` ``|i - j| <= W // 2`` (``window=W, causal=False``),
     an odd ``W`` rounding down."""
-    from posenc.attn.pattern import AttnPattern
+    from posenc.attn.masks import AttnPattern
 
     q_pos, k_pos = torch.arange(37)[:, None], torch.arange(37)[None, :]
     for window in (1, 4, 5):

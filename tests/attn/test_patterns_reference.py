@@ -24,7 +24,7 @@ import torch
 from torch.testing import assert_close
 
 import posenc
-from posenc.attn.flex import flex_available
+from posenc.attn.runners.flex import flex_available
 from posenc.positions import from_padding, from_segments
 
 EPS = torch.finfo(torch.float32).eps

@@ -1,4 +1,4 @@
-"""Shaw's attention blockwise (posenc.attn.shaw_grad): against a dense float64 reference
+"""Shaw's attention blockwise (posenc.attn.runners.shaw): against a dense float64 reference
 of eqs. 3 and 4 (forward and the gradients of q, k, v and both tables), what it saves, and
 auto's use of it when training on the CPU."""
 
@@ -11,8 +11,8 @@ import torch
 
 import posenc
 from posenc import attention
-from posenc.attn import bias as bias_module
-from posenc.attn.shaw_grad import shaw_attention
+from posenc.attn.runners import shaw as shaw_module
+from posenc.attn.runners.shaw import shaw_attention
 from posenc.models import TransformerLM
 
 
@@ -192,9 +192,9 @@ def test_auto_takes_it_on_the_cpu(values, causal, monkeypatch, tol):
     under the causal mask (the older paths)."""
     enc = posenc.create("shaw", n_heads=4, head_dim=8, max_distance=4, values=values).double()
     calls = []
-    real = bias_module.shaw_attention
+    real = shaw_module.shaw_attention
     monkeypatch.setattr(
-        bias_module, "shaw_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw)
+        shaw_module, "shaw_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw)
     )
     q, k, v, _, _ = _inputs(2, 4, 2, 41, 41, 8, 1, torch.float64, False)
     params = list(enc.parameters())

@@ -9,8 +9,8 @@ import torch
 from torch.testing import assert_close
 
 import posenc
-from posenc.attn.contextual import contextual_attention
-from posenc.attn.pattern import PLAIN
+from posenc.attn.call import PLAIN
+from posenc.attn.runners.scores import contextual_attention
 from posenc.bias.cope import CoPE
 from posenc.functional.cope import cope_positions
 from posenc.models import LayerPlan, TransformerLM
@@ -114,7 +114,7 @@ def test_blocks_of_rows_equal_one_block(attention_tol):
 def test_gradients_through_checkpointed_blocks(grad_tol, score_size, monkeypatch):
     """Blocks of 3 rows, recomputed in the backward, give the gradients of attention with the
     materialised bias (q, k, v and the position vectors)."""
-    import posenc.attn.contextual as contextual
+    import posenc.attn.runners.scores as contextual
 
     monkeypatch.setattr(contextual, "BLOCK_SCORES", 2 * HEADS * 3 * 11)  # 3 rows a block
     enc = cope()

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 import posenc
-from posenc.attn.pattern import FULL, AttnPattern
+from posenc.attn.masks import FULL, AttnPattern
 from posenc.attn.temperature import QueryTemperature
 from posenc.models import LayerPlan, LayerSpec, TransformerLM, attention_maps
 from posenc.models import shared as shared_module

@@ -1,6 +1,8 @@
 """The checks of :func:`posenc.attention`'s arguments: q, k and v, the scale, the
-encoding, a precomputed bias table and a shared context; each raises a ``TypeError`` or
-``ValueError`` that names the argument and what was expected."""
+encoding, a precomputed bias table, a shared context, the soft cap and the sinks; each
+raises a ``TypeError`` or ``ValueError`` that names the argument and what was expected.
+:func:`finite` reads whether the inputs' values are finite (the one value read on the
+host), which decides where a call may run."""
 
 from __future__ import annotations
 
@@ -9,9 +11,20 @@ import math
 import torch
 
 from ..base import BiasEncoding, Encoding
-from .context import AttentionContext
+from ..functional.dtypes import math_dtype
+from .masks import AttentionContext
 
-__all__ = ["check_context", "check_encoding", "check_qkv", "check_scale", "check_table"]
+__all__ = [
+    "check_context",
+    "check_encoding",
+    "check_heads",
+    "check_qkv",
+    "check_scale",
+    "check_sinks",
+    "check_softcap",
+    "check_table",
+    "finite",
+]
 
 
 def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -94,6 +107,23 @@ def check_table(
         raise ValueError(f"bias is on {table.device} but q is on {q.device}: move bias there")
 
 
+def check_heads(encoding: BiasEncoding, q: torch.Tensor) -> None:
+    """Raise unless ``q`` has the encoding's heads and, where the encoding reads ``q``
+    through tables of a width of its own (Shaw, CoPE: ``head_dim``), that width."""
+    if q.shape[1] != encoding.n_heads:
+        raise ValueError(
+            f"q has {q.shape[1]} heads but the encoding {type(encoding).__name__} has "
+            f"n_heads={encoding.n_heads}"
+        )
+    width = getattr(encoding, "head_dim", None)
+    if width is not None and q.shape[-1] != width:
+        raise ValueError(
+            f"q has head_dim={q.shape[-1]} but the encoding {type(encoding).__name__} has "
+            f"head_dim={width} (the width of its tables): create it with head_dim="
+            f"{q.shape[-1]}"
+        )
+
+
 def check_encoding(encoding: Encoding | None) -> str | None:
     """The kind of ``encoding`` (None for None); raises for anything but an Encoding of a
     known kind."""
@@ -125,3 +155,48 @@ def check_context(context, q, k, *given) -> None:
             f"context is for {p.q_len} queries and {p.k_len} keys on {p.q.device}, but q has "
             f"{q.shape[2]} and k {k.shape[2]} on {q.device}"
         )
+
+
+def check_softcap(softcap: float | None) -> float | None:
+    """Raise unless ``softcap`` is None or a finite number > 0."""
+    if softcap is None:
+        return None
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
+        raise TypeError(f"softcap must be a number or None, got {type(softcap).__name__}")
+    if not math.isfinite(softcap) or softcap <= 0:
+        raise ValueError(f"softcap must be a finite number > 0, got {softcap}")
+    return float(softcap)
+
+
+def check_sinks(sinks: torch.Tensor | None, heads: int, device: torch.device) -> None:
+    """Raise unless ``sinks`` is None or a floating-point ``[heads]`` tensor on ``device``."""
+    if sinks is None:
+        return
+    if not isinstance(sinks, torch.Tensor) or not sinks.is_floating_point():
+        got = sinks.dtype if isinstance(sinks, torch.Tensor) else type(sinks).__name__
+        raise TypeError(f"sinks must be a floating-point tensor, got {got}")
+    if tuple(sinks.shape) != (heads,):
+        raise ValueError(
+            f"sinks must be one logit per query head, [{heads}], got {tuple(sinks.shape)}"
+        )
+    if sinks.device != device:
+        raise ValueError(f"sinks is on {sinks.device} but q is on {device}: move sinks there")
+
+
+def finite(*tensors: torch.Tensor | None) -> bool:
+    """Whether every value of the given tensors (None skipped) is finite, read on the host
+    once for all of them: else a NaN or infinity in a slot a query may not see would reach
+    it through the fused kernels, which add the mask's ``-inf`` to a NaN score and multiply
+    a zero probability by a NaN value, and one in a slot it does see would come out of
+    them as a zero row (their online softmax drops a NaN maximum) rather than NaN.
+
+    Each tensor's sum is one strided pass, no copy of a cache's slice (``isfinite(v).all()``
+    and ``aminmax`` cost 15-50x more on the CPU, torch 2.13); NaN and infinities reach the
+    sum, and a sum that overflows only sends the call to the explicit path, which is exact
+    too. True while compiling, where the kernels' own behaviour is kept rather than a graph
+    break, and on the meta device, which holds no values."""
+    present = [t for t in tensors if t is not None and t.device.type != "meta"]
+    if torch.compiler.is_compiling() or not present:
+        return True
+    sums = [t.sum(dtype=math_dtype(t.dtype)).to(torch.float64) for t in present]
+    return bool(torch.isfinite(torch.stack(sums).sum()))

@@ -2,10 +2,11 @@
 
 :func:`attention` is the one place where rotary and bias encodings meet attention: it
 checks its inputs and dispatches by the encoding's kind. Rotary encodings rotate q and k,
-bias encodings add their term to the scores (:mod:`posenc.attn.bias` picks their
-backend), additive encodings belong at the input and are refused here, and ``none`` adds
-nothing. It runs on ``torch.nn.functional.scaled_dot_product_attention`` (fused kernels,
-grouped-query heads).
+bias encodings add their term to the scores, additive encodings belong at the input and
+are refused here, and ``none`` adds nothing. The call is then one :class:`~posenc.attn.call.Call`,
+which :func:`~posenc.attn.planner.plan` gives to one of the runners
+(:data:`~posenc.attn.runners.RUNNERS`: fused SDPA, flex attention, the explicit softmax
+and the CPU kernels of bias encodings).
 """
 
 from __future__ import annotations
@@ -16,14 +17,20 @@ import torch
 
 from ..base import BiasEncoding, Encoding, RotaryEncoding
 from ..config import check_bool
-from .backends import BACKENDS
-from .bias import bias_attention
-from .checks import check_context, check_encoding, check_qkv, check_scale, check_table
-from .context import AttentionContext
-from .explicit import finite
-from .forget import forget_attention
-from .pattern import AttnPattern, ScoreOptions, check_sinks, check_softcap
-from .plain import plain_attention
+from .call import Call, ScoreOptions
+from .checks import (
+    check_context,
+    check_encoding,
+    check_heads,
+    check_qkv,
+    check_scale,
+    check_sinks,
+    check_softcap,
+    check_table,
+    finite,
+)
+from .masks import AttentionContext, AttnPattern
+from .planner import BACKENDS, run
 
 __all__ = ["attention"]
 
@@ -66,8 +73,7 @@ def attention(
             encoding that widens it: PoPE). A bias is added after scaling (ALiBi's bias is
             not divided by ``sqrt(head_dim)``).
         backend: ``"auto"`` (the fastest exact one,
-            :func:`~posenc.attn.bias_plan.plan_bias` for bias encodings,
-            :func:`~posenc.attn.backends.plan_plain` otherwise), ``"flex"`` (flex
+            :func:`~posenc.attn.planner.plan`), ``"flex"`` (flex
             attention: no ``[heads, L, L]`` tensor), ``"sdpa"`` (SDPA, with the
             materialised bias) or ``"math"`` (explicit softmax in float32).
         key_padding_mask: ``[batch, k_len]`` bool, True for a real token: keys at False
@@ -88,7 +94,7 @@ def attention(
             bias is computed from the layer's input (``needs_input``: FoX), required: its
             clock of the keys' tokens, ``encoding.clock(x)``, ``[batch, heads, k_len]``.
         context: the positions and masks of this call built once for several
-            (:meth:`AttentionContext.build <posenc.attn.context.AttentionContext.build>`
+            (:meth:`AttentionContext.build <posenc.attn.masks.AttentionContext.build>`
             takes the four arguments above), as a model's layers share them; then none of
             ``q_positions``, ``k_positions``, ``key_padding_mask`` and ``segment_ids``.
             Not with a rotary encoding: rotate q and k first.
@@ -146,33 +152,32 @@ def attention(
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
     reads_input = kind == "bias" and cast(BiasEncoding, encoding).needs_input
+    if kind == "bias":
+        check_heads(cast(BiasEncoding, encoding), q)
     if bias is not None or reads_input:
         check_table(bias, encoding, q, k.shape[2])
     check_sinks(sinks, q.shape[1], q.device)
-    options = ScoreOptions(AttnPattern(window, chunk), check_softcap(softcap), sinks)
-    # a FoX clock carries a token's NaN to every later token (on fused kernels, to all)
-    all_finite = finite(q, k, v, bias if reads_input else None)
-    if kind == "bias":
-        run = forget_attention if reads_input else bias_attention  # FoX: a clock of x
-        return run(
-            q,
-            k,
-            v,
-            cast(BiasEncoding, encoding),
-            context,
-            causal=causal,
-            scale=scale,
-            backend=backend,
-            table=bias,
-            options=options,
-            finite=all_finite,
-        )
     if kind == "additive":
         raise ValueError(
             f"{cast(Encoding, encoding).info.name!r} is an additive encoding: add it to the "
             "token embeddings (enc(x)) before the first layer instead of passing it to attention"
         )
-    return plain_attention(q, k, v, context, causal, scale, backend, options, all_finite)
+    options = ScoreOptions(AttnPattern(window, chunk), check_softcap(softcap), sinks)
+    call = Call(
+        q,
+        k,
+        v,
+        cast(BiasEncoding, encoding) if kind == "bias" else None,
+        context,
+        causal,
+        scale,
+        backend,
+        bias,
+        options,
+        # a FoX clock carries a token's NaN to every later token (on fused kernels, to all)
+        finite(q, k, v, bias if reads_input else None),
+    )
+    return run(call)
 
 
 def _rotate(encoding, q, k, q_positions, k_positions):

@@ -16,24 +16,21 @@ window, a dense mask), and autograd carries the gradient of ``c`` from SDPA's ``
 A sink or a softcap sees the row constant (a sink's logit competes with ``c_i − c_j``, not
 with ``−c_j``; ``tanh`` is not shift-invariant): there, on ``backend="math"`` and where an
 input is not finite (a NaN gate makes every later clock NaN, and the centred coordinates
-would carry it into every row as ``0 · NaN``), the bias is materialised.
+would carry it into every row as ``0 · NaN``), the plan materialises the bias instead
+(:meth:`~posenc.attn.call.Call.bias_table`).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 import torch.nn.functional as F
 
-from ..base import BiasEncoding
 from ..functional.dtypes import math_dtype
-from ..functional.fox import forget_bias
-from .context import AttentionContext
-from .explicit import explicit_attention
-from .masks import zero_dead_rows
-from .pattern import ScoreOptions
-from .plain import plain_attention
+from .call import Call
 
-__all__ = ["forget_attention", "forget_keys"]
+__all__ = ["forget_call", "forget_keys"]
 
 #: the head width the CPU kernels' cost steps by: the extra coordinates fill it up
 WIDTH_STEP = 8
@@ -75,60 +72,21 @@ def forget_keys(
     return q2, k2, v2
 
 
-def forget_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    encoding: BiasEncoding,
-    context: AttentionContext,
-    *,
-    causal: bool,
-    scale: float,
-    backend: str,
-    table: torch.Tensor | None,
-    options: ScoreOptions,
-    finite: bool,
-) -> torch.Tensor:
-    """Causal attention with the forget bias ``c_i − c_j`` of the clock ``table``; the
-    arguments of :func:`~posenc.attn.bias.bias_attention`.
-
-    Args:
-        q, k, v, scale, backend: as :func:`posenc.attention` (checked there).
-        encoding: an encoding with ``needs_input`` (FoX), named in errors.
-        table: ``[batch, heads, k_len]``, the keys' forget clocks (``encoding.clock(x)``,
-            checked by :func:`posenc.attention`); the queries are the last ``q_len`` keys.
-        context: the positions and masks of this call.
-        causal: must be True: the gates decay the past, a later key has no bias.
-        options: the window or chunk, softcap and sinks.
-        finite: whether q, k, v and the clock are all finite: else the bias is
-            materialised on the explicit path, where a later token's NaN reaches no earlier
-            row.
+def forget_call(call: Call) -> Call:
+    """``call`` as plain attention: FoX's clock (``call.table``) as extra coordinates of q,
+    k and v (:func:`forget_keys`), no encoding, no table; its runner's output keeps the
+    first ``head_dim`` columns.
 
     Shapes:
-        q ``[b, h, q_len, d]``, k, v ``[b, kv_h, k_len, d]`` -> ``[b, h, q_len, d]`` in the
-        dtype of ``q``.
+        q ``[b, h, q_len, d]`` -> ``[b, h, q_len, d + n]``; k, v ``[b, kv_h, k_len, d]`` ->
+        ``[b, h, k_len, d + n]`` (see :func:`forget_keys`).
     """
-    if not causal:
+    q, k, clock = call.q, call.k, call.table
+    assert call.encoding is not None and clock is not None, "posenc.attention checks the clock"
+    if q.shape[2] > k.shape[2]:
         raise ValueError(
-            f"{encoding.info.name}'s forget gates decay the past: it defines no bias for "
-            "later keys, so it runs causal attention only (causal=True)"
+            f"{call.encoding.info.name}'s queries are the last of its keys' tokens: q has "
+            f"{q.shape[2]} positions but k only {k.shape[2]}"
         )
-    assert table is not None, "posenc.attention checks that the clock is given"
-    clock, q_len, d = table, q.shape[2], q.shape[-1]
-    if q_len > k.shape[2]:
-        raise ValueError(
-            f"{encoding.info.name}'s queries are the last of its keys' tokens: q has {q_len} "
-            f"positions but k only {k.shape[2]}"
-        )
-    # a non-finite clock or input: its centred coordinates would carry 0 · NaN to every row
-    if not finite or backend == "math" or options.softcap is not None or options.sinks is not None:
-        bias = forget_bias(clock[..., clock.shape[-1] - q_len :], clock)  # [b, h, q, k]
-        allowed = context.allowed(causal, options.pattern)
-        mask, dead = (None, None) if allowed is None else allowed
-        out = explicit_attention(
-            q, k, v, scale, bias=bias, allowed=mask, softcap=options.softcap, sinks=options.sinks
-        )
-        return zero_dead_rows(out, dead)
-    q2, k2, v2 = forget_keys(q, k, v, clock, scale)
-    out = plain_attention(q2, k2, v2, context, causal, scale, backend, options, finite)
-    return out[..., :d].to(q.dtype)
+    q2, k2, v2 = forget_keys(q, k, call.v, clock, call.scale)
+    return replace(call, q=q2, k=k2, v=v2, encoding=None, table=None)

@@ -1,27 +1,142 @@
-"""Attention masks: causal order, padding and packed documents, in one place.
+"""Which keys a query sees, in one place: the causal order, a window or a chunk, padding,
+packed documents, and the forms every runner takes them in.
 
-A query may see a key when every mask that is given allows it:
+- :class:`AttnPattern`: the part of the mask that models set per layer, decided by the
+  positions of query and key (as the causal mask is, so explicit positions, packed
+  documents and KV caches follow it with nothing else to do). ``window=W``, causal: a
+  query at position ``i`` sees keys ``j`` with ``i - W < j <= i``, the last ``W``
+  positions including its own (Mistral 7B, Jiang et al. 2023, arXiv:2310.06825; Gemma
+  2/3's local layers; gpt-oss's banded layers); ``window=W``, not causal: ``|i - j| <=
+  W // 2`` (ModernBERT's local attention, Warner et al. 2024, arXiv:2412.13663);
+  ``chunk=C``: ``i // C == j // C``, with the causal order when causal (Llama 4's chunked
+  attention, 8,192 tokens). :meth:`AttnPattern.visible` is one elementwise rule on
+  position tensors, so the dense mask and flex attention's ``mask_mod`` read the same code.
+- :class:`Masks`: the padding (``key_padding_mask[b, j]`` True for a real token) and
+  packed-document (the same segment id) parts of one call, as a dense boolean mask for
+  SDPA and the explicit softmax (:meth:`Masks.dense`) and as a ``mask_mod`` for flex
+  attention (:meth:`Masks.mask_mod`), which lets the block mask skip whole blocks.
+- :func:`flex_block_mask`: flex attention's block mask of a call (the default positions'
+  one cached per shape): blocks the window or chunk hides are skipped, so a sliding window
+  costs ``O(L·W)``.
+- :class:`AttentionContext`: what the layers of one forward share, built once (by
+  :func:`posenc.attention` for a single call, by :class:`~posenc.models.TransformerLM` for
+  all its layers): the positions and masks, the dense mask (:meth:`AttentionContext.allowed`)
+  and the block mask (:meth:`AttentionContext.block_mask`), each built on first use.
 
-- causal: ``k_position <= q_position``;
-- padding: the key is a real token (``key_padding_mask[b, j]`` is True);
-- packed documents: query and key carry the same segment id.
-
-:class:`Masks` holds the padding and segment parts for one attention call and gives them
-to every backend in its own form: a dense boolean mask for SDPA and the math path
-(:meth:`Masks.dense`) and a ``mask_mod`` for flex attention (:meth:`Masks.mask_mod`), which
-lets the block mask skip whole blocks of other documents and of padding.
+A query may see a key when every mask that is given allows it. A query that may see no
+key has its row opened and zeroed after (:func:`open_dead_rows`, :func:`zero_dead_rows`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
-from ..positions import check_padding_mask, check_segment_ids, position_at
-from .pattern import FULL, AttnPattern, pattern_mask
+from ..config import check_int
+from ..positions import (
+    AttnPositions,
+    check_padding_mask,
+    check_segment_ids,
+    position_at,
+    query_offset,
+)
 
-__all__ = ["Masks", "open_dead_rows", "zero_dead_rows"]
+__all__ = [
+    "FULL",
+    "AttentionContext",
+    "AttnPattern",
+    "Masks",
+    "flex_block_mask",
+    "open_dead_rows",
+    "pattern_mask",
+    "zero_dead_rows",
+]
+
+
+@dataclass(frozen=True)
+class AttnPattern:
+    """A sliding window or a chunk (or neither: every causal key, or every key).
+
+    Attributes:
+        window: the window size ``W >= 1``, or None.
+        chunk: the chunk size ``C >= 1``, or None; not with ``window``.
+
+    Example:
+        >>> p = AttnPattern(window=2)
+        >>> q, k = torch.arange(4)[:, None], torch.arange(4)[None, :]
+        >>> p.visible(q, k, causal=True).int().tolist()
+        [[1, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1]]
+    """
+
+    window: int | None = None
+    chunk: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.window is not None:
+            check_int("window", self.window)
+        if self.chunk is not None:
+            check_int("chunk", self.chunk)
+        if self.window is not None and self.chunk is not None:
+            raise ValueError(
+                f"window ({self.window}) and chunk ({self.chunk}) are two patterns: give one"
+            )
+
+    @property
+    def local(self) -> bool:
+        """Whether a window or chunk hides keys beyond the causal mask."""
+        return self.window is not None or self.chunk is not None
+
+    def visible(
+        self, q_pos: torch.Tensor, k_pos: torch.Tensor, causal: bool
+    ) -> torch.Tensor | None:
+        """True where a query at ``q_pos`` sees a key at ``k_pos`` (broadcast together);
+        None when every key is seen (not causal, no window, no chunk)."""
+        seen = None
+        if causal:
+            seen = k_pos <= q_pos
+        if self.window is not None:
+            if causal:
+                near = k_pos > q_pos - self.window
+            else:
+                near = (q_pos - k_pos).abs() <= self.window // 2
+            seen = near if seen is None else seen & near
+        if self.chunk is not None:
+            same = torch.div(q_pos, self.chunk, rounding_mode="floor") == torch.div(
+                k_pos, self.chunk, rounding_mode="floor"
+            )
+            seen = same if seen is None else seen & same
+        return seen
+
+    def describe(self) -> str:
+        """``"window 128"``, ``"chunk 8192"`` or ``"full"``."""
+        if self.window is not None:
+            return f"window {self.window}"
+        if self.chunk is not None:
+            return f"chunk {self.chunk}"
+        return "full"
+
+
+#: no window and no chunk: every causal key (or every key)
+FULL = AttnPattern()
+
+
+def pattern_mask(
+    pattern: AttnPattern, q_positions: torch.Tensor, k_positions: torch.Tensor, causal: bool
+) -> torch.Tensor | None:
+    """The dense form of :meth:`AttnPattern.visible`: True where a query sees a key.
+
+    Shapes:
+        q_positions ``[q_len]`` or ``[batch, q_len]``; k_positions ``[k_len]`` or
+        ``[batch, k_len]`` -> ``[q_len, k_len]`` or ``[batch, 1, q_len, k_len]``, or None
+        when every key is seen.
+    """
+    seen = pattern.visible(q_positions.unsqueeze(-1), k_positions.unsqueeze(-2), causal)
+    if seen is not None and seen.dim() == 3:
+        seen = seen.unsqueeze(-3)  # [b, 1, q, k]: one mask for every head
+    return seen
 
 
 @dataclass(frozen=True)
@@ -93,7 +208,7 @@ class Masks:
         pattern: AttnPattern = FULL,
     ) -> torch.Tensor:
         """True where a query may see a key: the causal mask and the pattern (window or
-        chunk, :mod:`~posenc.attn.pattern`) by positions, padding and segments together.
+        chunk, :class:`AttnPattern`) by positions, padding and segments together.
 
         Shapes:
             positions ``[len]`` or ``[batch, len]`` -> bool, broadcastable to
@@ -169,3 +284,187 @@ def _check_size(
         )
     if device is not None and t.device != device:
         raise ValueError(f"{name} is on {t.device} but {of} is on {device}: move {name} there")
+
+
+@functools.lru_cache(maxsize=32)
+def _default_mask(q_len: int, k_len: int, device: torch.device, causal: bool, pattern: AttnPattern):
+    """The block mask of the default positions (queries are the last ``q_len`` keys),
+    cached per shape and pattern."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    offset = query_offset(q_len, k_len)
+
+    def by_index(b, h, q_idx, kv_idx):
+        return pattern.visible(q_idx + offset, kv_idx, causal)
+
+    return create_block_mask(by_index, None, None, q_len, k_len, device=device)
+
+
+def _positions_mask(
+    q_positions: torch.Tensor, k_positions: torch.Tensor, causal: bool, pattern: AttnPattern
+):
+    """The block mask of explicit positions (``[len]`` or ``[batch, len]``)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    if q_positions.dim() == 1 and k_positions.dim() == 1:
+
+        def shared(b, h, q_idx, kv_idx):
+            return pattern.visible(q_positions[q_idx], k_positions[kv_idx], causal)
+
+        q_len, k_len = len(q_positions), len(k_positions)
+        return create_block_mask(shared, None, None, q_len, k_len, device=q_positions.device)
+
+    batch = max(p.shape[0] for p in (q_positions, k_positions) if p.dim() == 2)
+    q2, k2 = q_positions.expand(batch, -1), k_positions.expand(batch, -1)  # [b, len]
+
+    def batched(b, h, q_idx, kv_idx):
+        return pattern.visible(q2[b, q_idx], k2[b, kv_idx], causal)
+
+    return create_block_mask(batched, batch, None, q2.shape[1], k2.shape[1], device=q2.device)
+
+
+def flex_block_mask(
+    batch: int,
+    q_len: int,
+    k_len: int,
+    device: torch.device,
+    q_positions: torch.Tensor | None,
+    k_positions: torch.Tensor | None,
+    causal: bool,
+    mask_mod=None,
+    pattern: AttnPattern = FULL,
+):
+    """The block mask of a flex call: ``mask_mod``'s (padding and documents, the causal
+    part and the pattern included), else the causal mask and the pattern (window, chunk)
+    of the positions (of the default positions, None: cached per shape), else None
+    (nothing masked). Blocks the window or chunk hides are skipped: a sliding window costs
+    ``O(L·W)``, not ``O(L²)``."""
+    if mask_mod is not None:
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        return create_block_mask(mask_mod, batch, None, q_len, k_len, device=device)
+    if not causal and not pattern.local:
+        return None
+    if q_positions is None or k_positions is None:  # given together, or neither
+        return _default_mask(q_len, k_len, device, causal, pattern)
+    return _positions_mask(q_positions, k_positions, causal, pattern)
+
+
+@dataclass(frozen=True, eq=False)
+class AttentionContext:
+    """The positions and masks of the attention calls of one forward.
+
+    Attributes:
+        positions: the queries' and keys' positions (:class:`~posenc.positions.AttnPositions`).
+        masks: the padding and segment masks (:class:`Masks`), or None.
+
+    Example:
+        >>> ctx = AttentionContext.build(3, 3, batch=1, device=torch.device("cpu"))
+        >>> ctx.allowed(causal=True)[0].int().tolist()
+        [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
+    """
+
+    positions: AttnPositions
+    masks: Masks | None
+    #: dense masks already built, by ``(causal, pattern)``
+    _dense: dict[tuple[bool, AttnPattern], tuple[torch.Tensor, torch.Tensor]] = field(
+        default_factory=dict, repr=False
+    )
+    #: flex block masks already built, by ``(batch, causal, pattern)``
+    _blocks: dict[tuple[int, bool, AttnPattern], Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def build(
+        cls,
+        q_len: int,
+        k_len: int,
+        batch: int,
+        device: torch.device,
+        *,
+        q_positions: torch.Tensor | None = None,
+        k_positions: torch.Tensor | None = None,
+        key_padding_mask: torch.Tensor | None = None,
+        segment_ids: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> AttentionContext:
+        """Check and default the arguments of :func:`posenc.attention` of those names.
+
+        Shapes:
+            positions ``[len]`` or ``[1 | batch, len]``; key_padding_mask ``[batch, k_len]``;
+            segment_ids ``[batch, seq]`` or ``([batch, q_len], [batch, k_len])``.
+        """
+        positions = AttnPositions.build(q_len, k_len, batch, device, q_positions, k_positions)
+        masks = Masks.build(key_padding_mask, segment_ids, batch, q_len, k_len, device)
+        return cls(positions, masks)
+
+    def last_keys(self, n: int) -> AttentionContext:
+        """This context over its last ``n`` keys only (a rolling KV cache's layer sees no
+        older one): the same queries, the keys' positions and masks cut to the last ``n``,
+        and the positions explicit (they no longer start at zero); itself when ``n`` is
+        every key. Its masks are built anew."""
+        p = self.positions
+        if n == p.k_len:
+            return self
+        if not p.q_len <= n < p.k_len:
+            raise ValueError(f"last_keys takes q_len <= n < k_len ({p.q_len}, {p.k_len}), got {n}")
+        positions = AttnPositions(p.q, p.k[..., -n:], explicit=True)
+        masks = self.masks
+        if masks is not None:
+            kpm = masks.key_padding_mask
+            masks = Masks(
+                None if kpm is None else kpm[:, -n:],
+                masks.q_segments,
+                None if masks.k_segments is None else masks.k_segments[:, -n:],
+            )
+        return AttentionContext(positions, masks)
+
+    def allowed(
+        self, causal: bool, pattern: AttnPattern = FULL
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The dense mask, ``(allowed, dead)``: True where a query may see a key (the
+        causal mask and the window or chunk by positions, padding and segments), with the
+        rows that see no key opened and flagged in ``dead``
+        (:func:`open_dead_rows`: the runner zeroes them); None when
+        nothing is masked. Built on first use and kept for the other layers with the same
+        pattern (not while compiling: the graph builds it).
+
+        Shapes:
+            allowed ``[q_len, k_len]`` or ``[batch | 1, 1, q_len | 1, k_len]``; dead the
+            same with one key.
+        """
+        if self.masks is None and not causal and not pattern.local:
+            return None
+        compiling = torch.compiler.is_compiling()
+        key = (causal, pattern)
+        if key in self._dense and not compiling:
+            return self._dense[key]
+        q, k = self.positions.q, self.positions.k
+        if self.masks is None:
+            dense = pattern_mask(pattern, q, k, causal)
+            assert dense is not None, "causal or a local pattern: something is masked"
+        else:
+            dense = self.masks.dense(q, k, causal, pattern)
+        built = open_dead_rows(dense)
+        if not compiling:
+            self._dense[key] = built
+        return built
+
+    def block_mask(self, batch: int, causal: bool, pattern: AttnPattern = FULL) -> Any:
+        """The flex-attention block mask of the same mask
+        (:func:`flex_block_mask`; None when nothing is masked), built on
+        first use and kept for the other layers with the same pattern (not while
+        compiling)."""
+        compiling = torch.compiler.is_compiling()
+        key = (batch, causal, pattern)
+        if key in self._blocks and not compiling:
+            return self._blocks[key]
+        p = self.positions
+        q_offset = query_offset(p.q_len, p.k_len) if not p.explicit else 0
+        qp, kp = (p.q, p.k) if p.explicit else (None, None)  # None: indices, a cached mask
+        mask_mod = None
+        if self.masks is not None:
+            mask_mod = self.masks.mask_mod(qp, kp, q_offset, causal, pattern)
+        shape = (batch, p.q_len, p.k_len, p.q.device)
+        built = flex_block_mask(*shape, qp, kp, causal, mask_mod, pattern)
+        if not compiling:
+            self._blocks[key] = built
+        return built

@@ -34,15 +34,15 @@ class BiasEncoding(Encoding):
     ``[heads, L, L]`` tensor is ever built on the fast path and the two cannot disagree.
 
     What else a subclass may declare, each tied to the backend it opens
-    (:func:`~posenc.attn.bias_plan.plan_bias` reads them, never the encoding's name):
+    (:func:`~posenc.attn.planner.plan` reads them, never the encoding's name):
 
     ======================  =====================================  ==========================
     hook                    declares                               opens
     ======================  =====================================  ==========================
     ``needs_q``             the bias depends on the queries        (closes the shared table)
-    ``shift_invariant``     the bias depends on ``k - q`` only     ``blocks`` (from ``2L - 1``
+    ``shift_invariant``     the bias depends on ``k - q`` only     ``distance`` (``2L - 1``
                                                                    values, with a backward)
-    ``invariant_below()``   the same for the queries before a      ``blocks`` for those, the
+    ``invariant_below()``   the same for the queries before a      ``distance`` for those, the
                             position (FIRE's threshold)            ``rows`` for the rest
     ``linear_slopes()``     the bias is ``-m_h (q_pos - k_pos)``   ``linear`` (fused SDPA)
     ``adds_to_values``      a term is added to the output too      ``math`` (and ``shaw``)
@@ -50,8 +50,8 @@ class BiasEncoding(Encoding):
     ``relative_tables()``   the bias is Shaw's clipped tables      ``shaw`` (CPU training)
     ``needs_input``         the bias is ``c_i - c_j`` of a clock   extra key coordinates
                             of the layer's input (FoX)             (:mod:`posenc.attn.forget`)
-    ``needs_scores``        the bias depends on each row's scores  ``scores`` (blockwise math,
-                            before softmax (CoPE): ``score_bias``  :mod:`~.attn.contextual`)
+    ``needs_scores``        the bias depends on each row's scores  ``scores`` (blockwise
+                            before softmax (CoPE): ``score_bias``  explicit softmax)
     ======================  =====================================  ==========================
 
     Shapes:
@@ -66,7 +66,7 @@ class BiasEncoding(Encoding):
     needs_q: ClassVar[bool] = False
     #: True when the bias depends on ``k_pos - q_pos`` only (T5, KERPLE, ALiBi): over
     #: ``arange(L)`` its table is a Toeplitz matrix of ``2L - 1`` values, which attention
-    #: and models then compute once per distance (:mod:`posenc.attn.bias_blocks`)
+    #: and models then compute once per distance (:mod:`posenc.attn.runners.distance`)
     shift_invariant: ClassVar[bool] = False
     #: True when the bias is ``c_i - c_j`` of a per-token, per-head clock computed from the
     #: layer's input ``x`` (FoX's forget gates): :meth:`clock` gives it, attention takes it
@@ -75,7 +75,7 @@ class BiasEncoding(Encoding):
     needs_input: ClassVar[bool] = False
     #: True when the bias depends on every score of its row before the softmax (CoPE's
     #: gates): :meth:`score_bias` gives it, and attention runs it on the explicit softmax by
-    #: blocks of query rows (:mod:`posenc.attn.contextual`)
+    #: blocks of query rows (:mod:`posenc.attn.runners.scores`)
     needs_scores: ClassVar[bool] = False
 
     @property
@@ -93,7 +93,7 @@ class BiasEncoding(Encoding):
         relation-aware attention (arXiv:1803.02155): the bias ``q_i · a^K[r_ij] · scale`` and
         the value term ``sum_j P_ij a^V[r_ij]``, with ``r_ij = clip(p_j - p_i, -k, k) + k``
         and tables ``[2k + 1, head_dim]`` shared by the heads. :func:`posenc.attention`
-        then trains on the CPU blockwise (:mod:`posenc.attn.shaw_grad`). None (the
+        then trains on the CPU blockwise (:mod:`posenc.attn.runners.shaw`). None (the
         default): not of this form."""
         return None
 
@@ -162,7 +162,7 @@ class BiasEncoding(Encoding):
     ) -> torch.Tensor:
         """:meth:`bias` with ``-inf`` where ``masked`` (bool, broadcastable to ``[q_len,
         k_len]``: a key its query may not see), for the blockwise paths that take the bias
-        a block of query rows at a time (:mod:`posenc.attn.bias_rows`). An encoding that
+        a block of query rows at a time (:mod:`posenc.attn.runners.rows`). An encoding that
         can mask as it computes overrides this, and may return a strided view."""
         bias = self.bias(q_positions, k_positions)
         return bias if masked is None else bias.masked_fill(masked, float("-inf"))
@@ -171,14 +171,14 @@ class BiasEncoding(Encoding):
         """The position below which a query's bias depends on ``k_pos - q_pos`` only (with
         every key): ``inf`` where :attr:`shift_invariant`, else 0 (no query) unless an
         encoding says otherwise (FIRE: its threshold ``L``). On the rows path
-        (:mod:`posenc.attn.bias_rows`) those queries run on the distance blocks
-        (:mod:`posenc.attn.bias_blocks`), from ``2n - 1`` values instead of ``n²``."""
+        (:mod:`posenc.attn.runners.rows`) those queries run on the distance blocks
+        (:mod:`posenc.attn.runners.distance`), from ``2n - 1`` values instead of ``n²``."""
         return math.inf if self.shift_invariant else 0.0
 
     def block_rows(
         self, q_positions: torch.Tensor, k_positions: torch.Tensor
     ) -> tuple[Callable[..., torch.Tensor], list[torch.Tensor]]:
-        """The bias a block of query rows at a time, for :mod:`posenc.attn.bias_rows`:
+        """The bias a block of query rows at a time, for :mod:`posenc.attn.runners.rows`:
         ``(rows, tensors)``, where ``rows(i0, i1, n, masked, *tensors)`` is
         :meth:`masked_bias` of queries ``i0..i1-1`` over keys ``0..n-1`` and ``tensors``
         what it is computed from. By default the parameters that need a gradient, read
@@ -245,7 +245,7 @@ class BiasEncoding(Encoding):
         """The per-head slopes ``m_h`` when this bias is ``-m_h · (q_pos - k_pos)`` (0: no
         bias on that head), for attention with or without the causal mask; None (the
         default) when it is not linear in the distance. :func:`posenc.attention` then runs
-        it on a fused SDPA path (:mod:`posenc.attn.linear_bias`). Under the causal mask
+        it on a fused SDPA path (:mod:`posenc.attn.runners.linear`). Under the causal mask
         the bias need only be linear on keys at or before their query."""
         return None
 

@@ -10,16 +10,15 @@ increasing series (doubling, so that growth reads off), one row of
   a KV cache or packed documents passes them), whose flex block mask is built per call;
 - ``chunk C``: Llama 4's chunks of ``C`` keys.
 
-Where :func:`~posenc.attn.backends.plan_plain` (:func:`~posenc.attn.bias_plan.plan_bias`
-for a bias encoding) takes flex attention, the window's and the chunk's block masks skip
-the tiles they hide, so their time and memory should grow linearly in ``L`` at a fixed
-``W`` (``C``), and full causal attention's quadratically. Each result has the runner the
-chooser picked, ``us_per_token`` (the median over ``L``: flat when linear) and ``growth``,
-its median over the same implementation's at the previous length of the series (2x per
-doubling when linear, 4x when quadratic; None at the first length). Peak memory
-(:mod:`posenc.bench.memory`) is measured in one separate process for all rows
-(``python -m posenc.bench.patterns --memory``), after an untimed call that builds the
-cached block mask and compiles the kernel.
+Where :func:`~posenc.attn.planner.plan` takes flex attention, the window's and the chunk's
+block masks skip the tiles they hide, so their time and memory should grow linearly in ``L``
+at a fixed ``W`` (``C``), and full causal attention's quadratically. Each result has the
+runner the chooser picked, ``us_per_token`` (the median over ``L``: flat when linear) and
+``growth``, its median over the same implementation's at the previous length of the series
+(2x per doubling when linear, 4x when quadratic; None at the first length). Peak memory
+(:mod:`posenc.bench.memory`) is measured in one separate process for all rows (``python -m
+posenc.bench.patterns --memory``), after an untimed call that builds the cached block mask
+and compiles the kernel.
 """
 
 from __future__ import annotations
@@ -32,9 +31,8 @@ from typing import Any
 import torch
 
 from ..attn import attention
-from ..attn.backends import AttnShape, plan_plain
-from ..attn.bias_plan import plan_bias
-from ..attn.pattern import AttnPattern, ScoreTraits
+from ..attn.masks import AttnPattern
+from ..attn.planner import AttnShape, ScoreTraits, plan
 from ..base import BiasEncoding, Encoding
 from ..builder import build
 from ..positions import AttnPositions
@@ -64,22 +62,11 @@ def _runner(enc: Encoding, q: torch.Tensor, kwargs: dict[str, Any]) -> str:
     )
     shape = AttnShape.of(q, q)
     traits = ScoreTraits(AttnPattern(kwargs.get("window"), kwargs.get("chunk")))
-    if isinstance(enc, BiasEncoding):
-        plan = plan_bias(
-            enc,
-            shape,
-            positions,
-            masked=False,
-            causal=True,
-            needs_grad=False,
-            device=q.device,
-            traits=traits,
-        )
-        return plan.runner
-    device = q.device
-    return plan_plain(
-        shape, positions, masked=False, needs_grad=False, device=device, traits=traits
+    bias = enc if isinstance(enc, BiasEncoding) else None
+    chosen = plan(
+        bias, shape, positions, masked=False, needs_grad=False, device=q.device, traits=traits
     )
+    return chosen.runner
 
 
 def impls(

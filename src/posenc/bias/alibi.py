@@ -86,7 +86,7 @@ class ALiBi(BiasEncoding):
     shares one encoding.
 
     The bias is linear in the distance, so :meth:`linear_slopes` lets attention run it on
-    the CPU inside SDPA's fused kernel (:mod:`posenc.attn.linear_bias`: no ``[heads, L,
+    the CPU inside SDPA's fused kernel (:mod:`posenc.attn.runners.linear`: no ``[heads, L,
     L]`` tensor, close to the time of plain causal SDPA; ``docs/design-notes.md``, "Fused
     ALiBi on CPU SDPA"), within ~4e-6 of exact in float32 at any length, float16/bfloat16
     computed in float32 and rounded once. Other devices, symmetric

@@ -73,7 +73,7 @@ class CoPE(BiasEncoding):
 
     The bias depends on the queries and on every score of their row (``needs_q``,
     ``needs_scores``): :func:`posenc.attention` computes it with the explicit softmax, by
-    blocks of query rows under activation checkpointing (:mod:`posenc.attn.contextual`), so
+    blocks of query rows under activation checkpointing (:mod:`posenc.attn.runners.scores`), so
     only ``backend="auto"`` or ``"math"`` run it, and its memory is a few ``[batch, heads,
     B, L]`` blocks rather than ``[batch, heads, L, L]`` tensors. Positions play no part but
     the mask's: the keys a query sees are the ones it counts.

@@ -30,7 +30,7 @@ class ShawConfig(BiasConfig):
             uses k = 16 and finds no gain past k = 2).
         values: also learn ``a^V``, added to the values (eq. 3). It needs the attention
             probabilities, so attention runs it on the math path, never flex or SDPA, or,
-            training on the CPU, blockwise (:mod:`posenc.attn.shaw_grad`).
+            training on the CPU, blockwise (:mod:`posenc.attn.runners.shaw`).
         init_std: standard deviation of the tables' normal initialisation.
     """
 

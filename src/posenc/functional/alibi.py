@@ -9,7 +9,7 @@ closest lower power of two ``c``, then the even-indexed slopes (0, 2, 4, ...) of
 sequence, ``n - c`` of them (the paper's reference code; BLOOM's ``build_alibi_tensor``).
 
 The slopes and the bias only: attention runs ALiBi inside the fused CPU kernels of SDPA in
-:mod:`posenc.attn.linear_bias`.
+:mod:`posenc.attn.runners.linear`.
 """
 
 from __future__ import annotations

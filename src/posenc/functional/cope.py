@@ -14,7 +14,7 @@ linear interpolation, through their scores with the query: the score gains
     b_ij = (1 − w)·q_i·e[⌊p_ij⌋] + w·q_i·e[⌈p_ij⌉],   w = p_ij − ⌊p_ij⌋
 
 with ``p_ij`` clamped to ``P − 1``. The gates depend on every score of a row, so the bias
-needs the row's scores before the softmax (:mod:`posenc.attn.contextual`).
+needs the row's scores before the softmax (:mod:`posenc.attn.runners.scores`).
 """
 
 from __future__ import annotations

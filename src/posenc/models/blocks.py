@@ -18,7 +18,7 @@ from torch import nn
 
 from ..attn import AttentionContext, KVCache, attention
 from ..attn.checks import check_scale
-from ..attn.pattern import ScoreTraits
+from ..attn.planner import ScoreTraits
 from ..base import BiasEncoding, Encoding, RotaryEncoding
 from .spec import LayerSpec
 

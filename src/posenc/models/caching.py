@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from ..attn import KVCache
-from ..attn.pattern import AttnPattern
+from ..attn.masks import AttnPattern
 from ..config import check_bool
 
 __all__ = ["CacheLayout"]

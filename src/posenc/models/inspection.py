@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from ..attn import AttentionContext
-from ..attn.explicit import probabilities
+from ..attn.runners.math import probabilities
 from ..base import BiasEncoding, Encoding
 from .blocks import Block, SelfAttention
 from .lm import TransformerLM

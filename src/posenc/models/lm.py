@@ -19,8 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..attn import KVCache
-from ..attn.bias_plan import AttnShape
 from ..attn.checks import check_scale
+from ..attn.planner import AttnShape
 from ..base import Encoding
 from ..config import check_bool, check_int
 from .blocks import Block

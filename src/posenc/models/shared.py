@@ -6,8 +6,8 @@ table where one pays.
 positions the encoding takes, and the :class:`~posenc.attn.AttentionContext` every layer's
 attention reads its mask from, so nothing is checked, defaulted or masked once per layer.
 :func:`shared_bias` computes a bias encoding's table once, where the model shares one
-(:func:`~posenc.attn.bias_plan.shares_table`) and the backend runs on one
-(:func:`~posenc.attn.bias_plan.plan_bias`): one backward through it reaches the
+(:func:`~posenc.attn.planner.shares_table`) and the backend runs on one
+(:func:`~posenc.attn.planner.plan`): one backward through it reaches the
 encoding's parameters (autograd sums every layer's gradient into it).
 """
 
@@ -20,8 +20,7 @@ from typing import cast
 import torch
 
 from ..attn import AttentionContext, KVCache
-from ..attn.bias_plan import AttnShape, plan_bias, shares_table
-from ..attn.pattern import PLAIN_TRAITS, ScoreTraits
+from ..attn.planner import PLAIN_TRAITS, AttnShape, ScoreTraits, plan, shares_table
 from ..base import BiasEncoding, Encoding, RotaryEncoding
 from ..positions import arange, document_starts, from_padding, from_segments, query_offset
 from .inputs import check_masks
@@ -169,9 +168,9 @@ def shared_bias(
     traits: ScoreTraits = PLAIN_TRAITS,
 ) -> torch.Tensor | None:
     """The bias table every layer's attention takes (``bias=`` of
-    :func:`posenc.attention`), or None where :func:`~posenc.attn.bias_plan.plan_bias`
-    runs the layers without one (``BiasPlan.table`` None), or where a model does not share
-    one (:func:`~posenc.attn.bias_plan.shares_table`: training on the CPU without a cache).
+    :func:`posenc.attention`), or None where :func:`~posenc.attn.planner.plan`
+    runs the layers without one (``Plan.table`` None), or where a model does not share
+    one (:func:`~posenc.attn.planner.shares_table`: training on the CPU without a cache).
 
     Args:
         encoding: the model's encoding.
@@ -181,7 +180,7 @@ def shared_bias(
         training: whether this forward needs gradients.
         cached: whether a KV cache is in use.
         traits: the layers' window or chunk, soft cap and whether they have sinks (what
-            :func:`~posenc.attn.bias_plan.plan_bias` reads of them).
+            :func:`~posenc.attn.planner.plan` reads of them).
 
     Returns:
         ``[heads, q_len, k_len]`` (``[batch, heads, q_len, k_len]`` for ``[batch, seq]``
@@ -205,7 +204,7 @@ def shared_bias(
     device = context.positions.q.device
     if not shares_table(bias, training=training, cached=cached, device=device):
         return None
-    plan = plan_bias(
+    chosen = plan(
         bias,
         shape,
         context.positions,
@@ -216,7 +215,7 @@ def shared_bias(
         traits=traits,
         table_given=True,  # what runs on a table the layers share
     )
-    if plan.table == "full":
+    if chosen.table == "full":
         return bias.bias(context.positions.q, context.positions.k)
     return None  # computed per score or per block: no table
 
@@ -233,7 +232,7 @@ def layer_tables(
     cached: bool,
 ) -> dict[tuple[int, ScoreTraits], torch.Tensor]:
     """The bias tables of one forward (:func:`shared_bias`), once per bias encoding and
-    per :class:`~posenc.attn.pattern.ScoreTraits` of the layers that use it, by
+    per :class:`~posenc.attn.call.ScoreTraits` of the layers that use it, by
     ``(encoding index, traits)``; layers whose runner needs no table get none.
 
     Args:

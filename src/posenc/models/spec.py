@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
-from ..attn.pattern import AttnPattern, check_softcap
+from ..attn.checks import check_softcap
+from ..attn.masks import AttnPattern
 from ..attn.temperature import QueryTemperature
 from ..base import Encoding
 from ..config import check_bool

@@ -1,9 +1,10 @@
-"""Attention with a bias computed from each row's scores before the softmax (CoPE's
-contextual positions, Golovneva et al. 2024, arXiv:2405.18719), by blocks of query rows.
+"""The ``scores`` runner: attention with a bias computed from each row's scores before the
+softmax (CoPE's contextual positions, Golovneva et al. 2024, arXiv:2405.18719), by blocks
+of query rows.
 
 A row's bias needs the row's every score (CoPE gates them and counts the gates), so no
 fused kernel can take it. The scores, the bias and the softmax of a block of ``B`` query
-rows are computed explicitly (:func:`~posenc.attn.explicit.explicit_attention`, which
+rows are computed explicitly (:func:`~posenc.attn.runners.math.explicit_attention`, which
 keeps its semantics: masks, softcap, sinks, non-finite values), a block at a time; when a
 backward will run, each block runs under activation checkpointing, so the backward
 recomputes its block and nothing of ``[batch, heads, L, L]`` is kept between the forward and
@@ -14,16 +15,22 @@ block's scores computed twice when training.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from ..base import BiasEncoding
-from ..functional.dtypes import math_dtype
-from .explicit import explicit_attention
-from .masks import zero_dead_rows
-from .pattern import ScoreOptions
+from ...base import BiasEncoding
+from ...functional.dtypes import math_dtype
+from ..call import ScoreOptions
+from ..masks import zero_dead_rows
+from .math import explicit_attention
 
-__all__ = ["BLOCK_SCORES", "contextual_attention"]
+if TYPE_CHECKING:
+    from ..call import Call
+    from ..planner import Plan
+
+__all__ = ["BLOCK_SCORES", "contextual_attention", "scores"]
 
 #: the scores of one block of query rows (batch · heads · rows · keys): 4 Mi, 16 MiB in
 #: float32 per tensor of the block
@@ -47,7 +54,7 @@ def contextual_attention(
         q: ``[b, h, q_len, d]``; k, v ``[b, kv_h, k_len, d]``.
         encoding: a bias encoding with ``needs_scores`` (CoPE).
         allowed: ``(mask, dead)`` from :meth:`AttentionContext.allowed
-            <posenc.attn.context.AttentionContext.allowed>` (mask ``[b | 1, 1, q_len,
+            <posenc.attn.masks.AttentionContext.allowed>` (mask ``[b | 1, 1, q_len,
             k_len]``, True where a query may see a key), or None for no mask.
         scale: the score scale.
         options: the softcap and sinks (the window or chunk is in ``allowed``).
@@ -93,3 +100,12 @@ def contextual_attention(
             outs.append(rows(q_rows, k, v, keys, i0))
     out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
     return zero_dead_rows(out, dead)
+
+
+def scores(call: Call, plan: Plan) -> torch.Tensor:
+    """The runner: :func:`contextual_attention` with the context's dense mask."""
+    assert call.encoding is not None, "the plan gives 'scores' to encodings with needs_scores"
+    allowed = call.context.allowed(call.causal, call.options.pattern)
+    return contextual_attention(
+        call.q, call.k, call.v, call.encoding, allowed, call.scale, call.options
+    )

@@ -1,4 +1,4 @@
-"""Attention with a shift-invariant bias on the CPU from its ``2L - 1`` distance values:
+"""The ``distance`` runner: a shift-invariant bias on the CPU from its ``2L - 1`` distance values:
 the flash kernel a block of queries at a time, forward and backward, with no
 ``[heads, L, L]`` tensor.
 
@@ -14,7 +14,7 @@ last query; under a causal mask ``w`` carries ``-inf`` for the distances above z
 one tile the kernel computes in vain is each block's diagonal (``B / L`` of the work).
 
 The backward (FlashAttention-2, Dao 2023, arXiv:2307.08691, Algorithm 2, in
-:func:`~posenc.attn.flash_blocks.flash_backward`) runs in the same reversed order, and the
+:func:`~posenc.attn.kernels.flash_blocks.flash_backward`) runs in the same reversed order, and the
 gradient of ``w`` sums each anti-diagonal of the score gradients, read as the columns of a
 skewed view (:class:`DistanceGrad`). Measured against plain causal SDPA: docs/design-notes.md,
 "Shift-invariant biases from their distances".
@@ -23,18 +23,22 @@ skewed view (:class:`DistanceGrad`). Measured against plain causal SDPA: docs/de
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.autograd.function import once_differentiable
 
-from ..base import BiasEncoding
-from ..functional.dtypes import math_dtype
-from ..positions import arange
-from .flash_blocks import BLOCK as BACKWARD_BLOCK
-from .flash_blocks import block_size, check_blockwise, flash_backward, flash_forward
+from ...base import BiasEncoding
+from ...functional.dtypes import math_dtype
+from ...positions import arange
+from ..kernels.flash_blocks import BLOCK as BACKWARD_BLOCK
+from ..kernels.flash_blocks import block_size, check_blockwise, flash_backward, flash_forward
 
-__all__ = ["distance_attention", "distance_values", "negligible"]
+if TYPE_CHECKING:
+    from ..call import Call
+    from ..planner import Plan
+
+__all__ = ["by_distance", "distance", "distance_attention", "distance_values", "negligible"]
 
 
 def distance_values(
@@ -82,7 +86,8 @@ def distance_attention(
         scale: the score scale (the bias is added after it).
         causal: each block sees the keys up to its last query only (the ``-inf`` values
             mask the rest).
-        block: queries per kernel call; default :func:`~posenc.attn.flash_blocks.block_size`.
+        block: queries per kernel call; default
+            :func:`~posenc.attn.kernels.flash_blocks.block_size`.
 
     Returns:
         ``[batch, heads, L, d]`` in the dtype of ``q``; the bias and the backward are in
@@ -219,3 +224,25 @@ class DistanceGrad:
         columns = self.buffer[:, :rows].view(self.b, self.h, rows, w).sum((0, 2))  # [h, w]
         span = min(rows + keys - 1, 2 * self.n - 1 - r0)
         self.total[:, r0 : r0 + span] += columns[:, :span]
+
+
+def distance(call: Call, plan: Plan) -> torch.Tensor:
+    """The runner: :func:`by_distance` over the whole call; a given table is not read (the
+    distances are the same values, and their backward reaches the encoding's parameters)."""
+    assert call.encoding is not None, "the plan gives 'distance' to shift-invariant biases"
+    return by_distance(call.q, call.k, call.v, call.encoding, call.scale, call.causal)
+
+
+def by_distance(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    encoding: BiasEncoding,
+    scale: float,
+    causal: bool,
+    block: int | None = None,
+) -> torch.Tensor:
+    """:func:`distance_attention` over the encoding's distance values for these ``q_len``
+    queries and keys (``rows`` runs FIRE's first queries on it too)."""
+    values = distance_values(encoding, q.shape[2], causal, q.device)
+    return distance_attention(q, k, v, values, scale, causal, block)

@@ -1,10 +1,11 @@
-"""Attention with a bias table that trains on the CPU without ``[batch, heads, L, L]``.
+"""The ``flash`` runner: attention with a bias table that trains on the CPU without
+``[batch, heads, L, L]``.
 
 SDPA with a bias that needs gradients falls back to its math path on the CPU: it keeps the
 ``[batch, heads, q_len, k_len]`` probabilities of every layer and backpropagates through
 them. :func:`bias_flash_attention` runs the forward on the fused CPU flash kernel (which
 also returns the log-sum-exp of every row) and the blockwise backward of FlashAttention-2
-(:func:`~posenc.attn.flash_blocks.flash_backward`), so the backward holds
+(:func:`~posenc.attn.kernels.flash_blocks.flash_backward`), so the backward holds
 ``[batch, heads, block, k_len]`` at a time, and the gradient of the bias is summed over
 the batch into a table of the bias's own shape (``[1, heads, q_len, k_len]`` for a bias
 shared by the batch, :class:`TableGrad`), which autograd carries back to the encoding's
@@ -13,15 +14,26 @@ parameters.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.autograd.function import once_differentiable
 
-from ..functional.dtypes import math_dtype
-from .flash_blocks import BLOCK, FLASH_OP, bias_flash_available, check_blockwise, flash_backward
+from ...functional.dtypes import math_dtype
+from ..kernels.flash_blocks import (
+    BLOCK,
+    FLASH_OP,
+    bias_flash_available,
+    check_blockwise,
+    flash_backward,
+)
+from ..masks import zero_dead_rows
 
-__all__ = ["TableGrad", "bias_flash_attention", "bias_flash_available"]
+if TYPE_CHECKING:
+    from ..call import Call
+    from ..planner import Plan
+
+__all__ = ["TableGrad", "bias_flash_attention", "bias_flash_available", "flash"]
 
 
 def bias_flash_attention(
@@ -144,3 +156,20 @@ class TableGrad:
         rows, keys = ds.shape[1:]
         ds4 = ds.view(-1, self.total.shape[1], rows, keys)  # [b, h, blk, keys]
         self.total[:, :, i0 : i0 + rows, :keys] += ds4.sum(0, keepdim=True) if self.shared else ds4
+
+
+def flash(call: Call, plan: Plan) -> torch.Tensor:
+    """The runner: :func:`bias_flash_attention` on the materialised bias, the masks folded
+    into it as ``-inf``, the causal mask by index (the kernel skips the blocks above the
+    diagonal) where the positions order keys as their index does."""
+    context, causal, pattern = call.context, call.causal, call.options.pattern
+    bias = call.bias_table()
+    by_index = causal and context.positions.index_ordered()
+    dead = None
+    if context.masks is not None or pattern.local or (causal and not by_index):
+        masks = context.allowed(causal, pattern)
+        assert masks is not None, "masks, a window or a causal mask: something is masked"
+        allowed, dead = masks
+        bias = bias.masked_fill(~allowed, float("-inf"))
+    out = bias_flash_attention(call.q, call.k, call.v, bias, call.scale, by_index)
+    return zero_dead_rows(out, dead)

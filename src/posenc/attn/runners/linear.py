@@ -1,8 +1,9 @@
-"""The fused path for biases linear in the distance (ALiBi's ``-m_h (i - j)``) on CPU SDPA.
+"""The ``linear`` runner: biases linear in the distance (ALiBi's ``-m_h (i - j)``) fused
+into CPU SDPA.
 
 A bias encoding whose :meth:`~posenc.base.BiasEncoding.linear_slopes` returns slopes for
 these inputs runs inside ``torch.nn.functional.scaled_dot_product_attention``'s fused CPU
-kernels, with no ``[heads, L, L]`` tensor. :func:`~posenc.attn.bias_plan.plan_bias` decides
+kernels, with no ``[heads, L, L]`` tensor. :func:`~posenc.attn.planner.plan_bias` decides
 where it applies, from :func:`linear_bias_blocks` and :func:`linear_bias_runs`;
 :func:`linear_bias_sdpa` runs it. The derivation, the precision argument and the
 measurements: docs/design-notes.md, "Fused ALiBi on CPU SDPA".
@@ -11,18 +12,25 @@ measurements: docs/design-notes.md, "Fused ALiBi on CPU SDPA".
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
-from ..functional.dtypes import math_dtype
-from ..positions import causal_mask
+from ...functional.dtypes import math_dtype
+from ...positions import causal_mask
+from ..masks import zero_dead_rows
+
+if TYPE_CHECKING:
+    from ..call import Call
+    from ..planner import Plan
 
 __all__ = [
     "BLOCK_BIAS",
     "MAX_WIDTH_RATIO",
     "SMALL_Q",
     "SPLIT_GAIN",
+    "linear",
     "linear_bias_blocks",
     "linear_bias_runs",
     "linear_bias_sdpa",
@@ -247,3 +255,31 @@ def _extend(q, k, v, slopes, qpos, kpos, low, high, n):
     k2 = torch.cat((k, k_extra), dim=-1)  # [b, g_run, k_len, d + n]
     v2 = torch.cat((v, v.new_zeros(()).expand(b, g, v.shape[2], n)), dim=-1)  # [b, g, k, d + n]
     return q2, k2, v2
+
+
+def linear(call: Call, plan: Plan) -> torch.Tensor:
+    """The runner: :func:`linear_bias_sdpa` with the plan's slopes and blocks; padding,
+    segments and the window or chunk reach it as the dense mask, which holds the causal
+    part."""
+    assert plan.slopes is not None, "the plan gives 'linear' its slopes"
+    context, causal = call.context, call.causal
+    mask = dead = None
+    if context.masks is not None or call.options.pattern.local:
+        allowed = context.allowed(causal, call.options.pattern)
+        assert allowed is not None, "masks or a window: something is masked"
+        mask, dead = allowed
+    p = context.positions
+    out = linear_bias_sdpa(
+        call.q,
+        call.k,
+        call.v,
+        plan.slopes,
+        p.q,
+        p.k,
+        causal and mask is None,
+        call.scale,
+        plan.blocks,
+        mask,
+        q_range=None if plan.blocks is None else p.q_range(),  # read by the plan already
+    )
+    return zero_dead_rows(out, dead)

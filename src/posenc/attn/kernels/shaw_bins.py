@@ -1,7 +1,7 @@
 """The distance bins of Shaw's attention a block of queries at a time: which keys of a
 block share the first or last bin of ``clip(j - i, -k, k)`` and which fall in the band
 between (:func:`bin_blocks`), a per-bin tensor spread over the keys (:func:`spread`) and a
-per-key one summed into bins (:func:`bin_sum`). :mod:`~posenc.attn.shaw_grad` runs
+per-key one summed into bins (:func:`bin_sum`). :mod:`~posenc.attn.runners.shaw` runs
 Shaw et al. 2018 (arXiv:1803.02155) forward and backward on them.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ..functional.shaw import shaw_index
+from ...functional.shaw import shaw_index
 
 __all__ = ["band_masks", "bin_blocks", "bin_sum", "block_bounds", "consecutive_shift", "spread"]
 

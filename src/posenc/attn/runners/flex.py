@@ -1,23 +1,29 @@
-"""Flex attention for bias encodings: compiled once, block masks cached per shape.
+"""The ``flex`` runner: compiled flex attention, with a bias encoding's ``score_mod``.
 
 ``torch.nn.attention.flex_attention`` fuses a ``score_mod`` into the attention kernel, so a
-bias encoding adds its term score by score and no ``[heads, L, L]`` tensor exists. The
-compiled kernel is built once per process (``dynamic=False``: one graph per shape class),
-and causal block masks for the default positions are cached per (q_len, k_len, device).
+bias encoding adds its term score by score and no ``[heads, L, L]`` tensor exists; its
+block mask (:func:`~posenc.attn.masks.flex_block_mask`) skips the blocks a window, a chunk,
+padding or other documents hide. The compiled kernel is built once per process
+(``dynamic=False``: one graph per shape class).
 """
 
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 import torch
 
-from ..functional.compiled import many_graphs
-from ..functional.cpu import cpu_vector_isa
-from ..positions import query_offset
-from .pattern import FULL, AttnPattern
+from ...functional.compiled import many_graphs
+from ...functional.cpu import cpu_vector_isa
+from ...positions import query_offset
+from ..masks import flex_block_mask
 
-__all__ = ["flex_attention", "flex_available", "flex_block_mask"]
+if TYPE_CHECKING:
+    from ..call import Call
+    from ..planner import Plan
+
+__all__ = ["capped", "flex", "flex_attention", "flex_available"]
 
 #: smaller CPU heads are zero-padded to this size (see :func:`flex_attention`)
 CPU_MIN_HEAD_DIM = 24
@@ -41,70 +47,6 @@ def flex_available(device: torch.device) -> bool:
     if device.type == "cpu":
         return cpu_vector_isa()
     return device.type == "cuda"
-
-
-@functools.lru_cache(maxsize=32)
-def _default_mask(q_len: int, k_len: int, device: torch.device, causal: bool, pattern: AttnPattern):
-    """The block mask of the default positions (queries are the last ``q_len`` keys),
-    cached per shape and pattern."""
-    from torch.nn.attention.flex_attention import create_block_mask
-
-    offset = query_offset(q_len, k_len)
-
-    def by_index(b, h, q_idx, kv_idx):
-        return pattern.visible(q_idx + offset, kv_idx, causal)
-
-    return create_block_mask(by_index, None, None, q_len, k_len, device=device)
-
-
-def _positions_mask(
-    q_positions: torch.Tensor, k_positions: torch.Tensor, causal: bool, pattern: AttnPattern
-):
-    """The block mask of explicit positions (``[len]`` or ``[batch, len]``)."""
-    from torch.nn.attention.flex_attention import create_block_mask
-
-    if q_positions.dim() == 1 and k_positions.dim() == 1:
-
-        def shared(b, h, q_idx, kv_idx):
-            return pattern.visible(q_positions[q_idx], k_positions[kv_idx], causal)
-
-        q_len, k_len = len(q_positions), len(k_positions)
-        return create_block_mask(shared, None, None, q_len, k_len, device=q_positions.device)
-
-    batch = max(p.shape[0] for p in (q_positions, k_positions) if p.dim() == 2)
-    q2, k2 = q_positions.expand(batch, -1), k_positions.expand(batch, -1)  # [b, len]
-
-    def batched(b, h, q_idx, kv_idx):
-        return pattern.visible(q2[b, q_idx], k2[b, kv_idx], causal)
-
-    return create_block_mask(batched, batch, None, q2.shape[1], k2.shape[1], device=q2.device)
-
-
-def flex_block_mask(
-    batch: int,
-    q_len: int,
-    k_len: int,
-    device: torch.device,
-    q_positions: torch.Tensor | None,
-    k_positions: torch.Tensor | None,
-    causal: bool,
-    mask_mod=None,
-    pattern: AttnPattern = FULL,
-):
-    """The block mask of a flex call: ``mask_mod``'s (padding and documents, the causal
-    part and the pattern included), else the causal mask and the pattern (window, chunk)
-    of the positions (of the default positions, None: cached per shape), else None
-    (nothing masked). Blocks the window or chunk hides are skipped: a sliding window costs
-    ``O(L·W)``, not ``O(L²)``."""
-    if mask_mod is not None:
-        from torch.nn.attention.flex_attention import create_block_mask
-
-        return create_block_mask(mask_mod, batch, None, q_len, k_len, device=device)
-    if not causal and not pattern.local:
-        return None
-    if q_positions is None or k_positions is None:  # given together, or neither
-        return _default_mask(q_len, k_len, device, causal, pattern)
-    return _positions_mask(q_positions, k_positions, causal, pattern)
 
 
 def flex_attention(
@@ -187,3 +129,38 @@ def capped(score_mod, softcap: float):
         return softcap * torch.tanh(score / softcap)
 
     return mod
+
+
+def flex(call: Call, plan: Plan) -> torch.Tensor:
+    """The runner: flex attention with the encoding's ``score_mod`` (none: plain scores),
+    the context's block mask of the call's pattern and softcap (sinks never reach it);
+    default positions stay None, so the ``score_mod`` reads indices.
+
+    Shapes:
+        q ``[b, h, q_len, d]``, k ``[b, kv_h, k_len, d]``, v ``[b, kv_h, k_len, d_v]`` ->
+        ``[b, h, q_len, d_v]``.
+    """
+    p, q, k, v = call.context.positions, call.q, call.k, call.v
+    qp, kp = (p.q, p.k) if p.explicit else (None, None)
+    score_mod = None
+    if call.encoding is not None:
+        q_offset = 0 if p.explicit else query_offset(p.q_len, p.k_len)
+        score_mod = call.encoding.score_mod(qp, kp, q=q, q_offset=q_offset, scale=call.scale)
+    width = v.shape[-1]
+    if width < q.shape[-1]:  # PoPE's wider q, k: one width for the kernel
+        v = torch.nn.functional.pad(v, (0, q.shape[-1] - width))
+    options = call.options
+    mask = call.context.block_mask(q.shape[0], call.causal, options.pattern)
+    out = flex_attention(
+        q,
+        k,
+        v,
+        score_mod,
+        qp,
+        kp,
+        call.causal,
+        call.scale,
+        block_mask=mask,
+        softcap=options.softcap,
+    )
+    return out[..., :width]

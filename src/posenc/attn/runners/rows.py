@@ -1,17 +1,16 @@
-"""Attention with a bias computed a block of query rows at a time on the CPU: the flash
+"""The ``rows`` runner: a bias computed a block of query rows at a time on the CPU: the flash
 kernel per block, forward and backward, with no ``[heads, L, L]`` tensor.
 
-For a bias of the positions alone that is neither per distance (:mod:`.bias_blocks`) nor
-linear (:mod:`.linear_bias`), in posenc FIRE's MLP (Li et al. 2023, arXiv:2310.04418): each
-block of ``B`` queries takes its ``[heads, B, keys]`` rows from the encoding
-(``rows(i0, i1, n, masked)``), calls the kernel over the keys up to its last query (the causal
-part of the diagonal tile as ``-inf`` in the rows, set by the encoding as it computes them),
-and keeps only the output and the log-sum-exp.
-The backward (FlashAttention-2, Dao 2023, arXiv:2307.08691, in
-:func:`~posenc.attn.flash_blocks.flash_backward`) recomputes each block's rows with autograd on,
-and hands them the block's score gradients summed over the batch: the tensors the rows are
-computed from get their gradient block by block, and nothing of ``[batch, heads, L, L]`` is
-saved.
+For a bias of the positions alone that is neither per distance (:mod:`.distance`) nor
+linear (:mod:`.linear`), in posenc FIRE's MLP (Li et al. 2023, arXiv:2310.04418): each
+block of ``B`` queries takes its ``[heads, B, keys]`` rows from the encoding (``rows(i0, i1,
+n, masked)``), calls the kernel over the keys up to its last query (the causal part of the
+diagonal tile as ``-inf`` in the rows, set by the encoding as it computes them), and keeps
+only the output and the log-sum-exp. The backward (FlashAttention-2, Dao 2023,
+arXiv:2307.08691, in :func:`~posenc.attn.kernels.flash_blocks.flash_backward`) recomputes
+each block's rows with autograd on, and hands them the block's score gradients summed over
+the batch: the tensors the rows are computed from get their gradient block by block, and
+nothing of ``[batch, heads, L, L]`` is saved.
 
 Those tensors are handed to ``rows`` as arguments (:meth:`~posenc.base.BiasEncoding.block_rows`
 says which). A leaf (an encoding's parameter) is differentiated as it is; any other (what
@@ -22,17 +21,30 @@ the last block: each block's graph holds only the block's own operations.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.autograd.function import once_differentiable
 
-from ..config import check_int
-from ..functional.dtypes import math_dtype
-from .flash_blocks import after_query, block_size, check_blockwise, flash_backward, flash_forward
+from ...base import BiasEncoding
+from ...config import check_int
+from ...functional.dtypes import math_dtype
+from ..kernels.flash_blocks import (
+    after_query,
+    block_size,
+    check_blockwise,
+    flash_backward,
+    flash_forward,
+)
+from .distance import by_distance
 
-__all__ = ["BACKWARD_BLOCK", "PARTS", "Rows", "rows_attention"]
+if TYPE_CHECKING:
+    from ..call import Call
+    from ..planner import Plan
+
+__all__ = ["BACKWARD_BLOCK", "PARTS", "Rows", "rows", "rows_attention"]
 
 #: queries per block of the backward: twice the other blockwise paths' (each block here
 #: recomputes its rows and runs the encoding's backward, about 0.3 ms of calls whatever
@@ -40,7 +52,7 @@ __all__ = ["BACKWARD_BLOCK", "PARTS", "Rows", "rows_attention"]
 #: with 64, 2.3x with 128); it holds ``[batch, heads, BACKWARD_BLOCK, L]`` floats
 BACKWARD_BLOCK = 128
 #: the forward's kernel calls take a quarter of the queries each (within
-#: :func:`~posenc.attn.flash_blocks.block_size`'s bounds): fewer, larger calls than the
+#: :func:`~posenc.attn.kernels.flash_blocks.block_size`'s bounds): fewer, larger calls than the
 #: other paths' eighth, as a call's fixed cost here outweighs the diagonal tile computed in
 #: vain (FIRE at L 1024: 2.2x the floor in blocks of 128, 1.9x in blocks of 256)
 PARTS = 4
@@ -74,7 +86,7 @@ def rows_attention(
         scale: the score scale (the bias is added after it).
         causal: mask keys after their query, by index.
         block: queries per kernel call; default
-            :func:`~posenc.attn.flash_blocks.block_size` of :data:`PARTS`.
+            :func:`~posenc.attn.kernels.flash_blocks.block_size` of :data:`PARTS`.
         q_offset: the queries are the keys from ``q_offset`` on (the rest of a call whose
             first queries went another way); ``rows`` and the causal mask take the keys'
             indices.
@@ -190,3 +202,45 @@ def _unseen(i0: int, i1: int, n: int, causal: bool, device: torch.device) -> tor
     """The keys queries ``i0..i1-1`` may not see among the first ``n``: the causal part of
     the diagonal tile, or None."""
     return after_query(i0, i1, 0, n, device) if causal else None
+
+
+def rows(call: Call, plan: Plan) -> torch.Tensor:
+    """The runner: a bias of the positions alone a block of query rows at a time; under a
+    causal mask over the indices, the first queries whose bias is shift-invariant
+    (:meth:`~posenc.base.BiasEncoding.invariant_below`: FIRE's before its threshold) see
+    only each other, so they run on the distance blocks
+    (:func:`~posenc.attn.runners.distance.by_distance`) and the rows take the rest."""
+    q, k, v, encoding, scale, causal = (
+        call.q,
+        call.k,
+        call.v,
+        call.encoding,
+        call.scale,
+        call.causal,
+    )
+    assert encoding is not None, "the plan gives 'rows' to bias encodings"
+    p, n = call.context.positions, q.shape[2]
+    first = _invariant_queries(encoding, n) if causal and not p.explicit else 0
+    if first == n:
+        return by_distance(q, k, v, encoding, scale, causal)
+    block_rows, tensors = encoding.block_rows(p.q, p.k)
+    if first == 0:
+        return rows_attention(q, k, v, block_rows, tensors, scale, causal)
+    # each part in the blocks the whole call would take: fewer kernel calls
+    head_q, head_k, head_v = (t[:, :, :first] for t in (q, k, v))
+    block = min(first, block_size(n))
+    out = by_distance(head_q, head_k, head_v, encoding, scale, causal, block=block)
+    rest = q[:, :, first:]
+    block = min(n - first, block_size(n, PARTS))
+    rest = rows_attention(rest, k, v, block_rows, tensors, scale, causal, block, q_offset=first)
+    return torch.cat([out, rest], dim=2)
+
+
+def _invariant_queries(encoding: BiasEncoding, n: int) -> int:
+    """How many of the queries at positions ``0..n-1`` come before
+    ``encoding.invariant_below()`` (strictly: at the bound FIRE's normaliser is a tie,
+    whose gradient is shared with the query's position)."""
+    bound = encoding.invariant_below()
+    if not bound > 0:  # none (or a NaN threshold: the rows path's result is NaN as well)
+        return 0
+    return n if bound >= n else math.ceil(bound)

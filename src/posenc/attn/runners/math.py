@@ -1,4 +1,5 @@
-"""Attention with its softmax written out in float32: the path that runs everything.
+"""The ``math`` runner: attention with its softmax written out in float32, the path that
+runs everything.
 
 :func:`explicit_attention` forms the scores, adds a bias, soft-caps them (Gemma 2, Team
 Gemma 2024, arXiv:2408.00118), masks them, takes the softmax over the keys and, where
@@ -19,31 +20,18 @@ with the value in.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 
-from ..functional.dtypes import math_dtype
+from ...functional.dtypes import math_dtype
+from ..masks import zero_dead_rows
 
-__all__ = ["explicit_attention", "finite", "probabilities", "softmax_limits"]
+if TYPE_CHECKING:
+    from ..call import Call
+    from ..planner import Plan
 
-
-def finite(*tensors: torch.Tensor | None) -> bool:
-    """Whether every value of the given tensors (None skipped) is finite, read on the host
-    once for all of them: else a NaN or infinity in a slot a query may not see would reach
-    it through the fused kernels, which add the mask's ``-inf`` to a NaN score and multiply
-    a zero probability by a NaN value, and one in a slot it does see would come out of
-    them as a zero row (their online softmax drops a NaN maximum) rather than NaN.
-
-    Each tensor's sum is one strided pass, no copy of a cache's slice (``isfinite(v).all()``
-    and ``aminmax`` cost 15-50x more on the CPU, torch 2.13); NaN and infinities reach the
-    sum, and a sum that overflows only sends the call to the explicit path, which is exact
-    too. True while compiling, where the kernels' own behaviour is kept rather than a graph
-    break, and on the meta device, which holds no values."""
-    present = [t for t in tensors if t is not None and t.device.type != "meta"]
-    if torch.compiler.is_compiling() or not present:
-        return True
-    sums = [t.sum(dtype=math_dtype(t.dtype)).to(torch.float64) for t in present]
-    return bool(torch.isfinite(torch.stack(sums).sum()))
+__all__ = ["explicit_attention", "math", "probabilities", "softmax_limits"]
 
 
 def probabilities(
@@ -143,3 +131,38 @@ def explicit_attention(
     if value_term is not None:
         out = out + value_term(probs).to(dtype)
     return out.to(q.dtype)
+
+
+def math(call: Call, plan: Plan) -> torch.Tensor:
+    """The runner: :func:`explicit_attention` with the context's dense mask, the call's
+    softcap and sinks, the materialised bias where the plan has a table
+    (:meth:`~posenc.attn.call.Call.bias_table`) and the encoding's value term where it adds
+    to the values (Shaw's).
+
+    Shapes:
+        q ``[b, h, q_len, d]``, k ``[b, kv_h, k_len, d]``, v ``[b, kv_h, k_len, d_v]`` ->
+        ``[b, h, q_len, d_v]``.
+    """
+    enc, options = call.encoding, call.options
+    bias = call.bias_table() if plan.table is not None else None
+    allowed = call.context.allowed(call.causal, options.pattern)
+    mask, dead = (None, None) if allowed is None else allowed
+    value_term = None
+    if enc is not None and enc.adds_to_values:
+        p = call.context.positions
+
+        def value_term(probs: torch.Tensor) -> torch.Tensor:
+            return enc.value_term(probs, p.q, p.k)
+
+    out = explicit_attention(
+        call.q,
+        call.k,
+        call.v,
+        call.scale,
+        bias=bias,
+        allowed=mask,
+        softcap=options.softcap,
+        sinks=options.sinks,
+        value_term=value_term,
+    )
+    return zero_dead_rows(out, dead)

@@ -5,10 +5,11 @@ paths that train a bias on the CPU without ``[batch, heads, L, L]`` share.
 (``aten._scaled_dot_product_flash_attention_for_cpu``, which takes a float mask through its
 strides and returns the log-sum-exp of every row) once per block of queries, each with its
 own rows of the bias; :func:`flash_backward` is FlashAttention-2's backward (Dao 2023,
-arXiv:2307.08691, Algorithm 2) over blocks of queries, each block's probabilities
-recomputed from the log-sum-exp, the score gradients handed to the caller, which keeps the
-bias's gradient in whatever shape the bias has: a table (:mod:`.bias_grad`), distance values
-(:mod:`.bias_blocks`) or an encoding's parameters (:mod:`.bias_rows`).
+arXiv:2307.08691, Algorithm 2) over blocks of queries, each block's probabilities recomputed
+from the log-sum-exp, the score gradients handed to the caller, which keeps the bias's
+gradient in whatever shape the bias has: a table (:mod:`~posenc.attn.runners.flash`),
+distance values (:mod:`~posenc.attn.runners.distance`) or an encoding's parameters
+(:mod:`~posenc.attn.runners.rows`).
 
 This is the place a GPU kernel would plug in; the CPU path imports no Triton.
 """
@@ -20,7 +21,7 @@ from collections.abc import Callable
 
 import torch
 
-from ..functional.dtypes import math_dtype
+from ...functional.dtypes import math_dtype
 
 __all__ = [
     "BLOCK",
@@ -114,7 +115,7 @@ def flash_forward(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The CPU flash kernel a block of queries at a time, each over its first keys with
     its own float mask: the forward of the blockwise paths that never hold the whole bias
-    (:mod:`~posenc.attn.bias_blocks`, :mod:`~posenc.attn.bias_rows`).
+    (:mod:`~posenc.attn.runners.distance`, :mod:`~posenc.attn.runners.rows`).
 
     Args:
         mask: ``mask(i0, i1, n)``, the bias of queries ``i0..i1-1`` over keys ``0..n-1``
@@ -171,7 +172,7 @@ def flash_backward(
             sees the keys up to its last query.
         keys: the keys the block of queries ``i0..i1-1`` sees (the first ones), for a bias
             that masks the rest with ``-inf`` itself; the blocks then run last to first
-            (for the reversed queries of :mod:`~posenc.attn.bias_blocks`, the order in
+            (for the reversed queries of :mod:`~posenc.attn.runners.distance`, the order in
             which this count does not decrease). None: every key (or the causal ones).
         bias_grad: called as ``bias_grad(i0, dS)`` per block, ``dS`` ``[b·h, blk, keys]``
             (overwritten after the call); None: no gradient of the bias.

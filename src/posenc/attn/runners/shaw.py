@@ -18,16 +18,27 @@ would plug in; the CPU path imports no Triton.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.autograd.function import once_differentiable
 
-from ..functional.dtypes import math_dtype
-from .flash_blocks import FLASH_OP, bias_flash_available, block_size, check_blockwise
-from .shaw_bins import band_masks, bin_blocks, bin_sum, block_bounds, consecutive_shift, spread
+from ...functional.dtypes import math_dtype
+from ..kernels.flash_blocks import FLASH_OP, bias_flash_available, block_size, check_blockwise
+from ..kernels.shaw_bins import (
+    band_masks,
+    bin_blocks,
+    bin_sum,
+    block_bounds,
+    consecutive_shift,
+    spread,
+)
 
-__all__ = ["BLOCK", "shaw_attention"]
+if TYPE_CHECKING:
+    from ..call import Call
+    from ..planner import Plan
+
+__all__ = ["BLOCK", "shaw", "shaw_attention"]
 
 #: queries per block: the forward and the backward hold ``[batch, heads, BLOCK, k_len]``
 BLOCK = 64
@@ -194,15 +205,15 @@ class _ShawFlash(torch.autograd.Function):
 
 def _kernel_forward(q, k, v, a_k, meta):
     """The forward over consecutive positions without a value table on the CPU flash kernel,
-    a block of :func:`~posenc.attn.flash_blocks.block_size` queries at a time, in up to three
-    calls: the keys farther left than ``max_distance`` from every query of the block (all in
-    the first distance bin: a per-row constant, the reference the others are taken against,
-    so no bias at all), the band around the diagonal with its bias ``q a^K[r]ᵀ · scale``
-    read from ``2k + 1`` values per query through a skewed view
-    (:func:`~posenc.attn.shaw_bins.band_masks`; ``-inf`` past the query, causal), and (not
-    causal) the keys farther right (the last bin: another per-row constant, added to their
-    log-sum-exp). The calls write into one output and log-sum-exp per part, merged once
-    for every row at the end: the glue costs a few operations per block, not a dozen.
+    a block of :func:`~posenc.attn.kernels.flash_blocks.block_size` queries at a time, in up
+    to three calls: the keys farther left than ``max_distance`` from every query of the
+    block (all in the first distance bin: a per-row constant, the reference the others are
+    taken against, so no bias at all), the band around the diagonal with its bias ``q
+    a^K[r]ᵀ · scale`` read from ``2k + 1`` values per query through a skewed view
+    (:func:`~posenc.attn.kernels.shaw_bins.band_masks`; ``-inf`` past the query, causal),
+    and (not causal) the keys farther right (the last bin: another per-row constant, added
+    to their log-sum-exp). The calls write into one output and log-sum-exp per part, merged
+    once for every row at the end: the glue costs a few operations per block, not a dozen.
 
     Shapes:
         q ``[b, h, q_len, d]``, k, v ``[b, h, k_len, d]`` in the math dtype ->
@@ -247,3 +258,23 @@ def _scores(qb, kn, a_k, band, scale, causal, i0):
         later = torch.ones(blk, blk, dtype=torch.bool, device=qb.device).triu(1)
         s[:, :, i0:].masked_fill_(later, float("-inf"))
     return s
+
+
+def shaw(call: Call, plan: Plan) -> torch.Tensor:
+    """The runner: :func:`shaw_attention` over the encoding's relative tables."""
+    tables = None if call.encoding is None else call.encoding.relative_tables()
+    assert tables is not None, "the plan gives 'shaw' to encodings with relative_tables"
+    key_table, value_table, max_distance = tables
+    p = call.context.positions
+    return shaw_attention(
+        call.q,
+        call.k,
+        call.v,
+        key_table,
+        value_table,
+        max_distance,
+        p.q,
+        p.k,
+        call.scale,
+        call.causal,
+    )
