@@ -74,6 +74,7 @@ def main() -> None:
         "fox, padding": (fox, {"bias": clock, "key_padding_mask": pad}),
     }
     for name, (enc, kwargs) in cases.items():
+
         def call(enc=enc, kwargs=kwargs):
             return posenc.attention(q, k, v, enc, **kwargs)
 
