@@ -44,6 +44,7 @@ import torch
 from torch.testing import assert_close
 
 import posenc
+from posenc.base import InputBias, ScoreBias
 from posenc.config import MAX_POSITION
 from posenc.hf import extend_context, rope_from_hf_config
 from posenc.models import TransformerLM
@@ -119,12 +120,12 @@ def bias_inputs(enc: posenc.Encoding, q_len: int = SEQ, k_len: int | None = None
     tokens) for one that reads the layer's input (FoX), else {}."""
     if enc.kind != "bias":
         return {}
-    if enc.needs_input:
+    if isinstance(enc, InputBias):
         return {"x": X[:, : q_len if k_len is None else k_len]}
     if not enc.needs_q:
         return {}
     q = gen(BATCH, SIZE, q_len, enc.config.head_dim, seed=3)
-    if enc.needs_scores:  # CoPE: the keys too
+    if isinstance(enc, ScoreBias):  # CoPE: the keys too
         return {"q": q, "k": gen(BATCH, SIZE, q_len if k_len is None else k_len, 4, seed=4)}
     return {"q": q}
 
@@ -176,7 +177,7 @@ def entry_points(enc: posenc.Encoding) -> dict[str, Callable[..., Any]]:
             p.device if isinstance(p, torch.Tensor) else None,
         ),
     }
-    if enc.needs_input or enc.needs_scores:  # FoX, CoPE: no score_mod can compute them
+    if isinstance(enc, (InputBias, ScoreBias)):  # FoX, CoPE: no score_mod can compute them
         del points["score_mod"]
     return points
 
@@ -359,7 +360,7 @@ def expected_empty(enc: posenc.Encoding, point: str) -> Any:
         if point == "forward":  # PoPE's q and k come out twice as wide
             return tuple(t[:, :, :0].repeat(1, 1, 1, enc.width_factor) for t in (Q, K))
         return tuple(t[..., :0, :] for t in enc.rotation(as_positions(enc, P)))
-    if enc.needs_q or enc.needs_input:  # the bias depends on each batch element's inputs
+    if enc.needs_q or isinstance(enc, InputBias):  # the bias depends on each batch element's inputs
         return torch.empty(BATCH, SIZE, 0, 0)
     return torch.empty(*((1, SIZE) if point == "score_mod" else (SIZE,)), 0, 0)
 
@@ -429,7 +430,7 @@ def input_cases() -> None:
                     exc,
                     "seq_len must be",
                 )
-        elif enc.needs_input:
+        elif isinstance(enc, InputBias):
             for label, bad_x, exc, match in (
                 ("x_missing", None, TypeError, "pass x="),
                 ("x_int", X.long(), TypeError, "x must be a floating-point"),
@@ -481,7 +482,7 @@ def input_cases() -> None:
                         exc,
                         "scale must be",
                     )
-            if enc.needs_scores:  # CoPE: its keys, and no score_mod
+            if isinstance(enc, ScoreBias):  # CoPE: its keys, and no score_mod
                 for label, bad_k, exc, match in (
                     ("k_missing", None, TypeError, "pass k="),
                     ("k_int", keys["k"].long(), TypeError, "k must be a floating-point"),
@@ -660,7 +661,7 @@ def attention_cases() -> None:
         }
         extra = extra.get(name, {})
         built = posenc.create(name, **size, **extra)
-        clock = {"bias": built.clock(X)} if getattr(built, "needs_input", False) else {}
+        clock = {"bias": built.clock(X)} if isinstance(built, InputBias) else {}
         ref = functools.partial(
             lambda e, c: posenc.attention(Q, K, v, encoding=e, q_positions=P, k_positions=P, **c),
             built,

@@ -30,6 +30,7 @@ from torch import nn
 from torch.testing import assert_close
 
 import posenc
+from posenc.base import InputBias, ScoreBias
 from posenc.models import TransformerLM
 
 NAMES = posenc.available()
@@ -102,7 +103,7 @@ def expected_shapes(
     enc: posenc.Encoding, inputs: tuple[torch.Tensor, ...]
 ) -> list[tuple[int, ...]]:
     if enc.kind == "bias":
-        batched = enc.needs_q or enc.needs_input
+        batched = enc.needs_q or isinstance(enc, InputBias)
         return [(BATCH, SIZE, SEQ, SEQ) if batched else (SIZE, SEQ, SEQ)]
     if enc.kind == "rotary":  # PoPE widens q and k
         return [(*t.shape[:-1], t.shape[-1] * enc.width_factor) for t in inputs]
@@ -112,13 +113,13 @@ def expected_shapes(
 def fixed_q(enc: posenc.Encoding, device: str = "cpu") -> dict[str, torch.Tensor]:
     """``{"q": ...}`` for a bias that depends on the queries, ``{"x": ...}`` for one that
     reads the layer's input (the same tensor every call), else {}."""
-    if enc.kind != "bias" or not (enc.needs_q or enc.needs_input):
+    if enc.kind != "bias" or not (enc.needs_q or isinstance(enc, InputBias)):
         return {}
     generator = torch.Generator().manual_seed(0)
-    if enc.needs_input:
+    if isinstance(enc, InputBias):
         return {"x": torch.randn(BATCH, SEQ, enc.config.dim, generator=generator).to(device)}
     q = torch.randn(BATCH, SIZE, SEQ, enc.config.head_dim, generator=generator)
-    if enc.needs_scores:  # CoPE counts with the scores of q and k
+    if isinstance(enc, ScoreBias):  # CoPE counts with the scores of q and k
         k = torch.randn(BATCH, SIZE, SEQ, enc.config.head_dim, generator=generator)
         return {"q": q.to(device), "k": k.to(device)}
     return {"q": q.to(device)}

@@ -22,6 +22,7 @@ import dataclasses
 from typing import Any
 
 from . import registry
+from .base import InputBias
 from .docstrings import plain, section
 
 __all__ = ["ConfigKey", "attribute_docs", "config_keys", "example"]
@@ -202,7 +203,7 @@ def example(name: str) -> str:
         lines.append(f"q, k, v = torch.randn(3, {heads}).unbind()  # [batch, heads, seq, head_dim]")
         lines.extend(positions)
         where = ", q_positions=positions, k_positions=positions" if positions else ""
-        if getattr(cls, "needs_input", False):  # FoX: the bias is a clock of the layer input
+        if issubclass(cls, InputBias):  # FoX: the bias is a clock of the layer input
             x = f"x = torch.randn({BATCH}, {SEQ}, {DIM})"
             lines.append(f"{x}  # [batch, seq, dim]: the layer's input")
             where += ", bias=enc.clock(x)"

@@ -18,7 +18,7 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 from torch.testing import assert_close
 
 import posenc
-from posenc.base import BiasEncoding
+from posenc.base import BiasEncoding, InputBias, RelativeTables, ScoreBias
 
 EPS = torch.finfo(torch.float32).eps
 HEADS, HEAD_DIM = 4, 16
@@ -130,8 +130,8 @@ def test_every_bias_encoding_has_a_case():
         name
         for name in posenc.available()
         if posenc.info(name).kind == "bias"
-        and not posenc.registry.get(name).needs_input
-        and not posenc.registry.get(name).needs_scores
+        and not issubclass(posenc.registry.get(name), InputBias)
+        and not issubclass(posenc.registry.get(name), ScoreBias)
     }
     covered = {type(case.make()).info.name for case in CASES.values()}
     assert bias <= covered, f"add a Case for {sorted(bias - covered)}"
@@ -173,7 +173,10 @@ def agree_with_float64(case, causal, backends, dense_attention, attention_tol):
     rounding = attention_tol(q, k, v, bias, causal=causal, score_err=err)
     outs = {}
     for backend in backends:
-        if enc.adds_to_values and backend not in ("auto", "math"):
+        if (isinstance(enc, RelativeTables) and enc.adds_to_values) and backend not in (
+            "auto",
+            "math",
+        ):
             continue
         with torch.no_grad():  # compiled flex has no backward on CPU
             outs[backend] = posenc.attention(q, k, v, enc, causal=causal, backend=backend)
@@ -207,7 +210,7 @@ def test_sdpa_and_math_gradients_agree(case, causal, grad_tol, score_size):
     size = score_size(q, k, bias, scale=SCALE, causal=causal)
     rounding = grad_tol(q, k, expected, size)
     for backend in ("sdpa", "auto"):
-        if enc.adds_to_values and backend == "sdpa":
+        if (isinstance(enc, RelativeTables) and enc.adds_to_values) and backend == "sdpa":
             continue
         got = grads(posenc.attention(q, k, v, enc, causal=causal, backend=backend), tensors)
         for g, e in zip(got, expected, strict=True):
@@ -243,7 +246,7 @@ def test_score_mod_gradients_through_flex(name, grad_tol, score_size):
 @pytest.mark.parametrize("causal", [True, False])
 def test_compiled_flex_gradients_on_cuda(case, causal):
     enc = case.make().cuda()
-    if enc.adds_to_values:
+    if isinstance(enc, RelativeTables) and enc.adds_to_values:
         pytest.skip("adds to the values: only the math path runs it")
     q, k, v = (t.cuda().requires_grad_() for t in qkv(24, 40))
     tensors = (q, k, v, *enc.parameters())

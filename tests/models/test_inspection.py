@@ -4,6 +4,7 @@ rebuilding every layer's output from them (maps @ v through the output projectio
 import pytest
 import torch
 
+from posenc.base import RelativeTables
 from posenc.models import TransformerLM, attention_maps
 from posenc.positions import causal_mask
 
@@ -60,7 +61,9 @@ def test_maps_rebuild_each_layers_output(name, causal, sharpen, attention_tol):
             if enc.kind == "bias":
                 scale = attn.head_dim**-0.5
                 bias = enc.bias(pos, pos, q=q, scale=scale)
-                if enc.adds_to_values:  # Shaw: q·a^K in the bias, a^V added to the values
+                if (
+                    isinstance(enc, RelativeTables) and enc.adds_to_values
+                ):  # Shaw: q·a^K in the bias, a^V added to the values
                     out = out + enc.value_term(p, pos, pos)
                     value_size = enc.value_table.abs().max().item()
                     terms = scale * q.abs() @ enc.key_table.abs().T

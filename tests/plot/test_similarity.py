@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import posenc
+from posenc.base import InputBias, ScoreBias
 from posenc.plot.similarity import similarity
 
 pytest.importorskip("matplotlib")
@@ -58,7 +59,7 @@ def test_every_encoding_renders(name):
     ax, data = _image(fig)
     assert data.shape == (8, 8)
     cls = posenc.registry.get(name)
-    if getattr(cls, "needs_input", False) or getattr(cls, "needs_scores", False):
+    if issubclass(cls, (InputBias, ScoreBias)):
         # FoX and CoPE define their bias for keys at or before their query only: blank above
         lower = torch.ones(8, 8, dtype=torch.bool).tril()
         assert bool(torch.isfinite(data[lower]).all()) and bool(data[~lower].isnan().all())

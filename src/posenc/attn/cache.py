@@ -207,7 +207,7 @@ class KVCache:
 
     def update_clock(self, layer: int, clock: torch.Tensor) -> torch.Tensor:
         """Store the forget clocks ``[batch, heads, n]`` of ``layer``'s new tokens (an
-        encoding with ``needs_input``: FoX) and return those of the keys the new queries may
+        encoding with a clock of its input: FoX) and return those of the keys the new queries may
         see, ``[batch, heads, visible(layer, n)]``; the buffer is made on the first call,
         kept as the keys are (rolling in a layer that keeps some)."""
         if layer not in self.clocks:

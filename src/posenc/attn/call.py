@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
-from ..base import BiasEncoding
+from ..base import BiasEncoding, InputBias
 from ..functional.fox import forget_bias
 from .masks import FULL, AttentionContext, AttnPattern
 
@@ -125,7 +125,7 @@ class Call:
         ``encoding.bias`` of the positions. Shapes: -> ``[(b,) h, q_len, k_len]``."""
         enc = self.encoding
         assert enc is not None, "a plan with a table has a bias encoding"
-        if enc.needs_input:
+        if isinstance(enc, InputBias):
             clock = self.table  # [b, h, k_len]; the queries are the last q_len tokens
             assert clock is not None, "posenc.attention checks that FoX's clock is given"
             return forget_bias(clock[..., clock.shape[-1] - self.q.shape[2] :], clock)

@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from ..base import BiasEncoding, Encoding
+from ..base import BiasEncoding, Encoding, InputBias
 from ..functional.dtypes import math_dtype
 from .masks import AttentionContext
 
@@ -72,12 +72,13 @@ def check_table(
 ) -> None:
     """Raise unless ``table`` can be the precomputed bias of ``encoding`` for ``q``: its
     ``[(batch,) heads, q_len, k_len]`` table, or the ``[batch, heads, k_len]`` clock of an
-    encoding with ``needs_input`` (FoX), which must be given."""
+    :class:`~posenc.base.InputBias` (FoX), which must be given."""
     if not isinstance(encoding, BiasEncoding):
         got = "None" if encoding is None else repr(encoding.info.name)
         raise ValueError(f"bias is the table of a bias encoding, but the encoding is {got}")
     name = encoding.info.name
-    if encoding.needs_input and table is None:
+    reads_input = isinstance(encoding, InputBias)
+    if reads_input and table is None:
         raise ValueError(
             f"{name!r}'s bias is computed from the layer's input: pass bias={name}.clock(x), "
             "the clock of the keys' tokens [batch, heads, k_len]"
@@ -90,7 +91,7 @@ def check_table(
         kind = table.dtype if isinstance(table, torch.Tensor) else type(table).__name__
         raise TypeError(f"bias must be a floating-point tensor, got {kind}")
     b, h, q_len = q.shape[:3]
-    if encoding.needs_input:
+    if reads_input:
         if tuple(table.shape) != (b, h, k_len):
             raise ValueError(
                 f"bias must be the clock of {name!r}, [batch, heads, k_len] = [{b}, {h}, "

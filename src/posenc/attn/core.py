@@ -15,7 +15,7 @@ from typing import cast
 
 import torch
 
-from ..base import BiasEncoding, Encoding, RotaryEncoding
+from ..base import BiasEncoding, Encoding, InputBias, RotaryEncoding
 from ..config import check_bool
 from .call import Call, ScoreOptions
 from .checks import (
@@ -91,8 +91,9 @@ def attention(
             the CPU training path); flex attention and the fused linear-bias path compute
             the same bias per score instead. Not for encodings whose bias depends on ``q``
             (``needs_q``: Shaw). None: computed here where needed. With an encoding whose
-            bias is computed from the layer's input (``needs_input``: FoX), required: its
-            clock of the keys' tokens, ``encoding.clock(x)``, ``[batch, heads, k_len]``.
+            bias is computed from the layer's input (an :class:`~posenc.base.InputBias`:
+            FoX), required: its clock of the keys' tokens, ``encoding.clock(x)``, ``[batch,
+            heads, k_len]``.
         context: the positions and masks of this call built once for several
             (:meth:`AttentionContext.build <posenc.attn.masks.AttentionContext.build>`
             takes the four arguments above), as a model's layers share them; then none of
@@ -151,7 +152,7 @@ def attention(
         check_context(context, q, k, q_positions, k_positions, key_padding_mask, segment_ids)
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
-    reads_input = kind == "bias" and cast(BiasEncoding, encoding).needs_input
+    reads_input = isinstance(encoding, InputBias)
     if kind == "bias":
         check_heads(cast(BiasEncoding, encoding), q)
     if bias is not None or reads_input:

@@ -57,7 +57,14 @@ from typing import Literal
 
 import torch
 
-from ..base import BiasEncoding
+from ..base import (
+    BiasEncoding,
+    InputBias,
+    LinearSlopes,
+    RelativeTables,
+    ScoreBias,
+    ShiftInvariant,
+)
 from ..positions import AttnPositions
 from .call import PLAIN, PLAIN_TRAITS, AttnShape, Call, ScoreOptions, ScoreTraits
 from .forget import forget_call
@@ -143,7 +150,7 @@ class Facts:
         """The encoding whose bias the runner computes (None: plain attention; FoX's rides
         in the keys)."""
         enc = self.encoding
-        return None if enc is None or enc.needs_input else enc
+        return None if enc is None or isinstance(enc, InputBias) else enc
 
     @property
     def cpu(self) -> bool:
@@ -176,7 +183,7 @@ class Facts:
 
 def _scores(f: Facts) -> Plan | None:
     enc = f.bias
-    if enc is None or not enc.needs_scores:
+    if not isinstance(enc, ScoreBias):
         return None
     if f.backend not in ("auto", "math"):
         raise ValueError(
@@ -188,7 +195,7 @@ def _scores(f: Facts) -> Plan | None:
 
 def _forget_materialised(f: Facts) -> Plan | None:
     enc = f.encoding
-    if enc is None or not enc.needs_input:
+    if not isinstance(enc, InputBias):
         return None
     if not f.causal:
         raise ValueError(
@@ -203,7 +210,7 @@ def _forget_materialised(f: Facts) -> Plan | None:
 def _explicit(f: Facts) -> Plan | None:
     """``math`` for inputs that are not finite; softcap or sinks on ``math`` or ``flex``."""
     enc = f.bias
-    values = enc is not None and enc.adds_to_values
+    values = isinstance(enc, RelativeTables) and enc.adds_to_values
     if enc is not None and values and f.backend not in ("auto", "math"):
         raise ValueError(f"{enc.info.name!r} adds to the values: only backend='math' runs it")
     if not f.traits.finite:
@@ -229,13 +236,13 @@ def _explicit(f: Facts) -> Plan | None:
 
 
 def _shaw(f: Facts) -> Plan | None:
-    enc = f.bias
-    tables = enc is not None and f.backend == "auto" and enc.relative_tables() is not None
+    tables = isinstance(f.bias, RelativeTables) and f.backend == "auto"
     return Plan("shaw") if tables and f.square and f.in_order else None
 
 
 def _values(f: Facts) -> Plan | None:
-    return f.full("math") if f.bias is not None and f.bias.adds_to_values else None
+    values = isinstance(f.bias, RelativeTables) and f.bias.adds_to_values
+    return f.full("math") if values else None
 
 
 def _asked(f: Facts) -> Plan | None:
@@ -266,13 +273,13 @@ def _plain_sdpa(f: Facts) -> Plan | None:
 
 def _distance(f: Facts) -> Plan | None:
     enc = f.bias
-    invariant = enc is not None and enc.shift_invariant and not f.positions.explicit
+    invariant = isinstance(enc, ShiftInvariant) and not f.positions.explicit
     return Plan("distance") if invariant and f.square and bias_flash_available() else None
 
 
 def _rows(f: Facts) -> Plan | None:
     enc = f.bias
-    if enc is None or f.table_given or enc.needs_q or enc.linear_slopes(f.causal) is not None:
+    if enc is None or f.table_given or enc.needs_q or _slopes(f) is not None:
         return None
     one = f.positions.q.dim() == 1  # one bias for the batch
     return Plan("rows") if one and f.square and f.in_order and bias_flash_available() else None
@@ -282,10 +289,9 @@ def _linear(f: Facts) -> Plan | None:
     """The fused linear-bias plan where it applies: slopes for these inputs, and (from
     ``SMALL_Q`` queries) centring coordinates that cost at most ``MAX_WIDTH_RATIO`` times
     the plain head width."""
-    enc = f.bias
-    if enc is None or not f.cpu or (f.masked and f.flex_pays):
+    if not f.cpu or (f.masked and f.flex_pays):
         return None
-    slopes = enc.linear_slopes(f.causal)
+    slopes = _slopes(f)
     if slopes is None:
         return None
     if f.shape.q_len < SMALL_Q:
@@ -300,6 +306,12 @@ def _linear(f: Facts) -> Plan | None:
     ):
         return None
     return Plan("linear", slopes=slopes, blocks=blocks)
+
+
+def _slopes(f: Facts) -> list[float] | None:
+    """The bias's slopes where it is linear in the distance (:class:`LinearSlopes`)."""
+    enc = f.bias
+    return enc.linear_slopes(f.causal) if isinstance(enc, LinearSlopes) else None
 
 
 def _bias_flex(f: Facts) -> Plan | None:
@@ -387,7 +399,7 @@ def plan(
     for row in ROWS:
         chosen = row(facts)
         if chosen is not None:
-            forget = encoding is not None and encoding.needs_input and chosen.table is None
+            forget = isinstance(encoding, InputBias) and chosen.table is None
             return replace(chosen, forget=True) if forget else chosen
     raise AssertionError("the last row answers every call")  # pragma: no cover
 
@@ -457,17 +469,14 @@ def bias_memory(cls: type[BiasEncoding]) -> str:
     :func:`plan` gives it (``L`` the length, ``H`` the heads), from the capabilities the
     class declares."""
 
-    def declares(name: str) -> bool:
-        return getattr(cls, name) is not getattr(BiasEncoding, name)
-
-    if declares("needs_scores"):  # CoPE: by blocks of rows, recomputed in the backward
+    if issubclass(cls, ScoreBias):  # CoPE: by blocks of rows, recomputed in the backward
         return "[H, B, L] scores per block of B rows"
-    if declares("needs_input"):  # FoX: its clock rides in extra key coordinates
+    if issubclass(cls, InputBias):  # FoX: its clock rides in extra key coordinates
         return "[B, H, L] clock; k, v per head, 8 columns wider"
-    if declares("adds_to_values"):
+    if issubclass(cls, RelativeTables):
         return "[H, L, L] scores, or [H, 64, L] blocks (CPU)"
-    if declares("shift_invariant"):
+    if issubclass(cls, ShiftInvariant):
         return "[H, 2L - 1] distances (CPU), or none (flex, fused ALiBi)"
-    if declares("linear_slopes"):
+    if issubclass(cls, LinearSlopes):
         return "[H, L, L] bias, or none (fused ALiBi path)"
     return "[H, L, L] bias, or none (flex)"

@@ -15,11 +15,20 @@ a subclass of its kind's config (which holds the size key).
 
 One module per concept: :mod:`.encoding` (:class:`Encoding`, what every kind shares: config,
 device and dtype, position checks and defaults), then one per kind: :mod:`.additive`,
-:mod:`.rotary`, :mod:`.bias`, :mod:`.none`.
+:mod:`.rotary`, :mod:`.bias`, :mod:`.none`; and :mod:`.capabilities`, the optional protocols
+a bias encoding subclasses to open a runner of attention.
 """
 
 from .additive import AdditiveConfig, AdditiveEncoding
 from .bias import BiasConfig, BiasEncoding
+from .capabilities import (
+    InputBias,
+    InvariantBelow,
+    LinearSlopes,
+    RelativeTables,
+    ScoreBias,
+    ShiftInvariant,
+)
 from .encoding import Encoding, FactoryKwargs
 from .none import NoEncoding
 from .rotary import RotaryConfig, RotaryEncoding
@@ -31,7 +40,13 @@ __all__ = [
     "BiasEncoding",
     "Encoding",
     "FactoryKwargs",
+    "InputBias",
+    "InvariantBelow",
+    "LinearSlopes",
     "NoEncoding",
+    "RelativeTables",
     "RotaryConfig",
     "RotaryEncoding",
+    "ScoreBias",
+    "ShiftInvariant",
 ]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -33,26 +32,11 @@ class BiasEncoding(Encoding):
     tests) and per score inside flex attention through :meth:`score_mod`, so no
     ``[heads, L, L]`` tensor is ever built on the fast path and the two cannot disagree.
 
-    What else a subclass may declare, each tied to the backend it opens
-    (:func:`~posenc.attn.planner.plan` reads them, never the encoding's name):
-
-    ======================  =====================================  ==========================
-    hook                    declares                               opens
-    ======================  =====================================  ==========================
-    ``needs_q``             the bias depends on the queries        (closes the shared table)
-    ``shift_invariant``     the bias depends on ``k - q`` only     ``distance`` (``2L - 1``
-                                                                   values, with a backward)
-    ``invariant_below()``   the same for the queries before a      ``distance`` for those, the
-                            position (FIRE's threshold)            ``rows`` for the rest
-    ``linear_slopes()``     the bias is ``-m_h (q_pos - k_pos)``   ``linear`` (fused SDPA)
-    ``adds_to_values``      a term is added to the output too      ``math`` (and ``shaw``)
-    ``value_term()``        that term, from the probabilities      ``math``
-    ``relative_tables()``   the bias is Shaw's clipped tables      ``shaw`` (CPU training)
-    ``needs_input``         the bias is ``c_i - c_j`` of a clock   extra key coordinates
-                            of the layer's input (FoX)             (:mod:`posenc.attn.forget`)
-    ``needs_scores``        the bias depends on each row's scores  ``scores`` (blockwise
-                            before softmax (CoPE): ``score_bias``  explicit softmax)
-    ======================  =====================================  ==========================
+    What else a subclass may declare, each opening a runner of :func:`posenc.attention`,
+    is a small protocol of :mod:`posenc.base.capabilities` it subclasses (shift-invariant,
+    linear slopes, relative tables, a clock of the input, a bias of the scores); the one
+    flag every bias has is ``needs_q``, whether the bias depends on the queries (it then
+    cannot be precomputed and shared by a model's layers).
 
     Shapes:
         ``bias(q_positions, k_positions)``: ``[heads, q_len, k_len]`` for 1-D positions,
@@ -64,60 +48,10 @@ class BiasEncoding(Encoding):
     config: BiasConfig
     #: True when the bias depends on the queries (Shaw): bias() and score_mod() need ``q``
     needs_q: ClassVar[bool] = False
-    #: True when the bias depends on ``k_pos - q_pos`` only (T5, KERPLE, ALiBi): over
-    #: ``arange(L)`` its table is a Toeplitz matrix of ``2L - 1`` values, which attention
-    #: and models then compute once per distance (:mod:`posenc.attn.runners.distance`)
-    shift_invariant: ClassVar[bool] = False
-    #: True when the bias is ``c_i - c_j`` of a per-token, per-head clock computed from the
-    #: layer's input ``x`` (FoX's forget gates): :meth:`clock` gives it, attention takes it
-    #: as ``bias=`` (:mod:`posenc.attn.forget`), and a model gives each layer its own
-    #: instance, since its parameters read that layer's input
-    needs_input: ClassVar[bool] = False
-    #: True when the bias depends on every score of its row before the softmax (CoPE's
-    #: gates): :meth:`score_bias` gives it, and attention runs it on the explicit softmax by
-    #: blocks of query rows (:mod:`posenc.attn.runners.scores`)
-    needs_scores: ClassVar[bool] = False
 
     @property
     def n_heads(self) -> int:
         return self.config.n_heads
-
-    @property
-    def adds_to_values(self) -> bool:
-        """True when the encoding also adds a term to the attention output (Shaw's values,
-        when configured): attention then needs the probabilities and runs on the math path."""
-        return False
-
-    def relative_tables(self) -> tuple[torch.Tensor, torch.Tensor | None, int] | None:
-        """``(key_table, value_table or None, max_distance)`` when this bias is Shaw's
-        relation-aware attention (arXiv:1803.02155): the bias ``q_i · a^K[r_ij] · scale`` and
-        the value term ``sum_j P_ij a^V[r_ij]``, with ``r_ij = clip(p_j - p_i, -k, k) + k``
-        and tables ``[2k + 1, head_dim]`` shared by the heads. :func:`posenc.attention`
-        then trains on the CPU blockwise (:mod:`posenc.attn.runners.shaw`). None (the
-        default): not of this form."""
-        return None
-
-    def clock(self, x: torch.Tensor, start: torch.Tensor | None = None) -> torch.Tensor:
-        """The per-token clock of an encoding with ``needs_input`` (its bias is ``c_i -
-        c_j``), continued from ``start``, the clock of the token before ``x``'s first.
-
-        Shapes:
-            x ``[batch, seq, dim]``, start ``[batch, heads, 1]`` or None ->
-            ``[batch, heads, seq]``.
-        """
-        raise TypeError(f"{self.info.name!r}'s bias does not depend on the layer's input")
-
-    def score_bias(
-        self, q: torch.Tensor, scores: torch.Tensor, allowed: torch.Tensor | None
-    ) -> torch.Tensor:
-        """The bias of an encoding with ``needs_scores``, from the queries and their rows'
-        scaled scores over the keys they see (``allowed``: True where seen, or None).
-
-        Shapes:
-            q ``[b, heads, q_len, d]``, scores ``[b, heads, q_len, k_len]`` -> the same as
-            scores.
-        """
-        raise TypeError(f"{self.info.name!r}'s bias does not depend on the scores")
 
     def bias_at(self, head: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         """The bias for ``head`` of a query at ``q_pos`` and a key at ``k_pos``.
@@ -166,14 +100,6 @@ class BiasEncoding(Encoding):
         can mask as it computes overrides this, and may return a strided view."""
         bias = self.bias(q_positions, k_positions)
         return bias if masked is None else bias.masked_fill(masked, float("-inf"))
-
-    def invariant_below(self) -> float:
-        """The position below which a query's bias depends on ``k_pos - q_pos`` only (with
-        every key): ``inf`` where :attr:`shift_invariant`, else 0 (no query) unless an
-        encoding says otherwise (FIRE: its threshold ``L``). On the rows path
-        (:mod:`posenc.attn.runners.rows`) those queries run on the distance blocks
-        (:mod:`posenc.attn.runners.distance`), from ``2n - 1`` values instead of ``n²``."""
-        return math.inf if self.shift_invariant else 0.0
 
     def block_rows(
         self, q_positions: torch.Tensor, k_positions: torch.Tensor
@@ -240,19 +166,3 @@ class BiasEncoding(Encoding):
             if batch is not None and positions is not None:
                 check_batch(positions, batch, name)
         return q_positions, k_positions
-
-    def linear_slopes(self, causal: bool) -> list[float] | None:
-        """The per-head slopes ``m_h`` when this bias is ``-m_h · (q_pos - k_pos)`` (0: no
-        bias on that head), for attention with or without the causal mask; None (the
-        default) when it is not linear in the distance. :func:`posenc.attention` then runs
-        it on a fused SDPA path (:mod:`posenc.attn.runners.linear`). Under the causal mask
-        the bias need only be linear on keys at or before their query."""
-        return None
-
-    def value_term(self, probs: torch.Tensor, q_positions, k_positions) -> torch.Tensor:
-        """The term added to the attention output by encodings with ``adds_to_values``.
-
-        Shapes:
-            probs ``[batch, heads, q_len, k_len]`` -> ``[batch, heads, q_len, head_dim]``
-        """
-        raise NotImplementedError

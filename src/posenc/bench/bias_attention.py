@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 from .. import registry
 from ..attn import attention
+from ..base import InputBias, ScoreBias
 from ..builder import build
 from . import memory
 from . import peers as peers_mod
@@ -46,8 +47,7 @@ def bias_encodings() -> list[str]:
     not FoX's (it reads the layer's input: ``attention`` takes its clock) nor CoPE's (each
     row's scores: no ``sdpa`` form), which the training case times in a model."""
     names = [n for n in registry.available() if registry.info(n).kind == "bias"]
-    more = ("needs_input", "needs_scores")
-    return [n for n in names if not any(getattr(registry.get(n), a, False) for a in more)]
+    return [n for n in names if not issubclass(registry.get(n), (InputBias, ScoreBias))]
 
 
 def _too_big(heads: int, L: int, dtype: torch.dtype, pass_: str) -> str | None:

@@ -4,11 +4,11 @@ al. 2022, "Train Short, Test Long", arXiv:2108.12409)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
-from ..base import BiasConfig, BiasEncoding
+from ..base import BiasConfig, BiasEncoding, LinearSlopes, ShiftInvariant
 from ..config import check_bool, check_float, check_int
 from ..functional.alibi import alibi_bias, alibi_slope
 from ..functional.dtypes import math_dtype, wide_dtype
@@ -77,7 +77,7 @@ class AlibiConfig(BiasConfig):
         "power of 2 ≤ H (H a power of 2: m_h = 2^(−8h/H));  alibi_heads < H: the rest get m = 0"
     ),
 )
-class ALiBi(BiasEncoding):
+class ALiBi(ShiftInvariant, LinearSlopes, BiasEncoding):
     """ALiBi: head ``h`` adds ``-m_h (i - j)`` (or ``-m_h |i - j|``) to the scaled scores.
 
     The slopes are derived from the config on every call, in float64 and rounded once: no
@@ -103,8 +103,6 @@ class ALiBi(BiasEncoding):
         >>> alibi.bias(torch.tensor([3]), torch.arange(4))[0]
         tensor([[-1.5000, -1.0000, -0.5000, -0.0000]])
     """
-
-    shift_invariant: ClassVar[bool] = True  # a function of k_pos - q_pos
 
     Config = AlibiConfig
     config: AlibiConfig

@@ -10,7 +10,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from ..base import BiasConfig, BiasEncoding
+from ..base import BiasConfig, BiasEncoding, ScoreBias
 from ..base.encoding import check_float_tensor
 from ..config import check_float, check_int
 from ..functional.cope import cope_bias, cope_positions
@@ -66,17 +66,18 @@ class CopeConfig(BiasConfig):
         "e: P learned vectors of head_dim shared by the heads; p clamped to P − 1"
     ),
 )
-class CoPE(BiasEncoding):
+class CoPE(ScoreBias, BiasEncoding):
     """Contextual position encoding: each query counts, with the gates ``σ(q_i·k_t·scale)``,
     the keys from ``j`` to itself, and reads the learned vector at that count
     (:mod:`posenc.functional.cope`).
 
-    The bias depends on the queries and on every score of their row (``needs_q``,
-    ``needs_scores``): :func:`posenc.attention` computes it with the explicit softmax, by
-    blocks of query rows under activation checkpointing (:mod:`posenc.attn.runners.scores`), so
-    only ``backend="auto"`` or ``"math"`` run it, and its memory is a few ``[batch, heads,
-    B, L]`` blocks rather than ``[batch, heads, L, L]`` tensors. Positions play no part but
-    the mask's: the keys a query sees are the ones it counts.
+    The bias depends on the queries and on every score of their row (``needs_q``, a
+    :class:`~posenc.base.ScoreBias`): :func:`posenc.attention` computes it with the explicit
+    softmax, by blocks of query rows under activation checkpointing
+    (:mod:`posenc.attn.runners.scores`), so only ``backend="auto"`` or ``"math"`` run it,
+    and its memory is a few ``[batch, heads, B, L]`` blocks rather than ``[batch, heads, L,
+    L]`` tensors. Positions play no part but the mask's: the keys a query sees are the ones
+    it counts.
 
     Shapes:
         ``bias(q_positions, k_positions, q=q, k=k)``: q ``[batch, n_heads, q_len,
@@ -96,10 +97,8 @@ class CoPE(BiasEncoding):
 
     Config = CopeConfig
     config: CopeConfig
-    #: the bias depends on the queries ...
+    #: the bias depends on the queries (and, as a ScoreBias, on every score of their row)
     needs_q: ClassVar[bool] = True
-    #: ... and on every score of their row: attention runs it blockwise, explicitly
-    needs_scores: ClassVar[bool] = True
 
     def __init__(self, config: CopeConfig | None = None, **kwargs) -> None:
         super().__init__(config, **kwargs)

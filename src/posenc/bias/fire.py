@@ -11,7 +11,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from ..base import BiasConfig, BiasEncoding
+from ..base import BiasConfig, BiasEncoding, InvariantBelow
 from ..config import check_float, check_int
 from ..functional.dtypes import math_dtype
 from ..functional.fire import fire_input, fire_input_bound, fire_mlp, fire_mlp_matmul
@@ -62,7 +62,7 @@ class FireConfig(BiasConfig):
         "L = |threshold_scale|·init_threshold, threshold_scale learned (initially 1)"
     ),
 )
-class Fire(BiasEncoding):
+class Fire(InvariantBelow, BiasEncoding):
     """FIRE: ``b(i, j) = f_θ(ψ(|i - j|) / ψ(max(L, i)))``, ``ψ(x) = log(|c·x| + 1)``.
 
     Parameters (named and initialised as in the paper's PyTorch code):

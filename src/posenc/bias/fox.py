@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import ClassVar
 
 import torch
 from torch import nn
 
-from ..base import BiasConfig, BiasEncoding
+from ..base import BiasConfig, BiasEncoding, InputBias
 from ..base.encoding import check_float_tensor
 from ..config import check_float, check_int
 from ..functional.fox import forget_bias, forget_clock, forget_log_gates
@@ -57,7 +56,7 @@ class FoxConfig(BiasConfig):
         "constant gates f: ALiBi with the slope −log f; no other position encoding needed"
     ),
 )
-class Fox(BiasEncoding):
+class Fox(InputBias, BiasEncoding):
     """Forgetting attention's forget gates, for one attention layer.
 
     Every head has a forget gate per token, ``f_t = σ(w_h · x_t + b_h)``, read from the
@@ -66,7 +65,7 @@ class Fox(BiasEncoding):
     the forget clock ``c_t = Σ_{l<=t} log f_l`` (:mod:`posenc.functional.fox`).
 
     Positions play no part: distance is counted in gated tokens. The bias depends on the
-    layer's input, so (``needs_input``):
+    layer's input, so (an :class:`~posenc.base.InputBias`):
 
     - :meth:`clock` gives the clock of a sequence, ``[batch, n_heads, seq]``, and
       :func:`posenc.attention` takes it as ``bias=`` (the keys' clocks; the queries are the
@@ -96,8 +95,6 @@ class Fox(BiasEncoding):
 
     Config = FoxConfig
     config: FoxConfig
-    #: the bias is a clock of the layer's input: attention takes ``bias=clock(x)``
-    needs_input: ClassVar[bool] = True
 
     def __init__(self, config: FoxConfig | None = None, **kwargs) -> None:
         super().__init__(config, **kwargs)

@@ -6,12 +6,11 @@ arXiv:2205.09921). The math is in :mod:`posenc.functional.kerple`.
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
 
 import torch
 from torch import nn
 
-from ..base import BiasConfig, BiasEncoding
+from ..base import BiasConfig, BiasEncoding, ShiftInvariant
 from ..config import check_choice, check_float, check_int
 from ..functional.dtypes import math_dtype
 from ..functional.kerple import KERPLE_VARIANTS, clamp_straight_through, kerple_bias
@@ -82,7 +81,7 @@ class KerpleConfig(BiasConfig):
         "log: b_h = −r1_h·log(1 + r2_h·|m − n|);  power: b_h = −r1_h·|m − n|^r2_h, r2_h ≤ 2"
     ),
 )
-class Kerple(BiasEncoding):
+class Kerple(ShiftInvariant, BiasEncoding):
     """KERPLE: ``b(m, n) = -r1·log(1 + r2·|m - n|)`` (``log``) or ``-r1·|m - n|^r2``
     (``power``), with ``r1``, ``r2`` learned per head.
 
@@ -107,8 +106,6 @@ class Kerple(BiasEncoding):
         >>> enc.bias(torch.arange(3), torch.arange(3)).shape
         torch.Size([4, 3, 3])
     """
-
-    shift_invariant: ClassVar[bool] = True  # a function of k_pos - q_pos
 
     Config = KerpleConfig
     config: KerpleConfig

@@ -10,7 +10,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from ..base import BiasConfig, BiasEncoding
+from ..base import BiasConfig, BiasEncoding, RelativeTables
 from ..config import check_bool, check_float, check_int
 from ..functional.shaw import shaw_index, shaw_key_bias, shaw_key_scores, shaw_value_term
 from ..positions import position_at
@@ -61,7 +61,7 @@ class ShawConfig(BiasConfig):
         "a^K, a^V learned tables of (2k + 1) × head_dim, shared by the heads"
     ),
 )
-class Shaw(BiasEncoding):
+class Shaw(RelativeTables, BiasEncoding):
     """Relation-aware attention with relative position representations.
 
     ``e_ij = q_i · (k_j + a^K[clip(j - i, -k, k)]) * scale``: the bias is
@@ -127,7 +127,7 @@ class Shaw(BiasEncoding):
 
     def relative_tables(self) -> tuple[torch.Tensor, torch.Tensor | None, int]:
         """``(key_table, value_table or None, max_distance)``: see
-        :meth:`~posenc.base.BiasEncoding.relative_tables`."""
+        :meth:`~posenc.base.RelativeTables.relative_tables`."""
         return self.key_table, self.value_table, self.config.max_distance
 
     def bias_at(self, head, q_pos, k_pos):

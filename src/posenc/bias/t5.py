@@ -4,12 +4,11 @@ scalar per head and log-spaced distance bucket, added to the attention scores.""
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
 
 import torch
 from torch import nn
 
-from ..base import BiasConfig, BiasEncoding
+from ..base import BiasConfig, BiasEncoding, ShiftInvariant
 from ..config import check_bool, check_float, check_int
 from ..functional.dtypes import math_dtype
 from ..functional.t5 import check_t5_buckets as check_buckets
@@ -67,7 +66,7 @@ class T5Config(BiasConfig):
         "min(N − 1, E + ⌊ln(n/E) / ln(max_distance/E)·(N − E)⌋)"
     ),
 )
-class T5Bias(BiasEncoding):
+class T5Bias(ShiftInvariant, BiasEncoding):
     """T5's relative attention bias: ``bias[h, i, j] = weight[bucket(j - i), h]``.
 
     ``weight`` is ``[num_buckets, n_heads]``, the layout of Hugging Face's
@@ -98,8 +97,6 @@ class T5Bias(BiasEncoding):
         >>> enc.bias(torch.arange(3), torch.arange(3)).abs().max().item()
         0.0
     """
-
-    shift_invariant: ClassVar[bool] = True  # a function of k_pos - q_pos
 
     Config = T5Config
     config: T5Config

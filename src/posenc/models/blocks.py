@@ -19,7 +19,7 @@ from torch import nn
 from ..attn import AttentionContext, KVCache, attention
 from ..attn.checks import check_scale
 from ..attn.planner import ScoreTraits
-from ..base import BiasEncoding, Encoding, RotaryEncoding
+from ..base import Encoding, InputBias, RotaryEncoding
 from .spec import LayerSpec
 
 __all__ = ["Block", "SelfAttention"]
@@ -112,8 +112,8 @@ class SelfAttention(nn.Module):
         b, s, _ = x.shape
         q, k, v = self.project(x, encoding, rotation)  # rotated before caching
         q = self.temper(q, context)
-        if encoding.kind == "bias" and cast(BiasEncoding, encoding).needs_input:
-            bias = self.clock(cast(BiasEncoding, encoding), x, cache, layer)
+        if isinstance(encoding, InputBias):
+            bias = self.clock(encoding, x, cache, layer)
         if cache is not None:
             k, v = cache.update(layer, k, v)
         out = attention(
@@ -135,7 +135,7 @@ class SelfAttention(nn.Module):
 
     @staticmethod
     def clock(
-        encoding: BiasEncoding, x: torch.Tensor, cache: KVCache | None, layer: int
+        encoding: InputBias, x: torch.Tensor, cache: KVCache | None, layer: int
     ) -> torch.Tensor:
         """The clock of an encoding that reads the layer's input (FoX's forget gates) for
         the keys this layer's queries see: ``encoding.clock(x)``, continued from the

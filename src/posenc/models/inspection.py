@@ -21,7 +21,7 @@ from torch import nn
 
 from ..attn import AttentionContext
 from ..attn.runners.math import probabilities
-from ..base import BiasEncoding, Encoding
+from ..base import BiasEncoding, Encoding, InputBias, ScoreBias
 from .blocks import Block, SelfAttention
 from .lm import TransformerLM
 
@@ -121,8 +121,8 @@ def layer_probabilities(
     if encoding.kind == "bias":
         p = context.positions
         enc = cast(BiasEncoding, encoding)
-        given = {"x": x} if enc.needs_input else {"q": q, "scale": scale}  # FoX reads x
-        if enc.needs_scores:  # CoPE counts with q and k
+        given = {"x": x} if isinstance(enc, InputBias) else {"q": q, "scale": scale}  # FoX
+        if isinstance(enc, ScoreBias):  # CoPE counts with q and k
             given["k"] = k
         bias = enc.bias(p.q, p.k, **given)
         scores = scores + bias.float()  # [(b,) h, s, s] broadcasts

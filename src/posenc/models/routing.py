@@ -3,11 +3,11 @@ resolved from the model's arguments, and its encodings built once each.
 
 :func:`resolve_plan` turns ``encoding=`` (the same encoding everywhere) or ``plan=`` into a
 :class:`~posenc.models.plan.LayerPlan`. :func:`build_routing` builds the plan's encodings
-for the model's sizes, once per distinct spec: layers whose specs are equal (or build to
-the same class and configuration) share one instance, as T5 shares its relative bias, so
-one forward computes one rotation or bias table for all of them. An encoding whose bias
-reads the layer's input (``needs_input``: FoX's forget gates) is built once per layer
-that names it, as the paper's gates are per layer (an instance given in several layers
+for the model's sizes, once per distinct spec: layers whose specs are equal (or build to the
+same class and configuration) share one instance, as T5 shares its relative bias, so one
+forward computes one rotation or bias table for all of them. An encoding whose bias reads
+the layer's input (:class:`~posenc.base.InputBias`: FoX's forget gates) is built once per
+layer that names it, as the paper's gates are per layer (an instance given in several layers
 stays shared).
 """
 
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..base import Encoding
+from ..base import Encoding, InputBias
 from ..builder import build
 from .plan import LayerPlan
 from .spec import EncodingSpec, LayerSpec, at_layer, describe_encoding
@@ -106,7 +106,7 @@ class _Built:
         for known, j in self.seen:
             if known is spec and instance:
                 return j  # the same instance, as given
-            own = getattr(self.encodings[j], "needs_input", False)  # one per layer (FoX)
+            own = isinstance(self.encodings[j], InputBias)  # one per layer (FoX)
             if not instance and not own and not self.given[j] and _equal(known, spec):
                 return j
         try:
@@ -120,7 +120,7 @@ class _Built:
                 "1-D encoding (posenc.available() lists them)"
             )
         j = len(self.encodings)
-        if not instance and not getattr(enc, "needs_input", False):
+        if not instance and not isinstance(enc, InputBias):
             j = next(
                 (
                     i

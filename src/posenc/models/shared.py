@@ -21,7 +21,7 @@ import torch
 
 from ..attn import AttentionContext, KVCache
 from ..attn.planner import PLAIN_TRAITS, AttnShape, ScoreTraits, plan, shares_table
-from ..base import BiasEncoding, Encoding, RotaryEncoding
+from ..base import BiasEncoding, Encoding, InputBias, RotaryEncoding
 from ..positions import arange, document_starts, from_padding, from_segments, query_offset
 from .inputs import check_masks
 
@@ -198,7 +198,7 @@ def shared_bias(
         >>> shared_bias(t5, ctx, shape, causal=True, training=True, cached=False) is None
         True
     """
-    if encoding.kind != "bias" or cast(BiasEncoding, encoding).needs_input:
+    if encoding.kind != "bias" or isinstance(encoding, InputBias):
         return None  # FoX's clock reads each layer's input: its layer computes it
     bias = cast(BiasEncoding, encoding)
     device = context.positions.q.device

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, cast
 import torch
 
 from .. import registry
-from ..base import BiasEncoding
+from ..base import BiasEncoding, InputBias, ScoreBias
 from ..bias.cope import CoPE
 from ..bias.fox import Fox
 from .common import check_encoding, check_size, new_figure
@@ -124,17 +124,17 @@ def bias_matrix(encoding: str, n_heads: int, length: int) -> torch.Tensor:
     assert isinstance(enc, BiasEncoding)
     positions = torch.arange(length)
     with torch.no_grad():
-        if enc.needs_input:  # FoX
+        if isinstance(enc, InputBias):  # FoX
             out = input_bias(cast(Fox, enc), length)
         elif enc.needs_q:  # Shaw, CoPE: the bias of fixed random queries (and keys)
             generator = torch.Generator().manual_seed(0)
             q = torch.randn(1, n_heads, length, SHAW_HEAD_DIM, generator=generator)
-            if enc.needs_scores:
+            if isinstance(enc, ScoreBias):
                 k = torch.randn(q.shape, generator=generator)
                 out = cast(CoPE, enc).bias(positions, positions, q=q, k=k)[0]  # [n_heads, L, L]
             else:
                 out = enc.bias(positions, positions, q=q)[0]
-            if enc.needs_scores:  # CoPE counts the keys at or before its query only
+            if isinstance(enc, ScoreBias):  # CoPE counts the keys at or before its query only
                 out = out.masked_fill(torch.ones_like(out, dtype=torch.bool).triu(1), math.nan)
         else:
             out = enc.bias(positions, positions)  # [n_heads, L, L]

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 import torch.nn.functional as F
 
-from ..base import AdditiveEncoding, BiasEncoding, Encoding, RotaryEncoding
+from ..base import AdditiveEncoding, BiasEncoding, Encoding, InputBias, RotaryEncoding, ScoreBias
 from ..bias.cope import CoPE
 from ..bias.fox import Fox
 from ..builder import build
@@ -99,7 +99,7 @@ def scores(enc: Encoding, q_positions: torch.Tensor, k_positions: torch.Tensor) 
             k = unit.expand(1, heads, n_k, -1).contiguous()
             q, k = enc(q, k, positions=q_positions, k_positions=k_positions)
             out = (q[0, 0] @ k[0, 0].T).float()
-        elif isinstance(enc, BiasEncoding) and enc.needs_input:
+        elif isinstance(enc, InputBias):
             out = input_bias(cast(Fox, enc), n_k)[0, n_k - n_q :]  # FoX: the tokens, not positions
         elif isinstance(enc, BiasEncoding):
             head_dim = getattr(enc.config, "head_dim", None)
@@ -109,12 +109,12 @@ def scores(enc: Encoding, q_positions: torch.Tensor, k_positions: torch.Tensor) 
                 unit = torch.full((head_dim,), head_dim**-0.5)
                 q = unit.expand(1, enc.n_heads, n_q, -1).contiguous()
                 k = unit.expand(1, enc.n_heads, n_k, -1).contiguous()
-            if enc.needs_scores:  # CoPE counts with the same fixed keys
+            if isinstance(enc, ScoreBias):  # CoPE counts with the same fixed keys
                 bias = cast(CoPE, enc).bias(q_positions, k_positions, q=q, k=k)
             else:
                 bias = enc.bias(q_positions, k_positions, q=q)
             out = (bias[0, 0] if bias.dim() == 4 else bias[0]).float()
-            if enc.needs_scores:  # defined over the keys a query counts: j <= i
+            if isinstance(enc, ScoreBias):  # defined over the keys a query counts: j <= i
                 future = torch.ones(n_q, n_k, dtype=torch.bool).triu(n_k - n_q + 1)
                 out = out.masked_fill(future, float("nan"))
         else:  # nope: no position information, every pair alike

@@ -1,7 +1,7 @@
 """The ``linear`` runner: biases linear in the distance (ALiBi's ``-m_h (i - j)``) fused
 into CPU SDPA.
 
-A bias encoding whose :meth:`~posenc.base.BiasEncoding.linear_slopes` returns slopes for
+A bias encoding whose :meth:`~posenc.base.LinearSlopes.linear_slopes` returns slopes for
 these inputs runs inside ``torch.nn.functional.scaled_dot_product_attention``'s fused CPU
 kernels, with no ``[heads, L, L]`` tensor. :func:`~posenc.attn.planner.plan_bias` decides
 where it applies, from :func:`linear_bias_blocks` and :func:`linear_bias_runs`;

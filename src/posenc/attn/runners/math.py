@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ...base import RelativeTables
 from ...functional.dtypes import math_dtype
 from ..masks import zero_dead_rows
 
@@ -148,10 +149,10 @@ def math(call: Call, plan: Plan) -> torch.Tensor:
     allowed = call.context.allowed(call.causal, options.pattern)
     mask, dead = (None, None) if allowed is None else allowed
     value_term = None
-    if enc is not None and enc.adds_to_values:
+    if isinstance(enc, RelativeTables) and enc.adds_to_values:
         p = call.context.positions
 
-        def value_term(probs: torch.Tensor) -> torch.Tensor:
+        def value_term(probs: torch.Tensor, enc: RelativeTables = enc) -> torch.Tensor:
             return enc.value_term(probs, p.q, p.k)
 
     out = explicit_attention(

@@ -29,6 +29,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from ...base import BiasEncoding
+from ...base.capabilities import invariant_below
 from ...config import check_int
 from ...functional.dtypes import math_dtype
 from ..kernels.flash_blocks import (
@@ -207,7 +208,7 @@ def _unseen(i0: int, i1: int, n: int, causal: bool, device: torch.device) -> tor
 def rows(call: Call, plan: Plan) -> torch.Tensor:
     """The runner: a bias of the positions alone a block of query rows at a time; under a
     causal mask over the indices, the first queries whose bias is shift-invariant
-    (:meth:`~posenc.base.BiasEncoding.invariant_below`: FIRE's before its threshold) see
+    (:func:`~posenc.base.capabilities.invariant_below`: FIRE's before its threshold) see
     only each other, so they run on the distance blocks
     (:func:`~posenc.attn.runners.distance.by_distance`) and the rows take the rest."""
     q, k, v, encoding, scale, causal = (
@@ -238,9 +239,9 @@ def rows(call: Call, plan: Plan) -> torch.Tensor:
 
 def _invariant_queries(encoding: BiasEncoding, n: int) -> int:
     """How many of the queries at positions ``0..n-1`` come before
-    ``encoding.invariant_below()`` (strictly: at the bound FIRE's normaliser is a tie,
+    ``invariant_below(encoding)`` (strictly: at the bound FIRE's normaliser is a tie,
     whose gradient is shared with the query's position)."""
-    bound = encoding.invariant_below()
+    bound = invariant_below(encoding)
     if not bound > 0:  # none (or a NaN threshold: the rows path's result is NaN as well)
         return 0
     return n if bound >= n else math.ceil(bound)

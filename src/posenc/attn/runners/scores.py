@@ -15,12 +15,12 @@ block's scores computed twice when training.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from ...base import BiasEncoding
+from ...base import BiasEncoding, ScoreBias
 from ...functional.dtypes import math_dtype
 from ..call import ScoreOptions
 from ..masks import zero_dead_rows
@@ -52,7 +52,7 @@ def contextual_attention(
 
     Args:
         q: ``[b, h, q_len, d]``; k, v ``[b, kv_h, k_len, d]``.
-        encoding: a bias encoding with ``needs_scores`` (CoPE).
+        encoding: a :class:`~posenc.base.ScoreBias` (CoPE).
         allowed: ``(mask, dead)`` from :meth:`AttentionContext.allowed
             <posenc.attn.masks.AttentionContext.allowed>` (mask ``[b | 1, 1, q_len,
             k_len]``, True where a query may see a key), or None for no mask.
@@ -79,7 +79,7 @@ def contextual_attention(
     ) -> torch.Tensor:
         seen = None if mask is None else mask[..., i0 : i0 + q_rows.shape[2], :]
         scores = q_rows.to(dtype) @ keys.transpose(-1, -2)  # [b, h, rows, k_len]
-        bias = encoding.score_bias(q_rows, scores * scale, seen)
+        bias = cast(ScoreBias, encoding).score_bias(q_rows, scores * scale, seen)
         return explicit_attention(
             q_rows,
             k,
@@ -104,7 +104,7 @@ def contextual_attention(
 
 def scores(call: Call, plan: Plan) -> torch.Tensor:
     """The runner: :func:`contextual_attention` with the context's dense mask."""
-    assert call.encoding is not None, "the plan gives 'scores' to encodings with needs_scores"
+    assert isinstance(call.encoding, ScoreBias), "the plan gives 'scores' to a ScoreBias"
     allowed = call.context.allowed(call.causal, call.options.pattern)
     return contextual_attention(
         call.q, call.k, call.v, call.encoding, allowed, call.scale, call.options

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.autograd.function import once_differentiable
 
+from ...base import RelativeTables
 from ...functional.dtypes import math_dtype
 from ..kernels.flash_blocks import FLASH_OP, bias_flash_available, block_size, check_blockwise
 from ..kernels.shaw_bins import (
@@ -262,9 +263,9 @@ def _scores(qb, kn, a_k, band, scale, causal, i0):
 
 def shaw(call: Call, plan: Plan) -> torch.Tensor:
     """The runner: :func:`shaw_attention` over the encoding's relative tables."""
-    tables = None if call.encoding is None else call.encoding.relative_tables()
-    assert tables is not None, "the plan gives 'shaw' to encodings with relative_tables"
-    key_table, value_table, max_distance = tables
+    enc = call.encoding
+    assert isinstance(enc, RelativeTables), "the plan gives 'shaw' to RelativeTables"
+    key_table, value_table, max_distance = enc.relative_tables()
     p = call.context.positions
     return shaw_attention(
         call.q,
