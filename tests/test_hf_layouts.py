@@ -13,7 +13,12 @@ import pytest
 import torch
 
 from posenc.hf import rope_from_hf_config
-from posenc.hf.layouts import HALF, INTERLEAVED, MLA_BY_FLAG, REFUSED, pair_layout
+from posenc.hf.layouts import pair_layout
+from posenc.hf.records import MODEL_TYPES, model_types
+
+HALF, INTERLEAVED = set(model_types(layout="half")), set(model_types(layout="interleaved"))
+MLA_BY_FLAG = model_types(layout="by_flag")
+REFUSED = {name: record.refused for name, record in MODEL_TYPES.items() if record.refused}
 
 transformers = pytest.importorskip("transformers")
 

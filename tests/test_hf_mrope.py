@@ -1,4 +1,4 @@
-"""posenc.hf.mrope_families: every transformers model type whose rotary embedding has
+"""posenc.hf.mrope: every transformers model type whose rotary embedding has
 M-RoPE sections, rotated at random [3, batch, seq] ids by posenc (rope_from_hf_config) and
 by the family's own rotary embedding and apply function; each is exact or refused."""
 
@@ -12,8 +12,11 @@ import pytest
 import torch
 
 from posenc.hf import rope_from_hf_config
-from posenc.hf.mrope_families import MROPE_FAMILIES, fit_interleaved
+from posenc.hf.mrope import fit_interleaved
+from posenc.hf.records import MODEL_TYPES
 from posenc.rotary import MRoPE
+
+MROPE_FAMILIES = {name for name, record in MODEL_TYPES.items() if record.mrope is not None}
 
 transformers = pytest.importorskip("transformers")
 

@@ -448,7 +448,7 @@ def test_legacy_qwen2_vl_mrope_type_is_unscaled_and_keeps_its_sections(tmp_path,
 
 
 def test_a_refused_plan_is_a_note_not_an_error(tmp_path, monkeypatch, legacy):
-    import posenc.hf.checkpoint_plans as inspect_module
+    import posenc.hf.inspect.plans as inspect_module
 
     real = inspect_module.extension_updates
 
@@ -512,10 +512,11 @@ def test_figure_of_a_scaled_checkpoint_marks_its_own_reach_not_the_target(tmp_pa
 def test_every_model_type_with_a_read_layout_is_inspected_as_rotary():
     """The rotary model types are the layout table's (and M-RoPE's): an interleaved family
     (Cohere) is reported with its layout, and the model types read by hand stay in."""
-    from posenc.hf.layouts import HALF, INTERLEAVED, MLA_BY_FLAG
-    from posenc.hf.model_types import ROTARY_MODEL_TYPES
+    from posenc.hf.inspect.model_types import ROTARY_MODEL_TYPES
+    from posenc.hf.records import model_types
 
-    assert set(HALF | INTERLEAVED | MLA_BY_FLAG) <= set(ROTARY_MODEL_TYPES)
+    laid_out = {*model_types(layout="half"), *model_types(layout="interleaved")}
+    assert laid_out | set(model_types(layout="by_flag")) <= set(ROTARY_MODEL_TYPES)
     assert {"llama", "qwen2_vl", "deepseek_v3", "gpt_neox", "cohere", "glm4"} <= set(
         ROTARY_MODEL_TYPES
     )

@@ -2,6 +2,9 @@
 
 One module per concept:
 
+- :mod:`~posenc.hf.records`: one record per model type (:class:`~posenc.hf.records.ModelType`:
+  its pair layout, rotary dims, M-RoPE split, layer-plan family, composite text model,
+  the keys a ``config.json`` must give, another encoding, a refusal), in one registry;
 - :mod:`~posenc.hf.rope`: :func:`rope_from_hf_config`, a transformers config (the object
   or its ``config.json`` dict) as the :class:`~posenc.rotary.RoPE` that reproduces the
   model's rotary embedding;
@@ -10,27 +13,19 @@ One module per concept:
   :class:`~posenc.rotary.LatentRoPE`;
 - :mod:`~posenc.hf.layouts`: :func:`pair_layout`, the rotary pairs each model type's code
   rotates, read off transformers (never a guess);
-- :mod:`~posenc.hf.mrope_families`: the model types with M-RoPE, how each shares its pairs
-  out between the temporal, height and width ids, and where a multimodal config keeps its
-  language model's;
-- :mod:`~posenc.hf.keys`: reading a config's keys, object or dict;
+- :mod:`~posenc.hf.mrope`: the M-RoPE keys of a config, how a split fits interleaved
+  sections, and where a multimodal config keeps its language model's;
+- :mod:`~posenc.hf.keys`: reading a config's keys, object or dict, strictly
+  (:class:`~posenc.hf.keys.ConfigKeys`);
 - :mod:`~posenc.hf.layer_plan`: :func:`layer_plan`, a config's positional plan layer by
   layer (windows, chunks, NoPE layers, sinks, softcaps, Llama 4's temperature), with
   :func:`score_scale` and :func:`is_causal` for what a plan does not hold;
-- :mod:`~posenc.hf.layer_families`: how each family's layers read (one reader per family);
-- :mod:`~posenc.hf.layer_types`: each layer's attention type, ``layer_types`` or derived
-  as the config class derives it;
+- :mod:`~posenc.hf.families`: how each family's layers read, one file per family;
 - :mod:`~posenc.hf.extend`: :func:`extend_context`, a loaded causal LM (Llama family)
   rewritten for a longer context with one of the published scalings;
-- :mod:`~posenc.hf.checkpoint`: :func:`inspect_checkpoint`, what a checkpoint's
-  ``config.json`` says about its positions (and what ``extend_context`` would do to reach
-  a length), as a :class:`CheckpointReport`;
-- :mod:`~posenc.hf.model_types`: the model types it knows and the posenc encoding of each
-  (rotary, ALiBi, T5 buckets, learned);
-- :mod:`~posenc.hf.checkpoint_plans`: the extension plans of a report, what
-  ``extend_context`` would write for each method and the RoPE that gives;
-- :mod:`~posenc.hf.checkpoint_view`: the report shown, :func:`render_report` (text) and
-  :func:`frequencies_figure` (matplotlib, imported there only).
+- :mod:`~posenc.hf.inspect`: :func:`inspect_checkpoint`, what a checkpoint's
+  ``config.json`` says about its positions, the extension plans of its report and the
+  report shown (:func:`render_report`, :func:`frequencies_figure`).
 
 :func:`permute_for_layout` (the q/k weight permutation between Meta's interleaved pairs and
 Hugging Face's halves) lives in :mod:`posenc.rotary.layouts` and is re-exported here.
@@ -40,9 +35,9 @@ Every function duck-types the config and the model. Import the names from ``pose
 """
 
 from ..rotary.layouts import permute_for_layout
-from .checkpoint import CheckpointReport, inspect_checkpoint
-from .checkpoint_view import frequencies_figure, render_report
 from .extend import EXTEND_METHODS, extend_context, extension_updates
+from .inspect.checkpoint import CheckpointReport, inspect_checkpoint
+from .inspect.view import frequencies_figure, render_report
 from .latent import latent_rope_from_hf_config
 from .layer_plan import is_causal, layer_plan, score_scale
 from .rope import rope_from_hf_config

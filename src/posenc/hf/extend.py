@@ -16,6 +16,7 @@ from ..config import MAX_INT, check_float
 from ..functional.rope_scaling import ntk_base
 from ..rotary.rope import DEFAULT_BASE
 from ..rotary.scaling import parse_scaling
+from .families.common import FULL
 from .keys import (
     Getter,
     config_getter,
@@ -24,7 +25,6 @@ from .keys import (
     nested_rope_keys,
     rope_base_keys,
 )
-from .layer_types import FULL
 
 __all__ = ["EXTEND_METHODS", "extend_context", "scaled_layer_type"]
 

@@ -13,13 +13,14 @@ from typing import Any
 from ..config import check_int
 
 __all__ = [
-    "COMPOSITE_TEXT",
     "LAYER_TYPES",
     "LEGACY_KEYS",
+    "ConfigKeys",
     "Getter",
     "config_getter",
     "config_head_dim",
     "config_rope_dict",
+    "count",
     "nested_rope_keys",
     "rope_base_keys",
 ]
@@ -34,10 +35,6 @@ LEGACY_KEYS = {"rope_theta": "rotary_emb_base", "partial_rotary_factor": "rotary
 
 #: the layer types whose masks posenc builds (transformers' names): ``layer_types`` entries
 LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
-
-#: composite configs that are not M-RoPE ones: model_type -> their language model's
-#: (``text_config``), which holds the positional keys
-COMPOSITE_TEXT = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
 
 
 def config_getter(config: Any, name: str = "config") -> Getter:
@@ -140,3 +137,44 @@ def rope_base_keys(get: Getter, params: Mapping[str, Any]) -> dict[str, Any]:
         if value is not None:
             found[key] = value
     return found
+
+
+class ConfigKeys:
+    """A config's keys, object or ``config.json`` dict, read strictly.
+
+    Attributes:
+        config: the config as given.
+        get: ``get(key)``: the value, None where absent.
+        is_dict: whether it is a ``config.json`` dict (whose absent keys are errors).
+        model_type: the config's ``model_type``.
+    """
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+        self.is_dict = isinstance(config, Mapping)
+        self.get = config_getter(config)
+        self.model_type = self.get("model_type")
+
+    def need(self, key: str, why: str) -> Any:
+        """The value of ``key`` (None allowed), which ``why`` needs; raises where the
+        config does not have the key at all."""
+        present = key in self.config if self.is_dict else hasattr(self.config, key)
+        if not present:
+            raise ValueError(
+                f"model_type {self.model_type!r}: the config has no {key!r}, which {why}; "
+                f"transformers' config class would fill in its default, which posenc does not "
+                f"assume: give {key!r}, or pass the config object "
+                "(transformers.AutoConfig.for_model(**config))"
+            )
+        return self.get(key)
+
+    def n_layers(self) -> int:
+        """``num_hidden_layers``, checked."""
+        return count("num_hidden_layers", self.need("num_hidden_layers", "sizes the plan"))
+
+
+def count(key: str, value: Any) -> int:
+    """``value`` as an int >= 1, else a ValueError naming ``key``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{key} must be an int >= 1, got {value!r}")
+    return value

@@ -3,7 +3,7 @@
 section 2.1.3).
 
 The RoPE of the ``qk_rope_head_dim`` slice is :func:`~posenc.hf.rope_from_hf_config`'s
-(its pair layout the ``rope_interleave`` flag's, :data:`~posenc.hf.layouts.MLA_BY_FLAG`,
+(its pair layout the ``rope_interleave`` flag's, the records with ``layout="by_flag"``,
 DeepSeek-V2's always interleaved);
 this adds the slice sizes and, through :class:`~posenc.rotary.LatentRoPE`, the softmax
 scale with DeepSeek's ``mscale_all_dim`` temperature.
@@ -16,7 +16,8 @@ from typing import Any
 from ..config import check_int
 from ..rotary.latent import LatentRoPE
 from .keys import config_getter
-from .layouts import LATENT_ATTENTION
+from .records import model_type as model_type_record
+from .records import model_types
 from .rope import rope_from_hf_config
 
 __all__ = ["latent_rope_from_hf_config"]
@@ -29,13 +30,13 @@ def latent_rope_from_hf_config(config: Any) -> LatentRoPE:
     (``rope_parameters``: the YaRN ``factor`` and ``mscale_all_dim`` give the softmax
     scale's temperature, as transformers' attention multiplies ``qk_head_dim ** -0.5`` by
     ``yarn_get_mscale(factor, mscale_all_dim) ** 2``). Equal to transformers' DeepSeek-V3
-    attention (``tests/rotary/test_latent.py``); the other model types of
-    :data:`~posenc.hf.layouts.LATENT_ATTENTION` share its rotation and scale in transformers 5.24.
+    attention (``tests/rotary/test_latent.py``); the other model types of the records with
+    ``latent`` (:mod:`posenc.hf.records`) share its rotation and scale in transformers 5.24.
 
     Args:
         config: a transformers config object or its ``config.json`` dict, of a model type
-            in :data:`~posenc.hf.layouts.LATENT_ATTENTION` (``deepseek_v2``, ``deepseek_v3``,
-            ...).
+            whose record has ``latent`` (:mod:`posenc.hf.records`: ``deepseek_v2``,
+            ``deepseek_v3``, ...).
 
     Raises:
         ValueError: another model type, a missing or invalid ``qk_nope_head_dim`` or
@@ -54,10 +55,11 @@ def latent_rope_from_hf_config(config: Any) -> LatentRoPE:
     """
     get = config_getter(config)
     model_type = get("model_type")
-    if model_type not in LATENT_ATTENTION:
+    record = model_type_record(model_type)
+    if record is None or not record.latent:
         raise ValueError(
             f"model_type {model_type!r} has no latent attention that posenc has read; "
-            f"accepted: {sorted(LATENT_ATTENTION)} (other rotary models: rope_from_hf_config)"
+            f"accepted: {model_types(latent=True)} (other rotary models: rope_from_hf_config)"
         )
     sizes = {}
     for key in ("qk_nope_head_dim", "qk_rope_head_dim"):

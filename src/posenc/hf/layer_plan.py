@@ -41,10 +41,11 @@ from typing import Any
 from ..config import check_float
 from ..models.plan import LayerPlan
 from ..models.spec import LayerSpec
-from .keys import config_head_dim
-from .layer_families import COMPOSITE, FAMILIES, Family
-from .layer_types import FULL, ConfigKeys, check_length
-from .mrope_families import language_path
+from .families import FAMILIES, Family
+from .families.common import FULL, check_length
+from .keys import ConfigKeys, config_head_dim
+from .mrope import language_path
+from .records import MODEL_TYPES, model_type
 from .rope import rope_from_hf_config
 
 __all__ = ["PATTERN_KEYS", "is_causal", "layer_plan", "score_scale"]
@@ -86,7 +87,7 @@ def layer_plan(config: Any, *, layout: str | None = None) -> LayerPlan:
         config: a transformers config object, or its ``config.json`` dict (whose absent keys
             are errors, never the config class's defaults); a language model's config (of a
             composite one, its ``text_config``; of an M-RoPE one, its language model's is
-            read, :func:`~posenc.hf.mrope_families.language_path`).
+            read, :func:`~posenc.hf.mrope.language_path`).
         layout: the RoPE pair layout of a model type posenc has not read (as
             :func:`~posenc.hf.rope_from_hf_config`).
 
@@ -109,7 +110,8 @@ def layer_plan(config: Any, *, layout: str | None = None) -> LayerPlan:
     family = _family(keys)
     if family is None:
         return _uniform(keys, layout)
-    for key in family.required:
+    record = model_type(keys.model_type)
+    for key in () if record is None else record.required:
         keys.need(key, "its config class defaults to a number of its own")
     return LayerPlan(family.read(keys, layout))
 
@@ -152,13 +154,16 @@ def is_causal(config: Any) -> bool:
 def _family(keys: ConfigKeys) -> Family | None:
     """The family of ``keys``' model type (None: one posenc has not read); a composite
     config raises, naming its language model's."""
-    if keys.model_type in COMPOSITE and keys.get("text_config") is not None:
+    record = model_type(keys.model_type)
+    if record is None:
+        return None
+    if record.text is not None and keys.get("text_config") is not None:
         raise ValueError(
             f"model_type {keys.model_type!r} is a composite config: its language model's plan "
-            f"is layer_plan(config.text_config) (model_type {COMPOSITE[keys.model_type]!r}); "
-            "what the vision tokens see is no part of a plan"
+            f"is layer_plan(config.text_config) (model_type {record.text!r}); what the vision "
+            "tokens see is no part of a plan"
         )
-    return FAMILIES.get(keys.model_type)
+    return None if record.family is None else FAMILIES[record.family]
 
 
 def _read_family(config: Any) -> tuple[ConfigKeys, Family]:
@@ -168,7 +173,7 @@ def _read_family(config: Any) -> tuple[ConfigKeys, Family]:
     if family is None:
         raise ValueError(
             f"posenc has not read the attention of model_type {keys.model_type!r}; it reads "
-            f"{sorted(FAMILIES)}"
+            f"{_read_types()}"
         )
     layer_plan(config)
     return keys, family
@@ -187,7 +192,7 @@ def _uniform(keys: ConfigKeys, layout: str | None) -> LayerPlan:
                 raise ValueError(
                     f"model_type {keys.model_type!r} sets {key}={part.get(key)!r}, which makes "
                     "layers differ in the families posenc has read; it has not read this "
-                    f"one's (it reads {sorted(FAMILIES)}), and would not ignore the key"
+                    f"one's (it reads {_read_types()}), and would not ignore the key"
                 )
         types = part.get("layer_types")
         if types is None:
@@ -195,8 +200,13 @@ def _uniform(keys: ConfigKeys, layout: str | None) -> LayerPlan:
         if any(t != FULL for t in types):
             raise ValueError(
                 f"model_type {keys.model_type!r} has layer_types {sorted(set(types))}, which "
-                f"posenc has not read for it (it reads {sorted(FAMILIES)})"
+                f"posenc has not read for it (it reads {_read_types()})"
             )
         check_length(types, sized.n_layers())
     rope = rope_from_hf_config(keys.config, layout=layout)
     return LayerPlan([LayerSpec(rope)] * sized.n_layers())
+
+
+def _read_types() -> list[str]:
+    """The model types whose layer plans posenc reads."""
+    return sorted(name for name, record in MODEL_TYPES.items() if record.family is not None)

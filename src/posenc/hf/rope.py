@@ -14,6 +14,7 @@ from ..config import check_float, check_int
 from ..functional.rope_scaling import ROPE_SCALINGS
 from ..rotary.mrope import MRoPE
 from ..rotary.rope import RoPE
+from . import records
 from .keys import (
     LEGACY_KEYS,
     Getter,
@@ -24,7 +25,7 @@ from .keys import (
     rope_base_keys,
 )
 from .layouts import pair_layout
-from .mrope_families import fit_interleaved, language_config, mrope_keys
+from .mrope import fit_interleaved, language_config, mrope_keys
 
 __all__ = ["rope_from_hf_config"]
 
@@ -43,7 +44,7 @@ def rope_from_hf_config(
     ``rope_scaling``, the top-level ``rope_theta`` and ``partial_rotary_factor``) and fills
     in what posenc's strict scaling records need the way transformers uses it. M-RoPE
     models (Qwen-VL, Qwen-Omni, GLM-4V, ERNIE-4.5-VL, ...: their language model's config,
-    :mod:`~posenc.hf.mrope_families`) give an :class:`~posenc.rotary.MRoPE`. The
+    :mod:`~posenc.hf.mrope`) give an :class:`~posenc.rotary.MRoPE`. The
     pair layout is the one the model type's code rotates
     (:func:`~posenc.hf.layouts.pair_layout`), never a guess. Every rule, with the reasons:
     ``docs/design-notes.md``, "Reading a Hugging Face config".
@@ -108,23 +109,21 @@ def rope_from_hf_config(
     return RoPE(head_dim=head_dim, scaling=params, layout=pairs, rotary_dim=rotary_dim)
 
 
-#: model types that rotate the leading ``rotary_dim`` channels of a head (GPT-J's name;
-#: None: all of them), with the fixed base 10000 of their code
-ROTARY_DIM_TYPES = ("gptj", "codegen")
-
-
 def _rotary_dim(get: Getter, model_type: Any, params: dict[str, Any]) -> int | None:
-    """GPT-J's and CodeGen's ``rotary_dim`` (None: the whole head, or a model type that
+    """GPT-J's and CodeGen's ``rotary_dim``, the leading channels of a head their code
+    rotates with its fixed base 10000 (None: the whole head, or a model type that
     has no such key); a ``rotary_dim`` in another model type's config, which its code would
     not read the same way, raises rather than being dropped."""
     rotary_dim = get("rotary_dim")
     if rotary_dim is None:
         return None
-    if model_type not in ROTARY_DIM_TYPES:
+    record = records.model_type(model_type)
+    if record is None or not record.rotary_dim:
+        readers = records.model_types(rotary_dim=True)
         raise ValueError(
-            f"the config sets rotary_dim={rotary_dim!r}, which posenc reads for "
-            f"{list(ROTARY_DIM_TYPES)} only (model_type {model_type!r}): pass a config "
-            "with partial_rotary_factor, or build posenc.create('rope', rotary_dim=...)"
+            f"the config sets rotary_dim={rotary_dim!r}, which posenc reads for {readers} "
+            f"only (model_type {model_type!r}): pass a config with partial_rotary_factor, or "
+            "build posenc.create('rope', rotary_dim=...)"
         )
     if "partial_rotary_factor" in params:
         raise ValueError("the config sets both rotary_dim and partial_rotary_factor: give one")

@@ -1,5 +1,6 @@
 """The Hugging Face model types with M-RoPE, and how each shares its rotary pairs out
-between the temporal, height and width ids: :data:`MROPE_FAMILIES`, read off each family's
+between the temporal, height and width ids (the records' ``ModelType.mrope``,
+:mod:`posenc.hf.records`), read off each family's
 rotary embedding in transformers 5.24 (``tests/test_hf_mrope.py`` rotates with every one).
 
 - sectioned ``t, h, w`` blocks: Qwen2-VL, Qwen2.5-VL, Qwen2.5-Omni, GLM-4V (and GLM-4.6V,
@@ -16,64 +17,18 @@ Composite configs hold their language model's config: :func:`language_path`.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
-from .keys import COMPOSITE_TEXT, config_getter
+from . import records
+from .keys import config_getter
 
 __all__ = [
-    "MROPE_FAMILIES",
-    "MRopeFamily",
     "fit_interleaved",
     "language_config",
     "language_path",
     "mrope_keys",
 ]
 
-
-class MRopeFamily(NamedTuple):
-    """How one model type shares its pairs out: ``interleaved`` and ``spatial_first`` as
-    :class:`~posenc.rotary.mrope.MRopeConfig` names them, the ``section`` (t, h, w) its
-    rotary embedding uses when the config has none, and ``order``: where the config's
-    ``mrope_section`` lists t, h and w."""
-
-    interleaved: bool
-    section: tuple[int, int, int]
-    spatial_first: bool = False
-    order: tuple[int, int, int] = (0, 1, 2)
-
-
-_SECTIONED = MRopeFamily(False, (16, 24, 24))
-_GLM = MRopeFamily(False, (8, 12, 12))
-_INTERLEAVED = MRopeFamily(True, (24, 20, 20))
-_QWEN3_5 = MRopeFamily(True, (11, 11, 10))
-#: ERNIE's rotary embedding reads mrope_section (h, w, t), default [22, 22, 20]
-_ERNIE = MRopeFamily(True, (20, 22, 22), spatial_first=True, order=(2, 0, 1))
-
-#: model_type -> its family, for the composite config and the language model's
-MROPE_FAMILIES: dict[str, MRopeFamily] = {
-    f"{name}{suffix}": family
-    for name, family, suffixes in (
-        ("qwen2_vl", _SECTIONED, ("", "_text")),
-        ("qwen2_5_vl", _SECTIONED, ("", "_text")),
-        ("qwen2_5_omni", _SECTIONED, ("", "_thinker", "_text", "_talker")),
-        ("paddleocr_vl", _SECTIONED, ("", "_text")),
-        ("glm4v", _GLM, ("", "_text")),
-        ("glm4v_moe", _GLM, ("", "_text")),
-        ("glm46v", _GLM, ("",)),
-        ("glm_ocr", _GLM, ("", "_text")),
-        ("glm_image", _GLM, ("", "_text")),
-        ("qwen3_vl", _INTERLEAVED, ("", "_text")),
-        ("qwen3_vl_moe", _INTERLEAVED, ("", "_text")),
-        ("qwen3_omni_moe", _INTERLEAVED, ("", "_thinker", "_text", "_talker_text")),
-        ("cosmos3_edge", _INTERLEAVED, ("", "_text")),
-        ("hy_v4_vl", _INTERLEAVED, ("", "_text")),
-        ("qwen3_5", _QWEN3_5, ("", "_text")),
-        ("qwen3_5_moe", _QWEN3_5, ("", "_text")),
-        ("qwen4_exp", _QWEN3_5, ("", "_text")),
-        ("ernie4_5_vl_moe", _ERNIE, ("", "_text")),
-    )
-    for suffix in suffixes
-}
 
 #: the keys down from a composite M-RoPE config to its language model's, in order (a
 #: Qwen-Omni config holds a thinker, which holds the text model)
@@ -83,7 +38,7 @@ _LANGUAGE_KEYS = ("thinker_config", "text_config")
 def language_path(config: Any) -> tuple[str, ...]:
     """The keys from a composite model's config down to its language model's config:
     ``("thinker_config", "text_config")`` for Qwen-Omni, ``("text_config",)`` for Qwen-VL,
-    Gemma 3 and Llama 4 (:data:`~posenc.hf.keys.COMPOSITE_TEXT`), ``()`` for a text config
+    Gemma 3 and Llama 4 (their records' ``text``), ``()`` for a text config
     or any other model.
 
     Example:
@@ -94,7 +49,8 @@ def language_path(config: Any) -> tuple[str, ...]:
     path: list[str] = []
     get = config_getter(config)
     for key in _LANGUAGE_KEYS:
-        composite = get("model_type") in MROPE_FAMILIES or get("model_type") in COMPOSITE_TEXT
+        record = records.model_type(get("model_type"))
+        composite = record is not None and (record.mrope is not None or record.text is not None)
         if composite and get(key) is not None:
             path.append(key)
             get = config_getter(get(key), key)
@@ -116,12 +72,13 @@ def mrope_keys(params: dict[str, Any], model_type: Any) -> dict[str, Any] | None
     found = [k for k in ("mrope_section", "mrope_interleaved") if k in params] + [
         f"{k}='mrope'" for k in legacy
     ]
-    family = MROPE_FAMILIES.get(model_type)
+    record = records.model_type(model_type)
+    family = None if record is None else record.mrope
     if family is None:
         if found:
             raise ValueError(
                 f"M-RoPE keys {found} in a config of model_type {model_type!r}: posenc "
-                f"reproduces the M-RoPE of model types {sorted(MROPE_FAMILIES)} only"
+                f"reproduces the M-RoPE of model types {_mrope_types()} only"
             )
         return None
     for key in legacy:  # Qwen2-VL's legacy "mrope" type: default frequencies in sections
@@ -165,3 +122,7 @@ def fit_interleaved(section: tuple[int, ...], n_pairs: int) -> tuple[int, int, i
     height = len(range(1, min(3 * section[1], n_pairs), 3))
     width = len(range(2, min(3 * section[2], n_pairs), 3))
     return (n_pairs - height - width, height, width)
+
+
+def _mrope_types() -> list[str]:
+    return sorted(name for name, record in records.MODEL_TYPES.items() if record.mrope)

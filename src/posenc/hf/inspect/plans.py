@@ -1,6 +1,6 @@
 """The extension plans of an inspected checkpoint: what :func:`~posenc.hf.extend_context`
 would write into its config for each method, and the RoPE posenc builds from the result
-(:func:`extension_plans`, called by :func:`~posenc.hf.checkpoint.inspect_checkpoint`).
+(:func:`extension_plans`, called by :func:`~posenc.hf.inspect.checkpoint.inspect_checkpoint`).
 """
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import copy
 import dataclasses
 from typing import Any
 
-from ..rotary.mrope import MRoPE
-from ..rotary.rope import RoPE
-from .extend import EXTEND_METHODS, extension_updates, scaled_layer_type
-from .keys import config_getter
-from .mrope_families import language_path
-from .rope import rope_from_hf_config
+from ...rotary.mrope import MRoPE
+from ...rotary.rope import RoPE
+from ..extend import EXTEND_METHODS, extension_updates, scaled_layer_type
+from ..keys import config_getter
+from ..mrope import language_path
+from ..rope import rope_from_hf_config
 
 __all__ = ["ExtensionPlan", "extension_plans"]
 

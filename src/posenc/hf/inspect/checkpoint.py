@@ -18,16 +18,16 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..models.plan import LayerPlan
-from ..rotary.mrope import MRoPE
-from ..rotary.rope import RoPE
-from .checkpoint_plans import ExtensionPlan, extension_plans
-from .extend import scaled_layer_type
-from .keys import config_getter, nested_rope_keys
-from .layouts import MLA_BY_FLAG
+from ...models.plan import LayerPlan
+from ...rotary.mrope import MRoPE
+from ...rotary.rope import RoPE
+from ..extend import scaled_layer_type
+from ..keys import config_getter, nested_rope_keys
+from ..mrope import language_config
+from ..records import model_type as model_type_record
+from ..rope import rope_from_hf_config
 from .model_types import NonRotary, non_rotary, plan_summary, rotary_notes
-from .mrope_families import language_config
-from .rope import rope_from_hf_config
+from .plans import ExtensionPlan, extension_plans
 
 __all__ = ["CheckpointReport", "ExtensionPlan", "RotaryFacts", "inspect_checkpoint"]
 
@@ -221,7 +221,8 @@ def _rotary_facts(rope: RoPE, language: dict[str, Any], model_type: str) -> Rota
     extended = None if rope_type in ("default", "dynamic") else max_positions
     seq_len = extended if extended is not None else original
     inv_freq = rope.inv_freq(seq_len)
-    if model_type in MLA_BY_FLAG:
+    record = model_type_record(model_type)
+    if record is not None and record.layout == "by_flag":
         flag = "true" if c.layout == "interleaved" else "false"
         reason = f"model_type {model_type!r}: rope_interleave is {flag} (latent attention)"
     elif c.layout == "interleaved":

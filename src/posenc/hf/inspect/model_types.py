@@ -1,7 +1,7 @@
-"""The model types :func:`posenc.hf.checkpoint.inspect_checkpoint` knows, and how each maps to
-posenc: rotary ones read by :func:`~posenc.hf.rope_from_hf_config`, ALiBi (BLOOM; Press et
-al. 2022, arXiv:2108.12409), T5's relative buckets (Raffel et al. 2020, arXiv:1910.10683)
-and learned absolute positions (GPT-2, OPT).
+"""The model types :func:`posenc.hf.inspect.checkpoint.inspect_checkpoint` knows, and how
+each maps to posenc: rotary ones read by :func:`~posenc.hf.rope_from_hf_config`, ALiBi
+(BLOOM; Press et al. 2022, arXiv:2108.12409), T5's relative buckets (Raffel et al. 2020,
+arXiv:1910.10683) and learned absolute positions (GPT-2, OPT).
 """
 
 from __future__ import annotations
@@ -10,37 +10,25 @@ import dataclasses
 from collections import Counter
 from typing import Any
 
-from ..base import Encoding
-from ..config import check_int
-from ..models.plan import LayerPlan
-from ..models.spec import LayerSpec, describe_encoding
-from ..positions.tmrope import TMROPE_FAMILIES
-from .layer_plan import layer_plan
-from .layouts import HALF, INTERLEAVED, MLA_BY_FLAG
-from .mrope_families import MROPE_FAMILIES, language_config
+from ...base import Encoding
+from ...config import check_int
+from ...models.plan import LayerPlan
+from ...models.spec import LayerSpec, describe_encoding
+from ...positions.tmrope import TMROPE_FAMILIES
+from ..layer_plan import layer_plan
+from ..mrope import language_config
+from ..records import MODEL_TYPES
+from ..records import model_type as model_type_record
 
 __all__ = ["KNOWN_MODEL_TYPES", "NonRotary", "non_rotary", "plan_summary", "rotary_notes"]
 
-#: model types whose rotary embedding rope_from_hf_config reads: every type whose pair
-#: layout posenc.hf.layouts has read off transformers' code (half, interleaved, latent
-#: attention by its flag) and the M-RoPE ones; rope_from_hf_config refuses, by name, what
-#: a config of one of them holds that it does not take (per-layer rope_parameters: see
-#: posenc.hf.layer_plan)
-ROTARY_MODEL_TYPES: tuple[str, ...] = tuple(
-    sorted(HALF | INTERLEAVED | MLA_BY_FLAG | set(MROPE_FAMILIES))
-)
+#: model types whose rotary embedding rope_from_hf_config reads (a pair layout read off
+#: transformers' code, or M-RoPE; :mod:`posenc.hf.records`); rope_from_hf_config refuses, by
+#: name, what a config of one of them holds that it does not take
+ROTARY_MODEL_TYPES: tuple[str, ...] = tuple(n for n, r in MODEL_TYPES.items() if r.rotary)
 
-#: model type -> (encoding, what it reads); the non-rotary ones
-OTHER_MODEL_TYPES = {
-    "bloom": "alibi",
-    "t5": "t5",
-    "mt5": "t5",
-    "gpt2": "learned",
-    "gpt_bigcode": "learned",
-    "opt": "learned",
-}
-
-KNOWN_MODEL_TYPES = (*ROTARY_MODEL_TYPES, *OTHER_MODEL_TYPES)
+#: every model type an inspection reads: the rotary ones and those with another encoding
+KNOWN_MODEL_TYPES = tuple(n for n, r in MODEL_TYPES.items() if r.rotary or r.encoding)
 
 #: what transformers' ``T5Config`` uses when ``config.json`` lacks the key
 T5_DEFAULTS = {"relative_attention_num_buckets": 32, "relative_attention_max_distance": 128}
@@ -75,16 +63,17 @@ def non_rotary(config: dict[str, Any], model_type: Any) -> NonRotary | None:
     Raises:
         ValueError: an unknown (or missing) model type, naming it and the known ones.
     """
-    if model_type in ROTARY_MODEL_TYPES:
+    record = model_type_record(model_type)
+    if record is not None and record.rotary:
         return None
-    if model_type not in OTHER_MODEL_TYPES:
+    if record is None or record.encoding is None:
         which = f"model_type {model_type!r}" if model_type else "a config without model_type"
         raise ValueError(
             f"posenc does not know {which}; it knows {len(ROTARY_MODEL_TYPES)} rotary model "
-            "types (posenc.hf.layouts: llama, mistral, qwen2, gemma, cohere, deepseek_v3, "
-            f"...) and {sorted(OTHER_MODEL_TYPES)}"
+            "types (posenc.hf.records: llama, mistral, qwen2, gemma, cohere, deepseek_v3, "
+            f"...) and {model_types_without_rope()}"
         )
-    encoding = OTHER_MODEL_TYPES[model_type]
+    encoding = record.encoding
     if encoding == "alibi":
         n_heads = _int(config, "n_head", "num_attention_heads")
         return NonRotary(
@@ -187,3 +176,8 @@ def _kind(spec: LayerSpec) -> str:
     encoding = spec.encoding  # layer_plan gives built encodings, or None
     name = encoding.info.name if isinstance(encoding, Encoding) else describe_encoding(encoding)
     return f"{name} {spec.pattern.describe()}"
+
+
+def model_types_without_rope() -> list[str]:
+    """The model types an inspection reads whose encoding is not RoPE."""
+    return sorted(n for n, r in MODEL_TYPES.items() if r.encoding is not None)

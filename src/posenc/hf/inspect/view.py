@@ -1,4 +1,4 @@
-"""A :class:`~posenc.hf.checkpoint.CheckpointReport` shown: as text lines
+"""A :class:`~posenc.hf.inspect.checkpoint.CheckpointReport` shown: as text lines
 (:func:`render_report`) and as the ``frequencies`` figure of its RoPE
 (:func:`frequencies_figure`; matplotlib is imported only there).
 """
@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..rotary.rope import RoPE
+from ...rotary.rope import RoPE
+from ..families.common import FULL
 from .checkpoint import CheckpointReport
-from .layer_types import FULL
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -37,7 +37,7 @@ def render_report(report: CheckpointReport) -> list[str]:
 
     Example:
         >>> import json, tempfile, pathlib
-        >>> from posenc.hf.checkpoint import inspect_checkpoint
+        >>> from posenc.hf.inspect.checkpoint import inspect_checkpoint
         >>> file = pathlib.Path(tempfile.mkdtemp()) / "config.json"
         >>> _ = file.write_text(json.dumps({"model_type": "bloom", "n_head": 16}))
         >>> render_report(inspect_checkpoint(file))[1]
@@ -124,7 +124,7 @@ def frequencies_figure(report: CheckpointReport) -> Figure:
             length the config does not record).
         ImportError: matplotlib is missing.
     """
-    from ..plot.frequencies import frequencies
+    from ...plot.frequencies import frequencies
 
     f = report.rotary
     if f is None:

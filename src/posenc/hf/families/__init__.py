@@ -1,0 +1,61 @@
+"""How each Hugging Face family's layers read as :class:`~posenc.models.spec.LayerSpec`
+records, one file per family, from transformers 5.24's modeling code (the attention
+module's window, rope and sinks; the mask ``masking_utils`` builds for each layer type).
+
+Each file declares ``FAMILY``, a :class:`~posenc.hf.families.common.Family`: its reader
+(``read(keys, layout) -> one spec per layer``, or a ValueError naming the key it cannot
+read), whether it is causal and the key of its score scale. :data:`FAMILIES` maps the
+family names the model-type records give (:data:`~posenc.hf.records.MODEL_TYPES`) to them:
+a new family is its file here and the records of its model types.
+
+- :mod:`~posenc.hf.families.common`: what the readers share (layer types, NoPE flags,
+  windows, RoPEs per layer type);
+- :mod:`~posenc.hf.families.mistral`: Mistral, Mixtral;
+- :mod:`~posenc.hf.families.qwen2`: Qwen2, Qwen3;
+- :mod:`~posenc.hf.families.gemma2`: Gemma 2;
+- :mod:`~posenc.hf.families.gemma3`: Gemma 3 (its text model);
+- :mod:`~posenc.hf.families.cohere2`: Cohere2, AFMoE;
+- :mod:`~posenc.hf.families.gpt_oss`: gpt-oss;
+- :mod:`~posenc.hf.families.llama4`: Llama 4 (its text model);
+- :mod:`~posenc.hf.families.smollm3`: SmolLM3;
+- :mod:`~posenc.hf.families.modernbert`: ModernBERT;
+- :mod:`~posenc.hf.families.sliding_full`: OLMo 3, Ministral, CWM, Mellum, Laguna;
+- :mod:`~posenc.hf.families.exaone4`: EXAONE 4, EXAONE-MoE, Kolibri.
+"""
+
+from __future__ import annotations
+
+from . import (
+    cohere2,
+    exaone4,
+    gemma2,
+    gemma3,
+    gpt_oss,
+    llama4,
+    mistral,
+    modernbert,
+    qwen2,
+    sliding_full,
+    smollm3,
+)
+from .common import Family
+
+__all__ = ["FAMILIES", "Family"]
+
+#: family name -> its reader, as the model-type records name it
+FAMILIES: dict[str, Family] = {
+    module.__name__.rpartition(".")[2]: module.FAMILY
+    for module in (
+        cohere2,
+        exaone4,
+        gemma2,
+        gemma3,
+        gpt_oss,
+        llama4,
+        mistral,
+        modernbert,
+        qwen2,
+        sliding_full,
+        smollm3,
+    )
+}

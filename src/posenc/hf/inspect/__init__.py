@@ -1,0 +1,16 @@
+"""What a checkpoint's ``config.json`` says about its positions:
+:func:`posenc.hf.inspect_checkpoint`.
+
+- :mod:`~posenc.hf.inspect.checkpoint`: the report (:class:`CheckpointReport`);
+- :mod:`~posenc.hf.inspect.model_types`: the model types it knows and the posenc encoding
+  of each (rotary, ALiBi, T5 buckets, learned);
+- :mod:`~posenc.hf.inspect.plans`: the extension plans of a report, what
+  ``extend_context`` would write for each method and the RoPE that gives;
+- :mod:`~posenc.hf.inspect.view`: the report shown, :func:`render_report` (text) and
+  :func:`frequencies_figure` (matplotlib, imported there only).
+"""
+
+from .checkpoint import CheckpointReport, inspect_checkpoint
+from .view import frequencies_figure, render_report
+
+__all__ = ["CheckpointReport", "frequencies_figure", "inspect_checkpoint", "render_report"]
