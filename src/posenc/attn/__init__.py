@@ -15,7 +15,8 @@ positions and masks (:mod:`~posenc.attn.masks`) into one :class:`~posenc.attn.ca
 - :mod:`~posenc.attn.cache`: :class:`KVCache` for incremental decoding, with rolling
   buffers for window and chunk layers;
 - :mod:`~posenc.attn.temperature`: Llama 4's query temperature tuning,
-  :func:`~posenc.attn.temperature.query_temperature`.
+  :func:`~posenc.attn.temperature.query_temperature`;
+- :mod:`~posenc.attn.bias_plan`: the old path of the planner's names.
 
 Import the public names from ``posenc.attn`` or from ``posenc``, where
 ``posenc.attention(...)`` is the function.

@@ -25,7 +25,8 @@ One module per concept:
   rewritten for a longer context with one of the published scalings;
 - :mod:`~posenc.hf.inspect`: :func:`inspect_checkpoint`, what a checkpoint's
   ``config.json`` says about its positions, the extension plans of its report and the
-  report shown (:func:`render_report`, :func:`frequencies_figure`).
+  report shown (:func:`render_report`, :func:`frequencies_figure`); and
+  :mod:`~posenc.hf.checkpoint`, the report's old path.
 
 :func:`permute_for_layout` (the q/k weight permutation between Meta's interleaved pairs and
 Hugging Face's halves) lives in :mod:`posenc.rotary.layouts` and is re-exported here.
