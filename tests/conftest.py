@@ -321,3 +321,32 @@ def _saved_score_tensors(forward, batch, heads, seq):
 @pytest.fixture(scope="session")
 def saved_score_tensors():
     return _saved_score_tensors
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """name -> the directory the config.json of a real checkpoint
+    (``tests/hf/inspect/checkpoints.py``) was saved to (skipped without transformers)."""
+    pytest.importorskip("transformers")
+    from tests.hf.inspect.checkpoints import real_configs
+
+    out = {}
+    for name, config in real_configs().items():
+        folder = tmp_path_factory.mktemp(name)
+        config.save_pretrained(folder)
+        out[name] = folder
+    return out
+
+
+@pytest.fixture
+def legacy(tmp_path, hub_config):
+    """A directory holding a Hub config.json (``tests/data/hub``) with changes (None: drop);
+    by default ``tmp_path / name``."""
+
+    def write(name, folder=None, **changes):
+        folder = tmp_path / name if folder is None else folder
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text(json.dumps(hub_config(name, **changes)))
+        return folder
+
+    return write

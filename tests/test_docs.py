@@ -59,12 +59,14 @@ NOT_RUN = {
     ),
     "posenc arena report runs/full --figures docs/images": "needs the full run's directory",
     "posenc arena compare runs/a runs/b": "needs two finished runs (arena.md runs compare)",
-    "posenc bench --size small": "about 10 minutes on two cores (tests/test_bench.py runs tiny)",
+    "posenc bench --size small": (
+        "about 10 minutes on two cores (tests/bench/test_bench.py runs tiny)"
+    ),
     "posenc bench --size small --cases patterns --out /tmp/bench-patterns2": (
-        "about 4 minutes, compiling flex kernels (tests/test_bench.py runs it tiny)"
+        "about 4 minutes, compiling flex kernels (tests/bench/test_bench.py runs it tiny)"
     ),
     "posenc bench --size small --cases rolling --out /tmp/bench-rolling": (
-        "a benchmark run whose numbers the page shows (tests/test_bench.py runs it tiny)"
+        "a benchmark run whose numbers the page shows (tests/bench/test_bench.py runs it tiny)"
     ),
 }
 

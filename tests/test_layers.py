@@ -475,6 +475,15 @@ def test_named_modules_reads_full_and_relative_names():
     assert named_modules("posenc.hf", doc) == {"posenc.hf.rope", "posenc.hf.keys"}
 
 
+def test_tests_mirror_the_packages():
+    """Every package of ``src/posenc`` has its test folder, ``tests/<package>/`` (nested
+    packages may share their parent's), as the README says."""
+    tests = SRC.parents[1] / "tests"
+    packages = [p.parent.relative_to(SRC) for p in SRC.glob("*/__init__.py")]
+    missing = [str(p) for p in packages if not (tests / p).is_dir()]
+    assert not missing, f"packages without a test folder: {missing}"
+
+
 #: a cross-reference role in a docstring, with an optional title (``title <target>``)
 XREF = re.compile(r":(?:func|class|mod|meth|attr|data|exc):`(?:[^`<]*<)?~?(?P<target>[\w.]+)>?`")
 

@@ -61,8 +61,9 @@ def bias_tol(tol, enc, x_max=4.0):
 @pytest.fixture(params=["matmul", "pieces"])
 def mlp_form(request, monkeypatch):
     """Fire's bias by the MLP's matrix products (small inputs, or no vectorising inductor)
-    or by pieces, forced on every size and run eagerly (the compiled kernels equal the
-    eager functions: tests/functional/test_fire_pieces.py; compiling each dtype and rank
+    or by pieces, forced on every size and run eagerly (the compiled kernels equal the eager
+    functions: tests/functional/test_fire_pieces.py (functional/fire.py); compiling each
+    dtype and rank
     here would cost the suite 20 s on a cold cache)."""
     if request.param == "pieces":
         monkeypatch.setattr(compiled, "ENABLED", False)

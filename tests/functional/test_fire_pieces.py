@@ -1,4 +1,4 @@
-"""FIRE's MLP by pieces (posenc.functional.fire_pieces) against the MLP itself: values and
+"""FIRE's MLP by pieces (posenc.functional.fire) against the MLP itself: values and
 gradients (float64), units without a kink, inputs on a kink, masked scores, the written-out
 backward against autograd, and the pieces within a bound. The compiled kernels:
 tests/functional/test_fire_rows.py."""
@@ -6,10 +6,11 @@ tests/functional/test_fire_rows.py."""
 import pytest
 import torch
 
-from posenc.functional import fire_pieces as fp
-from posenc.functional.fire import fire_mlp, fire_mlp_matmul
-from posenc.functional.fire_pieces import (
+from posenc.functional import fire as fp
+from posenc.functional.fire import (
     evaluate_pieces,
+    fire_mlp,
+    fire_mlp_matmul,
     fire_mlp_pieces,
     fire_pieces,
     pieces_backward,

@@ -15,8 +15,9 @@ from posenc.functional.fire import (
     fire_input_bound,
     fire_input_partials,
     fire_mlp,
+    fire_pieces,
+    pieces_within,
 )
-from posenc.functional.fire_pieces import fire_pieces, pieces_within
 
 
 def weights(hidden=6, heads=3, dtype=torch.float64, seed=0):

@@ -14,8 +14,15 @@ from torch import nn
 from ..base import BiasConfig, BiasEncoding, InvariantBelow
 from ..config import check_float, check_int
 from ..functional.dtypes import math_dtype
-from ..functional.fire import fire_input, fire_input_bound, fire_mlp, fire_mlp_matmul
-from ..functional.fire_pieces import fire_pieces, pieces_within, units_within
+from ..functional.fire import (
+    fire_input,
+    fire_input_bound,
+    fire_mlp,
+    fire_mlp_matmul,
+    fire_pieces,
+    pieces_within,
+    units_within,
+)
 from ..functional.fire_rows import fire_rows, pieces_pay
 from ..registry import register
 
@@ -79,7 +86,7 @@ class Fire(InvariantBelow, BiasEncoding):
     Inside flex attention the MLP runs per score as an unrolled sum over its hidden units
     (:func:`~posenc.functional.fire.fire_mlp`); the materialised bias and the blockwise
     rows run it by pieces where those run compiled
-    (:func:`~posenc.functional.fire_pieces.fire_mlp_pieces`). The paper learns one FIRE
+    (:func:`~posenc.functional.fire.fire_mlp_pieces`). The paper learns one FIRE
     per layer (and studies sharing one across layers); posenc's ``TransformerLM`` shares
     one encoding.
 
@@ -210,8 +217,8 @@ class Fire(InvariantBelow, BiasEncoding):
     ) -> list[torch.Tensor]:
         """The MLP as far as the inputs of queries ``qp`` and keys ``kp`` reach it (their
         largest widened by :data:`BOUND_MARGIN` for the kernels' rounding): its pieces
-        (:func:`~posenc.functional.fire_pieces.pieces_within`), or its weights with the
-        units that do not bend there folded (:func:`~posenc.functional.fire_pieces.
+        (:func:`~posenc.functional.fire.pieces_within`), or its weights with the
+        units that do not bend there folded (:func:`~posenc.functional.fire.
         units_within`); where there are no inputs to bound (no positions, or on the meta
         device), the whole MLP."""
         first, second = self._linears()

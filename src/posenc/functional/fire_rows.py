@@ -2,16 +2,17 @@
 positions, the MLP by its pieces, the result heads first (Li et al. 2023, "Functional
 Interpolation for Relative Positions Improves Long Context Transformers",
 arXiv:2310.04418; the input is :func:`~posenc.functional.fire.fire_input`, the pieces
-:mod:`posenc.functional.fire_pieces`).
+:mod:`posenc.functional.fire`).
 
 The forward computes each score's input and piece and writes ``[heads, q, k]``, the layout
 attention kernels read (each head's scores contiguous; written heads last, the CPU flash
 kernel copies them into this layout itself, and the copy cost as much as the MLP). The
-backward takes the gradient of that result and gives those of ``c``, the threshold and
-the pieces' slopes and offsets at once: the sums per piece (:func:`~posenc.functional.
-fire_pieces.pieces_backward`) and ``Σ grad_x·∂x/∂c``, ``Σ grad_x·∂x/∂L`` with the input and
-its partial derivatives written out (:func:`~posenc.functional.fire.fire_input_partials`).
-Nothing per score is kept between the two: the input is recomputed from the positions.
+backward takes the gradient of that result and gives those of ``c``, the threshold and the
+pieces' slopes and offsets at once: the sums per piece
+(:func:`~posenc.functional.fire.pieces_backward`) and ``Σ grad_x·∂x/∂c``, ``Σ grad_x·∂x/∂L``
+with the input and its partial derivatives written out
+(:func:`~posenc.functional.fire.fire_input_partials`). Nothing per score is kept between the
+two: the input is recomputed from the positions.
 
 On a CPU with a vector ISA (or CUDA) both directions run as kernels compiled by
 ``torch.compile`` (:mod:`posenc.functional.compiled`); elsewhere the same functions run
@@ -25,8 +26,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from .compiled import CompiledFunction
-from .fire import fire_input, fire_input_partials
-from .fire_pieces import evaluate_pieces, pieces_backward
+from .fire import evaluate_pieces, fire_input, fire_input_partials, pieces_backward
 
 __all__ = ["COMPILE_MIN_SCORES", "fire_rows", "pieces_pay"]
 
@@ -56,8 +56,8 @@ def fire_rows(
         k_pos: key positions, ``[1, k]`` or ``[batch, 1, k]``.
         c, threshold: FIRE's log-transform scale and threshold ``L`` (0-d).
         kinks, slope, offset: the MLP's pieces
-            (:func:`~posenc.functional.fire_pieces.fire_pieces`, or
-            :func:`~posenc.functional.fire_pieces.pieces_within`).
+            (:func:`~posenc.functional.fire.fire_pieces`, or
+            :func:`~posenc.functional.fire.pieces_within`).
         masked: True where a query may not see a key (``[q, k]``), or None.
 
     Shapes:
@@ -65,7 +65,7 @@ def fire_rows(
 
     Example:
         >>> from posenc.functional.fire import fire_input, fire_mlp
-        >>> from posenc.functional.fire_pieces import fire_pieces
+        >>> from posenc.functional.fire import fire_pieces
         >>> w1, b1, w2, b2 = torch.randn(8), torch.randn(8), torch.randn(3, 8), torch.randn(3)
         >>> q, k, c, L = torch.arange(5.0)[:, None], torch.arange(5.0)[None], 0.1, 2.0
         >>> got = fire_rows(q, k, torch.tensor(c), torch.tensor(L), *fire_pieces(w1, b1, w2, b2))

@@ -9,9 +9,9 @@ an error that names it and asks for ``layout=``. The layouts are the records of
 
 Each entry was read by rotating a basis vector with the family's own rotary embedding and
 ``apply_rotary_pos_emb`` (transformers 5.24) and seeing which coordinate it mixes with, and
-in which direction; ``tests/test_hf_layouts.py`` reads them again from the transformers
+in which direction; ``tests/hf/test_layouts.py`` reads them again from the transformers
 installed (gpt-oss's half-width tables and Llama 4's complex ones:
-``tests/test_hf_layer_plan.py``). Multi-head latent attention (DeepSeek-V2/V3 and the
+``tests/hf/test_layer_plan.py``). Multi-head latent attention (DeepSeek-V2/V3 and the
 models built on it) rotates a ``qk_rope_head_dim`` slice picked by ``rope_interleave``
 (DeepSeek-V2's code always interleaves).
 """

@@ -1,7 +1,7 @@
 """The Hugging Face model types with M-RoPE, and how each shares its rotary pairs out
 between the temporal, height and width ids (the records' ``ModelType.mrope``,
 :mod:`posenc.hf.records`), read off each family's
-rotary embedding in transformers 5.24 (``tests/test_hf_mrope.py`` rotates with every one).
+rotary embedding in transformers 5.24 (``tests/hf/test_mrope.py`` rotates with every one).
 
 - sectioned ``t, h, w`` blocks: Qwen2-VL, Qwen2.5-VL, Qwen2.5-Omni, GLM-4V (and GLM-4.6V,
   GLM-OCR, GLM-Image, GLM-4.5V), PaddleOCR-VL (Wang et al. 2024, arXiv:2409.12191);

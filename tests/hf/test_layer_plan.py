@@ -268,7 +268,7 @@ def rotate_theirs(model, name: str, q, k, embeddings):
 
 def rotation_tol(tol, rope, x):
     """transformers' float32 tables (``base ** (2i/d)`` rounded ~log(base)/2 + 5 times, as
-    in test_hf.py, then times the position) against posenc's float64 ones, applied to
+    in tests/hf/test_rope.py, then times the position) against posenc's float64 ones, applied to
     ``x``: the tables' error times ``|x1| + |x2|``, plus the rotation's own roundings."""
     largest = (SEQ - 1) * float(rope.inv_freq(SEQ).max())
     factor = rope.attention_factor(SEQ)

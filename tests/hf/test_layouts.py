@@ -24,8 +24,8 @@ transformers = pytest.importorskip("transformers")
 
 
 #: model types whose rotation the generic check cannot call, each checked against its own
-#: functions: gpt-oss's half-width tables (tests/test_hf_layer_plan.py), GPT-J's and
-#: CodeGen's ``apply_rotary_pos_emb(x, sin, cos)`` (tests/test_hf.py)
+#: functions: gpt-oss's half-width tables (tests/hf/test_layer_plan.py), GPT-J's and
+#: CodeGen's ``apply_rotary_pos_emb(x, sin, cos)`` (tests/hf/test_rope.py)
 OWN_CHECKS = ("gpt_oss", "gptj", "codegen")
 
 

@@ -30,7 +30,7 @@ from posenc.guide import (
 
 def _fake_results() -> dict[str, Any]:
     """The arena tests' realistic fake results (tests/arena/conftest.py), loaded by path."""
-    path = Path(__file__).parent / "arena" / "conftest.py"
+    path = Path(__file__).parents[1] / "arena" / "conftest.py"
     spec = importlib.util.spec_from_file_location("_arena_fake_results", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
