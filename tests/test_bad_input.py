@@ -22,8 +22,8 @@ rank, size, batch, device); huge or tiny finite configuration values (``MAX_FLOA
 ``MAX_INT``); bad factory keywords; and each entry point's own arguments (``scale``,
 ``temperature``, ``normalize``, token ids, caches, Hugging Face config keys).
 
-The matrix (kept true by :func:`test_matrix_size_is_recorded`): 2435 cases: 1210 expect a
-ValueError, 451 a TypeError, 774 a correct result. By family: dtype 770, positions 641,
+The matrix (kept true by :func:`test_matrix_size_is_recorded`): 2439 cases: 1212 expect a
+ValueError, 453 a TypeError, 774 a correct result. By family: dtype 770, positions 645,
 input 191, config 580, attention 71, model 68, hf 36, positions.grid 9, positions.multimodal
 20, compose 10, other 9, cache 28, positions.tmrope 2.
 """
@@ -1107,6 +1107,19 @@ def wave_cases() -> None:
         TypeError,
         r"encoding must be an Encoding.*encodings\[0\] is a Linear",
     )
+    from posenc.positions import pose, randomized
+
+    for sampler in (randomized, pose):
+        for label, kwargs, exc, match in (
+            ("generator_int", {"generator": 3}, TypeError, "generator must be a torch.Generator"),
+            ("device_bogus", {"device": "bogus"}, ValueError, "device must name a torch device"),
+        ):
+            raises(
+                f"positions/{sampler.__name__}_{label}",
+                functools.partial(lambda s, k: s(2, 5, 100, **k), sampler, kwargs),
+                exc,
+                match,
+            )
     for label, config in (("str", "llama"), ("none", None)):
         raises(
             f"hf/layer_plan/config_{label}",

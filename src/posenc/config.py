@@ -12,6 +12,8 @@ import math
 from collections.abc import Iterable
 from typing import Any, ClassVar, TypeVar
 
+import torch
+
 C = TypeVar("C", bound="EncodingConfig")
 
 
@@ -119,3 +121,24 @@ def check_choice(name: str, value: Any, choices: Iterable[str]) -> None:
     choices = tuple(choices)
     if value not in choices:
         raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
+
+
+def check_device(device: Any) -> torch.device | None:
+    """``device`` as a ``torch.device`` (None stays None), or a ``TypeError``/``ValueError``
+    naming it."""
+    if device is None:
+        return None
+    if not isinstance(device, (torch.device, str)):
+        raise TypeError(f"device must be a torch.device, a str or None, got {device!r}")
+    try:
+        return torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"device must name a torch device, got {device!r}") from None
+
+
+def check_generator(generator: Any) -> None:
+    """Raise ``TypeError`` unless ``generator`` is a ``torch.Generator`` or None."""
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(
+            f"generator must be a torch.Generator or None, got {type(generator).__name__}"
+        )

@@ -19,8 +19,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ..base.encoding import check_device
-from ..config import check_int
+from ..config import check_device, check_int
 
 __all__ = ["KVCache"]
 

@@ -9,7 +9,7 @@ from typing import Any, ClassVar, TypedDict
 import torch
 from torch import nn
 
-from ..config import EncodingConfig
+from ..config import EncodingConfig, check_device
 from ..encoding_info import EncodingInfo
 from ..positions import PositionOutOfRangeError, arange, check_batch, check_positions
 
@@ -33,19 +33,6 @@ def check_float_dtype(dtype: Any) -> None:
     """Raise ``TypeError`` unless ``dtype`` is a floating-point ``torch.dtype`` or None."""
     if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
         raise TypeError(f"dtype must be a floating-point torch.dtype or None, got {dtype!r}")
-
-
-def check_device(device: Any) -> torch.device | None:
-    """``device`` as a ``torch.device`` (None stays None), or a ``TypeError``/``ValueError``
-    naming it."""
-    if device is None:
-        return None
-    if not isinstance(device, (torch.device, str)):
-        raise TypeError(f"device must be a torch.device, a str or None, got {device!r}")
-    try:
-        return torch.device(device)
-    except RuntimeError:
-        raise ValueError(f"device must name a torch device, got {device!r}") from None
 
 
 def check_float_tensor(name: str, t: Any) -> None:

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
-from ..config import MAX_POSITION, check_int
+from ..config import MAX_POSITION, check_device, check_generator, check_int
 
 __all__ = ["DENSE_RANGE", "SAMPLERS", "PositionSampler", "pose", "randomized"]
 
@@ -35,7 +36,9 @@ __all__ = ["DENSE_RANGE", "SAMPLERS", "PositionSampler", "pose", "randomized"]
 DENSE_RANGE = 1 << 16
 
 
-def _check(batch: int, length: int, max_position: int) -> None:
+def _check(batch: int, length: int, max_position: int, generator: Any, device: Any) -> None:
+    check_generator(generator)
+    check_device(device)
     check_int("batch", batch)
     check_int("length", length)
     check_int("max_position", max_position, maximum=MAX_POSITION)
@@ -70,7 +73,7 @@ def randomized(
         >>> p.shape, bool((p.diff(dim=1) > 0).all()), int(p.max()) < 100
         (torch.Size([2, 5]), True, True)
     """
-    _check(batch, length, max_position)
+    _check(batch, length, max_position, generator, device)
     if max_position <= max(2 * length, DENSE_RANGE):
         keys = torch.rand(batch, max_position, generator=generator)  # a random order per row
         chosen = keys.argsort(dim=1)[:, :length]
@@ -119,7 +122,7 @@ def pose(
         >>> int((steps > 1).sum()) <= 1, bool((steps >= 1).all()), int(p.max()) < 50
         (True, True, True)
     """
-    _check(batch, length, max_position)
+    _check(batch, length, max_position, generator, device)
     check_int("chunks", chunks)
     if chunks > length:
         raise ValueError(f"chunks ({chunks}) must be <= length ({length}): none may be empty")
