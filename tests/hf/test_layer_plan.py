@@ -529,6 +529,17 @@ REFUSED = [
     ({"model_type": "phi3", **BASE, "sliding_window": 2047}, "sets sliding_window=2047"),
     ({"model_type": "llama", **BASE, "attention_chunk_size": 8}, "attention_chunk_size"),
     ({"model_type": "qwen3_next", **BASE, "layer_types": SLIDE[:2]}, "layer_types"),
+    # AFMoE reads as Cohere2, but posenc has not read how its class derives layer_types
+    (
+        {
+            "model_type": "afmoe",
+            **BASE,
+            "num_hidden_layers": 4,
+            "head_dim": 16,
+            "sliding_window": 8,
+        },
+        "the config has no 'layer_types'",
+    ),
     ({"model_type": "my_model", **BASE, "num_hidden_layers": 2}, "pass layout="),
     (transformers.Gemma3Config().to_dict(), r"layer_plan\(config.text_config\)"),
 ]

@@ -14,7 +14,8 @@ a new family is its file here and the records of its model types.
 - :mod:`~posenc.hf.families.qwen2`: Qwen2, Qwen3;
 - :mod:`~posenc.hf.families.gemma2`: Gemma 2;
 - :mod:`~posenc.hf.families.gemma3`: Gemma 3 (its text model);
-- :mod:`~posenc.hf.families.cohere2`: Cohere2, AFMoE;
+- :mod:`~posenc.hf.families.cohere2`: Cohere2;
+- :mod:`~posenc.hf.families.afmoe`: AFMoE (read as Cohere2);
 - :mod:`~posenc.hf.families.gpt_oss`: gpt-oss;
 - :mod:`~posenc.hf.families.llama4`: Llama 4 (its text model);
 - :mod:`~posenc.hf.families.smollm3`: SmolLM3;
@@ -26,6 +27,7 @@ a new family is its file here and the records of its model types.
 from __future__ import annotations
 
 from . import (
+    afmoe,
     cohere2,
     exaone4,
     gemma2,
@@ -46,6 +48,7 @@ __all__ = ["FAMILIES", "Family"]
 FAMILIES: dict[str, Family] = {
     module.__name__.rpartition(".")[2]: module.FAMILY
     for module in (
+        afmoe,
         cohere2,
         exaone4,
         gemma2,
