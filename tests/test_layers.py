@@ -646,3 +646,19 @@ def test_every_encoding_class_is_registered(module):
     registered = {posenc.registry.get(name) for name in posenc.available()}
     missing = [cls.__name__ for cls in defined if cls not in registered]
     assert not missing, f"{module} defines encodings that are not registered: {missing}"
+
+
+def test_the_old_import_paths_still_work():
+    """The paths the docs named before issue 39's moves: the planner's names, the checkpoint
+    report and the layout tables (computed from the records)."""
+    from posenc.attn import planner
+    from posenc.attn.bias_plan import AttnShape, BiasPlan, plan_bias
+    from posenc.hf import records
+    from posenc.hf.checkpoint import inspect_checkpoint
+    from posenc.hf.layouts import HALF, INTERLEAVED, LATENT_ATTENTION, MLA_BY_FLAG, REFUSED
+
+    assert (AttnShape, BiasPlan, plan_bias) == (planner.AttnShape, planner.Plan, planner.plan)
+    assert inspect_checkpoint is posenc.hf.inspect_checkpoint
+    assert set(records.model_types(layout="half")) == HALF and "llama" in HALF
+    assert "cohere" in INTERLEAVED and "deepseek_v3" in MLA_BY_FLAG & LATENT_ATTENTION
+    assert "deepseek_v2" in LATENT_ATTENTION - MLA_BY_FLAG and "nanochat" in REFUSED

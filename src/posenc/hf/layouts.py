@@ -72,3 +72,20 @@ def pair_layout(model_type: Any, rope_interleave: Any = None, given: str | None 
         "pass layout='half' (pairs i, i + d/2: GPT-NeoX, Llama) or layout='interleaved' "
         "(pairs 2i, 2i + 1: GPT-J) as the model's apply_rotary_pos_emb does"
     )
+
+
+#: the tables this module held before the records (:mod:`posenc.hf.records`), by name: each
+#: computed from the records when read, for code that imports it from here
+_OLD_TABLES = {
+    "HALF": lambda: frozenset(records.model_types(layout="half")),
+    "INTERLEAVED": lambda: frozenset(records.model_types(layout="interleaved")),
+    "MLA_BY_FLAG": lambda: frozenset(records.model_types(layout="by_flag")),
+    "LATENT_ATTENTION": lambda: frozenset(records.model_types(latent=True)),
+    "REFUSED": lambda: {n: r.refused for n, r in records.MODEL_TYPES.items() if r.refused},
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _OLD_TABLES:
+        return _OLD_TABLES[name]()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
