@@ -5,8 +5,9 @@ module's window, rope and sinks; the mask ``masking_utils`` builds for each laye
 Each file declares ``FAMILY``, a :class:`~posenc.hf.families.common.Family`: its reader
 (``read(keys, layout) -> one spec per layer``, or a ValueError naming the key it cannot
 read), whether it is causal and the key of its score scale. :data:`FAMILIES` maps the
-family names the model-type records give (:data:`~posenc.hf.records.MODEL_TYPES`) to them:
-a new family is its file here and the records of its model types.
+family names the model-type records give (:data:`~posenc.hf.records.MODEL_TYPES`) to them,
+one per file of this package: a new family is its file here and the records of its model
+types.
 
 - :mod:`~posenc.hf.families.common`: what the readers share (layer types, NoPE flags,
   windows, RoPEs per layer type);
@@ -26,39 +27,19 @@ a new family is its file here and the records of its model types.
 
 from __future__ import annotations
 
-from . import (
-    afmoe,
-    cohere2,
-    exaone4,
-    gemma2,
-    gemma3,
-    gpt_oss,
-    llama4,
-    mistral,
-    modernbert,
-    qwen2,
-    sliding_full,
-    smollm3,
-)
+import importlib
+import pkgutil
+
 from .common import Family
 
 __all__ = ["FAMILIES", "Family"]
 
-#: family name -> its reader, as the model-type records name it
-FAMILIES: dict[str, Family] = {
-    module.__name__.rpartition(".")[2]: module.FAMILY
-    for module in (
-        afmoe,
-        cohere2,
-        exaone4,
-        gemma2,
-        gemma3,
-        gpt_oss,
-        llama4,
-        mistral,
-        modernbert,
-        qwen2,
-        sliding_full,
-        smollm3,
-    )
-}
+
+def _families() -> dict[str, Family]:
+    """Every module of this package but :mod:`.common`, by name, as its ``FAMILY``."""
+    names = [m.name for m in pkgutil.iter_modules(__path__) if m.name != "common"]
+    return {name: importlib.import_module(f"{__name__}.{name}").FAMILY for name in sorted(names)}
+
+
+#: family name -> its reader, as the model-type records name it (every file here)
+FAMILIES: dict[str, Family] = _families()
