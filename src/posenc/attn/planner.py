@@ -144,6 +144,9 @@ class Facts:
     backend: str
     traits: ScoreTraits
     table_given: bool
+    #: the bias's slopes where it is linear in the distance (:class:`LinearSlopes`), read
+    #: once for the rows that ask
+    slopes: list[float] | None
 
     @property
     def bias(self) -> BiasEncoding | None:
@@ -279,7 +282,7 @@ def _distance(f: Facts) -> Plan | None:
 
 def _rows(f: Facts) -> Plan | None:
     enc = f.bias
-    if enc is None or f.table_given or enc.needs_q or _slopes(f) is not None:
+    if enc is None or f.table_given or enc.needs_q or f.slopes is not None:
         return None
     one = f.positions.q.dim() == 1  # one bias for the batch
     return Plan("rows") if one and f.square and f.in_order and bias_flash_available() else None
@@ -291,7 +294,7 @@ def _linear(f: Facts) -> Plan | None:
     the plain head width."""
     if not f.cpu or (f.masked and f.flex_pays):
         return None
-    slopes = _slopes(f)
+    slopes = f.slopes
     if slopes is None:
         return None
     if f.shape.q_len < SMALL_Q:
@@ -306,12 +309,6 @@ def _linear(f: Facts) -> Plan | None:
     ):
         return None
     return Plan("linear", slopes=slopes, blocks=blocks)
-
-
-def _slopes(f: Facts) -> list[float] | None:
-    """The bias's slopes where it is linear in the distance (:class:`LinearSlopes`)."""
-    enc = f.bias
-    return enc.linear_slopes(f.causal) if isinstance(enc, LinearSlopes) else None
 
 
 def _bias_flex(f: Facts) -> Plan | None:
@@ -384,6 +381,7 @@ def plan(
         ValueError: for a backend that cannot run this encoding or these inputs.
     """
     masked = masked or traits.pattern.local
+    slopes = encoding.linear_slopes(causal) if isinstance(encoding, LinearSlopes) else None
     facts = Facts(
         encoding,
         shape,
@@ -395,6 +393,7 @@ def plan(
         backend,
         traits,
         table_given,
+        slopes,
     )
     for row in ROWS:
         chosen = row(facts)

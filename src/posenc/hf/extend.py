@@ -16,8 +16,8 @@ from ..config import MAX_INT, check_float
 from ..functional.rope_scaling import ntk_base
 from ..rotary.rope import DEFAULT_BASE
 from ..rotary.scaling import parse_scaling
-from .families.common import FULL
 from .keys import (
+    FULL,
     Getter,
     config_getter,
     config_head_dim,

@@ -13,8 +13,11 @@ from typing import Any
 from ..config import check_int
 
 __all__ = [
+    "CHUNKED",
+    "FULL",
     "LAYER_TYPES",
     "LEGACY_KEYS",
+    "SLIDING",
     "ConfigKeys",
     "Getter",
     "config_getter",
@@ -35,6 +38,7 @@ LEGACY_KEYS = {"rope_theta": "rotary_emb_base", "partial_rotary_factor": "rotary
 
 #: the layer types whose masks posenc builds (transformers' names): ``layer_types`` entries
 LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
+FULL, SLIDING, CHUNKED = LAYER_TYPES
 
 
 def config_getter(config: Any, name: str = "config") -> Getter:

@@ -21,7 +21,9 @@ from ...config import check_float
 from ...models.spec import LayerSpec
 from ...rotary.rope import RoPE
 from ..keys import (
-    LAYER_TYPES,
+    CHUNKED,
+    FULL,
+    SLIDING,
     ConfigKeys,
     config_rope_dict,
     count,
@@ -49,8 +51,6 @@ __all__ = [
     "read_window",
     "rope_flags",
 ]
-
-FULL, SLIDING, CHUNKED = LAYER_TYPES
 
 #: ``read(keys, layout) -> one spec per layer``
 Reader = Callable[[ConfigKeys, "str | None"], list[LayerSpec]]

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ...rotary.rope import RoPE
-from ..families.common import FULL
+from ..keys import FULL
 from .checkpoint import CheckpointReport
 
 if TYPE_CHECKING:
