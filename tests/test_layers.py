@@ -53,6 +53,7 @@ FACADE = "posenc"
 #: bottom to top; a module belongs to the first layer with a prefix that names it or a
 #: package above it. Keep in step with the README's architecture section.
 LAYERS: dict[str, tuple[str, ...]] = {
+    "runtime": ("host_reads",),  # when values are read on the host: below everything
     "math": ("functional",),
     "core": ("registry", "config", "base", "positions", "encoding_info", "builder"),
     "encodings": ("additive", "rotary", "bias", "nope", "composite"),

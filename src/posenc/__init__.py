@@ -12,6 +12,7 @@ from .base import AdditiveEncoding, BiasEncoding, Encoding, NoEncoding, RotaryEn
 from .builder import build
 from .composite import Compose, compose
 from .encoding_info import EncodingInfo
+from .host_reads import set_validation, validation, validation_enabled
 from .positions import PositionOutOfRangeError
 from .registry import available, create, info
 
@@ -41,4 +42,7 @@ __all__ = [
     "nope",
     "positions",
     "rotary",
+    "set_validation",
+    "validation",
+    "validation_enabled",
 ]

@@ -12,6 +12,7 @@ import torch
 
 from ..base import BiasEncoding, Encoding, InputBias
 from ..functional.dtypes import math_dtype
+from ..host_reads import reads_values, validation_enabled
 from .masks import AttentionContext
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "check_softcap",
     "check_table",
     "finite",
+    "zero_nonfinite",
 ]
 
 
@@ -194,10 +196,29 @@ def finite(*tensors: torch.Tensor | None) -> bool:
     Each tensor's sum is one strided pass, no copy of a cache's slice (``isfinite(v).all()``
     and ``aminmax`` cost 15-50x more on the CPU, torch 2.13); NaN and infinities reach the
     sum, and a sum that overflows only sends the call to the explicit path, which is exact
-    too. True while compiling, where the kernels' own behaviour is kept rather than a graph
-    break, and on the meta device, which holds no values."""
+    too. True where values are not read (:func:`~posenc.host_reads.reads_values`: while
+    compiling, where the kernels' own behaviour is kept rather than a graph break; with
+    validation off; inside a model's layers, whose keys and values
+    :func:`zero_nonfinite` made finite) and on the meta device, which holds no values."""
     present = [t for t in tensors if t is not None and t.device.type != "meta"]
-    if torch.compiler.is_compiling() or not present:
+    if not present or not reads_values(*present):
         return True
     sums = [t.sum(dtype=math_dtype(t.dtype)).to(torch.float64) for t in present]
     return bool(torch.isfinite(torch.stack(sums).sum()))
+
+
+def zero_nonfinite(x: torch.Tensor) -> torch.Tensor:
+    """``x`` with every NaN and infinity replaced by 0, with no host read: how a model's
+    layers keep a non-finite key, value or FoX clock of one token from reaching the rows
+    that may not see it (a fused kernel adds the mask's ``-inf`` to a NaN score and
+    multiplies a zero probability by a NaN value). Finite values pass unchanged (so the
+    result is exact wherever the input was finite); the token whose value was not finite
+    carries its NaN in its own residual stream. Unchanged with validation off
+    (:func:`posenc.set_validation`).
+
+    Shapes:
+        x: any -> the same, its dtype.
+    """
+    if not validation_enabled():
+        return x
+    return torch.where(torch.isfinite(x), x, torch.zeros((), dtype=x.dtype, device=x.device))

@@ -107,6 +107,11 @@ class ALiBi(ShiftInvariant, LinearSlopes, BiasEncoding):
     Config = AlibiConfig
     config: AlibiConfig
 
+    def __init__(self, config: AlibiConfig | None = None, **kwargs) -> None:
+        super().__init__(config, **kwargs)
+        # read once here, from the config: a forward's plan never reads a tensor for them
+        self._float64_slopes: list[float] = self.slopes(dtype=torch.float64).tolist()
+
     def head_slopes(self, head: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """The slope of each head index in ``head`` (elementwise, rounded once to ``dtype``)."""
         c = self.config
@@ -137,4 +142,4 @@ class ALiBi(ShiftInvariant, LinearSlopes, BiasEncoding):
         mask. None for symmetric non-causal attention (not linear in ``i - j``)."""
         if self.config.symmetric and not causal:
             return None
-        return self.slopes(dtype=torch.float64).tolist()
+        return list(self._float64_slopes)

@@ -219,11 +219,17 @@ class Fire(InvariantBelow, BiasEncoding):
         largest widened by :data:`BOUND_MARGIN` for the kernels' rounding): its pieces
         (:func:`~posenc.functional.fire.pieces_within`), or its weights with the
         units that do not bend there folded (:func:`~posenc.functional.fire.
-        units_within`); where there are no inputs to bound (no positions, or on the meta
-        device), the whole MLP."""
+        units_within`). The bound is read on the host, so only on the CPU in eager mode
+        (where a read stalls no stream): on other devices, under ``torch.compile`` and
+        where there are no inputs to bound, the whole MLP (the same function, with no
+        data-dependent shape)."""
         first, second = self._linears()
         weights = [first.weight[:, 0], first.bias, second.weight, second.bias]
-        if qp.device.type == "meta" or qp.numel() == 0 or kp.numel() == 0:
+        eager_cpu = qp.device.type == "cpu" and not torch.compiler.is_compiling()
+        if not eager_cpu or qp.numel() == 0 or kp.numel() == 0:
+            if by_pieces:
+                w1, b1, w2, b2 = (w.to(qp.dtype) for w in weights)
+                return list(fire_pieces(w1, b1, w2, b2))
             return weights
         c, threshold = scalars
         with torch.no_grad():

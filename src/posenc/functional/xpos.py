@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 
 import torch
 
+from ..host_reads import read, reads_values
 from .dtypes import math_dtype, wide_dtype
 from .rope import apply_rope
 
@@ -93,11 +95,6 @@ def _max_log2_factor(dtype: torch.dtype) -> float:
     return min(math.floor(math.log2(info.max)) - HEADROOM_BITS, -math.log2(info.tiny))
 
 
-def _skip_value_checks(t: torch.Tensor) -> bool:
-    # data-dependent checks would break a torch.compile graph; meta tensors have no values
-    return torch.compiler.is_compiling() or t.device.type == "meta" or t.numel() == 0
-
-
 def check_xpos_positions(
     positions: torch.Tensor,
     scale_base: float = DEFAULT_SCALE_BASE,
@@ -110,9 +107,15 @@ def check_xpos_positions(
     Shapes:
         positions ``[seq]`` or ``[batch, seq]``
     """
-    if _skip_value_checks(positions):
-        return
-    low, high = (float(v) for v in torch.aminmax(positions))
+    if reads_values(positions):
+        read(
+            torch.stack(torch.aminmax(positions)),
+            partial(_check_distance, scale_base, center, dtype),
+        )
+
+
+def _check_distance(scale_base: float, center: float, dtype: torch.dtype, values: list) -> None:
+    low, high = (float(v) for v in values)
     worst = high if abs(high - center) >= abs(low - center) else low
     limit = xpos_max_distance(scale_base, dtype)
     if abs(worst - center) > limit:
@@ -153,13 +156,17 @@ def apply_xpos(
         ``[batch, seq, n]`` with ``2n <= head_dim`` -> ``[batch, heads, seq, head_dim]``
     """
     allowed = _max_log2_factor(x.dtype)
-    if allowed < _max_log2_factor(scale.dtype) and not _skip_value_checks(scale):
-        worst = float(scale.log2().abs().amax())
-        if worst > allowed:
-            raise ValueError(
-                f"xPos factors reach 2^±{worst:.1f} but {x.dtype} inputs hold 2^±{allowed:.1f} "
-                f"(positions within xpos_max_distance(scale_base, {x.dtype}) of the centre): "
-                "use bfloat16 or float32, or a center nearer the positions in use"
-            )
+    if allowed < _max_log2_factor(scale.dtype) and reads_values(scale):
+        read(scale.log2().abs().amax().view(1), partial(_check_factor, allowed, x.dtype))
     factor = 1 / scale if key else scale
     return kernel(x, cos * factor, sin * factor, layout)
+
+
+def _check_factor(allowed: float, dtype: torch.dtype, values: list[float]) -> None:
+    worst = values[0]
+    if worst > allowed:
+        raise ValueError(
+            f"xPos factors reach 2^±{worst:.1f} but {dtype} inputs hold 2^±{allowed:.1f} "
+            f"(positions within xpos_max_distance(scale_base, {dtype}) of the centre): "
+            "use bfloat16 or float32, or a center nearer the positions in use"
+        )

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from ..attn import AttentionContext, KVCache, attention
-from ..attn.checks import check_scale
+from ..attn.checks import check_scale, zero_nonfinite
 from ..attn.planner import ScoreTraits
 from ..base import Encoding, InputBias, RotaryEncoding
 from .spec import LayerSpec
@@ -112,6 +112,9 @@ class SelfAttention(nn.Module):
         b, s, _ = x.shape
         q, k, v = self.project(x, encoding, rotation)  # rotated before caching
         q = self.temper(q, context)
+        # no host read per layer: a token's NaN key or value is zeroed, so that it cannot
+        # reach the rows that may not see it (its own row carries the NaN)
+        k, v = zero_nonfinite(k), zero_nonfinite(v)
         if isinstance(encoding, InputBias):
             bias = self.clock(encoding, x, cache, layer)
         if cache is not None:
@@ -146,8 +149,8 @@ class SelfAttention(nn.Module):
             cache.visible(layer, seq)]`` with a cache).
         """
         if cache is None:
-            return encoding.clock(x)
-        return cache.update_clock(layer, encoding.clock(x, cache.last_clock(layer)))
+            return zero_nonfinite(encoding.clock(x))
+        return cache.update_clock(layer, zero_nonfinite(encoding.clock(x, cache.last_clock(layer))))
 
     def project(
         self, x: torch.Tensor, encoding: Encoding, rotation: tuple[torch.Tensor, ...] | None

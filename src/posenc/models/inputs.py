@@ -7,9 +7,11 @@ Each raises a ``TypeError`` or ``ValueError`` that names the argument, never a c
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 
+from ..host_reads import read, reads_values
 from ..positions import check_padding_mask, check_segment_ids
 
 __all__ = ["check_input_ids", "check_mask", "check_masks"]
@@ -40,13 +42,16 @@ def check_input_ids(input_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
             f"input_ids must be [batch, seq] with seq >= 1, got shape {tuple(input_ids.shape)}"
         )
     input_ids = input_ids.long()  # uint16/32 have no min() on the CPU
-    readable = not torch.compiler.is_compiling() and input_ids.device.type != "meta"
-    if readable and input_ids.numel():
-        low, high = torch.stack(torch.aminmax(input_ids)).tolist()  # one pass, one sync
-        if low < 0 or high >= vocab_size:
-            bad = low if low < 0 else high
-            raise ValueError(f"input_ids must be in [0, vocab_size={vocab_size}), got {bad}")
+    if reads_values(input_ids):  # one pass; one host read (or one of the forward's)
+        read(torch.stack(torch.aminmax(input_ids)), partial(_check_ids, vocab_size))
     return input_ids
+
+
+def _check_ids(vocab_size: int, values: list[int]) -> None:
+    low, high = values
+    if low < 0 or high >= vocab_size:
+        bad = low if low < 0 else high
+        raise ValueError(f"input_ids must be in [0, vocab_size={vocab_size}), got {bad}")
 
 
 def check_mask(name: str, value: torch.Tensor, batch: int, length: int) -> torch.Tensor:

@@ -23,6 +23,7 @@ from ..attn.checks import check_scale
 from ..attn.planner import AttnShape
 from ..base import Encoding
 from ..config import check_bool, check_int
+from ..host_reads import batched, checked, traced
 from .blocks import Block
 from .caching import CacheLayout
 from .generation import generate
@@ -30,7 +31,13 @@ from .init import init_weights
 from .inputs import check_input_ids
 from .plan import LayerPlan
 from .routing import build_routing, resolve_plan
-from .shared import check_plan_positions, forward_inputs, layer_tables, rotations_of
+from .shared import (
+    ForwardInputs,
+    check_plan_positions,
+    forward_inputs,
+    layer_tables,
+    rotations_of,
+)
 from .spec import EncodingSpec, LayerSpec
 
 __all__ = ["TransformerLM"]
@@ -216,12 +223,22 @@ class TransformerLM(nn.Module):
         Returns:
             ``[batch, seq, vocab_size]``. Logits of pad tokens are not meaningful.
         """
-        input_ids = check_input_ids(input_ids, self.vocab_size)
-        if cache is not None:
-            self.cache_layout().check(cache)
+        with traced(batched):  # every value check of the inputs in one host read
+            input_ids = check_input_ids(input_ids, self.vocab_size)
+            if cache is not None:
+                self.cache_layout().check(cache)
+            inputs = forward_inputs(
+                self.encodings, input_ids, positions, cache, attention_mask, segment_ids
+            )
+        with traced(checked):  # checked above: the layers read no value on the host
+            return self._layers(input_ids, inputs, cache)
+
+    def _layers(
+        self, input_ids: torch.Tensor, inputs: ForwardInputs, cache: KVCache | None
+    ) -> torch.Tensor:
+        """The logits of :meth:`forward`, from its checked inputs."""
         b, s = input_ids.shape
         encodings = self.encodings
-        inputs = forward_inputs(encodings, input_ids, positions, cache, attention_mask, segment_ids)
         x = self.embed(input_ids) * math.sqrt(self.dim)
         if self._input_encoding is not None:
             x = encodings[self._input_encoding](x, inputs.positions)

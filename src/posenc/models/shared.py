@@ -118,6 +118,8 @@ def forward_inputs(
     ordered = order is not None
     if order is None:
         order = arange(s, device=device, offset=query_offset(s, past + s))
+        if not explicit:  # checked here, in the forward's one read, not by each layer
+            check_plan_positions(encodings, order, seq_len=s, batch=b)
     q_pos = k_pos = None  # None: attention's default, the fastest causal mask
     if cache is not None:
         real, ids = (None, None) if masks is None else masks  # for a rolling cache's check

@@ -10,10 +10,12 @@ parameter, never a silent clamp or wrap.
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 
 from ..config import MAX_POSITION
+from ..host_reads import read, reads_values
 
 __all__ = [
     "PositionOutOfRangeError",
@@ -87,9 +89,11 @@ def check_positions(
 
     Every position must also lie within ``±MAX_POSITION`` (2**53).
 
-    Value checks (negative, non-finite, past ``limit`` or ``MAX_POSITION``) read the tensor,
-    so they are skipped while ``torch.compile`` traces (a data-dependent branch would break
-    the graph) and on the meta device (no values); shape, dtype and device checks always run.
+    Value checks (negative, non-finite, past ``limit`` or ``MAX_POSITION``) read the tensor
+    (:func:`posenc.host_reads.read`: one host read, or one shared by a whole forward), so
+    they follow :func:`~posenc.host_reads.reads_values`: skipped while ``torch.compile``
+    traces, on the meta device, with validation off and where the caller checked them
+    already; shape, dtype and device checks always run.
     """
     if not isinstance(positions, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(positions).__name__}")
@@ -122,9 +126,25 @@ def check_positions(
     source = positions.dtype
     if not positions.is_floating_point() and source != torch.int64:
         positions = positions.long()  # exact for every integer dtype up to MAX_POSITION
-    if torch.compiler.is_compiling() or positions.device.type == "meta" or positions.numel() == 0:
-        return positions
-    low, high = torch.stack(torch.aminmax(positions)).tolist()  # one pass, one sync
+    if reads_values(positions):  # one pass; one host read (or one of a batch)
+        read(
+            torch.stack(torch.aminmax(positions)),
+            partial(_check_range, name, source, nonnegative, limit, limit_name),
+        )
+    return positions
+
+
+def _check_range(
+    name: str,
+    source: torch.dtype,
+    nonnegative: bool,
+    limit: int | None,
+    limit_name: str,
+    values: list,
+) -> None:
+    """Raise unless the positions' ``[min, max]`` (``values``) are what
+    :func:`check_positions` was asked for."""
+    low, high = values
     if not (math.isfinite(low) and math.isfinite(high)):  # NaN and inf reach min or max
         raise ValueError(f"{name} must be finite, got non-finite values")
     if source == torch.uint64 and low < 0:  # values past 2**63 wrapped in the conversion
@@ -139,7 +159,6 @@ def check_positions(
             f"{name} must lie within [-{MAX_POSITION}, {MAX_POSITION}] (±2**53, where float64 "
             f"still holds every integer), got {worst:g}"
         )
-    return positions
 
 
 def position_at(

@@ -9,9 +9,12 @@ batched generation and in packed training.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import torch
+
+from ..host_reads import read, reads_values
 
 __all__ = [
     "check_padding_mask",
@@ -33,10 +36,14 @@ def check_padding_mask(mask: Any, name: str = "attention_mask") -> torch.Tensor:
         raise ValueError(f"{name} must be [batch, seq], got shape {tuple(mask.shape)}")
     if mask.dtype == torch.bool:
         return mask
-    readable = not torch.compiler.is_compiling() and mask.device.type != "meta"
-    if readable and bool(((mask != 0) & (mask != 1)).any()):
-        raise ValueError(f"{name} must hold only 0 (pad) and 1 (real token)")
+    if reads_values(mask):
+        read(((mask != 0) & (mask != 1)).any().view(1), partial(_check_binary, name))
     return mask != 0
+
+
+def _check_binary(name: str, values: list[int]) -> None:
+    if values[0]:
+        raise ValueError(f"{name} must hold only 0 (pad) and 1 (real token)")
 
 
 def check_segment_ids(segment_ids: Any, name: str = "segment_ids") -> torch.Tensor:
@@ -122,11 +129,15 @@ def document_starts(segment_ids: torch.Tensor) -> torch.Tensor:
     ids = segment_ids
     starts = torch.ones_like(ids, dtype=torch.bool)
     starts[:, 1:] = ids[:, 1:] != ids[:, :-1]
-    if not torch.compiler.is_compiling() and ids.device.type != "meta" and ids.shape[-1] > 1:
+    if reads_values(ids) and ids.shape[-1] > 1:
         distinct = (ids.sort(dim=-1).values.diff(dim=-1) != 0).sum(-1) + 1
-        if bool((starts.sum(-1) != distinct).any()):
-            raise ValueError(
-                "segment_ids: an id reappears after another one in the same row; give each "
-                "packed document its own id (a run of equal ids, e.g. 0, 0, 1, 1, 1, 2)"
-            )
+        read((starts.sum(-1) != distinct).any().view(1), _check_runs)
     return starts
+
+
+def _check_runs(values: list[int]) -> None:
+    if values[0]:
+        raise ValueError(
+            "segment_ids: an id reappears after another one in the same row; give each "
+            "packed document its own id (a run of equal ids, e.g. 0, 0, 1, 1, 1, 2)"
+        )

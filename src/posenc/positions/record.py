@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..host_reads import read, read_now, reads_values
 from .checks import arange, check_batch, check_positions
 
 __all__ = ["AttnPositions", "query_offset"]
@@ -85,7 +86,10 @@ class AttnPositions:
         # score_mod and mask_mod index positions[b]) see the whole batch
         q = q.expand(batch, -1) if q.dim() == 2 else q
         k = k.expand(batch, -1) if k.dim() == 2 else k
-        return cls(q, k, explicit)
+        record = cls(q, k, explicit)
+        if explicit and reads_values(q, k):  # every fact in one read (of the forward's)
+            read(record._facts(), record._store)
+        return record
 
     @property
     def q_len(self) -> int:
@@ -96,29 +100,73 @@ class AttnPositions:
         return self.k.shape[-1]
 
     def q_range(self) -> tuple[float, float]:
-        """``(min, max)`` of the query positions; read once (default positions: no read)."""
+        """``(min, max)`` of the query positions (default positions: no read)."""
         if not self.explicit:
             start = self.k_len - self.q_len
             return float(start), float(self.k_len - 1)
-        return self._once("q_range", lambda: tuple(torch.stack(torch.aminmax(self.q)).tolist()))
+        return self._fact("q_range")
 
     def index_ordered(self) -> bool:
         """Whether ``k_position <= q_position`` is ``k_index <= q_index``: the same positions
-        for queries and keys, strictly increasing (read once; not under compile)."""
+        for queries and keys, strictly increasing."""
         if not self.explicit:
             return self.q_len == self.k_len
+        return self._fact("index_ordered")
 
-        def read() -> bool:
-            q, k = self.q, self.k
-            if q.shape != k.shape or not torch.equal(q, k):
-                return False
-            return q.shape[-1] < 2 or bool((q.diff(dim=-1) > 0).all())
+    def keys_first(self) -> bool:
+        """Whether every key sits at or before every query (decoding after a prompt)."""
+        if not self.explicit:
+            return self.q_len == 1
+        return self._fact("keys_first")
 
-        return self._once("index_ordered", read)
+    def shift(self) -> int | None:
+        """``c`` when the positions are consecutive, ``[len]`` each (``p = offset +
+        index``), so that a pair's distance is ``j - i + c``; else None."""
+        if not self.explicit:
+            return self.q_len - self.k_len
+        return self._fact("shift")
 
-    def _once(self, key: str, read):  # the values of explicit positions, read on first use
-        if torch.compiler.is_compiling():
-            return read()
+    def _facts(self) -> torch.Tensor:
+        """What the backends choose by, as ``[8]`` float64 (:meth:`_store` names them):
+        the ranges of q and k, whether they are the same increasing positions, and
+        whether each is ``[len]`` and consecutive, with their first positions."""
+        q, k = self.q.to(torch.float64), self.k.to(torch.float64)
+
+        def steps(p: torch.Tensor, rule) -> torch.Tensor:
+            d = p.diff(dim=-1)
+            return rule(d).all() if d.numel() else torch.ones((), dtype=torch.bool)
+
+        true = torch.ones((), dtype=torch.bool, device=q.device)
+        false = torch.zeros((), dtype=torch.bool, device=q.device)
+        same = (q == k).all() if q.shape == k.shape else false
+        flat = q.dim() == 1 and k.dim() == 1
+        facts = [
+            *torch.aminmax(q),
+            *torch.aminmax(k),
+            same & steps(q, lambda d: d > 0),
+            (steps(q, lambda d: d == 1) & steps(k, lambda d: d == 1)) if flat else false,
+            k[..., 0].amin() if flat else true,
+            q[..., 0].amin() if flat else true,
+        ]
+        return torch.stack([f.to(torch.float64) for f in facts])
+
+    def _store(self, values: list[float]) -> None:
+        self._read.update(_named(values))
+
+    def _fact(self, key: str):  # read with every other fact, once (not under compile)
+        if torch.compiler.is_compiling():  # a graph break: nothing is kept between traces
+            return _named(self._facts().tolist())[key]
         if key not in self._read:
-            self._read[key] = read()
+            read_now(self._facts(), self._store)
         return self._read[key]
+
+
+def _named(values: list[float]) -> dict[str, object]:
+    """The facts of :meth:`AttnPositions._facts`, by name."""
+    q_low, q_high, _k_low, k_high, ordered, consecutive, k_first, q_first = values
+    return {
+        "q_range": (q_low, q_high),
+        "index_ordered": bool(ordered),
+        "keys_first": k_high <= q_low,
+        "shift": int(k_first - q_first) if consecutive else None,
+    }

@@ -104,15 +104,23 @@ def linear_bias_runs(blocks: list[int], group: int, head_dim: int) -> list[tuple
     return runs
 
 
-def _mask(q_pos: torch.Tensor, k_pos: torch.Tensor) -> tuple[torch.Tensor | None, bool]:
+def _mask(
+    q_pos: torch.Tensor, k_pos: torch.Tensor, order: tuple[bool, bool] | None = None
+) -> tuple[torch.Tensor | None, bool]:
     """The causal mask as ``(attn_mask, is_causal)`` for SDPA, with the cheapest form: the
     kernel's own causal mask when queries and keys are the same increasing positions, none
-    when every key is at or before every query (decoding), else a boolean mask."""
-    same = q_pos.dim() == 1 and k_pos.shape == q_pos.shape and k_pos.dtype == q_pos.dtype
-    same = same and torch.equal(q_pos, k_pos)
-    if same and bool((q_pos[1:] > q_pos[:-1]).all()):  # strictly increasing
+    when every key is at or before every query (decoding), else a boolean mask. ``order``:
+    those two facts if known (:class:`~posenc.positions.record.AttnPositions`), else read
+    here."""
+    if order is None:
+        same = q_pos.dim() == 1 and k_pos.shape == q_pos.shape and k_pos.dtype == q_pos.dtype
+        same = same and torch.equal(q_pos, k_pos)
+        increasing = same and bool((q_pos[1:] > q_pos[:-1]).all())
+        order = increasing, bool(k_pos.max() <= q_pos.min())
+    ordered, keys_first = order
+    if ordered and q_pos.dim() == 1:
         return None, True
-    if bool(k_pos.max() <= q_pos.min()):
+    if keys_first:
         return None, False
     return causal_mask(q_pos, k_pos), False  # [(b, 1,) q, k]
 
@@ -129,6 +137,7 @@ def linear_bias_sdpa(
     blocks: list[int] | None = None,
     mask: torch.Tensor | None = None,
     q_range: tuple[float, float] | None = None,
+    order: tuple[bool, bool] | None = None,
 ) -> torch.Tensor:
     """Attention with a bias linear in the distance, ``softmax(q kᵀ · scale - m_h (i - j))
     v``, inside fused SDPA: ALiBi (Press et al. 2022, arXiv:2108.12409) on the CPU kernels.
@@ -153,6 +162,9 @@ def linear_bias_sdpa(
             causal mask: padding and packed documents.
         q_range: ``(min, max)`` of ``q_positions`` if known (a model reads it once per
             forward); default: read here.
+        order: whether the positions are the same increasing ones for queries and keys,
+            and whether every key is at or before every query, if known; default: read
+            here.
 
     Shapes:
         returns ``[batch, heads, q_len, d]`` in the dtype of ``q``.
@@ -169,7 +181,7 @@ def linear_bias_sdpa(
         blocks = linear_bias_blocks(slopes, high - low + 1)
     if work == torch.float64:  # 2^-53 rounding: one centre is exact enough at any length
         blocks = [min(n, 1) for n in blocks]
-    attn_mask, is_causal = _mask(q_positions, k_positions) if causal else (None, False)
+    attn_mask, is_causal = _mask(q_positions, k_positions, order) if causal else (None, False)
     if mask is not None:
         if is_causal:
             attn_mask, is_causal = causal_mask(q_positions, k_positions), False
@@ -177,7 +189,8 @@ def linear_bias_sdpa(
     outs, orders = [], []
     for kv_idx, n in linear_bias_runs(blocks, group, d):
         kv = torch.tensor(kv_idx, device=q.device)
-        q_idx = (kv.unsqueeze(1) * group + torch.arange(group, device=q.device)).flatten()
+        heads_run = [i * group + g for i in kv_idx for g in range(group)]
+        q_idx = torch.tensor(heads_run, device=q.device)
         if kv_idx == list(range(kv_idx[0], kv_idx[-1] + 1)):  # a slice: no gather
             first, last = kv_idx[0], kv_idx[-1] + 1
             q_run = q[:, first * group : last * group]  # [b, h_run, q_len, d]
@@ -190,7 +203,7 @@ def linear_bias_sdpa(
             )
         q_run, k_run, v_run = q_run.to(work), k_run.to(work), v_run.to(work)
         if n:
-            run_slopes = torch.tensor([slopes[i] for i in q_idx.tolist()], dtype=torch.float64)
+            run_slopes = torch.tensor([slopes[i] for i in heads_run], dtype=torch.float64)
             run_slopes = run_slopes.to(q.device) / scale
             q_run, k_run, v_run = _extend(q_run, k_run, v_run, run_slopes, qpos, kpos, low, high, n)
         out = F.scaled_dot_product_attention(
@@ -203,11 +216,11 @@ def linear_bias_sdpa(
             enable_gqa=group > 1,
         )
         outs.append(out[..., :d])
-        orders.append(q_idx)
+        orders += heads_run
     out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
-    order = torch.cat(orders)  # [heads]: the head of each output channel block
-    if not torch.equal(order, torch.arange(heads, device=q.device)):
-        out = out.index_select(1, order.argsort())  # back to head order
+    if orders != list(range(heads)):  # the head of each output channel block
+        back = torch.tensor(orders, device=q.device).argsort()
+        out = out.index_select(1, back)  # back to head order
     return out.to(q.dtype)
 
 
@@ -280,6 +293,7 @@ def linear(call: Call, plan: Plan) -> torch.Tensor:
         call.scale,
         plan.blocks,
         mask,
-        q_range=None if plan.blocks is None else p.q_range(),  # read by the plan already
+        q_range=p.q_range(),  # read with the positions' other facts
+        order=(p.index_ordered(), p.keys_first()),
     )
     return zero_dead_rows(out, dead)

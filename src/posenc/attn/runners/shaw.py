@@ -18,6 +18,7 @@ would plug in; the CPU path imports no Triton.
 from __future__ import annotations
 
 import functools
+from types import EllipsisType
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -57,6 +58,7 @@ def shaw_attention(
     scale: float,
     causal: bool,
     block: int = BLOCK,
+    shift: int | EllipsisType | None = ...,
 ) -> torch.Tensor:
     """``softmax(q kᵀ · scale + q a^K[r]ᵀ · scale) (v + a^V[r])`` blockwise, forward and backward.
 
@@ -73,6 +75,9 @@ def shaw_attention(
         causal: mask keys after their query by index (``q_len == k_len``; the positions
             must order the keys as their index does).
         block: queries per block.
+        shift: ``k_position - q_position - (j - i)`` when the positions are consecutive
+            ``[len]`` each, None when not (:meth:`AttnPositions.shift
+            <posenc.positions.record.AttnPositions.shift>`); default (``...``): read here.
 
     Returns:
         ``[batch, heads, q_len, d]`` in the dtype of ``q``.
@@ -109,7 +114,8 @@ def shaw_attention(
     # [b | 1, 1, len]: the pair's distance bin is computed per block from these
     qp = q_positions.reshape(-1, 1, q_len)
     kp = k_positions.reshape(-1, 1, k_len)
-    shift = consecutive_shift(q_positions, k_positions)
+    if shift is ...:
+        shift = consecutive_shift(q_positions, k_positions)
     meta = (max_distance, shift, float(scale), bool(causal), block)
     return _ShawFlash.apply(q, k, v, key_table, value_table, qp, kp, meta)
 
@@ -278,4 +284,5 @@ def shaw(call: Call, plan: Plan) -> torch.Tensor:
         p.k,
         call.scale,
         call.causal,
+        shift=p.shift(),  # read with the positions' other facts
     )
