@@ -7,7 +7,7 @@
 """
 
 from . import additive, bias, functional, models, nope, positions, rotary
-from .attn import KVCache, attention
+from .attn import KVCache, StaticKVCache, attention
 from .base import AdditiveEncoding, BiasEncoding, Encoding, NoEncoding, RotaryEncoding
 from .builder import build
 from .composite import Compose, compose
@@ -28,6 +28,7 @@ __all__ = [
     "NoEncoding",
     "PositionOutOfRangeError",
     "RotaryEncoding",
+    "StaticKVCache",
     "__version__",
     "additive",
     "attention",

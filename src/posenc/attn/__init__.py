@@ -26,6 +26,7 @@ from .cache import KVCache
 from .core import attention
 from .masks import AttentionContext, AttnPattern, Masks
 from .planner import BACKENDS, BiasPlan, Plan, plan, plan_bias
+from .static_cache import StaticKVCache
 
 __all__ = [
     "BACKENDS",
@@ -35,6 +36,7 @@ __all__ = [
     "KVCache",
     "Masks",
     "Plan",
+    "StaticKVCache",
     "attention",
     "plan",
     "plan_bias",

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from ..attn import KVCache
+from ..attn import KVCache, StaticKVCache
 from ..attn.masks import AttnPattern
 from ..config import check_bool
 
@@ -55,10 +55,12 @@ class CacheLayout:
         key_dims = tuple(head_dim * w for w in widths)
         return cls(kv_heads, head_dim, key_dims, keep, weight.dtype, weight.device)
 
-    def new(self, batch: int, max_seq_len: int, *, rolling: bool) -> KVCache:
-        """An empty cache of this layout (rolling: the local layers keep only ``keep``)."""
+    def new(self, batch: int, max_seq_len: int, *, rolling: bool, static: bool = False) -> KVCache:
+        """An empty cache of this layout (rolling: the local layers keep only ``keep``;
+        static: a :class:`~posenc.attn.StaticKVCache`, whose layers keep every key)."""
         check_bool("rolling", rolling)
-        return KVCache(
+        check_bool("static", static)
+        return (StaticKVCache if static else KVCache)(
             len(self.key_dims),
             batch,
             self.kv_heads,
@@ -66,7 +68,7 @@ class CacheLayout:
             max_seq_len,
             device=self.device,
             dtype=self.dtype,
-            keep=list(self.keep) if rolling else None,
+            keep=list(self.keep) if rolling and not static else None,
             key_dims=list(self.key_dims),
         )
 

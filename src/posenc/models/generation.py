@@ -10,7 +10,7 @@ in every incremental decoder since the Transformer (Vaswani et al. 2017).
 from __future__ import annotations
 
 import math
-from typing import Protocol
+from typing import Protocol, cast
 
 import torch
 
@@ -44,8 +44,9 @@ class Decoder(Protocol):
         computes with them (:meth:`posenc.base.Encoding.check_positions`)."""
         ...
 
-    def new_cache(self, batch: int, max_seq_len: int) -> KVCache:
-        """An empty cache for ``batch`` sequences of up to ``max_seq_len`` tokens."""
+    def new_cache(self, batch: int, max_seq_len: int, *, static: bool = False) -> KVCache:
+        """An empty cache for ``batch`` sequences of up to ``max_seq_len`` tokens (static:
+        a :class:`~posenc.attn.StaticKVCache`)."""
         ...
 
     def __call__(
@@ -72,6 +73,7 @@ def generate(
     *,
     attention_mask: torch.Tensor | None = None,
     positions: torch.Tensor | None = None,
+    compile: bool = False,
 ) -> torch.Tensor:
     """Continue ``input_ids`` by ``max_new_tokens`` tokens of ``model``.
 
@@ -97,6 +99,10 @@ def generate(
             token takes the next one after the largest (for M-RoPE on every axis, as
             text: :func:`next_positions`). Default: ``arange``, or counted over real
             tokens with ``attention_mask``.
+        compile: decode with ``torch.compile(model)`` over a
+            :class:`~posenc.attn.StaticKVCache` (needs ``use_cache``): the prompt and the
+            one-token step are compiled once each, whatever the number of tokens; the
+            tokens are those of the eager decode.
 
     Returns:
         the prompts followed by the new tokens.
@@ -108,6 +114,9 @@ def generate(
         raise ValueError("generate() needs a causal model (causal=True)")
     check_int("max_new_tokens", max_new_tokens, minimum=0)
     check_bool("use_cache", use_cache)
+    check_bool("compile", compile)
+    if compile and not use_cache:
+        raise ValueError("compile=True decodes over a static KV cache: it needs use_cache=True")
     check_temperature(temperature)
     input_ids = check_input_ids(input_ids, model.vocab_size)
     b, s = input_ids.shape
@@ -118,17 +127,22 @@ def generate(
         positions = from_padding(mask)
     if positions is not None:
         positions = model.check_positions(positions, seq_len=s, batch=b)
-    cache = model.new_cache(b, s + max_new_tokens) if use_cache else None
+    cache = None
+    if use_cache:
+        cache = model.new_cache(b, s + max_new_tokens, static=compile)
+    step = cast(Decoder, torch.compile(model, fullgraph=True)) if compile else model
+    if compile and mask is not None:  # one shape for every step: every slot of the cache
+        mask = torch.cat((mask, mask.new_ones(b, max_new_tokens)), dim=1)
     tokens, step_ids, step_positions = input_ids, input_ids, positions
     for _ in range(max_new_tokens):
         if use_cache:
-            logits = model(step_ids, step_positions, cache, attention_mask=mask)
+            logits = step(step_ids, step_positions, cache, attention_mask=mask)
         else:
             logits = model(tokens, positions, attention_mask=mask)
         next_token = sample(logits[:, -1], temperature, top_k, generator)  # [b, 1]
         tokens = torch.cat((tokens, next_token), dim=1)
         step_ids = next_token
-        if mask is not None:
+        if mask is not None and not compile:
             mask = torch.cat((mask, mask.new_ones(b, 1)), dim=1)
         if positions is not None:
             step_positions = next_positions(positions)

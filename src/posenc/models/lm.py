@@ -174,14 +174,20 @@ class TransformerLM(nn.Module):
         """
         return check_plan_positions(self.encodings, positions, seq_len=seq_len, batch=batch)[0]
 
-    def new_cache(self, batch: int, max_seq_len: int, *, rolling: bool = True) -> KVCache:
+    def new_cache(
+        self, batch: int, max_seq_len: int, *, rolling: bool = True, static: bool = False
+    ) -> KVCache:
         """An empty :class:`KVCache` for ``batch`` sequences of up to ``max_seq_len`` tokens.
 
         With ``rolling`` (and a causal model), a layer with a window of ``W`` keeps only its
         last ``W - 1`` keys and values, a layer with a chunk of ``C`` its last ``C - 1``:
         no later query sees an older one (positions must then grow by one or more per
-        token, as they do by default). ``cache.memory()`` gives the bytes per layer."""
-        return self.cache_layout().new(batch, max_seq_len, rolling=rolling)
+        token, as they do by default). ``cache.memory()`` gives the bytes per layer.
+
+        With ``static``, a :class:`~posenc.attn.StaticKVCache` instead: the same shapes at
+        every step, so that one compiled decode step serves every position (every layer
+        keeps every key; ``attention_mask`` then covers all ``max_seq_len`` slots)."""
+        return self.cache_layout().new(batch, max_seq_len, rolling=rolling, static=static)
 
     def cache_layout(self) -> CacheLayout:
         """What this model's cache holds per layer (:meth:`new_cache` builds it, the forward
@@ -291,6 +297,7 @@ class TransformerLM(nn.Module):
         *,
         attention_mask: torch.Tensor | None = None,
         positions: torch.Tensor | None = None,
+        compile: bool = False,
     ) -> torch.Tensor:
         """Continue ``input_ids`` by ``max_new_tokens`` tokens: :func:`generate
         <posenc.models.generation.generate>` with this model, where every argument is
@@ -309,4 +316,5 @@ class TransformerLM(nn.Module):
             generator,
             attention_mask=attention_mask,
             positions=positions,
+            compile=compile,
         )

@@ -21,9 +21,10 @@ import torch
 
 from ..attn import AttentionContext, KVCache
 from ..attn.planner import PLAIN_TRAITS, AttnShape, ScoreTraits, plan, shares_table
+from ..attn.static_cache import StaticKVCache
 from ..base import BiasEncoding, Encoding, InputBias, RotaryEncoding
 from ..positions import arange, document_starts, from_padding, from_segments, query_offset
-from .inputs import check_masks
+from .inputs import check_mask, check_masks
 
 __all__ = [
     "ForwardInputs",
@@ -95,6 +96,8 @@ def forward_inputs(
     own (M-RoPE) rotate q and k only; the mask then follows the token index. Every one of
     the model's ``encodings`` checks the positions (:func:`check_plan_positions`).
     """
+    if isinstance(cache, StaticKVCache):
+        return _static_inputs(encodings, input_ids, positions, cache, attention_mask, segment_ids)
     b, s = input_ids.shape
     device = input_ids.device
     past = 0 if cache is None else cache.length
@@ -144,6 +147,50 @@ def forward_inputs(
         segment_ids=segments,
     )
     return ForwardInputs(order if positions is None else positions, explicit, context)
+
+
+def _static_inputs(
+    encodings: Sequence[Encoding],
+    input_ids: torch.Tensor,
+    positions: torch.Tensor | None,
+    cache: StaticKVCache,
+    attention_mask: torch.Tensor | None,
+    segment_ids: torch.Tensor | None,
+) -> ForwardInputs:
+    """:func:`forward_inputs` with a :class:`~posenc.attn.StaticKVCache`: the keys are
+    every slot of the cache, the unwritten ones hidden by a padding mask, and the new
+    tokens' slots and default positions follow ``cache.filled`` (a tensor): no shape or
+    Python value changes from one step to the next. ``attention_mask`` covers every slot,
+    ``[batch, max_seq_len]`` (1 past the prompt); documents are refused."""
+    b, s = input_ids.shape
+    size = cache.max_seq_len
+    cache.check_batch(b)
+    cache.check_room(s)
+    if segment_ids is not None:
+        raise ValueError("segment_ids are not supported with a StaticKVCache: use a KVCache")
+    mask = None
+    if attention_mask is not None:
+        mask = check_mask("attention_mask", attention_mask, b, size)
+    slots = cache.slots(s)  # [s]
+    if positions is None:
+        positions = slots if mask is None else from_padding(mask).index_select(1, slots)
+    positions, order = check_plan_positions(encodings, positions, seq_len=s, batch=b)
+    if order is None:  # M-RoPE's ids: the mask follows the slots
+        order = slots
+    order = order if order.dim() == 2 else order.expand(b, s)
+    k_positions = cache.update_positions(order)
+    written = cache.written(s).expand(b, size)
+    context = AttentionContext.build(
+        s,
+        size,
+        b,
+        input_ids.device,
+        q_positions=order,
+        k_positions=k_positions,
+        key_padding_mask=written if mask is None else written & mask,
+    )
+    # explicit: each step's rotation follows its positions, not a length (a tensor here)
+    return ForwardInputs(positions, True, context)
 
 
 def rotations_of(
