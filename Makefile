@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 
 .PHONY: demo test test-slow lint typecheck wheel-check format clean
-.PHONY: docs
+.PHONY: docs gpu-check
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,14 @@ test-slow: $(VENV)/.installed
 # (docs/_hooks/posenc_docs.py); POSENC_DOCS_FIGURES=0 skips drawing them.
 docs: $(VENV)/.installed
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
+# The GPU check (docs/gpu.md) on a machine with an NVIDIA GPU: the CUDA tests, then RoPE, flex
+# and decode timings, into $(OUT). The venv's python by default; a GPU machine's own torch
+# (with CUDA) and Triton: `make gpu-check GPU_PYTHON=python3` (no venv needed then).
+OUT        ?= benchmarks/results/gpu
+GPU_PYTHON ?= $(PY)
+gpu-check: $(if $(filter $(PY),$(GPU_PYTHON)),$(VENV)/.installed)
+	PYTHON="$(GPU_PYTHON)" bash scripts/gpu_check.sh "$(OUT)"
 
 format: $(VENV)/.installed
 	$(VENV)/bin/ruff check --fix src tests scripts

@@ -32,10 +32,15 @@ from .rope import rope_angles
 __all__ = ["fope_cos_sin", "fope_inv_freq"]
 
 
-def fope_inv_freq(head_dim: int, base: float, train_length: int | None) -> torch.Tensor:
+def fope_inv_freq(
+    head_dim: int,
+    base: float,
+    train_length: int | None,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
     """RoPE's frequencies ``θ_i = base^(-2i/d)`` (float64), the ones whose period
     ``2π/θ_i`` exceeds ``train_length`` set to 0 (None: none clipped). They are decreasing,
-    so the kept ones come first.
+    so the kept ones come first. Made on ``device`` (no copy from the host per call).
 
     Shapes:
         -> ``[head_dim // 2]``
@@ -44,7 +49,7 @@ def fope_inv_freq(head_dim: int, base: float, train_length: int | None) -> torch
         >>> fope_inv_freq(8, 10000.0, train_length=100).tolist()  # periods 6.3, 63, 628, 6283
         [1.0, 0.1, 0.0, 0.0]
     """
-    exponent = torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim
+    exponent = torch.arange(0, head_dim, 2, dtype=torch.float64, device=device) / head_dim
     inv_freq = 1.0 / base**exponent
     if train_length is None:
         return inv_freq

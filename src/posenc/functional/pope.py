@@ -26,13 +26,16 @@ from .dtypes import math_dtype
 __all__ = ["pope_embed", "pope_inv_freq"]
 
 
-def pope_inv_freq(head_dim: int, base: float) -> torch.Tensor:
-    """PoPE's frequencies ``θ_c = base^(−c/d)``, one per channel (float64).
+def pope_inv_freq(
+    head_dim: int, base: float, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """PoPE's frequencies ``θ_c = base^(−c/d)``, one per channel (float64), made on
+    ``device``.
 
     Shapes:
         -> ``[head_dim]``.
     """
-    return base ** -(torch.arange(head_dim, dtype=torch.float64) / head_dim)
+    return base ** -(torch.arange(head_dim, dtype=torch.float64, device=device) / head_dim)
 
 
 def pope_embed(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

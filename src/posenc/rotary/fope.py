@@ -124,7 +124,7 @@ class FoPE(RotaryEncoding):
     def inv_freq(self, device: torch.device | str | None = None) -> torch.Tensor:
         """Every pair's frequency, the clipped ones 0 (float64). Shapes: ``[head_dim // 2]``."""
         c = self.config
-        return fope_inv_freq(c.head_dim, c.base, c.train_length).to(device)
+        return fope_inv_freq(c.head_dim, c.base, c.train_length, device)
 
     @torch.no_grad()
     def reset_parameters(self) -> None:

@@ -117,7 +117,7 @@ class PoPE(RotaryEncoding):
 
     def inv_freq(self, device: torch.device | str | None = None) -> torch.Tensor:
         """The frequencies ``θ_c`` (float64). Shapes: ``[head_dim]``."""
-        return pope_inv_freq(self.config.head_dim, self.config.base).to(device)
+        return pope_inv_freq(self.config.head_dim, self.config.base, device)
 
     def rotation(
         self, positions: torch.Tensor, seq_len: int | None = None

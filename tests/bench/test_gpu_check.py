@@ -1,0 +1,102 @@
+"""scripts/gpu_check.py: its dry run (the CPU, tiny shapes) writes every section with
+numbers, so that the GPU check, which runs rarely, cannot rot. No timing is asserted."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "gpu_check.py"
+#: the timed sections, in order, and the columns every row of each holds
+SECTIONS = {
+    "copy": ("ms", "GB/s"),
+    "rope": ("ms", "GB/s", "% copy"),
+    "bias": ("ms", "x SDPA"),
+    "syncs": ("forward reads", "train reads", "decode step reads"),
+    "decode": ("steps",),
+}
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory):
+    """One ``python scripts/gpu_check.py OUT --dry-run``: (the finished process, OUT)."""
+    out = tmp_path_factory.mktemp("gpu")
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), str(out), "--dry-run"],
+        cwd=tmp_path_factory.getbasetemp(),  # it finds the repository from its own path
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    return done, out
+
+
+def test_dry_run_exits_0_and_writes_json_and_markdown(dry_run):
+    done, out = dry_run
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["pytest.txt", "results.json", "results.md"]
+    result = json.loads((out / "results.json").read_text())
+    assert result["dry_run"] is True and result["environment"]["device"] == "cpu"
+    assert list(result["sections"]) == list(SECTIONS)
+    text = (out / "results.md").read_text()
+    assert text.startswith("# posenc GPU check: CPU") and "(dry run)" in text
+    for heading in ("## Environment", "## Tests", "## Copy floor", "## RoPE", "## Decode step"):
+        assert heading in text
+
+
+def test_the_cuda_tests_ran_and_skipped(dry_run):
+    """The pytest step ran ``tests/cuda`` (collected, every test skipped off CUDA)."""
+    tests = json.loads((dry_run[1] / "results.json").read_text())["tests"]
+    assert tests["returncode"] == 0, tests
+    assert "-m cuda tests/cuda" in tests["command"]
+    assert tests["summary"] and "skipped" in tests["summary"], tests
+    assert "failed" not in tests["summary"] and "error" not in tests["summary"]
+
+
+@pytest.mark.parametrize("name", list(SECTIONS))
+def test_every_section_has_numbers(dry_run, name):
+    section = json.loads((dry_run[1] / "results.json").read_text())["sections"][name]
+    assert section["status"] == "ok", section
+    timed = [row for row in section["rows"] if "skipped" not in row]
+    assert timed, section
+    for row in timed:
+        assert "error" not in row, row
+        for column in SECTIONS[name]:
+            value = row.get(column)
+            assert isinstance(value, (int, float)) and value >= 0, (column, row)
+
+
+def test_decode_times_eager_and_counts_the_compiles(dry_run):
+    eager, compiled = json.loads((dry_run[1] / "results.json").read_text())["sections"]["decode"][
+        "rows"
+    ]
+    assert eager["mode"] == "eager" and eager["tokens/s"] > 0 and eager["ms"] > 0
+    assert compiled["mode"] == "torch.compile (eager)"  # dynamo's eager backend on the CPU
+    assert compiled["graphs"] >= 1 and compiled["compile_s"] > 0 and compiled["tokens = eager"]
+
+
+def test_rope_rows_agree_with_posenc(dry_run):
+    """Every RoPE implementation timed computes what posenc does (forward, up to the
+    rounding of bf16 for transformers' bf16 tables)."""
+    rows = json.loads((dry_run[1] / "results.json").read_text())["sections"]["rope"]["rows"]
+    impls = {row["impl"] for row in rows}
+    assert {"posenc", "posenc under torch.compile", "transformers eager", "liger"} <= impls
+    for row in rows:
+        if row.get("pass") == "fwd" and "ms" in row:
+            assert row["max abs diff vs posenc"] < 0.05, row
+
+
+def test_without_cuda_and_without_dry_run_it_says_so(tmp_path, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.main([str(tmp_path / "out")]) == 2
+    assert "--dry-run" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
