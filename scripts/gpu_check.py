@@ -142,9 +142,11 @@ SUMMARY = re.compile(r"\b\d+ (passed|failed|skipped|errors?|xfailed|xpassed|dese
 SHORT = ("FAILED", "ERROR", "XPASS", "XFAIL")
 
 
-def run_tests(out: Path, workers: int, timeout_s: float) -> dict[str, Any]:
-    """``pytest -m cuda tests/cuda`` in a subprocess with ``src/`` on PYTHONPATH."""
+def run_tests(out: Path, workers: int, timeout_s: float, only: str | None = None) -> dict[str, Any]:
+    """``pytest -m cuda tests/cuda`` (``-k only`` where given) in a subprocess with ``src/``
+    on PYTHONPATH."""
     command = [sys.executable, "-m", "pytest", "-q", "-m", "cuda", "tests/cuda"]
+    command += [] if only is None else ["-k", only]
     command += ["-p", "no:randomly", "-p", "no:cacheprovider", "--tb=short"]
     if workers > 1 and version("pytest-xdist") != "not installed":
         command += ["-n", str(workers)]
@@ -270,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
         "--workers", type=int, default=None, help="pytest-xdist workers (8; 1 on the dry run)"
     )
     parser.add_argument("--no-tests", action="store_true", help="skip the pytest step")
+    parser.add_argument("-k", dest="only", help="run the tests pytest -k selects")
+    parser.add_argument("--sections", help="the timed sections to run, comma-separated")
     args = parser.parse_args(argv)
     start = time.monotonic()
     if not args.dry_run and not torch.cuda.is_available():
@@ -307,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         left = args.budget - (time.monotonic() - start) - 60  # a minute kept for the timings
         print(f"\ntests (at most {min(args.tests_timeout, left):.0f} s) ...", flush=True)
         try:
-            results["tests"] = run_tests(out, workers, min(args.tests_timeout, left))
+            results["tests"] = run_tests(out, workers, min(args.tests_timeout, left), args.only)
             tests = results["tests"]
             ok = tests["returncode"] == 0
             print(tests["summary"], *tests["short"], sep="\n", flush=True)
@@ -331,7 +335,8 @@ def main(argv: list[str] | None = None) -> int:
         compile_backend="eager" if args.dry_run else "inductor",
         bias_backend="math" if args.dry_run else "flex",
     )
-    for name in timing.SECTIONS:
+    chosen = list(timing.SECTIONS) if args.sections is None else args.sections.split(",")
+    for name in chosen:
         print(f"\n{name} ...", flush=True)
         section = results["sections"][name] = run_section(name, timing, ctx)
         ok = ok and section["status"] == "ok"

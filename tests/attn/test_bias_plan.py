@@ -3,6 +3,8 @@ names; and the context a model builds once per forward for every layer."""
 
 from __future__ import annotations
 
+from unittest.mock import patch
+
 import pytest
 import torch
 
@@ -156,3 +158,23 @@ def test_a_model_builds_one_context_and_one_mask_per_forward(name, length, monke
         model(torch.randint(0, 64, (2, length)), attention_mask=mask)
     assert built == [1]  # not one per layer
     assert len(dense) + len(blocks) == 1  # the dense mask or flex's block mask, once
+
+
+def test_a_bias_flex_cannot_differentiate_trains_on_the_materialised_table():
+    """FIRE's score_mod indexes its MLP's weights once per hidden unit, which inductor's
+    flex backward refuses (measured on an H200): with a backward, ``auto`` materialises
+    the bias wherever flex would run, and ``backend="flex"`` names the way out."""
+    from posenc.attn.planner import plan
+    from posenc.positions import AttnPositions
+
+    fire = posenc.create("fire", n_heads=2)
+    shape = AttnShape(1, 2, 2, 512, 512, 16)
+    positions = AttnPositions.build(512, 512, 1, torch.device("cpu"))
+    cuda = torch.device("cuda")
+    kwargs = dict(masked=False, causal=True, device=cuda, backend="auto")
+    with patch("posenc.attn.planner.flex_available", return_value=True):
+        assert plan(fire, shape, positions, needs_grad=False, **kwargs).runner == "flex"
+        assert plan(fire, shape, positions, needs_grad=True, **kwargs).runner == "sdpa"
+        kwargs["backend"] = "flex"
+        with pytest.raises(ValueError, match="cannot differentiate 'fire'"):
+            plan(fire, shape, positions, needs_grad=True, **kwargs)

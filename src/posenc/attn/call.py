@@ -51,9 +51,11 @@ class ScoreOptions:
         sinks: ``[heads]`` logits that join the softmax and read no value, or None.
     """
 
-    pattern: AttnPattern = FULL
-    softcap: float | None = None
-    sinks: torch.Tensor | None = None
+    # no defaults: torch 2.11's dynamo cannot wrap a dataclass's default AttnPattern (a
+    # compiled attention() that builds one broke its graph)
+    pattern: AttnPattern
+    softcap: float | None
+    sinks: torch.Tensor | None
 
     def traits(self, finite: bool = True) -> ScoreTraits:
         """What the plan reads of these options (whether sinks are given, not their
@@ -62,7 +64,7 @@ class ScoreOptions:
 
 
 #: no pattern, no cap, no sinks
-PLAIN = ScoreOptions()
+PLAIN = ScoreOptions(FULL, None, None)
 
 
 class ScoreTraits(NamedTuple):
@@ -76,10 +78,10 @@ class ScoreTraits(NamedTuple):
         finite: whether every query, key and value is finite (else only ``math`` runs).
     """
 
-    pattern: AttnPattern = FULL
-    softcap: float | None = None
-    sinks: bool = False
-    finite: bool = True
+    pattern: AttnPattern  # no defaults: as ScoreOptions
+    softcap: float | None
+    sinks: bool
+    finite: bool
 
     @property
     def modified(self) -> bool:
@@ -88,7 +90,7 @@ class ScoreTraits(NamedTuple):
 
 
 #: a call with no pattern, cap or sinks, whose inputs are finite
-PLAIN_TRAITS = ScoreTraits()
+PLAIN_TRAITS = ScoreTraits(FULL, None, False, True)
 
 
 @dataclass(frozen=True, eq=False)
@@ -115,10 +117,10 @@ class Call:
     context: AttentionContext
     causal: bool
     scale: float
-    backend: str = "auto"
-    table: torch.Tensor | None = None
-    options: ScoreOptions = PLAIN
-    finite: bool = True
+    backend: str  # no defaults: as ScoreOptions
+    table: torch.Tensor | None
+    options: ScoreOptions
+    finite: bool
 
     def bias_table(self) -> torch.Tensor:
         """The materialised bias: the caller's table, FoX's ``c_i - c_j`` of its clock, or

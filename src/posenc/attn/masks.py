@@ -205,7 +205,7 @@ class Masks:
         q_positions: torch.Tensor,
         k_positions: torch.Tensor,
         causal: bool,
-        pattern: AttnPattern = FULL,
+        pattern: AttnPattern | None = None,
     ) -> torch.Tensor:
         """True where a query may see a key: the causal mask and the pattern (window or
         chunk, :class:`AttnPattern`) by positions, padding and segments together.
@@ -215,6 +215,7 @@ class Masks:
             ``[batch, 1, q_len, k_len]`` (``[batch, 1, 1, k_len]`` for padding alone,
             without the causal mask).
         """
+        pattern = FULL if pattern is None else pattern  # not a default: dynamo 2.11
         allowed = pattern_mask(pattern, q_positions, k_positions, causal)  # [(b, 1,) q, k]
         if self.key_padding_mask is not None:
             real = self.key_padding_mask[:, None, None, :]  # [b, 1, 1, k]
@@ -231,10 +232,11 @@ class Masks:
         k_positions: torch.Tensor | None,
         q_offset: int,
         causal: bool,
-        pattern: AttnPattern = FULL,
+        pattern: AttnPattern | None = None,
     ):
         """The same mask as :meth:`dense` as a flex-attention ``mask_mod``; positions None
         are the default layout (``q_idx + q_offset`` and ``kv_idx``)."""
+        pattern = FULL if pattern is None else pattern  # not a default: dynamo 2.11
         kpm, q_ids, k_ids = self.key_padding_mask, self.q_segments, self.k_segments
 
         def mask_mod(b, h, q_idx, kv_idx):
@@ -332,13 +334,14 @@ def flex_block_mask(
     k_positions: torch.Tensor | None,
     causal: bool,
     mask_mod=None,
-    pattern: AttnPattern = FULL,
+    pattern: AttnPattern | None = None,
 ):
     """The block mask of a flex call: ``mask_mod``'s (padding and documents, the causal
     part and the pattern included), else the causal mask and the pattern (window, chunk)
     of the positions (of the default positions, None: cached per shape), else None
     (nothing masked). Blocks the window or chunk hides are skipped: a sliding window costs
     ``O(L·W)``, not ``O(L²)``."""
+    pattern = FULL if pattern is None else pattern  # not a default: dynamo 2.11
     if mask_mod is not None:
         from torch.nn.attention.flex_attention import create_block_mask
 
@@ -418,7 +421,7 @@ class AttentionContext:
         return AttentionContext(positions, masks)
 
     def allowed(
-        self, causal: bool, pattern: AttnPattern = FULL
+        self, causal: bool, pattern: AttnPattern | None = None
     ) -> tuple[torch.Tensor, torch.Tensor] | None:
         """The dense mask, ``(allowed, dead)``: True where a query may see a key (the
         causal mask and the window or chunk by positions, padding and segments), with the
@@ -431,6 +434,7 @@ class AttentionContext:
             allowed ``[q_len, k_len]`` or ``[batch | 1, 1, q_len | 1, k_len]``; dead the
             same with one key.
         """
+        pattern = FULL if pattern is None else pattern  # not a default: dynamo 2.11
         if self.masks is None and not causal and not pattern.local:
             return None
         compiling = torch.compiler.is_compiling()
@@ -448,11 +452,12 @@ class AttentionContext:
             self._dense[key] = built
         return built
 
-    def block_mask(self, batch: int, causal: bool, pattern: AttnPattern = FULL) -> Any:
+    def block_mask(self, batch: int, causal: bool, pattern: AttnPattern | None = None) -> Any:
         """The flex-attention block mask of the same mask
         (:func:`flex_block_mask`; None when nothing is masked), built on
         first use and kept for the other layers with the same pattern (not while
         compiling)."""
+        pattern = FULL if pattern is None else pattern  # not a default: dynamo 2.11
         compiling = torch.compiler.is_compiling()
         key = (batch, causal, pattern)
         if key in self._blocks and not compiling:

@@ -167,7 +167,12 @@ class Facts:
     def flex_pays(self) -> bool:
         """Large enough for flex, where it runs and has a backward."""
         big = self.shape.q_len * self.shape.k_len >= FLEX_MIN_SCORES
-        return not self.cpu_training and big and flex_available(self.device)
+        return not self.cpu_training and big and flex_available(self.device) and self.flex_grad
+
+    @property
+    def flex_grad(self) -> bool:
+        """No backward, or one that flex attention can take through the score_mod."""
+        return not self.needs_grad or self.bias is None or self.bias.flex_backward
 
     @property
     def square(self) -> bool:
@@ -355,7 +360,7 @@ def plan(
     needs_grad: bool,
     device: torch.device,
     backend: str = "auto",
-    traits: ScoreTraits = PLAIN_TRAITS,
+    traits: ScoreTraits | None = None,
     table_given: bool = False,
 ) -> Plan:
     """The runner for an attention call over these inputs: the first of :data:`ROWS` that
@@ -380,6 +385,7 @@ def plan(
     Raises:
         ValueError: for a backend that cannot run this encoding or these inputs.
     """
+    traits = PLAIN_TRAITS if traits is None else traits  # not a default: dynamo 2.11
     masked = masked or traits.pattern.local
     slopes = encoding.linear_slopes(causal) if isinstance(encoding, LinearSlopes) else None
     facts = Facts(
@@ -448,6 +454,13 @@ def _check_flex(f: Facts) -> None:
         raise ValueError(
             "compiled flex attention has no backward on the CPU: use backend='sdpa' (or "
             "'auto'), or call under torch.no_grad() with inputs that do not require grad"
+        )
+    if not f.flex_grad:
+        assert f.bias is not None, "only a bias encoding's score_mod is refused"
+        raise ValueError(
+            f"flex attention cannot differentiate {f.bias.info.name!r}'s score_mod (it indexes a "
+            "parameter more than once): use backend='sdpa' (or 'auto') to train, or call "
+            "under torch.no_grad()"
         )
 
 

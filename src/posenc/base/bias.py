@@ -48,6 +48,10 @@ class BiasEncoding(Encoding):
     config: BiasConfig
     #: True when the bias depends on the queries (Shaw): bias() and score_mod() need ``q``
     needs_q: ClassVar[bool] = False
+    #: False where flex attention cannot differentiate the score_mod (inductor refuses a
+    #: parameter indexed more than once in it, torch 2.11: FIRE's MLP); a backward then
+    #: runs on the materialised bias
+    flex_backward: ClassVar[bool] = True
 
     @property
     def n_heads(self) -> int:

@@ -61,7 +61,7 @@ def _runner(enc: Encoding, q: torch.Tensor, kwargs: dict[str, Any]) -> str:
         L, L, 1, q.device, kwargs.get("q_positions"), kwargs.get("k_positions")
     )
     shape = AttnShape.of(q, q)
-    traits = ScoreTraits(AttnPattern(kwargs.get("window"), kwargs.get("chunk")))
+    traits = ScoreTraits(AttnPattern(kwargs.get("window"), kwargs.get("chunk")), None, False, True)
     bias = enc if isinstance(enc, BiasEncoding) else None
     chosen = plan(
         bias, shape, positions, masked=False, needs_grad=False, device=q.device, traits=traits

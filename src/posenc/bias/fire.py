@@ -101,6 +101,9 @@ class Fire(InvariantBelow, BiasEncoding):
 
     Config = FireConfig
     config: FireConfig
+    # its score_mod reads each weight of the MLP once per hidden unit: inductor's flex
+    # backward refuses that (measured on an H200, torch 2.11)
+    flex_backward = False
 
     def __init__(self, config: FireConfig | None = None, **kwargs) -> None:
         super().__init__(config, **kwargs)

@@ -68,7 +68,7 @@ class SelfAttention(nn.Module):
     def score_traits(self) -> ScoreTraits:
         """What besides the encoding decides how a bias runs in this layer (its pattern,
         softcap, whether it has sinks: :func:`~posenc.models.shared.shared_bias`)."""
-        return ScoreTraits(self.pattern, self.softcap, self.sinks is not None)
+        return ScoreTraits(self.pattern, self.softcap, self.sinks is not None, True)
 
     def extra_repr(self) -> str:
         parts = [] if not self.pattern.local else [self.pattern.describe()]

@@ -214,7 +214,7 @@ def shared_bias(
     causal: bool,
     training: bool,
     cached: bool,
-    traits: ScoreTraits = PLAIN_TRAITS,
+    traits: ScoreTraits | None = None,
 ) -> torch.Tensor | None:
     """The bias table every layer's attention takes (``bias=`` of
     :func:`posenc.attention`), or None where :func:`~posenc.attn.planner.plan`
@@ -247,6 +247,7 @@ def shared_bias(
         >>> shared_bias(t5, ctx, shape, causal=True, training=True, cached=False) is None
         True
     """
+    traits = PLAIN_TRAITS if traits is None else traits  # not a default: dynamo 2.11
     if encoding.kind != "bias" or isinstance(encoding, InputBias):
         return None  # FoX's clock reads each layer's input: its layer computes it
     bias = cast(BiasEncoding, encoding)

@@ -29,6 +29,14 @@ __all__ = ["capped", "flex", "flex_attention", "flex_available"]
 CPU_MIN_HEAD_DIM = 24
 
 
+#: flex attention's tiles on CUDA for a score_mod that reads tensors (T5's table, Shaw's,
+#: Kerple's and FIRE's parameters). Inductor's default for head_dim 64 in bfloat16 needs
+#: 240-272 KiB of shared memory with such a score_mod and fails to compile on an H200 (227
+#: KiB); these compiled there and ran T5 at 0.26 ms, Kerple at 0.22 (default: 0.78), Shaw
+#: at 0.29, against 0.07 for causal SDPA ([1, 8, 4096, 64], torch 2.11; docs/gpu.md)
+CUDA_TABLE_TILES = {"BLOCK_M": 64, "BLOCK_N": 64, "num_stages": 1}
+
+
 @functools.cache
 def _compiled():
     from torch.nn.attention.flex_attention import flex_attention as flex
@@ -62,6 +70,7 @@ def flex_attention(
     block_mask=None,
     *,
     softcap: float | None = None,
+    kernel_options: dict | None = None,
 ) -> torch.Tensor:
     """Attention with ``score_mod`` fused into compiled flex attention.
 
@@ -81,6 +90,7 @@ def flex_attention(
         block_mask: the block mask of these arguments (:func:`flex_block_mask`), built once
             by the caller for several calls; None: built here.
         softcap: scores become ``softcap * tanh(s / softcap)`` after ``score_mod``.
+        kernel_options: flex attention's (tile sizes, stages); None: inductor's default.
 
     Shapes:
         q ``[batch, heads, q_len, d]``, k, v ``[batch, kv_heads, k_len, d]`` ->
@@ -116,6 +126,7 @@ def flex_attention(
             block_mask=block_mask,
             scale=scale,
             enable_gqa=q.shape[1] != k.shape[1],
+            kernel_options=kernel_options,
         )
 
 
@@ -151,6 +162,8 @@ def flex(call: Call, plan: Plan) -> torch.Tensor:
         v = torch.nn.functional.pad(v, (0, q.shape[-1] - width))
     options = call.options
     mask = call.context.block_mask(q.shape[0], call.causal, options.pattern)
+    reads_tensors = call.encoding is not None and any(True for _ in call.encoding.parameters())
+    tiles = CUDA_TABLE_TILES if reads_tensors and q.is_cuda else None
     out = flex_attention(
         q,
         k,
@@ -162,5 +175,6 @@ def flex(call: Call, plan: Plan) -> torch.Tensor:
         call.scale,
         block_mask=mask,
         softcap=options.softcap,
+        kernel_options=tiles,
     )
     return out[..., :width]
