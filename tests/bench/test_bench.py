@@ -458,3 +458,19 @@ def test_every_bias_encoding_the_suite_lists_runs_each_of_its_calls():
             calls, _ = bias_attention.impls(name, 8, heads=2, head_dim=4, pass_=pass_, peers=False)
             for call in calls.values():
                 call()
+
+
+def test_compiled_case_decodes_with_two_graphs_and_trains_compiled(tiny_run):
+    """The decode row: eager (the floor), eager over a static cache and compiled over it;
+    the compiled step made two graphs over the whole run (the prompt and the step). The
+    training rows: eager against compiled, per kind."""
+    from posenc.cli.bench import CASES
+
+    assert CASES == suite.CASES
+    _, out = tiny_run
+    decode, *train = json.loads(next(out.glob("*.json")).read_text())["cases"]["compiled"]
+    assert decode["floor"] == "eager" and decode["config"]["graphs"] == 2
+    assert set(decode["results"]) == {"eager", "eager static", "compiled static"}
+    kinds = suite.PRESETS["tiny"]["compiled"]["kinds"]
+    assert [r["config"]["step"] for r in train] == [f"train {k}" for k in kinds]
+    assert all(set(r["results"]) == {"eager", "compiled"} for r in train)

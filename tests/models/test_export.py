@@ -9,10 +9,10 @@ through ``torch.onnx.export(..., dynamo=True)`` and run in ONNX Runtime (CPU) at
 from that one export. A tiny Hugging Face Llama extended by
 :func:`posenc.hf.extend_context` exports too.
 
-Where posenc cannot export today the test is a strict ``xfail`` naming the cause (file:line
-and the operation, as found on the tree of e5c5f20), so it fails, and asks for the mark to
-go, the moment the cause is fixed. The fixed-length exports that pass today stay checked
-(``test_export_at_a_fixed_length_equals_eager``). Exports take seconds each: one of each
+Where posenc cannot export today (CoPE's and FoX's row blocks, dynamic NTK's base) the test
+is a strict ``xfail`` naming the cause (file:line and the operation), so it fails, and
+asks for the mark to go, the moment the cause is fixed. Fixed-length exports stay checked
+too (``test_export_at_a_fixed_length_equals_eager``). Exports take seconds each: one of each
 kind runs in ``make test``, the rest are ``slow`` (``make test-slow``).
 """
 
@@ -37,18 +37,6 @@ DEFAULT = "rope"
 # Why a dynamic sequence length does not export, each cause as the first export that meets
 # it reports it; an encoding lists its causes in the order an export meets them (fixing
 # the first shows the next: each was found by patching the ones before it in a copy).
-CONTEXTS_BY_LENGTH = (
-    "models/lm.py:271 (forward) `if seen not in contexts` keys a dict by the keys' length, "
-    "a SymInt under a dynamic Dim: TypeError unhashable type: non-nested SymInt"
-)
-SEQ_LEN_CHECK = (
-    "rotary/rope.py:184 check_int('seq_len', seq_len) (config.py:85 wants an int) refuses "
-    "the SymInt length that models/shared.py:203 rotations_of passes"
-)
-SDPA_IS_CAUSAL = (
-    "attn/runners/fast.py:31 `is_causal = call.causal and q.shape[2] == k.shape[2]` is a "
-    "SymBool, and F.scaled_dot_product_attention takes a bool only"
-)
 COPE_ROW_BLOCKS = (
     "attn/runners/scores.py:95 `for i0 in range(0, q_len, block)` loops over row blocks "
     "in Python: guard Eq(seq, 12), the length specialized to the example's"
@@ -57,19 +45,11 @@ FOX_QUERY_BLOCKS = (
     "attn/forget.py:59 `n = min(8 - d % 8, q_len)` then one_hot(block, n) at :67: guard "
     "min(8, seq) == 8, so the export holds for seq >= 8 only (it does with Dim(min=8))"
 )
-#: the rotary encodings whose rotation(positions, seq_len) checks seq_len (RoPE's)
-ROTARY = {"rope", "xpos", "p_rope"}
-#: whose layers run plain SDPA (attn/runners/fast.py): no bias, default positions, no mask
-FAST_RUNNER = {"calendar", "fope", "fox", "learned", "mrope", "nope", "p_rope", "pope"}
-FAST_RUNNER |= {"rope", "scaled_sinusoidal", "sinusoidal", "time2vec", "timestamp", "xpos"}
 
 
 def dynamic_causes(name: str) -> list[str]:
     """The causes a dynamic-length export of a uniform ``name`` model meets, in order."""
-    causes = [SEQ_LEN_CHECK] if name in ROTARY else []
-    causes.append(CONTEXTS_BY_LENGTH)
-    if name in FAST_RUNNER:
-        causes.append(SDPA_IS_CAUSAL)
+    causes = []
     if name == "cope":
         causes.append(COPE_ROW_BLOCKS)
     if name == "fox":
@@ -153,7 +133,6 @@ PLAN = LayerPlan(
 
 
 @pytest.mark.slow
-@refused([SEQ_LEN_CHECK, CONTEXTS_BY_LENGTH])  # its windows and chunks are masks: no fast SDPA
 def test_layer_plan_exports_with_dynamic_length(sharpen, model_tol):
     lm = model(sharpen=sharpen, plan=PLAN)
     program = torch.export.export(lm, (tokens(EXAMPLE),), dynamic_shapes=({1: seq_dim()},))
@@ -170,9 +149,6 @@ def test_layer_plan_exports_at_a_fixed_length(sharpen, model_tol):
 @pytest.mark.slow
 @refused(
     [
-        SEQ_LEN_CHECK,
-        CONTEXTS_BY_LENGTH,
-        SDPA_IS_CAUSAL,
         "functional/rope_scaling.py:68 `float(base) ** -exponents` reads the dynamic-NTK "
         "base, a SymFloat of max(seq, original) (rope_scaling.py:116), as a float: the "
         "guard specializes the length to <= the original 16",
@@ -188,16 +164,8 @@ def test_dynamic_ntk_rope_exports_with_dynamic_length(sharpen, model_tol):
 
 # --- ONNX Runtime ---
 
-#: torch.onnx.export falls back to a strict (dynamo) torch.export when the non-strict one
-#: fails; for alibi and t5 that one succeeds by specializing the length to the example's,
-#: so the ONNX graph's input is [2, 12] and the test's check of a symbolic axis fails
-ONNX_SPECIALIZED = "torch.onnx's strict fallback then fixes the length at 12"
-ONNX_CAUSES = {
-    "rope": [SEQ_LEN_CHECK, CONTEXTS_BY_LENGTH, SDPA_IS_CAUSAL],
-    "alibi": [CONTEXTS_BY_LENGTH, ONNX_SPECIALIZED],
-    "t5": [CONTEXTS_BY_LENGTH, ONNX_SPECIALIZED],
-    "nope": [CONTEXTS_BY_LENGTH, SDPA_IS_CAUSAL],
-}
+#: the encodings run in ONNX Runtime
+ONNX_NAMES = ["rope", "alibi", "t5", "nope"]
 
 
 def onnx_runtime():
@@ -235,7 +203,7 @@ def check_onnx_runtime(lm, path, lengths, model_tol) -> None:
         assert_close(torch.from_numpy(got), expected, **rounding, msg=f"length {length}")
 
 
-@pytest.mark.parametrize("name", [case(n, causes) for n, causes in ONNX_CAUSES.items()])
+@pytest.mark.parametrize("name", [case(n, []) for n in ONNX_NAMES])
 def test_onnx_runtime_equals_eager_at_two_lengths(name, sharpen, model_tol, tmp_path):
     """One ``torch.onnx.export(dynamo=True)`` with a dynamic length, run by ONNX Runtime at
     the example's length and another."""
@@ -249,7 +217,7 @@ def test_onnx_runtime_equals_eager_at_two_lengths(name, sharpen, model_tol, tmp_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", list(ONNX_CAUSES))
+@pytest.mark.parametrize("name", ONNX_NAMES)
 def test_onnx_runtime_equals_eager_at_a_fixed_length(name, sharpen, model_tol, tmp_path):
     """What runs in ONNX Runtime today: one export per length (docs/compile-and-export.md's
     example runs alibi's in the default suite)."""

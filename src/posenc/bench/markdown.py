@@ -48,6 +48,7 @@ CASE_TITLES = {
     "training": "TransformerLM training step (forward, backward, AdamW), against nope",
     "patterns": "Sliding-window and chunked attention against full causal, forward, across L",
     "rolling": "Decode step with a sliding window: rolling KV cache against the full cache",
+    "compiled": "torch.compile: a decode step over a static KV cache and a training step",
 }
 
 

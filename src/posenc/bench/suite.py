@@ -3,8 +3,9 @@
 Cases: ``rope`` (:mod:`~posenc.bench.rope`), ``decode``
 (:mod:`~posenc.bench.decode`), ``bias`` (:mod:`~posenc.bench.bias_attention`),
 ``training`` (:mod:`~posenc.bench.training`), ``patterns`` (sliding window and chunk
-against full causal, :mod:`~posenc.bench.patterns`) and ``rolling`` (a decode step with a
-rolling KV cache, :mod:`~posenc.bench.rolling`). Sizes:
+against full causal, :mod:`~posenc.bench.patterns`), ``rolling`` (a decode step with a
+rolling KV cache, :mod:`~posenc.bench.rolling`) and ``compiled`` (a decode step and a
+training step, eager against ``torch.compile``, :mod:`~posenc.bench.compiled`). Sizes:
 
 - ``tiny``: seconds; what the tests run (the numbers mean nothing);
 - ``small``: about ten minutes on two cores; a quick look at every case (patterns L
@@ -26,13 +27,23 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import bias_attention, decode, markdown, patterns, peers, rolling, rope, training
+from . import (
+    bias_attention,
+    compiled,
+    decode,
+    markdown,
+    patterns,
+    peers,
+    rolling,
+    rope,
+    training,
+)
 from .machine import cpu_slug, machine
 
 __all__ = ["CASES", "FORMAT", "PRESETS", "SIZES", "file_stem", "run", "write"]
 
 FORMAT = "posenc-bench/1"
-CASES = ("rope", "decode", "bias", "training", "patterns", "rolling")
+CASES = ("rope", "decode", "bias", "training", "patterns", "rolling", "compiled")
 SIZES = ("tiny", "small", "full")
 DEFAULT_OUT = "benchmarks/results"
 
@@ -43,6 +54,7 @@ RUNNERS: dict[str, Callable[..., list[dict[str, Any]]]] = {
     "training": training.run,
     "patterns": patterns.run,
     "rolling": rolling.run,
+    "compiled": compiled.run,
 }
 
 #: the keyword arguments of each case's ``run`` at each size
@@ -89,6 +101,18 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             "repeat": 2,
             "warmup": 1,
         },
+        # compiles take seconds each even at these sizes: one kind
+        "compiled": {
+            "dim": 16,
+            "n_layers": 1,
+            "n_heads": 2,
+            "prefix": 4,
+            "lengths": [8],
+            "kinds": ["rope"],
+            "batch": 1,
+            "repeat": 2,
+            "warmup": 1,
+        },
     },
     "small": {
         # posenc compiles its RoPE kernel once per shape class: a warm-up of ~10 s each
@@ -103,6 +127,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         # window 256, chunk 512; a length compiles its flex kernels once (a few s each)
         "patterns": {"lengths": [1024, 2048, 4096, 8192], "repeat": 3, "warmup": 1},
         "rolling": {"lengths": [2048, 8192, 32768], "repeat": 15, "warmup": 3},
+        "compiled": {"lengths": [256], "repeat": 15, "warmup": 3},
     },
     "full": {
         "rope": {"seqs": [128, 512, 2048, 8192], "head_dims": [64, 128], "repeat": 15, "warmup": 3},
@@ -115,6 +140,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             "warmup": 1,
         },
         "rolling": {"lengths": [2048, 8192, 32768, 131072], "repeat": 30, "warmup": 5},
+        "compiled": {"lengths": [256, 1024], "repeat": 30, "warmup": 5},
     },
 }
 

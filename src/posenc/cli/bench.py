@@ -15,7 +15,7 @@ from .app import example
 
 __all__ = ["bench_command", "register"]
 
-CASES = ("rope", "decode", "bias", "training", "patterns", "rolling")
+CASES = ("rope", "decode", "bias", "training", "patterns", "rolling", "compiled")
 
 
 def _cases(values: list[str] | None) -> list[str]:

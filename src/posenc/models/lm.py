@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..attn import KVCache
+from ..attn import AttentionContext, KVCache
 from ..attn.checks import check_scale
 from ..attn.planner import AttnShape
 from ..base import Encoding
@@ -264,17 +264,20 @@ class TransformerLM(nn.Module):
             training=trains,
             cached=cache is not None,
         )
-        contexts = {}  # a rolling cache's layers see their last keys only
+        contexts: dict[int, AttentionContext] = {}  # a rolling cache's layers: last keys only
         for i, block in enumerate(cast(Iterable[Block], self.blocks)):
             e, attn = self._layer_encoding[i], block.attn
-            seen = inputs.context.positions.k_len if cache is None else cache.visible(i, s)
-            if seen not in contexts:
-                contexts[seen] = inputs.context.last_keys(seen)
+            context = inputs.context  # no cache: every key (a length export keeps symbolic)
+            if cache is not None:
+                seen = cache.visible(i, s)
+                if seen not in contexts:
+                    contexts[seen] = inputs.context.last_keys(seen)
+                context = contexts[seen]
             x = block(
                 x,
                 encoding=encodings[e],
                 rotation=rotations.get(e),
-                context=contexts[seen],
+                context=context,
                 causal=self.causal,
                 cache=cache,
                 layer=i,

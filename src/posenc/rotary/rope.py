@@ -180,7 +180,7 @@ class RoPE(RotaryEncoding):
         """``(cos, sin)`` of every position's angles, float32, ``positions.shape + (n,)``
         (subclasses may add tables: xPos's ``scale``)."""
         positions = self.check_positions(positions)
-        if seq_len is not None:
+        if seq_len is not None and not isinstance(seq_len, torch.SymInt):  # export: symbolic
             check_int("seq_len", seq_len)
         if seq_len is None and self.scaling.depends_on_length:
             if torch.compiler.is_compiling():

@@ -28,7 +28,11 @@ def fast(call: Call, plan: Plan) -> torch.Tensor:
     width = v.shape[-1]
     if width < q.shape[-1]:  # one width for SDPA (its CPU kernels fall back to math else)
         v = F.pad(v, (0, q.shape[-1] - width))
-    is_causal = call.causal and q.shape[2] == k.shape[2]
+    # a branch, not a value: SDPA takes no SymBool (a length torch.compile or torch.export
+    # made symbolic), and a branch guards on it
+    is_causal = False
+    if q.shape[2] == k.shape[2]:
+        is_causal = call.causal
     gqa = q.shape[1] != k.shape[1]
     out = F.scaled_dot_product_attention(
         q, k, v, is_causal=is_causal, scale=call.scale, enable_gqa=gqa
