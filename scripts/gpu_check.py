@@ -9,9 +9,10 @@ on the tests' ``PYTHONPATH``. Steps, each in its own ``try`` so that one failure
 nothing else, and the results rewritten after each:
 
 1. the environment (Python, torch, Triton, CUDA, the device and its driver, peers);
-2. ``pytest -m cuda tests/cuda`` in a subprocess (with ``-n WORKERS`` where pytest-xdist is
-   installed): its summary line and the short text of its failures (the whole output in
-   OUTDIR/pytest.txt), killed past ``--tests-timeout`` seconds;
+2. ``pytest -m cuda tests/cuda tests/models/test_device_clean.py`` in a subprocess (with
+   ``-n WORKERS`` where pytest-xdist is installed): its summary line and the short text of
+   its failures (the whole output in OUTDIR/pytest.txt), killed past ``--tests-timeout``
+   seconds;
 3. the timed sections of ``scripts/gpu_timing.py``: the copy floor, RoPE, bias encodings
    through flex against SDPA, host reads and syncs per forward, a decode step. A section
    that would start past ``--budget`` seconds of the run is skipped and says so.
@@ -143,9 +144,10 @@ SHORT = ("FAILED", "ERROR", "XPASS", "XFAIL")
 
 
 def run_tests(out: Path, workers: int, timeout_s: float, only: str | None = None) -> dict[str, Any]:
-    """``pytest -m cuda tests/cuda`` (``-k only`` where given) in a subprocess with ``src/``
-    on PYTHONPATH."""
+    """``pytest -m cuda tests/cuda tests/models/test_device_clean.py`` (``-k only`` where
+    given) in a subprocess with ``src/`` on PYTHONPATH."""
     command = [sys.executable, "-m", "pytest", "-q", "-m", "cuda", "tests/cuda"]
+    command += ["tests/models/test_device_clean.py"]
     command += [] if only is None else ["-k", only]
     command += ["-p", "no:randomly", "-p", "no:cacheprovider", "--tb=short"]
     if workers > 1 and version("pytest-xdist") != "not installed":

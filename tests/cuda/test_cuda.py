@@ -14,15 +14,12 @@ are compared with one float64 reference.
 from __future__ import annotations
 
 import copy
-import traceback
 
 import pytest
 import torch
 import torch.nn.functional as F
 from tests.attn.test_backends import CASES, SCALE, grads, qkv
-from torch.overrides import TorchFunctionMode
 from torch.testing import assert_close
-from torch.utils._pytree import tree_flatten
 
 import posenc
 from posenc.attn.runners import RUNNERS
@@ -297,72 +294,6 @@ def test_compiled_training_step_matches_eager(name, sharpen):
     for n, p in compiled.named_parameters():  # p - lr·g: the gradient's error times lr
         atol = lr * rounding["atol"] + EPS * p.abs().max().item()
         assert_close(p, after[n], atol=atol, rtol=rounding["rtol"], msg=n)
-
-
-# 5. the forward creates no tensor on the host ------------------------------------------------
-
-
-#: frames of torch's compilers: tensors they make while compiling are not the forward's
-COMPILER_FRAMES = ("/torch/_dynamo/", "/torch/_inductor/", "/torch/_functorch/", "/torch/fx/")
-
-
-class HostTensors(TorchFunctionMode):
-    """Records every torch function (factory, op or method) that posenc calls while active
-    whose output holds a CPU tensor with at least one dimension (0-d scalars aside), keyed
-    by the posenc lines that called it. What torch's compilers make while compiling (under
-    a dynamo or inductor frame) is left out; a compiled region's own work is invisible."""
-
-    def __init__(self):
-        super().__init__()
-        self.found: dict[str, str] = {}
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        host = [
-            t
-            for t in tree_flatten(out)[0]
-            if isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.dim() > 0
-        ]
-        if host:
-            stack = traceback.extract_stack()
-            if not any(c in f.filename for f in stack for c in COMPILER_FRAMES):
-                frames = [
-                    f"{f.filename.rsplit('src/', 1)[-1]}:{f.lineno}"
-                    for f in stack
-                    if "/posenc/" in f.filename and "/tests/" not in f.filename
-                ]
-                where = " <- ".join(reversed(frames[-3:])) or "outside posenc"
-                name = getattr(func, "__name__", str(func))
-                self.found.setdefault(where, f"{name} -> {tuple(host[0].shape)}")
-        return out
-
-
-@pytest.mark.parametrize("name", MODEL_NAMES)
-@pytest.mark.parametrize("mode", ["train", "decode", "static"])
-def test_forward_creates_no_host_tensor(name, mode, sharpen):
-    """A training forward and backward, and a cached decode step (prefill, then one token),
-    on the device: no torch call of posenc's returns a tensor on the CPU. Each runs once
-    unrecorded first, so that what a first call builds (compiled kernels) is not counted."""
-    model = tiny_model(name, sharpen).to("cuda")
-    ids = torch.randint(0, VOCAB, (BATCH, SEQ), device="cuda")
-
-    def forward():
-        if mode == "train":
-            model(ids).sum().backward()
-            return
-        model.eval()
-        cache = model.new_cache(BATCH, SEQ + 1, static=mode == "static")
-        with torch.no_grad():
-            model(ids, cache=cache)
-            model(ids[:, :1], cache=cache)
-
-    forward()
-    host = HostTensors()
-    with host:
-        forward()
-    assert not host.found, "tensors made on the host:\n" + "\n".join(
-        f"  {where}: {what}" for where, what in host.found.items()
-    )
 
 
 def test_cuda_tests_see_ieee_fp32():
