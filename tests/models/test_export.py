@@ -25,7 +25,7 @@ from torch.testing import assert_close
 
 import posenc
 from posenc.hf import extend_context, rope_from_hf_config
-from posenc.models import LayerPlan, LayerSpec, TransformerLM
+from posenc.models import DecodeStep, LayerPlan, LayerSpec, TransformerLM
 
 VOCAB, DIM, LAYERS, HEADS, BATCH = 37, 32, 2, 4, 2
 #: the example the export traces with, and a length it never saw
@@ -290,3 +290,23 @@ def test_llama_with_posenc_rope_in_place_exports_with_dynamic_length(tol):
     ids = torch.randint(0, llama.config.vocab_size, (BATCH, EXAMPLE))
     program = torch.export.export(wrapped, (ids,), dynamic_shapes=({1: seq_dim()},))
     check_llama(program, wrapped, tol)
+
+
+@pytest.mark.parametrize("name", [case(n, []) for n in [*ONNX_NAMES, "fox"]])
+def test_a_decode_step_over_a_static_cache_exports(name, sharpen, model_tol):
+    """The one-token step over a StaticKVCache, exported once (``DecodeStep`` holds the
+    cache's tensors as buffers: the program keeps their in-place writes), then run for four
+    tokens: the logits of one eager forward over the whole sequence, and the program's
+    count of tokens advanced by one per step."""
+    lm = model(name, sharpen)
+    ids = tokens(12)[:1]
+    with torch.no_grad():
+        full = lm(ids)
+        cache = lm.new_cache(1, 16, static=True)
+        lm(ids[:, :8], cache=cache)  # the prompt, eager
+    program = torch.export.export(DecodeStep(lm, cache), (ids[:, 8:9],))
+    run = program.module()
+    with torch.no_grad():
+        got = torch.cat([run(ids[:, i : i + 1]) for i in range(8, 12)], dim=1)
+    assert int(run.filled) == 12
+    assert_close(got, full[:, 8:], **model_tol(lm, 12, full))

@@ -24,12 +24,15 @@ One module per concept:
 - :mod:`~posenc.models.generation`: the generate loop, :func:`sample` and
   :func:`next_positions`;
 - :mod:`~posenc.models.inspection`: :func:`attention_maps`, the attention probabilities
-  of every layer and head, read out by a reference path.
+  of every layer and head, read out by a reference path;
+- :mod:`~posenc.models.export`: :class:`DecodeStep`, a model and its static KV cache as
+  one module for ``torch.export``.
 
 Import the public names from ``posenc.models``.
 """
 
 from .blocks import Block, SelfAttention
+from .export import DecodeStep
 from .generation import check_temperature, next_positions, sample
 from .inspection import attention_maps
 from .lm import TransformerLM
@@ -38,6 +41,7 @@ from .spec import LayerSpec
 
 __all__ = [
     "Block",
+    "DecodeStep",
     "LayerPlan",
     "LayerSpec",
     "SelfAttention",

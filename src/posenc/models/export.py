@@ -1,0 +1,75 @@
+"""A decode step to export: a :class:`~posenc.models.TransformerLM` and its
+:class:`~posenc.attn.StaticKVCache` as one module whose buffers are the cache's tensors.
+
+``torch.export`` traces a module's buffers as state and keeps their in-place writes
+(``index_copy_`` of the new keys, the count advanced) as buffer mutations of the program;
+a tensor reached through another object would be traced as a constant instead. So the
+step holds the cache's keys, values, positions, clocks and count as buffers and hands
+them to the cache for each call.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..attn import StaticKVCache
+
+__all__ = ["DecodeStep"]
+
+
+class DecodeStep(nn.Module):
+    """``model(ids, positions, cache=cache)`` as a module that owns ``cache``'s tensors.
+
+    Args:
+        model: a :class:`~posenc.models.TransformerLM` (any module with its call).
+        cache: its static cache (``model.new_cache(batch, max_seq_len, static=True)``),
+            after the prompt when the step to export is the one-token step (the prompt and
+            the step are two graphs).
+
+    Shapes:
+        ids: ``[batch, seq]`` -> logits ``[batch, seq, vocab_size]``.
+
+    Example:
+        >>> import torch
+        >>> from posenc.models import TransformerLM
+        >>> model = TransformerLM(16, 8, n_layers=1, n_heads=2, encoding="rope").eval()
+        >>> cache = model.new_cache(1, 8, static=True)
+        >>> _ = model(torch.zeros(1, 3, dtype=torch.long), cache=cache)  # the prompt
+        >>> step = DecodeStep(model, cache)
+        >>> program = torch.export.export(step, (torch.zeros(1, 1, dtype=torch.long),))
+        >>> run = program.module()
+        >>> for _ in range(2):
+        ...     logits = run(torch.zeros(1, 1, dtype=torch.long))
+        >>> int(run.filled)  # the program's own cache: 3 + 2 tokens
+        5
+    """
+
+    def __init__(self, model: nn.Module, cache: StaticKVCache) -> None:
+        super().__init__()
+        if not isinstance(cache, StaticKVCache):
+            raise TypeError(
+                "cache must be a StaticKVCache (model.new_cache(batch, max_seq_len, "
+                f"static=True)), got {type(cache).__name__}"
+            )
+        self.model, self.cache = model, cache
+        self.layers = len(cache.keys)
+        for i in range(self.layers):
+            self.register_buffer(f"keys_{i}", cache.keys[i])
+            self.register_buffer(f"values_{i}", cache.values[i])
+        for i, clock in cache.clocks.items():  # FoX's, made by the prompt
+            self.register_buffer(f"clocks_{i}", clock)
+        self.register_buffer("positions", cache.positions)
+        self.register_buffer("filled", cache.filled)
+
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        cache = self.cache
+        before = (cache.keys, cache.values, dict(cache.clocks), cache.positions, cache.filled)
+        cache.keys = [getattr(self, f"keys_{i}") for i in range(self.layers)]
+        cache.values = [getattr(self, f"values_{i}") for i in range(self.layers)]
+        cache.clocks = {i: getattr(self, f"clocks_{i}") for i in cache.clocks}
+        cache.positions, cache.filled = self.positions, self.filled
+        try:
+            return self.model(ids, positions, cache)
+        finally:  # a trace's tensors never stay in the cache
+            cache.keys, cache.values, cache.clocks, cache.positions, cache.filled = before
