@@ -45,6 +45,9 @@ class DecodeStep(nn.Module):
         5
     """
 
+    positions: torch.Tensor
+    filled: torch.Tensor
+
     def __init__(self, model: nn.Module, cache: StaticKVCache) -> None:
         super().__init__()
         if not isinstance(cache, StaticKVCache):
