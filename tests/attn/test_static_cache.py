@@ -42,9 +42,12 @@ def test_static_decoding_with_padding_and_a_plan(model_tol):
     mask = torch.ones(2, 10, dtype=torch.long)
     mask[0, :3] = 0
     full_mask = torch.cat([mask, mask.new_ones(2, 4)], dim=1)  # every slot of the cache
+    cache = model.new_cache(2, 14, static=True)
+    # the window of 3 keeps a ring of its last 2 keys, the chunk of 4 of its last 3
+    assert [k.shape[2] for k in cache.keys] == [2, 3]
     with torch.no_grad():
         full = model(ids, attention_mask=mask)
-        got = decode(model, ids, model.new_cache(2, 14, static=True), 5, attention_mask=full_mask)
+        got = decode(model, ids, cache, 5, attention_mask=full_mask)
     real = mask.bool()
     assert_close(got[real], full[real], **model_tol(model, 10, full))
 
@@ -75,7 +78,19 @@ def test_static_cache_refuses_what_it_cannot_hold():
             cache=cache,
             attention_mask=torch.ones(1, 2, dtype=torch.long),
         )
-    with pytest.raises(ValueError, match="keeps every key"):
-        StaticKVCache(1, 1, 1, 4, max_seq_len=4, keep=[2])
     with pytest.raises(TypeError, match="static must be a bool"):
         model.new_cache(1, 4, static="yes")
+
+
+def test_a_ring_holds_the_last_tokens_in_their_slots():
+    """Token ``t`` in slot ``t % n``; a call sees the ring as it was, then its new keys."""
+    cache = StaticKVCache(1, 1, 1, 1, max_seq_len=10, keep=[3])
+    seen, _ = cache.update(0, torch.arange(5.0).view(1, 1, 5, 1), torch.zeros(1, 1, 5, 1))
+    cache.advance(5)
+    assert seen[0, 0, :, 0].tolist() == [0, 0, 0, 0, 1, 2, 3, 4]  # empty ring, 5 new
+    assert cache.keys[0][0, 0, :, 0].tolist() == [3, 4, 2]  # tokens 2, 3, 4 in slots 2, 0, 1
+    seen, _ = cache.update(0, torch.full((1, 1, 1, 1), 5.0), torch.zeros(1, 1, 1, 1))
+    assert seen[0, 0, :, 0].tolist() == [3, 4, 2, 5] and cache.visible(0, 1) == 4
+    positions, real = cache.ring_keys(torch.tensor([[5]]), torch.tensor([[True]]))[3]
+    assert positions.tolist() == [[0, 0, 0, 5]]  # the ring's positions, then the new one
+    assert real.tolist() == [[False, False, False, True]]  # no position was written before

@@ -64,11 +64,12 @@ def test_a_plan_is_one_graph():
     assert graphs(model, ids) == (1, [])
 
 
-@pytest.mark.parametrize("name", marked(["rope", "alibi", "fox", "fire"], {"rope"}))
+@pytest.mark.parametrize("name", marked(["rope", "alibi", "fox", "fire", "plan"], {"rope"}))
 def test_a_static_decode_step_compiles_once(name, model_tol):
     """The prompt and the one-token step: two graphs over 6 steps (31 with the growing
-    cache), the logits of the eager forward."""
-    model = lm(name).eval()
+    cache), the logits of the eager forward; with a plan, its window and chunk layers keep
+    rings."""
+    model = (lm(plan=PLAN) if name == "plan" else lm(name)).eval()
     ids = torch.randint(0, VOCAB, (2, 14))
     dynamo.reset()
     counters.clear()

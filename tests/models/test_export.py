@@ -292,13 +292,13 @@ def test_llama_with_posenc_rope_in_place_exports_with_dynamic_length(tol):
     check_llama(program, wrapped, tol)
 
 
-@pytest.mark.parametrize("name", [case(n, []) for n in [*ONNX_NAMES, "fox"]])
+@pytest.mark.parametrize("name", [case(n, []) for n in [*ONNX_NAMES, "fox", "plan"]])
 def test_a_decode_step_over_a_static_cache_exports(name, sharpen, model_tol):
     """The one-token step over a StaticKVCache, exported once (``DecodeStep`` holds the
     cache's tensors as buffers: the program keeps their in-place writes), then run for four
     tokens: the logits of one eager forward over the whole sequence, and the program's
-    count of tokens advanced by one per step."""
-    lm = model(name, sharpen)
+    count of tokens advanced by one per step. A plan's window and chunk layers keep rings."""
+    lm = model(sharpen=sharpen, plan=PLAN) if name == "plan" else model(name, sharpen)
     ids = tokens(12)[:1]
     with torch.no_grad():
         full = lm(ids)

@@ -9,6 +9,12 @@ the model builds from it (:func:`~posenc.models.shared.forward_inputs`). A gener
 then compiles twice: the prompt, and the one-token step (the layout of transformers'
 ``StaticCache``; Hugging Face, "Optimizing inference: static kv-cache and
 torch.compile"). The buffers are zeros until written, so a masked slot holds no NaN.
+
+A layer that needs only its last ``n`` keys (a window of ``n + 1``, a chunk of ``n + 1``)
+keeps a ring of ``n`` slots: token ``t`` lives in slot ``t % n``, and a call sees the
+ring as it was before the call followed by its new tokens, ``n + seq`` keys, then writes
+the last of them into the ring. Its memory is ``O(W)`` whatever the length (the rolling
+buffer of Mistral 7B, Jiang et al. 2023, arXiv:2310.06825), with fixed shapes.
 """
 
 from __future__ import annotations
@@ -28,18 +34,21 @@ class StaticKVCache(KVCache):
     """Keys, values, positions (and FoX clocks) of every layer, ``max_seq_len`` slots each,
     written in place: every step of a decode sees the same shapes.
 
-    Takes :class:`~posenc.attn.KVCache`'s arguments except ``keep``: every layer keeps
-    every key (a window or chunk is masked by positions, not dropped; memory is
-    ``O(max_seq_len)`` in every layer).
+    Takes :class:`~posenc.attn.KVCache`'s arguments. A layer with ``keep[layer] = n``
+    keeps a ring of its last ``n`` tokens' keys (see the module); the others every key.
 
     Attributes:
         filled: the tokens held, a 0-d int64 tensor on the cache's device (advanced in
             place by :meth:`advance`).
         started: whether a forward has written to it (the first forward and the later
             ones are the two graphs ``torch.compile`` makes).
+        ring_positions, ring_real: per ring size ``n``, the position of the token in each
+            slot and whether it is a real token (not a pad, not unwritten yet), ``[batch,
+            n]``; every ring of one size holds the same tokens in the same slots.
 
     Shapes:
-        :meth:`update` returns ``[batch, kv_heads, max_seq_len, width]`` per layer;
+        :meth:`update` returns ``[batch, kv_heads, max_seq_len, width]`` per layer that
+        keeps every key, ``[batch, kv_heads, n + seq, width]`` per ring of ``n``;
         :meth:`update_positions` ``[batch, max_seq_len]``.
 
     Example:
@@ -50,30 +59,72 @@ class StaticKVCache(KVCache):
     """
 
     def __init__(self, *args, **kwargs) -> None:
-        if kwargs.get("keep") is not None:
-            raise ValueError("a StaticKVCache keeps every key: pass keep=None")
         super().__init__(*args, **kwargs)
-        self.filled = torch.zeros((), dtype=torch.long, device=self.positions.device)
+        device = self.positions.device
+        self.filled = torch.zeros((), dtype=torch.long, device=device)
         self.started = False
+        batch = self.positions.shape[0]
+        sizes = sorted({n for n in self.keep if n is not None})
+        self.ring_positions = {n: self.positions.new_zeros(batch, n) for n in sizes}
+        self.ring_real = {n: torch.zeros(batch, n, dtype=torch.bool, device=device) for n in sizes}
 
     def slots(self, n: int) -> torch.Tensor:
         """The slots of ``n`` new tokens, ``filled + arange(n)``, ``[n]`` int64."""
         return self.filled + torch.arange(n, device=self.filled.device)
 
     def visible(self, layer: int, n: int) -> int:
-        """Every slot: the ones not written yet are masked."""
-        return self.max_seq_len
+        """Every slot (the ones not written yet are masked), or a ring and the new ones."""
+        ring = self.keep[layer]
+        return self.max_seq_len if ring is None else ring + n
 
     def _store(self, buffer: torch.Tensor, new: torch.Tensor, layer: int) -> torch.Tensor:
-        buffer.index_copy_(2, self.slots(new.shape[2]), new.to(buffer.dtype))
-        return buffer
+        new = new.to(buffer.dtype)
+        ring = self.keep[layer]
+        if ring is None:
+            buffer.index_copy_(2, self.slots(new.shape[2]), new)
+            return buffer
+        seen = torch.cat((buffer, new), dim=2)  # the ring before this call, then the new
+        self._write_ring(buffer, new, 2)
+        return seen
+
+    def _write_ring(self, ring: torch.Tensor, new: torch.Tensor, dim: int) -> None:
+        """The last of ``new``'s tokens (along ``dim``) into their slots of ``ring``."""
+        size, n = ring.shape[dim], new.shape[dim]
+        if size == 0:
+            return
+        last = min(size, n)
+        slots = (self.slots(n)[n - last :]) % size
+        ring.index_copy_(dim, slots, new.narrow(dim, n - last, last))
 
     def last_clock(self, layer: int) -> torch.Tensor | None:
         """The forget clock of ``layer``'s last written slot, ``[batch, heads, 1]``, or None
         before the first forward."""
         if not self.started or layer not in self.clocks:
             return None
-        return self.clocks[layer].index_select(2, (self.filled - 1).view(1)).squeeze(-1)
+        ring = self.keep[layer]
+        if ring == 0:  # a ring of no slot: the last clock is kept apart
+            return self._last_clock[layer]
+        last = self.filled - 1 if ring is None else (self.filled - 1) % ring
+        return self.clocks[layer].index_select(2, last.view(1)).squeeze(-1)
+
+    def ring_keys(
+        self, positions: torch.Tensor, real: torch.Tensor
+    ) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+        """Per ring size, the positions and the padding mask of the keys its layers see in
+        this call (the ring before it, then the ``n`` new tokens: ``[batch, size + n]``),
+        then the new tokens written into the ring.
+
+        Args:
+            positions: the new tokens' positions, ``[batch, n]`` integers.
+            real: whether each new token is real (not a pad), ``[batch, n]`` bool.
+        """
+        seen = {}
+        for size, ring in self.ring_positions.items():
+            present = self.ring_real[size]
+            seen[size] = (torch.cat((ring, positions), 1), torch.cat((present, real), 1))
+            self._write_ring(ring, positions.to(ring.dtype), 1)
+            self._write_ring(present, real, 1)
+        return seen
 
     def update_positions(
         self,

@@ -57,7 +57,7 @@ class CacheLayout:
 
     def new(self, batch: int, max_seq_len: int, *, rolling: bool, static: bool = False) -> KVCache:
         """An empty cache of this layout (rolling: the local layers keep only ``keep``;
-        static: a :class:`~posenc.attn.StaticKVCache`, whose layers keep every key)."""
+        static: a :class:`~posenc.attn.StaticKVCache`, whose rolling layers keep rings)."""
         check_bool("rolling", rolling)
         check_bool("static", static)
         return (StaticKVCache if static else KVCache)(
@@ -68,7 +68,7 @@ class CacheLayout:
             max_seq_len,
             device=self.device,
             dtype=self.dtype,
-            keep=list(self.keep) if rolling and not static else None,
+            keep=list(self.keep) if rolling else None,
             key_dims=list(self.key_dims),
         )
 

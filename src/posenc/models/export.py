@@ -64,15 +64,22 @@ class DecodeStep(nn.Module):
             self.register_buffer(f"clocks_{i}", clock)
         self.register_buffer("positions", cache.positions)
         self.register_buffer("filled", cache.filled)
+        for n in cache.ring_positions:  # the rings of window and chunk layers
+            self.register_buffer(f"ring_positions_{n}", cache.ring_positions[n])
+            self.register_buffer(f"ring_real_{n}", cache.ring_real[n])
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         cache = self.cache
-        before = (cache.keys, cache.values, dict(cache.clocks), cache.positions, cache.filled)
+        names = ("keys", "values", "clocks", "positions", "filled", "ring_positions", "ring_real")
+        before = {name: getattr(cache, name) for name in names}
         cache.keys = [getattr(self, f"keys_{i}") for i in range(self.layers)]
         cache.values = [getattr(self, f"values_{i}") for i in range(self.layers)]
         cache.clocks = {i: getattr(self, f"clocks_{i}") for i in cache.clocks}
         cache.positions, cache.filled = self.positions, self.filled
+        for name in ("ring_positions", "ring_real"):
+            setattr(cache, name, {n: getattr(self, f"{name}_{n}") for n in before[name]})
         try:
             return self.model(ids, positions, cache)
         finally:  # a trace's tensors never stay in the cache
-            cache.keys, cache.values, cache.clocks, cache.positions, cache.filled = before
+            for name, value in before.items():
+                setattr(cache, name, value)

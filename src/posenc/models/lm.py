@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..attn import AttentionContext, KVCache
+from ..attn import AttentionContext, KVCache, StaticKVCache
 from ..attn.checks import check_scale
 from ..attn.planner import AttnShape
 from ..base import Encoding
@@ -185,8 +185,9 @@ class TransformerLM(nn.Module):
         token, as they do by default). ``cache.memory()`` gives the bytes per layer.
 
         With ``static``, a :class:`~posenc.attn.StaticKVCache` instead: the same shapes at
-        every step, so that one compiled decode step serves every position (every layer
-        keeps every key; ``attention_mask`` then covers all ``max_seq_len`` slots)."""
+        every step, so that one compiled decode step serves every position (rolling
+        layers keep rings of their last keys; ``attention_mask`` then covers all
+        ``max_seq_len`` slots)."""
         return self.cache_layout().new(batch, max_seq_len, rolling=rolling, static=static)
 
     def cache_layout(self) -> CacheLayout:
@@ -268,7 +269,10 @@ class TransformerLM(nn.Module):
         for i, block in enumerate(cast(Iterable[Block], self.blocks)):
             e, attn = self._layer_encoding[i], block.attn
             context = inputs.context  # no cache: every key (a length export keeps symbolic)
-            if cache is not None:
+            ring = cache.keep[i] if isinstance(cache, StaticKVCache) else None
+            if ring is not None:  # the ring before this call, then the new keys
+                context = inputs.rings[ring]
+            elif cache is not None:
                 seen = cache.visible(i, s)
                 if seen not in contexts:
                     contexts[seen] = inputs.context.last_keys(seen)

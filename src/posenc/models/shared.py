@@ -46,11 +46,14 @@ class ForwardInputs:
         explicit: whether the caller gave them (or the masks implied them).
         context: the attention context of every layer: the positions that order queries
             and keys (with the cached keys), and the padding and document masks.
+        rings: with a :class:`~posenc.attn.StaticKVCache`, the context of the layers that
+            keep a ring of ``n`` keys, by ``n`` (their keys: the ring, then the new ones).
     """
 
     positions: torch.Tensor
     explicit: bool
     context: AttentionContext
+    rings: dict[int, AttentionContext]
 
 
 def check_plan_positions(
@@ -146,7 +149,7 @@ def forward_inputs(
         key_padding_mask=key_padding_mask,
         segment_ids=segments,
     )
-    return ForwardInputs(order if positions is None else positions, explicit, context)
+    return ForwardInputs(order if positions is None else positions, explicit, context, {})
 
 
 def _static_inputs(
@@ -180,17 +183,29 @@ def _static_inputs(
     order = order if order.dim() == 2 else order.expand(b, s)
     k_positions = cache.update_positions(order)
     written = cache.written(s).expand(b, size)
+    device = input_ids.device
     context = AttentionContext.build(
         s,
         size,
         b,
-        input_ids.device,
+        device,
         q_positions=order,
         k_positions=k_positions,
         key_padding_mask=written if mask is None else written & mask,
     )
+    real = (  # [b, s]: whether each new token is real
+        torch.ones(b, s, dtype=torch.bool, device=device)
+        if mask is None
+        else mask.index_select(1, slots)
+    )
+    rings = {
+        n: AttentionContext.build(
+            s, n + s, b, device, q_positions=order, k_positions=seen, key_padding_mask=present
+        )
+        for n, (seen, present) in cache.ring_keys(order, real).items()
+    }
     # explicit: each step's rotation follows its positions, not a length (a tensor here)
-    return ForwardInputs(positions, True, context)
+    return ForwardInputs(positions, True, context, rings)
 
 
 def rotations_of(
