@@ -164,3 +164,18 @@ def test_a_nan_token_reaches_no_earlier_row_in_a_model(name):
         logits = model(ids)
     assert torch.isfinite(logits[0, :6]).all()
     assert torch.isnan(logits[0, 6]).all()
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["rolling", "static"])
+def test_a_plan_decode_step_with_padding_reads_the_host_once(static):
+    """Windows and chunks keep rolling buffers (or rings) of their last keys, with a
+    left-padding mask: still the one read of the entry checks per step."""
+    model = lm(plan=PLAN).eval()
+    ids, mask = padded()
+    cache = model.new_cache(2, 32, static=static)
+    full = torch.cat([mask, mask.new_ones(2, 8)], dim=1)  # every slot of a static cache
+    with torch.no_grad():
+        model(ids[:, :20], cache=cache, attention_mask=full if static else mask[:, :20])
+        step_mask = full if static else mask[:, :21]
+        step = reads(lambda: model(ids[:, 20:21], cache=cache, attention_mask=step_mask))
+    assert len(step) == 1

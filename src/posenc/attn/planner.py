@@ -387,7 +387,9 @@ def plan(
     """
     traits = PLAIN_TRAITS if traits is None else traits  # not a default: dynamo 2.11
     masked = masked or traits.pattern.local
-    slopes = encoding.linear_slopes(causal) if isinstance(encoding, LinearSlopes) else None
+    # the slopes serve the CPU rows only: nowhere else are they read
+    cpu = device.type == "cpu" and not torch.compiler.is_compiling()
+    slopes = encoding.linear_slopes(causal) if isinstance(encoding, LinearSlopes) and cpu else None
     facts = Facts(
         encoding,
         shape,

@@ -3,6 +3,7 @@ al. 2022, "Train Short, Test Long", arXiv:2108.12409)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Any
 
@@ -109,8 +110,11 @@ class ALiBi(ShiftInvariant, LinearSlopes, BiasEncoding):
 
     def __init__(self, config: AlibiConfig | None = None, **kwargs) -> None:
         super().__init__(config, **kwargs)
-        # read once here, from the config: a forward's plan never reads a tensor for them
-        self._float64_slopes: list[float] = self.slopes(dtype=torch.float64).tolist()
+        # read once here, on the CPU whatever the default device: a forward's plan never
+        # reads a tensor for them (None under a fake-tensor mode: read at the first use)
+        self._float64_slopes: list[float] | None = None
+        with contextlib.suppress(RuntimeError):
+            self._float64_slopes = self.slopes("cpu", torch.float64).tolist()
 
     def head_slopes(self, head: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """The slope of each head index in ``head`` (elementwise, rounded once to ``dtype``)."""
@@ -142,4 +146,6 @@ class ALiBi(ShiftInvariant, LinearSlopes, BiasEncoding):
         mask. None for symmetric non-causal attention (not linear in ``i - j``)."""
         if self.config.symmetric and not causal:
             return None
+        if self._float64_slopes is None:
+            self._float64_slopes = self.slopes("cpu", torch.float64).tolist()
         return list(self._float64_slopes)
