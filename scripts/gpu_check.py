@@ -286,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         # tiny shapes: threads would only wait on each other and on a shared machine's
         # other jobs; posenc's own kernels would compile with inductor (minutes on a CPU)
         torch.set_num_threads(1)
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # Triton kernels on the CPU
         with contextlib.suppress(Exception):  # an import error: reported below
             import posenc.functional.compiled
 

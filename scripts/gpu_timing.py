@@ -246,6 +246,15 @@ def _rope_impls(ctx: Context, q: torch.Tensor) -> tuple[dict[str, Callable], dic
         ),
     }
     skipped = {}
+    try:  # posenc's Triton kernel (issue 41): where Triton imports
+        from posenc.functional.rope_triton import rope_triton, triton_available
+
+        if not triton_available():
+            raise ImportError("triton")
+        positions, inv_freq = torch.arange(seq, device=ctx.device), enc.inv_freq()
+        impls["posenc triton kernel"] = lambda q, k: rope_triton(q, k, positions, inv_freq)
+    except ImportError as e:
+        skipped["posenc triton kernel"] = f"not installed ({e.name or e})"
     for name, adapter in PEERS.items():
         try:
             impls[name] = adapter(seq, head_dim, q)

@@ -5,6 +5,7 @@ share graphs: one graph per (layout, cos/sin rank, dtype, autograd mode, partial
 sizes, strides and head counts are symbolic (``dynamic=True``).
 """
 
+import subprocess
 import sys
 import warnings
 
@@ -242,10 +243,27 @@ def test_jit_trace_records_the_reference(compiled):
     assert torch.equal(traced(x), apply_rope(x, cos, sin)) and compiled == []
 
 
-def test_cpu_path_imports_no_triton(compiled):
+def test_cpu_path_needs_no_triton(compiled):
+    """The CPU kernel compiles where Triton cannot be imported (a process of its own, with
+    the import blocked: Triton is a test dependency, for the GPU kernel's tests, so this
+    one may have imported it) and equals the eager rotation."""
     cos, sin = tables(5, 8)
     apply_rope_fast(torch.randn(1, 2, 5, 16), cos, sin)
-    assert compiled and "triton" not in sys.modules
+    assert compiled
+    code = (
+        "import sys\n"
+        "sys.modules['triton'] = None  # import triton raises ImportError\n"
+        "import torch\n"
+        "from posenc.functional import apply_rope, compiled, rope_cos_sin\n"
+        "from posenc.functional import rope_kernel as rk\n"
+        "compiled.ENABLED, rk.COMPILE_MIN_NUMEL = True, 0\n"
+        "cos, sin = rope_cos_sin(torch.arange(5), torch.ones(8))\n"
+        "x = torch.randn(1, 2, 5, 16)\n"
+        "assert torch.equal(rk.apply_rope_fast(x, cos, sin), apply_rope(x, cos, sin))\n"
+        "print(rk.KERNEL.failed)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "None", run.stdout
 
 
 @pytest.mark.parametrize(
