@@ -135,6 +135,7 @@ def test_equals_transformers_rotation():
         ({"k": torch.randn(1, 1, 4, 8)}, "same batch, seq and head_dim"),
         ({"inv_freq": torch.ones(8)}, "rotary_dim <= head_dim"),
         ({"positions": torch.arange(5.0)}, "positions must be integer"),
+        ({"positions": torch.arange(10).view(2, 5)}, "positions must be integer"),  # 2 rows
     ],
 )
 def test_bad_input_is_named(kwargs, message):

@@ -252,10 +252,13 @@ def rope_triton(
             f"inv_freq must be [rotary_dim // 2] with rotary_dim <= head_dim ({q.shape[-1]}), "
             f"got {tuple(inv_freq.shape)}"
         )
-    if positions.is_floating_point() or positions.shape[-1] != q.shape[2]:
+    rows_ok = positions.dim() == 1 or (
+        positions.dim() == 2 and positions.shape[0] in (1, q.shape[0])
+    )
+    if positions.is_floating_point() or positions.shape[-1] != q.shape[2] or not rows_ok:
         raise ValueError(
-            f"positions must be integer [seq] or [batch, seq] with seq = {q.shape[2]}, got "
-            f"{positions.dtype} {tuple(positions.shape)}"
+            f"positions must be integer [seq] or [batch, seq] with seq = {q.shape[2]} and "
+            f"batch = {q.shape[0]} (or 1), got {positions.dtype} {tuple(positions.shape)}"
         )
     if not math.isfinite(attention_factor):
         raise ValueError(f"attention_factor must be finite, got {attention_factor}")
