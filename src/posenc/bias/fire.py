@@ -229,18 +229,16 @@ class Fire(InvariantBelow, BiasEncoding):
         first, second = self._linears()
         weights = [first.weight[:, 0], first.bias, second.weight, second.bias]
         eager_cpu = qp.device.type == "cpu" and not torch.compiler.is_compiling()
-        if not eager_cpu or qp.numel() == 0 or kp.numel() == 0:
-            if by_pieces:
-                w1, b1, w2, b2 = (w.to(qp.dtype) for w in weights)
-                return list(fire_pieces(w1, b1, w2, b2))
-            return weights
-        c, threshold = scalars
-        with torch.no_grad():
-            bound = float(fire_input_bound(qp, kp, c, threshold)) * (1 + BOUND_MARGIN)
+        bound = None
+        if eager_cpu and qp.numel() and kp.numel():
+            c, threshold = scalars
+            with torch.no_grad():
+                bound = float(fire_input_bound(qp, kp, c, threshold)) * (1 + BOUND_MARGIN)
         w1, b1, w2, b2 = (w.to(qp.dtype) for w in weights)
         if by_pieces:
-            return list(pieces_within(*fire_pieces(w1, b1, w2, b2), bound))
-        return list(units_within(w1, b1, w2, b2, bound))
+            pieces = fire_pieces(w1, b1, w2, b2)
+            return list(pieces if bound is None else pieces_within(*pieces, bound))
+        return weights if bound is None else list(units_within(w1, b1, w2, b2, bound))
 
 
 def _scalar(p: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -87,7 +87,9 @@ class AttnPositions:
         q = q.expand(batch, -1) if q.dim() == 2 else q
         k = k.expand(batch, -1) if k.dim() == 2 else k
         record = cls(q, k, explicit)
-        if explicit and reads_values(q, k):  # every fact in one read (of the forward's)
+        # every fact in one read (of the forward's), where the CPU kernels that choose by
+        # them run; elsewhere nothing asks for them
+        if explicit and q.device.type == "cpu" and reads_values(q, k):
             read(record._facts(), record._store)
         return record
 
