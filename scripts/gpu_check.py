@@ -9,7 +9,7 @@ on the tests' ``PYTHONPATH``. Steps, each in its own ``try`` so that one failure
 nothing else, and the results rewritten after each:
 
 1. the environment (Python, torch, Triton, CUDA, the device and its driver, peers);
-2. ``pytest -m cuda tests/cuda tests/models/test_device_clean.py`` in a subprocess (with
+2. ``pytest -m "cuda or triton"`` over :data:`TESTS` in a subprocess (with
    ``-n WORKERS`` where pytest-xdist is installed): its summary line and the short text of
    its failures (the whole output in OUTDIR/pytest.txt), killed past ``--tests-timeout``
    seconds;
@@ -139,15 +139,22 @@ def _nvidia_smi(field: str) -> str | None:
     return done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout else None
 
 
+#: the tests marked ``cuda`` (skipped without a GPU) and ``triton`` (the Triton kernels:
+#: under the interpreter in ``make test``, compiled for the GPU here)
+TESTS = (
+    "tests/cuda",
+    "tests/models/test_device_clean.py",
+    "tests/functional/test_rope_triton.py",
+    "tests/rotary/test_triton_kernel.py",
+)
 SUMMARY = re.compile(r"\b\d+ (passed|failed|skipped|errors?|xfailed|xpassed|deselected)\b")
 SHORT = ("FAILED", "ERROR", "XPASS", "XFAIL")
 
 
 def run_tests(out: Path, workers: int, timeout_s: float, only: str | None = None) -> dict[str, Any]:
-    """``pytest -m cuda tests/cuda tests/models/test_device_clean.py`` (``-k only`` where
-    given) in a subprocess with ``src/`` on PYTHONPATH."""
-    command = [sys.executable, "-m", "pytest", "-q", "-m", "cuda", "tests/cuda"]
-    command += ["tests/models/test_device_clean.py"]
+    """``pytest -m "cuda or triton"`` over :data:`TESTS` (``-k only`` where given) in a
+    subprocess with ``src/`` on PYTHONPATH."""
+    command = [sys.executable, "-m", "pytest", "-q", "-m", "cuda or triton", *TESTS]
     command += [] if only is None else ["-k", only]
     command += ["-p", "no:randomly", "-p", "no:cacheprovider", "--tb=short"]
     if workers > 1 and version("pytest-xdist") != "not installed":

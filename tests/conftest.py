@@ -14,6 +14,11 @@ os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 import torch
 
+# Triton kernels (posenc.functional.rope_triton) run under Triton's interpreter on CPU
+# tensors where there is no GPU; Triton reads this when a kernel is defined, at its import
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 from posenc.attn.runners.flex import flex_available
 
 # Property tests: deterministic in CI, a few more examples locally.

@@ -181,6 +181,11 @@ class KVCache:
         """Store ``k, v`` ``[batch, kv_heads, n, head_dim]`` after the cached ones and return
         the keys and values the new queries may see, ``[batch, kv_heads, visible(layer,
         n), head_dim]`` (all of them in a layer that keeps all)."""
+        self._check_new(layer, k, v)
+        return self._store(self.keys[layer], k, layer), self._store(self.values[layer], v, layer)
+
+    def _check_new(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Raise unless ``k`` and ``v`` are ``layer``'s new keys and values."""
         check_int("layer", layer, minimum=0, maximum=len(self.keys) - 1)
         for name, new, buffer in (("k", k, self.keys[layer]), ("v", v, self.values[layer])):
             b, h, _, width = buffer.shape
@@ -198,7 +203,6 @@ class KVCache:
                     f"{name} must be [batch={b}, kv_heads={h}, n, {width}] (n as k's) for "
                     f"layer {layer} of this cache, got {tuple(new.shape)}"
                 )
-        return self._store(self.keys[layer], k, layer), self._store(self.values[layer], v, layer)
 
     def last_clock(self, layer: int) -> torch.Tensor | None:
         """The forget clock of ``layer``'s last cached token (FoX, :meth:`update_clock`),

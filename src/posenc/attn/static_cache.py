@@ -87,6 +87,33 @@ class StaticKVCache(KVCache):
         self._write_ring(buffer, new, 2)
         return seen
 
+    def update_rotated(
+        self,
+        layer: int,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        rotation: tuple[torch.Tensor, torch.Tensor],
+        layout: str,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`update` for keys not rotated yet: RoPE's ``rotation`` (``(cos, sin)``)
+        turns ``q`` and ``k``, and the keys and ``v`` are written into their slots, in one
+        Triton launch (:func:`~posenc.functional.rope_triton.rope_cache_write`; vLLM's
+        and FlashInfer's "RoPE + KV append"). A layer that keeps every key; no gradient.
+
+        Returns:
+            ``(q, keys, values)``: q rotated, and :meth:`update`'s keys and values.
+        """
+        self._check_new(layer, k, v)
+        if self.keep[layer] is not None:
+            raise ValueError(f"layer {layer} keeps a ring: update_rotated writes full layers")
+        from ..functional.rope_triton import rope_cache_write  # Triton at the first use
+
+        keys, values = self.keys[layer], self.values[layer]
+        cos, sin = rotation
+        q = rope_cache_write(q, k, v, cos, sin, keys, values, self.slots(k.shape[2]), layout)
+        return q, keys, values
+
     def _write_ring(self, ring: torch.Tensor, new: torch.Tensor, dim: int) -> None:
         """The last of ``new``'s tokens (along ``dim``) into their slots of ``ring``."""
         size, n = ring.shape[dim], new.shape[dim]

@@ -70,6 +70,14 @@ class RotaryEncoding(Encoding):
         every child, so an override would break ``model.apply(init_fn)``."""
         raise NotImplementedError
 
+    def rotate_pair(
+        self, q: torch.Tensor, k: torch.Tensor, rotation: tuple[torch.Tensor, ...]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Queries and keys at the same positions rotated by one ``rotation``: ``(rotate(q),
+        rotate(k, key=True))``, or one kernel for both where an encoding has it (RoPE's
+        ``kernel="triton"``)."""
+        return self.rotate(q, rotation), self.rotate(k, rotation, key=True)
+
     def causal_positions(self, positions: torch.Tensor) -> torch.Tensor | None:
         """The 1-D order of ``positions`` for a causal mask (``k <= q``), or None when they
         have none (grid coordinates; M-RoPE's ``[3, batch, seq]``): attention then masks
@@ -140,7 +148,6 @@ class RotaryEncoding(Encoding):
             # one length for queries and keys, so length-dependent frequencies agree
             seq_len = int(torch.cat((positions.flatten(), k_positions.flatten())).max()) + 1
         if k_positions is positions:
-            q_rot = k_rot = self.rotation(positions, seq_len)
-        else:
-            q_rot, k_rot = self.rotation(positions, seq_len), self.rotation(k_positions, seq_len)
+            return self.rotate_pair(q, k, self.rotation(positions, seq_len))
+        q_rot, k_rot = self.rotation(positions, seq_len), self.rotation(k_positions, seq_len)
         return self.rotate(q, q_rot), self.rotate(k, k_rot, key=True)

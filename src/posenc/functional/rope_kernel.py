@@ -22,16 +22,34 @@ The gradient with respect to ``x`` is the rotation by ``-θ``, run by the same k
 (learned frequencies), AOTAutograd's backward runs, which has no double backward.
 
 The measurements behind these choices: ``docs/design-notes.md``, "The compiled RoPE kernel".
+
+``kernel="triton"`` asks for the hand-written Triton kernel instead
+(:func:`~posenc.functional.rope_triton.rope_triton_tables`), on CUDA tensors or under
+Triton's interpreter: never chosen by itself, since no GPU run has measured it faster
+than the compiled path on the shapes it would win (``docs/gpu.md``).
 """
 
 from __future__ import annotations
+
+import importlib.util
+import os
 
 import torch
 
 from .compiled import CompiledFunction, tracing
 from .rope import ROPE_LAYOUTS, apply_rope
 
-__all__ = ["COMPILE_MIN_NUMEL", "apply_rope_fast", "compiled_rope_failed"]
+__all__ = [
+    "COMPILE_MIN_NUMEL",
+    "ROPE_KERNELS",
+    "apply_rope_fast",
+    "check_rope_kernel",
+    "compiled_rope_failed",
+    "rotate_with_triton",
+]
+
+#: the kernels a rotary encoding may ask for: ``auto`` (the choice above) or ``triton``
+ROPE_KERNELS = ("auto", "triton")
 
 #: the smallest ``x.numel()`` rotated by the compiled kernel: about where a compiled call's
 #: fixed cost and the passes it saves break even on a CPU (``docs/design-notes.md``)
@@ -46,15 +64,37 @@ def compiled_rope_failed() -> str | None:
     return KERNEL.failed
 
 
+def check_rope_kernel(kernel: str) -> None:
+    """Raise ``ValueError`` unless ``kernel`` is one of :data:`ROPE_KERNELS` and can run
+    here (``triton`` needs Triton installed)."""
+    if kernel not in ROPE_KERNELS:
+        raise ValueError(f"kernel must be one of {list(ROPE_KERNELS)}, got {kernel!r}")
+    # not imported here: Triton reads TRITON_INTERPRET when its kernels are defined
+    if kernel == "triton" and importlib.util.find_spec("triton") is None:
+        raise ValueError("kernel='triton' needs Triton (pip install triton): not installed")
+
+
+def triton_runs_on(device: torch.device) -> bool:
+    """Whether the Triton kernel runs on ``device``'s tensors: CUDA, or any under
+    Triton's interpreter (``TRITON_INTERPRET=1``)."""
+    return device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
+
+
 def apply_rope_fast(
-    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str = "half"
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    layout: str = "half",
+    kernel: str = "auto",
 ) -> torch.Tensor:
     """:func:`~posenc.functional.rope.apply_rope`, with the fastest kernel that computes it.
 
     Same arguments, shapes and result as the reference (equal in float32: the same
     operations in the same order, fused; a bfloat16 result may differ by one unit in the
     last place where the float32 value lies on a rounding boundary); differentiable. See
-    the module docstring for when the compiled kernel is used.
+    the module docstring for when the compiled kernel is used. ``kernel="triton"``: the
+    Triton kernel, for float32/bfloat16/float16 ``x`` on CUDA (cos/sin with one rotation
+    for every head, needing no gradient).
 
     Shapes:
         x ``[batch, heads, seq, head_dim]``; cos, sin ``[seq, n]``, ``[batch, seq, n]`` or
@@ -69,6 +109,9 @@ def apply_rope_fast(
         >>> torch.equal(apply_rope_fast(x, cos, sin), apply_rope(x, cos, sin))
         True
     """
+    if kernel != "auto":
+        check_rope_kernel(kernel)
+        return rotate_with_triton(x, None, cos, sin, layout)[0]
     if (
         tracing()  # first: under a trace, the size test would add a guard
         or x.numel() < COMPILE_MIN_NUMEL
@@ -81,6 +124,26 @@ def apply_rope_fast(
     # no gradient, or one for cos/sin too (RoPE-Mixed's learned frequencies): the compiled
     # function differentiates itself (AOTAutograd)
     return KERNEL(x, cos, sin, layout)
+
+
+def rotate_with_triton(
+    q: torch.Tensor,
+    k: torch.Tensor | None,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    layout: str,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``q`` (and ``k``) rotated in one launch of the Triton kernel
+    (:func:`~posenc.functional.rope_triton.rope_triton_tables`), or a ``ValueError``
+    saying why it cannot run on their device."""
+    if not triton_runs_on(q.device):
+        raise ValueError(
+            f"kernel='triton' rotates CUDA tensors (or any under TRITON_INTERPRET=1), got q "
+            f"on {q.device}: create the encoding with kernel='auto' for this device"
+        )
+    from .rope_triton import rope_triton_tables  # Triton imported at the first use
+
+    return rope_triton_tables(q, k, cos, sin, layout)
 
 
 class _Rotate(torch.autograd.Function):

@@ -1,257 +1,171 @@
-"""RoPE as one Triton kernel: q and k of every head rotated in one launch, the angles of a
-block of positions computed once for all heads (Su et al. 2021, arXiv:2104.09864).
+"""RoPE as Triton kernels: q and k of every head rotated in one launch, the angles of a
+block of positions computed (or loaded) once for all heads (Su et al. 2021,
+arXiv:2104.09864).
 
-The angles are :func:`~posenc.functional.rope.rope_cos_sin`'s: ``position · inv_freq`` in
-float64, reduced modulo 2π, their cos and sin in float64 times the attention factor and
-rounded once to float32, so no table is rounded to bfloat16 and the phase holds at long
-positions (a float32 product loses it: transformers#29496). Each pair then turns in
-float32 and is rounded once to the input's dtype, as :func:`~posenc.functional.rope.
-apply_rope` does. Pairs are the first ``rotary_dim`` channels of a head (``half``: ``(i,
-i + r/2)``; ``interleaved``: ``(2i, 2i + 1)``), the rest are copied through; positions are
-``[seq]`` for the batch or ``[batch, seq]`` (packing, left padding, cache offsets). The
-backward is the rotation by the opposite angle (:class:`TritonRope`), the kernel with its
-sign flipped.
+One kernel, three entries:
+
+- :func:`rope_triton` computes the angles in the kernel from the positions and the
+  inverse frequencies, as :func:`~posenc.functional.rope.rope_cos_sin` does: ``position ·
+  inv_freq`` in float64, reduced modulo 2π, cos and sin in float64 times the attention
+  factor, rounded once to float32. No table is rounded to bfloat16, and the phase holds
+  at long positions (a float32 product loses it: transformers#29496). It takes what the
+  peers' kernels take: positions ``[seq]`` or ``[batch, seq]`` (left padding, cache
+  offsets), packed sequences by ``cu_seqlens`` (flash-attention's varlen layout), the
+  rotary channels at an offset in the head (``rotary_offset``: DeepSeek-V4 rotates the
+  *last* ones) and the inverse rotation (``inverse``: the transpose, flash-attention's
+  ``conjugate``, vLLM's ``inverse``).
+- :func:`rope_triton_tables` turns by cos/sin tables a rotary encoding already computed
+  (``[seq, n]`` or ``[batch, seq, n]``): the path of ``kernel="triton"`` encodings, for
+  which M-RoPE's sections are merged into the tables first (so left-padded ids are plain
+  per-row tables).
+- :func:`rope_cache_write` rotates q and the new keys and writes the keys and values into
+  a static cache at their slots, in the same launch (vLLM's and FlashInfer's "RoPE + KV
+  append").
+
+Each pair turns in float32 and is rounded once to the input's dtype, as
+:func:`~posenc.functional.rope.apply_rope` does (then to the output's, a cache's). Pairs
+are ``rotary_dim`` channels of a head from ``rotary_offset`` (``half``: ``(i, i + r/2)``;
+``interleaved``: ``(2i, 2i + 1)``), the other channels are copied through. The backward
+is the rotation by the opposite angle (:class:`TritonRope`), the kernel with its sign
+flipped.
 
 The kernel needs Triton; on a machine without a GPU it runs under Triton's interpreter
 (``TRITON_INTERPRET=1``, set before Triton is imported), which is how the tests check it.
+float64 inputs are refused (the torch path computes them in float64).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 
-try:  # an optional dependency: posenc never needs it
-    import triton
-    import triton.language as tl
-except ImportError:  # pragma: no cover - exercised where triton is absent
-    triton = None
+from .rope_triton_launch import DTYPES, TritonRope, launch, triton_available
 
-__all__ = ["TritonRope", "rope_triton", "triton_available"]
-
-#: positions per program: each program turns these positions of every head of q and k
-BLOCK_S = 16
-
-
-def triton_available() -> bool:
-    """Whether Triton imports (a GPU, or its interpreter, then runs the kernel)."""
-    return triton is not None
+__all__ = [
+    "TritonRope",
+    "rope_cache_write",
+    "rope_triton",
+    "rope_triton_tables",
+    "triton_available",
+    "varlen_positions",
+]
 
 
-if triton is not None:
+def _check_heads(q: torch.Tensor, k: torch.Tensor | None) -> None:
+    """Raise unless q (and k) are ``[batch, heads, seq, head_dim]`` of a dtype the kernel
+    turns, with the same batch, seq, head_dim and device."""
+    for name, t in (("q", q), ("k", k)):
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            raise ValueError(f"{name} must be a [batch, heads, seq, head_dim] tensor, got {t!r}")
+        if t.dtype not in DTYPES:
+            raise TypeError(
+                f"{name} must be float32, bfloat16 or float16 for the Triton kernel (float64 "
+                f"stays on the torch path), got {t.dtype}"
+            )
+    if k is not None and (q.shape[0] != k.shape[0] or q.shape[2:] != k.shape[2:]):
+        raise ValueError(
+            "q and k must be [batch, heads, seq, head_dim] with the same batch, seq and "
+            f"head_dim, got {tuple(q.shape)} and {tuple(k.shape)}"
+        )
+    if k is not None and k.device != q.device:
+        raise ValueError(f"q and k must be on one device, got {q.device} and {k.device}")
 
-    @triton.jit
-    def _rotate_heads(
-        x_ptr,
-        out_ptr,
-        heads,
-        b,
-        s_idx,
-        s_ok,
-        d1,
-        d2,
-        pair_ok,
-        cos,
-        sin,
-        rest,
-        rest_ok,
-        stride_xb,
-        stride_xh,
-        stride_xs,
-        stride_xd,
-        stride_ob,
-        stride_oh,
-        stride_os,
-        stride_od,
-        COPY: tl.constexpr,
+
+def _check_layout(layout: str) -> None:
+    if not triton_available():
+        raise RuntimeError("the Triton RoPE kernel needs Triton (pip install triton)")
+    if layout not in ("half", "interleaved"):
+        raise ValueError(f"layout must be 'half' or 'interleaved', got {layout!r}")
+
+
+def varlen_positions(cu_seqlens: torch.Tensor, total: int) -> torch.Tensor:
+    """Each token's position in its own sequence, for sequences packed one after another
+    (flash-attention's varlen layout): ``t - cu_seqlens[i]`` for token ``t`` of sequence
+    ``i``. No host read.
+
+    Shapes:
+        cu_seqlens ``[n + 1]`` integers, ``0 = c_0 <= ... <= c_n = total`` -> ``[total]``
+        int64.
+
+    Example:
+        >>> varlen_positions(torch.tensor([0, 3, 5]), 5).tolist()
+        [0, 1, 2, 0, 1]
+    """
+    if (
+        not isinstance(cu_seqlens, torch.Tensor)
+        or cu_seqlens.dim() != 1
+        or cu_seqlens.is_floating_point()
+        or cu_seqlens.numel() < 2
     ):
-        """Turn the pairs ``(d1, d2)`` of positions ``s_idx`` of every head of one tensor
-        and copy its channels ``rest`` through (unless the output is the input)."""
-        m = s_ok[:, None] & pair_ok[None, :]
-        for h in range(0, heads):
-            src = x_ptr + b * stride_xb + h * stride_xh + s_idx[:, None] * stride_xs
-            dst = out_ptr + b * stride_ob + h * stride_oh + s_idx[:, None] * stride_os
-            x1 = tl.load(src + d1[None, :] * stride_xd, mask=m, other=0.0)
-            x2 = tl.load(src + d2[None, :] * stride_xd, mask=m, other=0.0)
-            a = x1.to(tl.float32)
-            c = x2.to(tl.float32)
-            o1 = a * cos - c * sin
-            o2 = c * cos + a * sin
-            tl.store(dst + d1[None, :] * stride_od, o1.to(x1.dtype), mask=m)
-            tl.store(dst + d2[None, :] * stride_od, o2.to(x1.dtype), mask=m)
-            if COPY:
-                mr = s_ok[:, None] & rest_ok[None, :]
-                kept = tl.load(src + rest[None, :] * stride_xd, mask=mr, other=0.0)
-                tl.store(dst + rest[None, :] * stride_od, kept, mask=mr)
-
-    @triton.jit
-    def _rope_kernel(
-        q_ptr,
-        k_ptr,
-        q_out_ptr,
-        k_out_ptr,
-        pos_ptr,
-        freq_ptr,
-        q_heads,
-        k_heads,
-        seq,
-        stride_pb,
-        stride_ps,
-        stride_qb,
-        stride_qh,
-        stride_qs,
-        stride_qd,
-        stride_kb,
-        stride_kh,
-        stride_ks,
-        stride_kd,
-        stride_qob,
-        stride_qoh,
-        stride_qos,
-        stride_qod,
-        stride_kob,
-        stride_koh,
-        stride_kos,
-        stride_kod,
-        consts_ptr,
-        PAIRS: tl.constexpr,
-        BLOCK_P: tl.constexpr,
-        HEAD_DIM: tl.constexpr,
-        BLOCK_R: tl.constexpr,
-        HALF: tl.constexpr,
-        COPY: tl.constexpr,
-        BLOCK_S: tl.constexpr,
-    ):
-        b = tl.program_id(0)
-        s_idx = tl.program_id(1) * BLOCK_S + tl.arange(0, BLOCK_S)
-        s_ok = s_idx < seq
-        p_idx = tl.arange(0, BLOCK_P)
-        pair_ok = p_idx < PAIRS
-        # the angles of these positions, once for every head: float64, reduced mod 2π
-        # float64 constants come through memory: a float argument or literal is float32
-        factor = tl.load(consts_ptr)
-        sign = tl.load(consts_ptr + 1)
-        two_pi = tl.load(consts_ptr + 2)
-        pos = tl.load(pos_ptr + b * stride_pb + s_idx * stride_ps, mask=s_ok, other=0)
-        freq = tl.load(freq_ptr + p_idx, mask=pair_ok, other=0.0)
-        angle = pos.to(tl.float64)[:, None] * freq[None, :]
-        angle = angle - tl.floor(angle / two_pi) * two_pi
-        cos = (tl.cos(angle) * factor).to(tl.float32)
-        sin = (tl.sin(angle) * factor * sign).to(tl.float32)
-        if HALF:
-            d1 = p_idx
-            d2 = p_idx + PAIRS
-        else:
-            d1 = 2 * p_idx
-            d2 = 2 * p_idx + 1
-        rest = 2 * PAIRS + tl.arange(0, BLOCK_R)
-        rest_ok = rest < HEAD_DIM
-        _rotate_heads(
-            q_ptr, q_out_ptr, q_heads, b, s_idx, s_ok, d1, d2, pair_ok, cos, sin, rest,
-            rest_ok, stride_qb, stride_qh, stride_qs, stride_qd, stride_qob, stride_qoh,
-            stride_qos, stride_qod, COPY,
-        )  # fmt: skip
-        _rotate_heads(
-            k_ptr, k_out_ptr, k_heads, b, s_idx, s_ok, d1, d2, pair_ok, cos, sin, rest,
-            rest_ok, stride_kb, stride_kh, stride_ks, stride_kd, stride_kob, stride_koh,
-            stride_kos, stride_kod, COPY,
-        )  # fmt: skip
-
-
-def _launch(q, k, positions, inv_freq, factor, layout, sign, inplace):
-    """Rotate ``q`` and ``k`` (``[batch, heads, seq, head_dim]``, heads may differ) in one
-    launch; returns the rotated pair (``q`` and ``k`` themselves when ``inplace``)."""
-    batch, _, seq, head_dim = q.shape
-    pairs = inv_freq.shape[0]
-    q_out = q if inplace else torch.empty_like(q)
-    k_out = k if inplace else torch.empty_like(k)
-    if positions.dim() == 1:  # one row of positions for the batch: a stride of 0
-        pos_strides = (0, positions.stride(0))
-    else:
-        pos_strides = (positions.stride(0), positions.stride(1))
-    rest = head_dim - 2 * pairs
-    grid = (batch, triton.cdiv(seq, BLOCK_S))
-    # filled on the device (no copy from the host): the factor, the sign, 2π in float64
-    consts = torch.stack(
-        [
-            torch.full((), v, dtype=torch.float64, device=q.device)
-            for v in (factor, sign, 2 * math.pi)
-        ]
-    )
-    _rope_kernel[grid](
-        q, k, q_out, k_out, positions, inv_freq, q.shape[1], k.shape[1], seq,
-        *pos_strides, *q.stride(), *k.stride(), *q_out.stride(), *k_out.stride(), consts,
-        PAIRS=pairs,
-        BLOCK_P=triton.next_power_of_2(pairs),
-        HEAD_DIM=head_dim,
-        BLOCK_R=triton.next_power_of_2(max(rest, 1)),
-        HALF=layout == "half",
-        COPY=rest > 0 and not inplace,
-        BLOCK_S=BLOCK_S,
-    )  # fmt: skip
-    return q_out, k_out
-
-
-class TritonRope(torch.autograd.Function):
-    """:func:`rope_triton` with its backward: the gradients turned by the opposite angle
-    (a rotation's transpose), through the same kernel."""
-
-    @staticmethod
-    def forward(ctx: Any, q, k, positions, inv_freq, factor, layout, inplace):
-        ctx.save_for_backward(positions, inv_freq)
-        ctx.factor, ctx.layout = factor, layout
-        if inplace:
-            ctx.mark_dirty(q, k)
-        return _launch(q, k, positions, inv_freq, factor, layout, 1.0, inplace)
-
-    @staticmethod
-    def backward(ctx: Any, grad_q, grad_k):
-        positions, inv_freq = ctx.saved_tensors
-        grad_q, grad_k = grad_q.contiguous(), grad_k.contiguous()
-        dq, dk = _launch(grad_q, grad_k, positions, inv_freq, ctx.factor, ctx.layout, -1.0, False)
-        return dq, dk, None, None, None, None, None
+        raise ValueError(
+            f"cu_seqlens must be [n + 1] integers (0, the ends of the n sequences), got "
+            f"{cu_seqlens!r}"
+        )
+    tokens = torch.arange(total, device=cu_seqlens.device)
+    which = torch.searchsorted(cu_seqlens[1:].long(), tokens, right=True)  # [total]
+    return tokens - cu_seqlens.long().gather(0, which.clamp(max=cu_seqlens.numel() - 2))
 
 
 def rope_triton(
     q: torch.Tensor,
     k: torch.Tensor,
-    positions: torch.Tensor,
+    positions: torch.Tensor | None,
     inv_freq: torch.Tensor,
     attention_factor: float = 1.0,
     layout: str = "half",
     inplace: bool = False,
+    *,
+    rotary_offset: int = 0,
+    inverse: bool = False,
+    cu_seqlens: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """q and k rotated by RoPE in one Triton launch, differentiable.
+    """q and k rotated by RoPE in one Triton launch, the angles computed in the kernel;
+    differentiable.
 
     Args:
         q: ``[batch, heads, seq, head_dim]``; k: ``[batch, kv_heads, seq, head_dim]`` (any
-            strides; the same ``seq`` and ``head_dim``).
-        positions: ``[seq]`` or ``[batch, seq]``, integers.
-        inv_freq: ``[rotary_dim // 2]`` frequencies (a scaling's, float64 or float32);
-            channels past ``rotary_dim`` are copied through.
+            strides; the same ``seq`` and ``head_dim``). With ``cu_seqlens``, packed:
+            ``[total, heads, head_dim]`` and ``[total, kv_heads, head_dim]``.
+        positions: ``[seq]`` or ``[batch, seq]`` integers; None with ``cu_seqlens`` (each
+            token's place in its sequence, :func:`varlen_positions`).
+        inv_freq: ``[rotary_dim // 2]`` frequencies (a scaling's, float64 or float32).
         attention_factor: multiplies cos and sin (YaRN's, LongRoPE's).
         layout: ``"half"`` or ``"interleaved"``.
         inplace: write the result into ``q`` and ``k``.
+        rotary_offset: the first rotary channel of a head (0: the first ``rotary_dim``
+            rotate; ``head_dim - rotary_dim``: the last, as DeepSeek-V4); the channels
+            outside are copied through.
+        inverse: rotate by the opposite angles (undo a rotation).
+        cu_seqlens: ``[n + 1]`` integers: packed sequences, positions restarting at each.
 
     Returns:
-        ``(q, k)`` rotated, in their dtypes.
+        ``(q, k)`` rotated, in their dtypes and shapes.
     """
-    if triton is None:
-        raise RuntimeError("rope_triton needs Triton (pip install triton)")
-    if layout not in ("half", "interleaved"):
-        raise ValueError(f"layout must be 'half' or 'interleaved', got {layout!r}")
-    if q.dim() != 4 or k.dim() != 4 or q.shape[2:] != k.shape[2:] or q.shape[0] != k.shape[0]:
-        raise ValueError(
-            "q and k must be [batch, heads, seq, head_dim] with the same batch, seq and "
-            f"head_dim, got {tuple(q.shape)} and {tuple(k.shape)}"
-        )
-    if 2 * inv_freq.shape[-1] > q.shape[-1] or inv_freq.dim() != 1:
-        raise ValueError(
-            f"inv_freq must be [rotary_dim // 2] with rotary_dim <= head_dim ({q.shape[-1]}), "
-            f"got {tuple(inv_freq.shape)}"
-        )
+    _check_layout(layout)
+    if cu_seqlens is not None:
+        if positions is not None:
+            raise ValueError("pass positions or cu_seqlens, not both")
+        if q.dim() != 3 or k.dim() != 3:
+            raise ValueError(
+                "with cu_seqlens, q and k must be packed [total, heads, head_dim], got "
+                f"{tuple(q.shape)} and {tuple(k.shape)}"
+            )
+        packed = varlen_positions(cu_seqlens.to(q.device), q.shape[0])
+        q4, k4 = q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0)
+        out = rope_triton(
+            q4, k4, packed, inv_freq, attention_factor, layout, inplace,
+            rotary_offset=rotary_offset, inverse=inverse,
+        )  # fmt: skip
+        return out[0][0].transpose(0, 1), out[1][0].transpose(0, 1)
+    _check_heads(q, k)
+    if positions is None:
+        raise ValueError("positions must be given (or cu_seqlens)")
+    if not isinstance(inv_freq, torch.Tensor) or inv_freq.dim() != 1:
+        raise ValueError(f"inv_freq must be [rotary_dim // 2], got {inv_freq!r}")
+    _check_offset(rotary_offset, 2 * inv_freq.shape[0], q.shape[-1], "inv_freq")
     rows_ok = positions.dim() == 1 or (
         positions.dim() == 2 and positions.shape[0] in (1, q.shape[0])
     )
@@ -265,6 +179,125 @@ def rope_triton(
     freq = inv_freq.to(device=q.device, dtype=torch.float64).contiguous()
     if positions.dim() == 2 and positions.shape[0] == 1:
         positions = positions[0]
-    positions = positions.to(q.device)
-    out = TritonRope.apply(q, k, positions, freq, float(attention_factor), layout, inplace)
+    source = (positions.to(q.device), freq)
+    sign = -1.0 if inverse else 1.0
+    out = TritonRope.apply(
+        q, k, source, layout, sign, float(attention_factor), rotary_offset, inplace
+    )
     return out[0], out[1]
+
+
+def _check_offset(offset: int, rotary_dim: int, head_dim: int, source: str) -> None:
+    if rotary_dim > head_dim:
+        raise ValueError(
+            f"{source} must turn rotary_dim <= head_dim ({head_dim}) channels, got "
+            f"rotary_dim {rotary_dim}"
+        )
+    if (
+        isinstance(offset, bool)
+        or not isinstance(offset, int)
+        or not 0 <= offset <= head_dim - rotary_dim
+    ):
+        raise ValueError(
+            f"rotary_offset must be an int in [0, head_dim - rotary_dim = "
+            f"{head_dim - rotary_dim}], got {offset!r}"
+        )
+
+
+def _tables(cos: torch.Tensor, sin: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """``cos`` and ``sin`` as ``[batch or 1, seq, n]`` for ``x`` ``[batch, heads, seq, d]``
+    (from ``[seq, n]``, ``[batch, seq, n]`` or ``[batch or 1, 1, seq, n]``), or raise."""
+    if cos.dim() == 4 and cos.shape[1] == 1:
+        cos, sin = cos[:, 0], sin[:, 0]
+    elif cos.dim() == 2:
+        cos, sin = cos.unsqueeze(0), sin.unsqueeze(0)
+    batch, _, seq, head_dim = x.shape
+    if (
+        cos.dim() != 3
+        or cos.shape != sin.shape
+        or cos.shape[0] not in (1, batch)
+        or cos.shape[1] != seq
+        or 2 * cos.shape[2] > head_dim
+        or cos.dtype != torch.float32
+        or sin.dtype != torch.float32
+    ):
+        raise ValueError(
+            "cos and sin must be float32 [seq, n] or [batch, seq, n] (one rotation for every "
+            f"head) with seq = {seq}, batch = {batch} (or 1) and 2n <= {head_dim}, got "
+            f"{cos.dtype} {tuple(cos.shape)} and {sin.dtype} {tuple(sin.shape)}"
+        )
+    if cos.requires_grad or sin.requires_grad:
+        raise ValueError("cos and sin must not need a gradient: the kernel gives none to them")
+    return cos.to(x.device), sin.to(x.device)
+
+
+def rope_triton_tables(
+    q: torch.Tensor,
+    k: torch.Tensor | None,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    layout: str = "half",
+    inplace: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """q (and k) turned by a rotary encoding's tables in one Triton launch; differentiable
+    in q and k. Equal to :func:`~posenc.functional.rope.apply_rope` of each (the same
+    float32 operations; a fused multiply-add may round one ulp apart).
+
+    Shapes:
+        q ``[batch, heads, seq, head_dim]``, k ``[batch, kv_heads, seq, head_dim]`` or
+        None; cos, sin ``[seq, n]`` or ``[batch, seq, n]`` float32 (or ``[batch or 1, 1,
+        seq, n]``), ``2n <= head_dim`` -> ``(q, k)`` rotated (k None when not given).
+    """
+    _check_layout(layout)
+    _check_heads(q, k)
+    cos, sin = _tables(cos, sin, q)
+    out = TritonRope.apply(q, k, (cos, sin), layout, 1.0, 1.0, 0, inplace)
+    return out[0], out[1]
+
+
+def rope_cache_write(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slots: torch.Tensor,
+    layout: str = "half",
+) -> torch.Tensor:
+    """Rotate ``q`` and the new keys ``k``, and write the rotated keys and the values
+    ``v`` into rows ``slots`` of ``k_cache`` and ``v_cache``, in one Triton launch (for
+    decoding; no gradient). Returns the rotated q; the caches are written in place, in
+    their dtype (a key rounded to its own dtype first, as the unfused path does).
+
+    Shapes:
+        q ``[batch, heads, seq, head_dim]``; k, v ``[batch, kv_heads, seq, head_dim]``;
+        cos, sin as :func:`rope_triton_tables`; k_cache, v_cache ``[batch, kv_heads,
+        max_seq_len, head_dim]``; slots ``[seq]`` integers (the same rows for the batch,
+        as :class:`~posenc.StaticKVCache` writes them) -> ``[batch, heads, seq, head_dim]``.
+    """
+    _check_layout(layout)
+    _check_heads(q, k)
+    _check_heads(v, k)
+    for name, c, new in (("k_cache", k_cache, k), ("v_cache", v_cache, v)):
+        if (
+            not isinstance(c, torch.Tensor)
+            or c.dim() != 4
+            or (c.shape[0], c.shape[1], c.shape[3]) != (new.shape[0], new.shape[1], new.shape[3])
+            or c.device != q.device
+        ):
+            raise ValueError(
+                f"{name} must be [batch={new.shape[0]}, kv_heads={new.shape[1]}, max_seq_len, "
+                f"{new.shape[3]}] on {q.device}, got {c!r}"
+            )
+    if slots.dim() != 1 or slots.is_floating_point() or slots.shape[0] != q.shape[2]:
+        raise ValueError(
+            f"slots must be [seq = {q.shape[2]}] integers, got {slots.dtype} {tuple(slots.shape)}"
+        )
+    cos, sin = _tables(cos, sin, q)
+    with torch.no_grad():
+        q_out, _ = launch(
+            q, k, (cos, sin), layout, 1.0, cache=(v, k_cache, v_cache, slots.to(q.device))
+        )
+    return q_out

@@ -16,10 +16,11 @@ from typing import cast
 import torch
 from torch import nn
 
-from ..attn import AttentionContext, KVCache, attention
+from ..attn import AttentionContext, KVCache, StaticKVCache, attention
 from ..attn.checks import check_scale, zero_nonfinite
 from ..attn.planner import ScoreTraits
 from ..base import Encoding, InputBias, RotaryEncoding
+from ..rotary import RoPE, XPos
 from .spec import LayerSpec
 
 __all__ = ["Block", "SelfAttention"]
@@ -110,15 +111,20 @@ class SelfAttention(nn.Module):
             ``[batch, seq, dim]``.
         """
         b, s, _ = x.shape
-        q, k, v = self.project(x, encoding, rotation)  # rotated before caching
-        q = self.temper(q, context)
+        fused = writes_rotated(encoding, rotation, cache, layer)
+        q, k, v = self.project(x, encoding, None if fused else rotation)  # rotated, then cached
         # no host read per layer: a token's NaN key or value is zeroed, so that it cannot
         # reach the rows that may not see it (its own row carries the NaN)
         k, v = zero_nonfinite(k), zero_nonfinite(v)
+        if fused:  # rotated while written into the cache, in one launch
+            static, rope = cast(StaticKVCache, cache), cast(RoPE, encoding)
+            pair = cast(tuple[torch.Tensor, torch.Tensor], rotation)
+            q, k, v = static.update_rotated(layer, q, k, v, pair, rope.config.layout)
+        elif cache is not None:
+            k, v = cache.update(layer, k, v)
+        q = self.temper(q, context)
         if isinstance(encoding, InputBias):
             bias = self.clock(encoding, x, cache, layer)
-        if cache is not None:
-            k, v = cache.update(layer, k, v)
         out = attention(
             q,
             k,
@@ -177,7 +183,7 @@ class SelfAttention(nn.Module):
         v = v.view(b, s, self.n_kv_heads, hd).transpose(1, 2)  # [b, kv_h, s, hd]
         if rotation is not None:
             rotary = cast(RotaryEncoding, encoding)  # only rotary encodings give a rotation
-            q, k = rotary.rotate(q, rotation), rotary.rotate(k, rotation, key=True)
+            q, k = rotary.rotate_pair(q, k, rotation)
         return q, k, v
 
     def temper(self, q: torch.Tensor, context: AttentionContext) -> torch.Tensor:
@@ -193,6 +199,27 @@ class SelfAttention(nn.Module):
         factor = self.temperature(context.positions.q)  # [s] or [b, s], float32
         factor = factor.view(-1, 1, q.shape[2], 1)  # [1 | b, 1, s, 1]
         return (q * factor).to(q.dtype)
+
+
+def writes_rotated(
+    encoding: Encoding,
+    rotation: tuple[torch.Tensor, ...] | None,
+    cache: KVCache | None,
+    layer: int,
+) -> bool:
+    """Whether a layer rotates its new keys while writing them into ``cache`` in one
+    Triton launch (:meth:`~posenc.StaticKVCache.update_rotated`): RoPE (and its M-RoPE,
+    p-RoPE) created with ``kernel="triton"`` (not xPos, whose keys scale apart), a static
+    cache that keeps every key of ``layer``, and no gradient (decoding)."""
+    return (
+        rotation is not None
+        and isinstance(cache, StaticKVCache)
+        and cache.keep[layer] is None
+        and isinstance(encoding, RoPE)
+        and not isinstance(encoding, XPos)
+        and encoding.config.kernel == "triton"
+        and not torch.is_grad_enabled()
+    )
 
 
 class Block(nn.Module):

@@ -8,14 +8,14 @@ The scaling is a Hugging Face ``rope_parameters`` dict, accepted verbatim
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
 
 from ..base import RotaryConfig, RotaryEncoding
 from ..config import check_choice, check_float, check_int
 from ..functional.rope import ROPE_LAYOUTS, rope_cos_sin
-from ..functional.rope_kernel import apply_rope_fast
+from ..functional.rope_kernel import apply_rope_fast, check_rope_kernel, rotate_with_triton
 from ..registry import register
 from .scaling import ScalingConfig, parse_scaling
 
@@ -52,6 +52,9 @@ class RopeConfig(RotaryConfig):
         partial_rotary_factor: fraction of each head that rotates (Hugging Face's name).
         rotary_dim: how many leading dimensions of each head rotate (GPT-NeoX's name);
             resolved from ``partial_rotary_factor`` when that is given.
+        kernel: ``"auto"`` (the compiled torch path where it pays, the reference
+            elsewhere) or ``"triton"`` (the Triton kernel, q and k in one launch: CUDA
+            tensors of float32/bfloat16/float16; ``docs/gpu.md``). Never chosen for you.
     """
 
     head_dim: int
@@ -60,6 +63,7 @@ class RopeConfig(RotaryConfig):
     scaling: Any = None
     partial_rotary_factor: float | None = None
     rotary_dim: int | None = None
+    kernel: str = "auto"
 
     #: the name of the fraction that rotates, as errors name it (P-RoPE's is ``p``)
     fraction_name: ClassVar[str] = "partial_rotary_factor"
@@ -67,6 +71,7 @@ class RopeConfig(RotaryConfig):
     def __post_init__(self) -> None:
         check_int("head_dim", self.head_dim, minimum=2, even=True)
         check_choice("layout", self.layout, ROPE_LAYOUTS)
+        check_rope_kernel(self.kernel)
         record, from_scaling = parse_scaling(self.scaling)
         set_ = object.__setattr__  # frozen: normalise once, here
         set_(self, "scaling", record)
@@ -193,4 +198,15 @@ class RoPE(RotaryEncoding):
         self, x: torch.Tensor, rotation: tuple[torch.Tensor, ...], key: bool = False
     ) -> torch.Tensor:
         cos, sin = rotation
-        return apply_rope_fast(x, cos, sin, self.config.layout)
+        return apply_rope_fast(x, cos, sin, self.config.layout, self.config.kernel)
+
+    def rotate_pair(
+        self, q: torch.Tensor, k: torch.Tensor, rotation: tuple[torch.Tensor, ...]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """q and k turned by the same tables: one launch of the Triton kernel for both with
+        ``kernel="triton"``, :meth:`rotate` of each otherwise."""
+        if self.config.kernel != "triton":
+            return super().rotate_pair(q, k, rotation)
+        cos, sin = rotation
+        q, k_out = rotate_with_triton(q, k, cos, sin, self.config.layout)
+        return q, cast(torch.Tensor, k_out)

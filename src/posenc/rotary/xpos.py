@@ -10,9 +10,11 @@ representable positions is in ``docs/design-notes.md``.
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 
 import torch
 
+from ..base import RotaryEncoding
 from ..config import check_float
 from ..functional.rope_kernel import apply_rope_fast
 from ..functional.xpos import (
@@ -133,4 +135,8 @@ class XPos(RoPE):
         self, x: torch.Tensor, rotation: tuple[torch.Tensor, ...], key: bool = False
     ) -> torch.Tensor:
         cos, sin, scale = rotation
-        return apply_xpos(x, cos, sin, scale, self.config.layout, key=key, kernel=apply_rope_fast)
+        kernel = partial(apply_rope_fast, kernel=self.config.kernel)
+        return apply_xpos(x, cos, sin, scale, self.config.layout, key=key, kernel=kernel)
+
+    #: queries and keys scale apart: one tensor at a time, each through :meth:`rotate`
+    rotate_pair = RotaryEncoding.rotate_pair
