@@ -178,3 +178,33 @@ def test_a_bias_flex_cannot_differentiate_trains_on_the_materialised_table():
         kwargs["backend"] = "flex"
         with pytest.raises(ValueError, match="cannot differentiate 'fire'"):
             plan(fire, shape, positions, needs_grad=True, **kwargs)
+
+
+#: the bias encodings whose table a score_mod computes (FoX's clock comes from the layer's
+#: input, handed in by the model: ``tests/cuda`` checks its runner on the device)
+SCORE_MOD = [n for n in posenc.available() if posenc.registry.get(n).kind == "bias" and n != "fox"]
+
+
+@pytest.mark.parametrize("name", SCORE_MOD)
+@pytest.mark.parametrize("masked", [False, True])
+def test_cuda_runs_flex_with_no_cpu_only_runner(name, masked):
+    """The planner's CUDA row: over 512 keys a bias encoding runs flex attention's
+    score_mod/mask_mod, never a runner written for the CPU (shaw, distance, rows, linear,
+    flash). The exceptions, by what the encodings declare: CoPE's gates depend on q·k
+    (the ``scores`` runner), and FIRE trains on the materialised table (the test above)."""
+    from posenc.positions import AttnPositions
+
+    extra = {"head_dim": 64} if name in ("shaw", "cope") else {}
+    enc = posenc.create(name, n_heads=8, **extra)
+    shape = AttnShape(1, 8, 8, 512, 512, 64)
+    positions = AttnPositions.build(512, 512, 1, CPU)
+    cuda = torch.device("cuda")
+    with patch("posenc.attn.planner.flex_available", return_value=True):
+        for grad in (False, True):
+            runner = plan_module.plan(
+                enc, shape, positions, masked=masked, needs_grad=grad, device=cuda
+            ).runner
+            expected = "scores" if name == "cope" else "flex"
+            if name == "fire" and grad:
+                expected = "sdpa"
+            assert runner == expected, (name, masked, grad, runner)

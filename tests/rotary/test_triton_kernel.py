@@ -66,6 +66,15 @@ def test_an_encoding_turns_as_with_the_default_kernel(name, kwargs):
         close(a, b, x)
 
 
+def test_attention_rotates_with_the_kernel(attention_tol):
+    """``posenc.attention(q, k, v, enc)``: the encoding's call inside, the same output."""
+    q, k, v = torch.randn(3, 2, 4, 10, 16, device=DEVICE).unbind()
+    fast = posenc.create("rope", head_dim=16, kernel="triton")
+    expected = posenc.attention(q, k, v, posenc.create("rope", head_dim=16))
+    tol = attention_tol(q, k, v, causal=True, extra_n=16)  # q, k a few ulps apart
+    assert_close(posenc.attention(q, k, v, fast), expected, **tol)
+
+
 def test_a_model_trains_and_decodes_as_with_the_default_kernel(model_tol):
     """A training step's loss and gradients, then a decode over a static cache, where every
     layer rotates its new keys while writing them (``writes_rotated``)."""
