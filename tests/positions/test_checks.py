@@ -180,3 +180,18 @@ def test_causal_mask_of_batched_positions_has_a_head_axis():
     shared_k = causal_mask(q, torch.arange(4))  # [b, q] with [k]
     assert shared_k.shape == (2, 1, 3, 4)
     assert shared_k[1, 0].all()
+
+
+def test_check_batch_holds_under_compile_with_a_dynamic_batch():
+    """A batch made dynamic (a recompile at another batch size) and positions of a static
+    batch: dynamo answers ``2 in (1, s0)`` False, which raised "batch size 2 but the input
+    has 2" inside a compiled decode; the check compares one size at a time."""
+
+    def body(positions, q):
+        check_batch(positions, q.shape[0], "k_positions")
+        return q + 1
+
+    q = torch.ones(2, 3)
+    torch._dynamo.maybe_mark_dynamic(q, 0)
+    compiled = torch.compile(body, fullgraph=True, dynamic=False)
+    assert torch.equal(compiled(torch.zeros(2, 5, dtype=torch.long), q), q + 1)

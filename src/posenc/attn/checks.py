@@ -100,7 +100,7 @@ def check_table(
                 f"{k_len}], got shape {tuple(table.shape)}"
             )
     elif table.shape[-3:] != (h, q_len, k_len) or (
-        table.dim() != 3 and (table.dim() != 4 or table.shape[0] not in (1, b))
+        table.dim() != 3 and (table.dim() != 4 or (table.shape[0] != 1 and table.shape[0] != b))
     ):
         raise ValueError(
             f"bias must be [heads, q_len, k_len] = [{h}, {q_len}, {k_len}] or [batch | 1, "

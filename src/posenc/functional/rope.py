@@ -172,7 +172,9 @@ def apply_rope(
     n = cos.shape[-1]
     if cos.dim() == 3:  # [b, s, n] -> [b, 1, s, n]: one rotation for every head
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-    elif cos.dim() == 4 and cos.shape[1] not in (1, x.shape[1]):  # [b, h, s, n]: per head
+    elif (
+        cos.dim() == 4 and cos.shape[1] != 1 and cos.shape[1] != x.shape[1]
+    ):  # [b, h, s, n]: per head
         raise ValueError(
             f"per-head cos/sin have {cos.shape[1]} heads but x has {x.shape[1]}: "
             "they must be [batch or 1, heads of x (or 1), seq, n]"

@@ -188,5 +188,8 @@ def check_batch(
 ) -> None:
     """Raise unless ``positions`` is ``[len]`` or ``[1 or batch, len]`` for this batch (with
     ``axes > 1``: ``[len, axes]`` or ``[1 or batch, len, axes]``)."""
-    if positions.dim() == (2 if axes == 1 else 3) and positions.shape[0] not in (1, batch):
+    # no `in (1, batch)`: dynamo answers False for a static size among symbolic ones
+    # (a batch made dynamic by a recompile), so two comparisons
+    rows = positions.shape[0]
+    if positions.dim() == (2 if axes == 1 else 3) and rows != 1 and rows != batch:
         raise ValueError(f"{name} has batch size {positions.shape[0]} but the input has {batch}")

@@ -75,7 +75,11 @@ def bias_flash_attention(
     k_len = k.shape[2]
     if bias.dim() == 3:
         bias = bias.unsqueeze(0)
-    if bias.dim() != 4 or bias.shape[0] not in (1, b) or bias.shape[1:] != (h, q_len, k_len):
+    if (
+        bias.dim() != 4
+        or (bias.shape[0] != 1 and bias.shape[0] != b)
+        or bias.shape[1:] != (h, q_len, k_len)
+    ):
         raise ValueError(
             f"bias must be [heads, q_len, k_len] or [batch | 1, heads, q_len, k_len] = "
             f"[{b} | 1, {h}, {q_len}, {k_len}], got {tuple(bias.shape)}"

@@ -105,7 +105,7 @@ def shaw_attention(
             pos.is_floating_point()
             or pos.dim() not in (1, 2)
             or pos.shape[-1] != n
-            or (pos.dim() == 2 and pos.shape[0] not in (1, b))
+            or (pos.dim() == 2 and pos.shape[0] != 1 and pos.shape[0] != b)
         ):
             raise ValueError(
                 f"{name} must be integer [{n}] or [{b} | 1, {n}], got {pos.dtype} "
