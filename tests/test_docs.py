@@ -145,7 +145,7 @@ def test_not_run_lists_only_documented_commands():
 def test_docs_pages_exist():
     names = {p.name for p in PAGES}
     assert {"index.md", "guide.md", "figures.md", "huggingface.md", "arena.md"} <= names
-    assert "adding-an-encoding.md" in names
+    assert {"adding-an-encoding.md", "bring-your-own-attention.md"} <= names
 
 
 #: the arena page trains every experiment at the tiny preset, as ``tests/arena/test_run.py``

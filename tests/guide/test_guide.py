@@ -22,6 +22,7 @@ from posenc.guide import (
     NO_RUN_HINT,
     SITUATIONS,
     find_run,
+    published_run,
     guide,
     render,
     when_to_use,
@@ -392,3 +393,32 @@ def test_command_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixtu
     ]
     code, _, err = _posenc(["guide", "--speed"], capsys)
     assert code == 2 and "No such option: --speed" in err
+
+
+def test_a_run_whose_models_did_not_learn_is_not_evidence(
+    tmp_path: Path, results: dict[str, Any]
+) -> None:
+    """A pipeline check (``--preset tiny``: perplexities near 350 over 256 bytes, no string
+    reversed right even at the trained lengths) is flagged, and none of its language
+    models' or unlearned tasks' numbers is quoted as evidence."""
+    for m in results["measurements"]:
+        if m["experiment"] in ("extrapolation", "context-extension", "nope-needs-causality"):
+            if m.get("metric") == "perplexity" and m["value"] is not None:
+                m["value"] *= 60  # about 350 at L, above a uniform guess's 256
+        if m["experiment"] == "length-generalization" and m.get("task") == "reverse":
+            m["value"] = 0.0
+    d = tmp_path / "runs" / "arena-tiny-20250101-000000"
+    d.mkdir(parents=True)
+    (d / "results.json").write_text(json.dumps(results))
+    lines = _advice(["extrapolation"], d)["longer-than-trained"].evidence
+    assert lines[0].startswith("This run's language models did not learn (median perplexity")
+    assert not any(x.startswith(("extrapolation (", "context extension")) for x in lines)
+    line = next(x for x in lines if x.startswith("length generalisation"))
+    assert "reverse: not learned (no encoding gets a whole string right" in line
+    assert "copy trained up to 16, at 32: rope" in line  # copy was learned: still evidence
+
+
+def test_the_published_run_learned() -> None:
+    """The published standard run is evidence: nothing in it is flagged."""
+    for advice in guide([], None if published_run() is None else published_run()):
+        assert not any("did not learn" in x or "not learned (no" in x for x in advice.evidence)

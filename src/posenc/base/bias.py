@@ -57,6 +57,20 @@ class BiasEncoding(Encoding):
     def n_heads(self) -> int:
         return self.config.n_heads
 
+    def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """Not a transform of q and k: a bias adds to the scores, inside attention. Raises
+        a ``TypeError`` that names the two calls that apply it (``docs/
+        bring-your-own-attention.md``)."""
+        name = type(self).__name__
+        raise TypeError(
+            f"{name} is a bias encoding: it adds to the attention scores, so it runs inside "
+            f"attention rather than on q and k. Call posenc.attention(q, k, v, enc) (causal "
+            f"by default; no [heads, L, L] table on its fast paths), or add "
+            f"enc.bias(q_positions, k_positions) ([heads, q_len, k_len]) to your scores "
+            f"after the 1/sqrt(head_dim) scaling, e.g. as attn_mask of "
+            f"F.scaled_dot_product_attention"
+        )
+
     def bias_at(self, head: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         """The bias for ``head`` of a query at ``q_pos`` and a key at ``k_pos``.
 

@@ -19,7 +19,7 @@ from .situations import Situation
 if TYPE_CHECKING:
     from ..arena import Measurements
 
-__all__ = ["evidence"]
+__all__ = ["LANGUAGE_MODELS", "NOT_LEARNED", "evidence", "not_learned"]
 
 
 def _g(value: float) -> str:
@@ -92,7 +92,8 @@ def _context_extension(run: Measurements, names: Sequence[str]) -> list[str]:
 
 
 def _length_generalization(run: Measurements, names: Sequence[str]) -> list[str]:
-    """Per task, at the longest length: the named encodings' accuracy and the best."""
+    """Per task, at the longest length: the named encodings' accuracy and the best; a task
+    no encoding learned at its trained lengths is said to be so, with no numbers."""
     rows, metric = run.rows("length-generalization")
     rows = [r for r in rows if r["mean"] is not None]
     parts = []
@@ -100,6 +101,13 @@ def _length_generalization(run: Measurements, names: Sequence[str]) -> list[str]
         here = [r for r in rows if r.get("task") == task]
         longest = max(r["eval_length"] for r in here)
         train = max(r["train_length"] for r in here)
+        inside = [r["mean"] for r in here if r["eval_length"] <= train]
+        if inside and max(inside) <= 0:  # nothing learned to generalise from
+            parts.append(
+                f"{task}: not learned (no encoding gets a whole string right at the trained "
+                f"lengths), so not evidence"
+            )
+            continue
         there = [r for r in here if r["eval_length"] == longest]
         mine = [f"{r['encoding']} {r['mean']:.2f}" for r in there if r["encoding"] in names]
         best = max(there, key=lambda r: r["mean"])
@@ -160,10 +168,43 @@ _READERS: dict[str, Callable[[Measurements, Sequence[str]], list[str]]] = {
 }
 
 
+#: the experiments whose models are byte-level language models, judged by their perplexity
+LANGUAGE_MODELS = ("extrapolation", "context-extension", "nope-needs-causality")
+#: a language model whose perplexity at its training length is at least this fraction of
+#: the vocabulary did not learn: a uniform guess over the 256 bytes scores 256 (the tiny
+#: preset, a pipeline check, ends near 350; the standard one near 6)
+NOT_LEARNED = 0.5
+
+
+def not_learned(run: Measurements) -> str | None:
+    """Why the run's language models did not learn, or None when they did: the median of
+    their perplexities at the training length (extrapolation) at or above
+    :data:`NOT_LEARNED` of the vocabulary size. The guide then uses none of the language
+    models' numbers as evidence (lost-in-the-middle judges each retrieval curve itself)."""
+    from ..arena.data.batches import VOCAB_SIZE
+
+    at_l = [e.at_train for e in run.extrapolations() if e.at_train is not None]
+    if not at_l or statistics.median(at_l) < NOT_LEARNED * VOCAB_SIZE:
+        return None
+    median = _g(statistics.median(at_l))
+    return (
+        f"this run's language models did not learn (median perplexity {median} at L, where a "
+        f"uniform guess over the {VOCAB_SIZE} bytes scores {VOCAB_SIZE}: a pipeline check "
+        f"such as --preset tiny), so its perplexities are not used as evidence"
+    )
+
+
 def evidence(run: Measurements, situation: Situation) -> tuple[str, ...]:
     """The lines of an arena run's numbers (:func:`posenc.arena.read_measurements`) that
-    bear on ``situation``: one per experiment of ``situation.measured`` that it measured."""
+    bear on ``situation``: one per experiment of ``situation.measured`` that it measured,
+    and in place of the language models' ones a line saying they did not learn where
+    :func:`not_learned` says so."""
     lines: list[str] = []
+    unlearned = not_learned(run)
     for experiment in situation.measured:
+        if unlearned and experiment in LANGUAGE_MODELS:
+            continue
         lines += _READERS[experiment](run, situation.recommend)
+    if unlearned and set(situation.measured) & set(LANGUAGE_MODELS):
+        lines.insert(0, unlearned[0].upper() + unlearned[1:] + ".")
     return tuple(lines)
