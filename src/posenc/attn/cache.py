@@ -16,11 +16,15 @@ other layers keep every key.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
 from ..config import check_device, check_int
 from ..host_reads import read, reads_values
+
+if TYPE_CHECKING:
+    from ..rotary import RoPE
 
 __all__ = ["KVCache"]
 
@@ -271,6 +275,49 @@ class KVCache:
         """Mark ``n`` more positions as filled, once every layer has been updated."""
         check_int("n", n, minimum=0)
         self.length = self._end(n)
+
+    def stored_keys(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys ``layer`` holds, as a view of its buffer (writable in place), and their
+        positions: ``[batch, kv_heads, n, width]`` and ``[batch, n]``."""
+        keep = self.keep[layer]
+        if keep is None:
+            return self.keys[layer][:, :, : self.length], self.positions[:, : self.length]
+        kept = min(self.length, keep)  # the buffer's last `kept` slots
+        keys = self.keys[layer][:, :, keep - kept :]
+        return keys, self.positions[:, self.length - kept : self.length]
+
+    def shift_positions(self, delta: int | torch.Tensor) -> None:
+        """Add ``delta`` (an int, or ``[batch, 1]``) to the positions of the cached tokens;
+        they are then explicit (the next tokens' positions must continue from them)."""
+        self.positions[:, : self.length] += delta
+        self.explicit_positions = True
+
+    def rerotate(
+        self,
+        rope: RoPE,
+        *,
+        delta: int | torch.Tensor = 0,
+        to: RoPE | None = None,
+        layers: Sequence[int] | None = None,
+        seq_len: int | None = None,
+        new_seq_len: int | None = None,
+    ) -> None:
+        """Turn the cached keys, rotated by ``rope`` at their positions, into what ``to``
+        (default: ``rope``) gives at their positions + ``delta``, in place, and shift the
+        cached positions by ``delta``: a cache shifted or reused at another offset, or a
+        switch of frequencies (LongRoPE's short to long factors: ``seq_len`` and
+        ``new_seq_len`` are the lengths each rotation was chosen at), without recomputing
+        the keys (:mod:`posenc.functional.rope_rerotate`).
+
+        Args:
+            rope, to: :class:`~posenc.rotary.RoPE` encodings (M-RoPE's text positions,
+                p-RoPE too) of one layout and rotary width.
+            delta: the shift, an int or one per row (``[batch]``).
+            layers: the layers ``rope`` rotated (default: all).
+        """
+        from .rerotate import rerotate_cache  # the re-rotation's checks and math
+
+        rerotate_cache(self, rope, delta, to, layers, seq_len, new_seq_len)
 
     def memory(self) -> list[int]:
         """The bytes of keys and values (and forget clocks) each layer holds."""

@@ -114,6 +114,21 @@ class StaticKVCache(KVCache):
         q = rope_cache_write(q, k, v, cos, sin, keys, values, self.slots(k.shape[2]), layout)
         return q, keys, values
 
+    def stored_keys(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every slot of ``layer`` (the unwritten ones are zeros, which no rotation moves)
+        and their positions: ``[batch, kv_heads, slots, width]``, ``[batch, slots]``."""
+        ring = self.keep[layer]
+        if ring is None:
+            return self.keys[layer], self.positions
+        return self.keys[layer], self.ring_positions[ring]
+
+    def shift_positions(self, delta: int | torch.Tensor) -> None:
+        """Add ``delta`` to every slot's position (rings too; no host read)."""
+        self.positions += delta
+        for ring in self.ring_positions.values():
+            ring += delta
+        self.explicit_positions = True
+
     def _write_ring(self, ring: torch.Tensor, new: torch.Tensor, dim: int) -> None:
         """The last of ``new``'s tokens (along ``dim``) into their slots of ``ring``."""
         size, n = ring.shape[dim], new.shape[dim]

@@ -1,0 +1,79 @@
+"""``cache.rerotate``: a cache's keys turned in place to shifted positions (or new
+frequencies) equal the keys computed at those positions, in every kind of layer a cache
+holds (all keys, a rolling window, a static cache's slots and rings), with the positions
+shifted too; a model decoding on after the shift gives what recomputation gives."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+import posenc
+from posenc import KVCache, StaticKVCache
+from posenc.models import LayerPlan, LayerSpec, TransformerLM
+
+
+def fill(cache, rope, k, v, n):
+    """Write ``n`` tokens of ``k`` rotated at 0..n-1 into every layer, a token at a time."""
+    for t in range(n):
+        pos = torch.tensor([t])
+        k_t = rope.rotate(k[:, :, t : t + 1], rope.rotation(pos), key=True)
+        cache.update_positions(pos.expand(k.shape[0], 1))
+        for layer in range(len(cache.keys)):
+            cache.update(layer, k_t, v[:, :, t : t + 1])
+        cache.advance(1)
+
+
+def test_shifted_keys_equal_keys_rotated_at_the_new_positions():
+    rope = posenc.create("rope", head_dim=8)
+    k, v = torch.randn(2, 2, 7, 8), torch.randn(2, 2, 7, 8)
+    cache = KVCache(2, 2, 2, 8, max_seq_len=10, keep=[None, 3])  # layer 1: a window of 4
+    fill(cache, rope, k, v, 7)
+    cache.rerotate(rope, delta=100)
+    expected = rope.rotate(k, rope.rotation(torch.arange(7) + 100), key=True)
+    keys, positions = cache.stored_keys(0)
+    n = 7
+    assert_close(keys[:, :, :n], expected, atol=1e-5, rtol=0)
+    assert torch.equal(positions[:, :n], (torch.arange(7) + 100).expand(2, 7))
+    ring, ring_positions = cache.stored_keys(1)  # the last 3 tokens, in ring or buffer order
+    for slot in range(3):
+        t = int(ring_positions[0, slot]) - 100
+        assert_close(ring[:, :, slot], expected[:, :, t], atol=1e-5, rtol=0)
+    assert cache.explicit_positions
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_a_model_decodes_on_after_a_shift(static, model_tol):
+    """A prompt cached at positions 0..5, shifted by 20, then decoding at 26, 27, ...: the
+    logits of recomputing everything at positions 20..., with a window layer (a rolling
+    buffer, or a static cache's ring) and a full one."""
+    torch.manual_seed(0)
+    plan = LayerPlan([LayerSpec("rope", window=4), LayerSpec("rope")])
+    model = TransformerLM(50, 32, 2, 4, plan=plan).eval()
+    ids = torch.randint(0, 50, (1, 9))
+    shifted = torch.arange(9) + 20
+    cache = model.new_cache(1, 9, static=static)
+    assert isinstance(cache, StaticKVCache) == static
+    with torch.no_grad():
+        full = model(ids, positions=shifted)
+        model(ids[:, :6], cache=cache)
+        cache.rerotate(model.encoding, delta=20)
+        steps = [
+            model(ids[:, i : i + 1], cache=cache, positions=shifted[i : i + 1]) for i in range(6, 9)
+        ]
+    got = torch.cat(steps, 1)
+    assert_close(got, full[:, 6:], **model_tol(model, 9, full))
+
+
+def test_bad_input_is_named():
+    cache = KVCache(1, 1, 1, 8, max_seq_len=4)
+    rope = posenc.create("rope", head_dim=8)
+    with pytest.raises(TypeError, match="rope must be a RoPE encoding"):
+        cache.rerotate(posenc.create("xpos", head_dim=8))
+    with pytest.raises(ValueError, match="share their layout"):
+        cache.rerotate(rope, to=posenc.create("rope", head_dim=8, layout="interleaved"))
+    with pytest.raises(ValueError, match="head_dim=16"):
+        cache.rerotate(posenc.create("rope", head_dim=16))
+    with pytest.raises(ValueError, match="delta must be"):
+        cache.rerotate(rope, delta=torch.tensor([1.5]))
