@@ -133,6 +133,23 @@ def test_options_not_given_keep_the_functions_defaults(drawn):
     assert drawn == [{}]
 
 
+def test_a_bool_option_switches_both_ways(drawn, capsys):
+    assert main(["plot", "fake", "--no-flag", "--out", "f.png"]) == 0
+    assert main(["plot", "fake", "--flag", "--out", "f.png"]) == 0
+    assert drawn == [{"flag": False}, {"flag": True}]
+    assert main(["plot", "fake", "--help"]) == 0
+    assert "--flag / --no-flag" in capsys.readouterr().out
+
+
+def test_bias_causal_switch(tmp_path, capsys):
+    out = str(tmp_path / "b.png")
+    assert main(["plot", "bias", "--encoding", "alibi", "--no-causal", "--out", out]) == 0
+    assert main(["plot", "bias", "--encoding", "kerple", "--causal", "--out", out]) == 0
+    capsys.readouterr()
+    assert main(["plot", "bias", "--encoding", "fox", "--no-causal", "--out", out]) == 2
+    assert "keys at or before their query only" in _error(capsys.readouterr().err)
+
+
 def test_fake_help_has_docs_defaults_and_the_docstring_example(drawn, capsys):
     assert main(["plot", "fake", "--help"]) == 0
     out = capsys.readouterr().out

@@ -7,10 +7,12 @@ import pytest
 import torch
 
 import posenc
-from posenc.base import InputBias, ScoreBias
 from posenc.plot.similarity import similarity
 
 pytest.importorskip("matplotlib")
+
+#: the bias encodings whose default form is causal: keys after their query drawn blank
+CAUSAL_FORMS = {"alibi", "t5", "cope", "fox"}
 
 
 def _title(fig):
@@ -41,11 +43,28 @@ def test_rotary_is_the_relative_score_of_ones():
     torch.testing.assert_close(data.double(), expected, atol=1e-5, rtol=0)
 
 
-def test_bias_is_head_zero():
-    _, data = _image(similarity("alibi", positions=12, dim=16))
+def test_bias_is_head_zero_over_the_keys_a_causal_query_sees():
+    fig = similarity("alibi", positions=12, dim=16)
+    _, data = _image(fig)
     enc = posenc.create("alibi", n_heads=8)
     pos = torch.arange(12)
-    torch.testing.assert_close(data.float(), enc.bias(pos, pos)[0])
+    future = torch.ones(12, 12, dtype=torch.bool).triu(1)
+    expected = enc.bias(pos, pos)[0].masked_fill(future, float("nan"))
+    torch.testing.assert_close(data.float(), expected, equal_nan=True)
+    assert "(j > i) blank" in _title(fig)
+
+
+def test_a_zero_table_is_drawn_random():
+    """T5's table starts at zero (a blank image): drawn with init_std 1, seed 0."""
+    fig = similarity("t5", positions=12, dim=16)
+    _, data = _image(fig)
+    torch.manual_seed(0)
+    enc = posenc.create("t5", n_heads=8, init_std=1.0)
+    pos = torch.arange(12)
+    lower = torch.ones(12, 12, dtype=torch.bool).tril()
+    torch.testing.assert_close(data.float()[lower], enc.bias(pos, pos)[0][lower])
+    assert data[lower].std() > 0.1
+    assert "random init: init_std=1, seed 0" in _title(fig)
 
 
 def test_nope_is_constant():
@@ -58,9 +77,9 @@ def test_every_encoding_renders(name):
     fig = similarity(name, positions=8, dim=16)
     ax, data = _image(fig)
     assert data.shape == (8, 8)
-    cls = posenc.registry.get(name)
-    if issubclass(cls, (InputBias, ScoreBias)):
-        # FoX and CoPE define their bias for keys at or before their query only: blank above
+    if name in CAUSAL_FORMS:
+        # FoX and CoPE define their bias for keys at or before their query only, ALiBi's and
+        # T5's default forms are causal: blank above
         lower = torch.ones(8, 8, dtype=torch.bool).tril()
         assert bool(torch.isfinite(data[lower]).all()) and bool(data[~lower].isnan().all())
     else:
@@ -71,8 +90,9 @@ def test_every_encoding_renders(name):
 
 
 def test_learned_bias_says_initialisation():
-    fig = similarity("t5", positions=8, dim=16)
-    assert "initialisation" in _title(fig)
+    fig = similarity("kerple", positions=8, dim=16)
+    assert "at initialisation, seed 0" in _title(fig)
+    assert "blank" not in _title(fig)  # |i - j|: both directions drawn
 
 
 def test_is_deterministic():

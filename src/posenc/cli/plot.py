@@ -107,12 +107,13 @@ def _parameter(option: FigureOption) -> inspect.Parameter:
     default = ... if option.required else None
     annotation = option.annotation if option.required else option.annotation | None
     metavar = "VALUE..." if option.members else METAVARS.get(option.annotation)
+    flag = option.flag
+    if option.annotation is bool:  # a switch both ways: --x/--no-x
+        flag = f"{flag}/--no-{flag.removeprefix('--')}"
     return inspect.Parameter(
         option.name,
         inspect.Parameter.KEYWORD_ONLY,
-        default=typer.Option(
-            default, option.flag, help=option.help, show_default=False, metavar=metavar
-        ),
+        default=typer.Option(default, flag, help=option.help, show_default=False, metavar=metavar),
         annotation=annotation,
     )
 

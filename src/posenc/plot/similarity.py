@@ -10,14 +10,17 @@ position ``j`` under the encoding, measured in the way its kind acts on attentio
   ``i`` and ``j``: for RoPE a function of ``j - i`` only, the long-term decay along the
   diagonals;
 - bias (ALiBi, T5, KERPLE, FIRE, Shaw, FoX): the score bias of head 0, learned ones at
-  their initialisation (Shaw's, which depends on the query, for the same fixed query;
-  CoPE's, which depends on the scores, for the same fixed queries and keys, and FoX's, which
-  depends on the layer's input, for a fixed random input: both over keys ``j <= i``);
+  their initialisation (a table that starts at zero, T5's and CoPE's, with a random one:
+  :func:`posenc.plot.bias.zero_start`; Shaw's, which depends on the query, for the same
+  fixed query; CoPE's, which depends on the scores, for the same fixed queries and keys;
+  FoX's, which depends on the layer's input, for a fixed random input), over keys
+  ``j <= i`` only (NaN elsewhere) where the encoding's form is causal
+  (:func:`posenc.plot.bias.causal_only`: ALiBi, T5, CoPE, FoX);
 - ``nope``: 1 everywhere, since without an encoding every position looks the same.
 
 Encodings of image grids (``sincos_2d``, ``learned_2d``, ``rope_2d``, ``rope_mixed``) are
-read along one row of patches, ``(0, i)``; :func:`posenc.plot.grid.grid` shows them on the
-whole grid. :func:`scores` computes the matrix and is shared with that figure.
+read along one row of patches, ``(0, i)``, and ``rope_3d`` along time, ``(i, 0, 0)``;
+:func:`posenc.plot.grid.grid` shows the image ones on the whole grid. :func:`scores` computes the matrix and is shared with that figure.
 
 matplotlib (the ``plot`` extra) is imported only when a figure is drawn.
 """
@@ -35,7 +38,7 @@ from ..bias.fox import Fox
 from ..builder import build
 from ..positions import grid as grid_positions
 from ..registry import available, get
-from .bias import input_bias
+from .bias import causal_only, init_note, input_bias, zero_start
 from .common import check_size, new_figure
 
 if TYPE_CHECKING:
@@ -114,7 +117,7 @@ def scores(enc: Encoding, q_positions: torch.Tensor, k_positions: torch.Tensor) 
             else:
                 bias = enc.bias(q_positions, k_positions, q=q)
             out = (bias[0, 0] if bias.dim() == 4 else bias[0]).float()
-            if isinstance(enc, ScoreBias):  # defined over the keys a query counts: j <= i
+            if causal_only(enc):  # meant for the keys a causal query sees: j <= i
                 future = torch.ones(n_q, n_k, dtype=torch.bool).triu(n_k - n_q + 1)
                 out = out.masked_fill(future, float("nan"))
         else:  # nope: no position information, every pair alike
@@ -144,10 +147,17 @@ def similarity(encoding: str = "sinusoidal", positions: int = 64, dim: int = 64)
     check_encoding(encoding)
     check_size("positions", positions)
     on_grid = get(encoding).position_axes == 2
-    enc = make_encoding(encoding, dim, **({"grid": (1, positions)} if on_grid else {}))
+    config: dict[str, Any] = {"grid": (1, positions)} if on_grid else {}
+    if get(encoding).kind == "bias":
+        config.update(zero_start(encoding))  # a table at zero: drawn random, not blank
+    enc = make_encoding(encoding, dim, **config)
     if enc.position_axes == 2:
         pos = grid_positions(1, positions)  # one row of patches, (0, i)
         axis = "patch column i (row 0)"
+    elif enc.position_axes == 3:  # video latents (rope_3d): along time, (i, 0, 0)
+        pos = torch.zeros(positions, 3, dtype=torch.long)
+        pos[:, 0] = torch.arange(positions)
+        axis = "frame t (h = w = 0)"
     else:
         pos = torch.arange(positions)
         axis = "position"
@@ -155,7 +165,9 @@ def similarity(encoding: str = "sinusoidal", positions: int = 64, dim: int = 64)
     kind = enc.kind
     title = f"{encoding}: similarity of positions i and j"
     if kind == "bias" and enc.info.trainable:
-        title += " (at initialisation)"
+        title += f"\n{init_note(config)}"
+    if kind == "bias" and causal_only(cast(BiasEncoding, enc)):
+        title += "\nkeys after the query (j > i) blank: causal attention"
     fig, axes = new_figure(1, title=title)
     ax = axes[0]
     image = ax.imshow(data, cmap="viridis", origin="upper", interpolation="nearest")
