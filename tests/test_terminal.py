@@ -21,10 +21,10 @@ from posenc.terminal import encodings_table, memory_cost, render, show
         ("rope", "[L, d/2] cos/sin"),
         ("rope_mixed", "[H, L, d/2] cos/sin + learned weights"),
         ("fope", "[H, L, d/2] cos/sin + learned weights"),
-        ("alibi", "[H, 2L - 1] distances (CPU), or none (flex, fused ALiBi)"),
-        ("t5", "[H, 2L - 1] distances (CPU), or none (flex, fused ALiBi)"),  # shift_invariant
-        ("fire", "[H, L, L] bias, or none (flex)"),
-        ("shaw", "[H, L, L] scores, or [H, 64, L] blocks (CPU)"),  # adds_to_values
+        ("alibi", "CPU: [H, 2L - 1] distances; CUDA: none (flex)"),
+        ("t5", "CPU: [H, 2L - 1] distances; CUDA: none (flex)"),  # shift-invariant, not fused
+        ("fire", "CPU: [H, b, L] rows at a time; CUDA: none (flex), [H, L, L] bias to train"),
+        ("shaw", "CPU: [H, b, L] blocks at a time; CUDA: none (flex)"),
     ],
 )
 def test_memory_cost_follows_the_kind_and_class(name, cost):
@@ -37,10 +37,13 @@ def test_every_encoding_has_a_memory_cost():
 
 
 def test_encodings_table_has_one_row_per_encoding():
-    lines = render(encodings_table()).splitlines()
-    assert lines[0].split()[:5] == ["name", "kind", "trainable", "relative", "extrapolates"]
-    assert set(lines[1].strip()) == {"─"}  # the rule under the header
-    assert [line.split()[0] for line in lines[2:]] == posenc.available()
+    table = encodings_table()
+    headers = [column.header for column in table.columns]
+    assert headers[:5] == ["name", "kind", "trainable", "relative", "runs past training length"]
+    lines = render(table).splitlines()
+    rule = next(i for i, line in enumerate(lines) if set(line.strip()) == {"─"})
+    assert lines[rule - 1].split()[0] == "name"  # under the wrapped header's last line
+    assert [line.split()[0] for line in lines[rule + 1 :]] == posenc.available()
 
 
 def test_render_never_wraps_or_pads():

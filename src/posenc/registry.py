@@ -38,7 +38,9 @@ def register(
 
     The class must define its own ``Config`` dataclass; its ``kind`` comes from its base class.
     ``formula`` is its math in plain Unicode text (no LaTeX), one to four lines, with the
-    symbols explained (:attr:`EncodingInfo.formula`).
+    symbols explained (:attr:`EncodingInfo.formula`). ``extrapolates`` says that it is
+    defined past the training length, not that it works there
+    (:attr:`EncodingInfo.extrapolates`).
     """
     if not isinstance(formula, str) or not formula.strip():
         raise ValueError(f"formula must be a non-empty str (the math of {name!r}), got {formula!r}")

@@ -1,31 +1,47 @@
 """The terminal output of ``posenc`` and the demo: a console, and rich tables of the encodings.
 
-:func:`console`, :func:`show` and :func:`render` print a rich table on a terminal, or as
-plain text wide enough that no cell is wrapped or cut when stdout is not one (a pipe, a
-file, a test), so the output can be read by a program; :func:`encodings_table` is the
-table of every registered encoding. One home, below :mod:`posenc.cli` and
-:mod:`posenc.demo`, so neither imports the other for them.
+:func:`console`, :func:`show` and :func:`render` print a rich table on a terminal, wrapped
+to its width, or as plain text wide enough that no cell is wrapped or cut when stdout is
+not one (a pipe, a file, a test), so the output can be read by a program;
+:func:`encodings_table` is the table of every registered encoding. One home, below
+:mod:`posenc.cli` and :mod:`posenc.demo`, so neither imports the other for them.
+
+What a bias encoding holds in memory is asked of the planner
+(:func:`posenc.attn.planner.plan`) for the calls of :data:`CALLS`, so the tables say what
+:func:`posenc.attention` does: :func:`bias_memory`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import sys
-from typing import TextIO, cast
+from collections.abc import Mapping
+from typing import NamedTuple, TextIO
 
+import torch
 from rich import box
 from rich.console import Console, RenderableType
 from rich.table import Table
 
 from . import registry
-from .attn.planner import bias_memory
+from .attn.forget import WIDTH_STEP
+from .attn.planner import AttnShape, Plan, plan
 from .base import BiasEncoding
+from .describe import EXAMPLE_VALUES
+from .positions import AttnPositions
 
 __all__ = [
+    "CALLS",
+    "LENGTH",
     "PLAIN_WIDTH",
+    "RUNS_PAST",
+    "Call",
+    "bias_memory",
     "console",
     "encodings_table",
     "memory_cost",
+    "memory_lines",
+    "plan_memory",
     "render",
     "show",
     "yes_no",
@@ -35,6 +51,43 @@ __all__ = [
 PLAIN_WIDTH = 1000
 #: configuration keys that bound the positions of a learned table
 BOUNDS = ("max_positions", "grid")
+#: what the tables call :attr:`~posenc.EncodingInfo.extrapolates`: defined at positions past
+#: the training length; whether it works there is the arena's ``extrapolation`` to measure
+RUNS_PAST = "runs past training length"
+#: the keys of the calls the memory column plans (``L`` in its text): long enough that
+#: flex attention pays (:data:`~posenc.attn.planner.FLEX_MIN_SCORES`)
+LENGTH = 4096
+
+
+class Call(NamedTuple):
+    """One call of :func:`posenc.attention` whose runner the memory column reports: a
+    causal self-attention over :data:`LENGTH` keys, unmasked, at default positions."""
+
+    #: ``"CPU"`` or ``"CUDA"``
+    device: str
+    #: ``"prefill"`` (as many queries as keys), ``"training"`` (the same, with a backward)
+    #: or ``"decode"`` (one query)
+    phase: str
+
+    @property
+    def q_len(self) -> int:
+        return 1 if self.phase == "decode" else LENGTH
+
+
+#: the calls the memory column reports, per device: a prefill, a training step, a decode step
+CALLS = tuple(Call(d, p) for d in ("CPU", "CUDA") for p in ("prefill", "training", "decode"))
+#: what each runner that computes the bias itself holds beyond q, k and v (``H`` heads, ``L``
+#: keys, ``b`` rows per block); a runner on the materialised table holds ``[H, q_len, L]``
+RUNNER_MEMORY = {
+    "flex": "none",  # the bias score by score, fused into the kernel
+    "linear": "none",  # ALiBi's slopes fused into CPU SDPA
+    "distance": "[H, 2L - 1] distances",
+    "rows": "[H, b, L] rows at a time",
+    "shaw": "[H, b, L] blocks at a time",
+    "scores": "[H, b, L] scores at a time",
+}
+#: FoX: its clock rides in extra coordinates of a plain runner's heads (posenc.attn.forget)
+CLOCK = f"[B, H, L] clock; q, k, v per head, up to {WIDTH_STEP} columns wider"
 
 
 def console(file: TextIO | None = None) -> Console:
@@ -55,11 +108,14 @@ def render(table: RenderableType) -> str:
     return "\n".join(line.rstrip() for line in captured.get().splitlines()).strip("\n")
 
 
-def show(table: RenderableType, file: TextIO | None = None) -> None:
+def show(table: RenderableType, file: TextIO | None = None, *, wide: bool = False) -> None:
     """Print ``table`` on ``file`` (default: the current ``sys.stdout``): with rich's
-    colours and wrapping on a terminal, else as :func:`render`'s plain text."""
+    colours and wrapping on a terminal (``wide``: with its colours, unwrapped, as wide as
+    it is), else as :func:`render`'s plain text."""
     out = console(file)
     if out.is_terminal:
+        if wide:
+            out = Console(file=out.file, width=PLAIN_WIDTH)
         out.print(table)
     else:
         print(render(table), file=out.file)
@@ -70,8 +126,58 @@ def yes_no(flag: bool) -> str:
     return "yes" if flag else "no"
 
 
+def _built(name: str) -> BiasEncoding:
+    """Bias encoding ``name`` built with the example sizes
+    (:data:`~posenc.describe.EXAMPLE_VALUES`)."""
+    cls = registry.get(name)
+    enc = cls(**{key: EXAMPLE_VALUES[key] for key in cls.Config.required_keys()})
+    if not isinstance(enc, BiasEncoding):
+        raise ValueError(f"{name!r} is a {cls.kind} encoding, not a bias encoding")
+    return enc
+
+
+def _plan(enc: BiasEncoding, call: Call) -> Plan:
+    """The plan :func:`~posenc.attn.planner.plan` makes for ``enc`` in ``call``."""
+    heads, head_dim = EXAMPLE_VALUES["n_heads"], EXAMPLE_VALUES["head_dim"]
+    shape = AttnShape(1, heads, heads, call.q_len, LENGTH, head_dim)  # [batch, heads, ...]
+    positions = AttnPositions.build(call.q_len, LENGTH, 1, torch.device("cpu"))
+    device = torch.device(call.device.lower())
+    training = call.phase == "training"
+    return plan(enc, shape, positions, masked=False, needs_grad=training, device=device)
+
+
+def plan_memory(chosen: Plan, call: Call) -> str:
+    """What the runner of ``chosen`` holds beyond q, k and v in ``call``: the materialised
+    table, FoX's clock, or what :data:`RUNNER_MEMORY` says of the runner."""
+    if chosen.forget:
+        return CLOCK
+    if chosen.table == "full":
+        return "[H, 1, L] bias" if call.q_len == 1 else "[H, L, L] bias"
+    return RUNNER_MEMORY.get(chosen.runner, "none")
+
+
+def bias_memory(name: str) -> dict[Call, tuple[str, str]]:
+    """Each call of :data:`CALLS` -> the runner the planner picks for bias encoding
+    ``name`` and what it holds (:func:`plan_memory`)."""
+    enc = _built(name)
+    out: dict[Call, tuple[str, str]] = {}
+    for call in CALLS:
+        chosen = _plan(enc, call)
+        out[call] = (chosen.runner, plan_memory(chosen, call))
+    return out
+
+
+def _prefill(memory: Mapping[Call, tuple[str, str]], device: str) -> str:
+    """The prefill's memory on ``device``, and the training step's where it differs; the
+    runner after a ``none``."""
+    run, train = (memory[Call(device, phase)] for phase in ("prefill", "training"))
+    run_text, train_text = (m if m != "none" else f"none ({r})" for r, m in (run, train))
+    return run_text if run_text == train_text else f"{run_text}, {train_text} to train"
+
+
 def memory_cost(name: str) -> str:
-    """What encoding ``name`` adds to a model's memory, derived from its kind and class.
+    """What encoding ``name`` adds to a model's memory over a sequence, derived from its
+    kind and class, and for a bias encoding from the runner the planner picks.
 
     ``L`` is the sequence length, ``d`` the embedding (or head) size, ``H`` the heads:
 
@@ -79,7 +185,8 @@ def memory_cost(name: str) -> str:
       the positions (``max_positions``, ``grid``), else computed on the fly;
     - rotary: ``[L, d/2]`` cos and sin, computed per call (per head, and learned weights:
       frequencies or Fourier coefficients, for a trainable one);
-    - bias: what its backends hold (:func:`~posenc.attn.planner.bias_memory`).
+    - bias: what the runner of a prefill (and of a training step where it differs) holds
+      on the CPU and on CUDA (:func:`bias_memory`; the decode step: :func:`memory_lines`).
     """
     cls = registry.get(name)
     info = registry.info(name)
@@ -94,20 +201,50 @@ def memory_cost(name: str) -> str:
         if info.trainable:  # per head: RoPE-Mixed's frequencies, FoPE's coefficients
             return "[H, L, d/2] cos/sin + learned weights"
         return "[L, d/2] cos/sin"
-    if info.kind == "bias":  # asked of the one place that chooses the bias backend
-        return bias_memory(cast(type[BiasEncoding], cls))
+    if info.kind == "bias":
+        memory = bias_memory(name)
+        cpu, cuda = _prefill(memory, "CPU"), _prefill(memory, "CUDA")
+        return cpu if cpu == cuda else f"CPU: {cpu}; CUDA: {cuda}"
     return "none"
 
 
-def encodings_table() -> Table:
-    """Every registered encoding: name, kind, trainable, relative, extrapolates, memory
-    cost and paper, one row each, in :func:`posenc.available` order."""
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, header_style="bold")
-    for header in ("name", "kind", "trainable", "relative", "extrapolates", "memory cost"):
-        table.add_column(header, no_wrap=True)
-    table.add_column("paper")
+def memory_lines(name: str) -> list[str]:
+    """:func:`memory_cost` in full: for a bias encoding one line per device and memory,
+    the calls that hold it, what it holds and the runner (``CPU prefill, training: [H, 2L -
+    1] distances (distance runner)``), then the sizes; else the one line."""
+    if registry.info(name).kind != "bias":
+        return [memory_cost(name)]
+    lines: dict[tuple[str, str, str], list[str]] = {}
+    for call, (runner, memory) in bias_memory(name).items():
+        lines.setdefault((call.device, memory, runner), []).append(call.phase)
+    out = [
+        f"{device} {', '.join(phases)}: {memory} ({runner} runner)"
+        for (device, memory, runner), phases in lines.items()
+    ]
+    return [*out, f"(causal, L = {LENGTH} keys; H heads, B batch, b rows per block)"]
+
+
+def encodings_table(*, wide: bool = False, extra: Mapping[str, Mapping[str, str]] = {}) -> Table:
+    """Every registered encoding, one row each in :func:`posenc.available` order: name,
+    kind, trainable, relative, :data:`RUNS_PAST`, the ``extra`` columns (header -> name
+    -> cell, blank for a name it lacks) and memory cost, and with ``wide`` the paper.
+
+    On a terminal the memory and paper cells wrap; no cell is ever cut to ``…``. Two
+    spaces apart and no edges, so that 80 columns leave room for the memory cost."""
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1, 0, 0), header_style="bold")
+    table.add_column("name", no_wrap=True, overflow="fold")
+    for header in ("kind", "trainable", "relative"):
+        table.add_column(header, no_wrap=True, overflow="fold")
+    table.add_column(RUNS_PAST, max_width=9, overflow="fold")  # the header wraps
+    for header in extra:
+        table.add_column(header, overflow="fold")
+    table.add_column("memory cost", overflow="fold")
+    if wide:
+        table.add_column("paper", overflow="fold")
     for name in registry.available():
         i = registry.info(name)
-        flags = (yes_no(i.trainable), yes_no(i.relative), yes_no(i.extrapolates))
-        table.add_row(i.name, i.kind, *flags, memory_cost(name), i.reference)
+        cells = [name, i.kind, yes_no(i.trainable), yes_no(i.relative), yes_no(i.extrapolates)]
+        cells += [column.get(name, "") for column in extra.values()]
+        cells.append(memory_cost(name))
+        table.add_row(*cells, *([i.reference] if wide else []))
     return table
