@@ -20,7 +20,8 @@ position ``j`` under the encoding, measured in the way its kind acts on attentio
 
 Encodings of image grids (``sincos_2d``, ``learned_2d``, ``rope_2d``, ``rope_mixed``) are
 read along one row of patches, ``(0, i)``, and ``rope_3d`` along time, ``(i, 0, 0)``;
-:func:`posenc.plot.grid.grid` shows the image ones on the whole grid. :func:`scores` computes the matrix and is shared with that figure.
+:func:`posenc.plot.grid.grid` shows the image ones on the whole grid. :func:`scores`
+computes the matrix and is shared with that figure.
 
 matplotlib (the ``plot`` extra) is imported only when a figure is drawn.
 """
