@@ -109,9 +109,12 @@ Q, K = gen(BATCH, HEADS, SEQ, SIZE, seed=1), gen(BATCH, HEADS, SEQ, SIZE, seed=2
 
 
 def as_positions(enc: posenc.Encoding, p: torch.Tensor) -> torch.Tensor:
-    """``p`` as ``enc`` takes it: unchanged, or grid coordinates ``[..., 2]`` (row, col)."""
+    """``p`` as ``enc`` takes it: unchanged, grid coordinates ``[..., 2]`` (row, col), or
+    video coordinates ``[..., 3]`` (frame 0, row, col) for ``rope_3d``."""
     if enc.position_axes == 1:
         return p
+    if enc.position_axes == 3:
+        return torch.stack((p * 0, p // GRID_W, p % GRID_W), dim=-1)
     return torch.stack((p // GRID_W, p % GRID_W), dim=-1)
 
 

@@ -15,8 +15,9 @@ once:
 
 An encoding that needs configuration keys besides its size key gets them in ``EXTRA_CONFIG``.
 Encodings of image grids (``position_axes == 2``) get the same positions as coordinates on a
-grid ``GRID_W`` wide, ``(p // GRID_W, p % GRID_W)`` (:func:`as_positions`), so every check
-runs on them unchanged.
+grid ``GRID_W`` wide, ``(p // GRID_W, p % GRID_W)`` (:func:`as_positions`), and ``rope_3d``
+(``position_axes == 3``) as ``(t, h, w)`` on a video grid ``GRID3``, so every check runs on
+them unchanged.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ OFFSET = 100
 #: default grid, and the OFFSET positions reach row (OFFSET + SEQ) // GRID_W
 GRID_W = 3
 GRID = (SEQ // GRID_W, GRID_W)
+#: the video grid (frames, height, width) of ``rope_3d``: SEQ tokens, GRID_W wide, 2 high
+GRID3 = (SEQ // (2 * GRID_W), 2, GRID_W)
 EXTRA_CONFIG: dict[str, dict[str, Any]] = {
     "shaw": {"head_dim": 4},
     "fox": {"dim": 5},
@@ -52,6 +55,7 @@ EXTRA_CONFIG: dict[str, dict[str, Any]] = {
     "cope": {"head_dim": 4, "init_std": 1.0},
     "sincos_2d": {"grid": GRID},
     "rope_2d": {"grid": GRID},
+    "rope_3d": {"grid": GRID3},
     "rope_mixed": {"grid": GRID, "n_heads": HEADS},
     # a table must hold the far positions too, so its default grid is not the SEQ tokens'
     "learned_2d": {"grid": ((OFFSET + SEQ) // GRID_W + 1, GRID_W)},
@@ -78,7 +82,10 @@ def as_positions(enc: posenc.Encoding, positions: torch.Tensor | None) -> torch.
     if positions is None or enc.position_axes == 1:
         return positions
     if positions.dtype == torch.bool:
-        return torch.stack((positions, positions), dim=-1)
+        return torch.stack((positions,) * enc.position_axes, dim=-1)
+    if enc.position_axes == 3:  # (t, h, w) on the GRID3 video grid
+        frame, rows = positions // (2 * GRID_W), (positions // GRID_W) % 2
+        return torch.stack((frame, rows, positions % GRID_W), dim=-1)
     return torch.stack((positions // GRID_W, positions % GRID_W), dim=-1)
 
 
@@ -138,7 +145,8 @@ class Driver(nn.Module):
         self, *inputs: torch.Tensor, positions: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, ...]:
         kind = self.enc.kind
-        if positions is None and self.enc.position_axes != 1 and self.enc.config.grid != GRID:
+        grids = (GRID, GRID3)
+        if positions is None and self.enc.position_axes != 1 and self.enc.config.grid not in grids:
             positions = arange_positions(device=self.device)  # its default grid is larger
         positions = as_positions(self.enc, positions)
         if kind == "additive":

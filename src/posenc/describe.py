@@ -142,11 +142,18 @@ GRID_POSITIONS = (
 )
 
 
+#: the video latents of ``rope_3d``: SEQ tokens, 2 frames of the grid's half
+VIDEO_POSITIONS = (
+    f"positions = posenc.positions.video_grid(2, {GRID[0] // 2}, {GRID[1]})  "
+    "# [seq, 3]: (frame, row, column)",
+)
+
+
 def _positions(name: str, cls: type[Any]) -> tuple[str, ...]:
     """The lines that make the example's positions; none when the defaults serve."""
     if name in SPECIAL_POSITIONS:
         return SPECIAL_POSITIONS[name]
-    return GRID_POSITIONS if cls.position_axes == 2 else ()
+    return {2: GRID_POSITIONS, 3: VIDEO_POSITIONS}.get(cls.position_axes, ())
 
 
 def example(name: str) -> str:

@@ -13,6 +13,7 @@ else is an error that names the parameter, never a silent clamp or wrap.
 
 One module per concept: :mod:`~posenc.positions.checks` (validation, defaults, the causal
 mask), :mod:`~posenc.positions.grid` (image grids and the grid encodings' mixin),
+:mod:`~posenc.positions.video` (the ``(t, h, w)`` of video latent tokens),
 :mod:`~posenc.positions.multimodal` (M-RoPE ids of text with images and videos, the
 checks of its inputs in :mod:`~posenc.positions.multimodal_inputs`),
 :mod:`~posenc.positions.tmrope` (TMRoPE ids of text with images, videos and audio on one
@@ -44,6 +45,7 @@ from .padding import (
 from .record import AttnPositions, query_offset
 from .samplers import SAMPLERS, PositionSampler, pose, randomized
 from .tmrope import tmrope
+from .video import video_grid
 
 __all__ = [
     "SAMPLERS",
@@ -70,4 +72,5 @@ __all__ = [
     "query_offset",
     "randomized",
     "tmrope",
+    "video_grid",
 ]

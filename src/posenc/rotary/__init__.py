@@ -8,6 +8,7 @@ from .mrope import MRoPE
 from .p_rope import PRoPE
 from .pope import PoPE
 from .rope import RoPE
+from .video import RoPE3D
 from .xpos import XPos
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "PoPE",
     "RoPE",
     "RoPE2D",
+    "RoPE3D",
     "RoPEMixed",
     "XPos",
     "layout_permutation",

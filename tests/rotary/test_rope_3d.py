@@ -1,0 +1,114 @@
+"""``rope_3d`` against diffusers' rotary embeddings of Wan 2.1, HunyuanVideo and NVIDIA
+Cosmos (their modules build the tables, diffusers' ``apply_rotary_emb`` turns q with
+them), against a float64 reference of the formula, and its properties.
+
+Tolerances: diffusers computes HunyuanVideo's and Cosmos's angles in float32 (position ×
+frequency rounded, up to ``p·2^-24`` radians at position p < 16 here) and Wan's in
+float64; posenc in float64, rounded once. So a few float32 ulps of a rotated value of
+size ``2·max|x|``, plus ``16·2^-24`` radians of angle for the float32 sides."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+import posenc
+from posenc.positions import video_grid
+
+EPS = 2**-24
+
+
+def close(got, expected, x, angle_err=0.0):
+    scale = 2 * x.abs().amax().item()
+    assert_close(got, expected, atol=(16 * EPS + angle_err) * scale, rtol=0)
+
+
+def latents(frames, height, width, channels=4):
+    return torch.randn(1, channels, frames, height, width)
+
+
+def test_wan_equals_diffusers():
+    wan = pytest.importorskip("diffusers.models.transformers.transformer_wan")
+    rotary = wan.WanRotaryPosEmbed(attention_head_dim=24, patch_size=(1, 2, 2), max_seq_len=64)
+    cos, sin = rotary(latents(3, 4, 6))  # [1, seq, 1, 24], each pair's value twice
+    ours = posenc.create("rope_3d", head_dim=24)  # Wan's split (8, 8, 8), interleaved
+    got_cos, got_sin = ours.rotation(video_grid(3, 2, 3))
+    assert_close(got_cos, cos[0, :, 0, 0::2].float(), atol=4 * EPS, rtol=0)
+    assert_close(got_sin, sin[0, :, 0, 1::2].float(), atol=4 * EPS, rtol=0)
+
+
+def test_hunyuan_video_equals_diffusers():
+    hv = pytest.importorskip("diffusers.models.transformers.transformer_hunyuan_video")
+    from diffusers.models.embeddings import apply_rotary_emb
+
+    rotary = hv.HunyuanVideoRotaryPosEmbed(patch_size=1, patch_size_t=1, rope_dim=[4, 6, 6])
+    freqs = rotary(latents(3, 4, 5))  # ([seq, 16], [seq, 16]), theta 256
+    ours = posenc.create("rope_3d", head_dim=16, axes_dim=(4, 6, 6), base=256.0)
+    x = torch.randn(1, 2, 60, 16)
+    got, _ = ours(x, x, positions=video_grid(3, 4, 5))
+    close(got, apply_rotary_emb(x, freqs, use_real_unbind_dim=-1), x, 16 * EPS)
+
+
+def test_cosmos_equals_diffusers_with_ntk_and_frame_rate():
+    cosmos = pytest.importorskip("diffusers.models.transformers.transformer_cosmos")
+    from diffusers.models.embeddings import apply_rotary_emb
+
+    rotary = cosmos.CosmosRotaryPosEmbed(
+        hidden_size=24, max_size=(16, 16, 16), patch_size=(1, 2, 2), rope_scale=(2.0, 1.0, 3.0)
+    )
+    freqs = rotary(latents(4, 6, 4), fps=12)  # ([seq, 24], [seq, 24]), halves
+    ours = posenc.create("rope_3d", head_dim=24, scale=(2.0, 1.0, 3.0), layout="half")
+    x = torch.randn(1, 2, 24, 24)
+    got, _ = ours(x, x, positions=video_grid(4, 3, 2, fps=12, base_fps=24))
+    close(got, apply_rotary_emb(x, freqs, use_real_unbind_dim=-2), x, 16 * EPS)
+
+
+def test_the_formula_in_float64():
+    """Pair i of axis a turns by p_a·θ_a^(-2i/d_a), θ_a = base·s_a^(d_a/(d_a - 2))."""
+    enc = posenc.create("rope_3d", head_dim=20, axes_dim=(8, 4, 8), scale=(1.0, 1.0, 4.0))
+    positions = video_grid(2, 3, 4)
+    cos, sin = enc.rotation(positions)
+    pos = positions.double()
+    parts = []
+    for a, (dim, s) in enumerate(zip((8, 4, 8), (1.0, 1.0, 4.0), strict=True)):
+        theta = 10000.0 * s ** (dim / (dim - 2))
+        freq = theta ** -(torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+        parts.append(pos[:, a : a + 1] * freq)
+    angles = torch.cat(parts, dim=-1)
+    assert_close(cos, angles.cos().float(), atol=2 * EPS, rtol=0)
+    assert_close(sin, angles.sin().float(), atol=2 * EPS, rtol=0)
+
+
+def test_scores_depend_on_the_offset_only():
+    enc = posenc.create("rope_3d", head_dim=24)
+    q, k = torch.randn(1, 1, 1, 24).double(), torch.randn(1, 1, 1, 24).double()
+    a = torch.tensor([[1, 2, 3]]), torch.tensor([[0, 1, 1]])
+    b = torch.tensor([[5, 7, 4]]), torch.tensor([[4, 6, 2]])  # the same offset (1, 1, 2)
+    scores = []
+    for p, r in (a, b):
+        q2, k2 = enc(q, k, positions=p, k_positions=r)
+        scores.append((q2 * k2).sum())
+    assert_close(scores[0], scores[1])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"axes_dim": (8, 8, 6)}, "sums to 22, but head_dim is 24"),
+        ({"axes_dim": (7, 9, 8)}, "axes_dim t"),
+        ({"scale": (1.0, 1.0)}, "scale must be three numbers"),
+        ({"layout": "zigzag"}, "layout"),
+        ({"grid": (2, 3)}, "grid must be"),
+    ],
+)
+def test_bad_config_is_named(kwargs, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        posenc.create("rope_3d", head_dim=24, **kwargs)
+
+
+def test_no_default_positions_without_the_whole_grid():
+    enc = posenc.create("rope_3d", head_dim=12, grid=(2, 2, 2))
+    x = torch.randn(1, 1, 5, 12)
+    with pytest.raises(ValueError, match="video_grid"):
+        enc(x, x)
