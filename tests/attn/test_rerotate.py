@@ -71,7 +71,7 @@ def test_bad_input_is_named():
     rope = posenc.create("rope", head_dim=8)
     with pytest.raises(TypeError, match="rope must be a RoPE encoding"):
         cache.rerotate(posenc.create("xpos", head_dim=8))
-    with pytest.raises(ValueError, match="share their layout"):
+    with pytest.raises(ValueError, match="share their layout, rotary_dim and rotary_at"):
         cache.rerotate(rope, to=posenc.create("rope", head_dim=8, layout="interleaved"))
     with pytest.raises(ValueError, match="head_dim=16"):
         cache.rerotate(posenc.create("rope", head_dim=16))

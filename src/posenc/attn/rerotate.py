@@ -32,11 +32,12 @@ def _check(rope: object, to: object, cache: KVCache) -> tuple[RoPE, RoPE]:
             )
     old, new = rope, to
     assert isinstance(old, RoPE) and isinstance(new, RoPE)
-    if (old.config.layout, old.config.rotary_dim) != (new.config.layout, new.config.rotary_dim):
+    shape = ("layout", "rotary_dim", "rotary_at")
+    mine, theirs = ([getattr(e.config, k) for k in shape] for e in (old, new))
+    if mine != theirs:
         raise ValueError(
-            f"rope and to must share their layout and rotary_dim, got "
-            f"{old.config.layout!r}/{old.config.rotary_dim} and "
-            f"{new.config.layout!r}/{new.config.rotary_dim}"
+            f"rope and to must share their layout, rotary_dim and rotary_at, got {mine} and "
+            f"{theirs}"
         )
     width = cache.keys[0].shape[-1]
     if old.head_dim != width:
@@ -72,5 +73,6 @@ def rerotate_cache(
     for layer in chosen:
         keys, positions = cache.stored_keys(layer)
         if keys.shape[2]:
-            keys.copy_(rerotate_keys(keys, positions, before, after, delta, old.config.layout))
+            c = old.config
+            keys.copy_(rerotate_keys(keys, positions, before, after, delta, c.layout, c.rotary_at))
     cache.shift_positions(delta)

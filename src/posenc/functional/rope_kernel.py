@@ -132,10 +132,11 @@ def rotate_with_triton(
     cos: torch.Tensor,
     sin: torch.Tensor,
     layout: str,
+    offset: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``q`` (and ``k``) rotated in one launch of the Triton kernel
-    (:func:`~posenc.functional.rope_triton.rope_triton_tables`), or a ``ValueError``
-    saying why it cannot run on their device."""
+    (:func:`~posenc.functional.rope_triton.rope_triton_tables`; the rotary channels from
+    ``offset``), or a ``ValueError`` saying why it cannot run on their device."""
     if not triton_runs_on(q.device):
         raise ValueError(
             f"kernel='triton' rotates CUDA tensors (or any under TRITON_INTERPRET=1), got q "
@@ -143,7 +144,7 @@ def rotate_with_triton(
         )
     from .rope_triton import rope_triton_tables  # Triton imported at the first use
 
-    return rope_triton_tables(q, k, cos, sin, layout)
+    return rope_triton_tables(q, k, cos, sin, layout, rotary_offset=offset)
 
 
 class _Rotate(torch.autograd.Function):

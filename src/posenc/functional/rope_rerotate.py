@@ -73,14 +73,21 @@ def rerotate_keys(
     new: tuple[torch.Tensor, float] | None = None,
     delta: int | torch.Tensor = 0,
     layout: str = "half",
+    rotary_at: str = "start",
 ) -> torch.Tensor:
     """``keys`` rotated at ``positions`` by ``old``, as ``new`` (default: ``old``) rotates
-    them at ``positions + delta`` (:func:`rerotation`); channels past the rotary ones are
-    unchanged.
+    them at ``positions + delta`` (:func:`rerotation`); the rotary channels are a head's
+    first (``rotary_at="start"``) or last (``"end"``), the others unchanged.
 
     Shapes:
         keys ``[batch, kv_heads, n, head_dim]``; positions ``[n]`` or ``[batch, n]`` ->
         ``[batch, kv_heads, n, head_dim]`` in the keys' dtype.
     """
     cos, sin = rerotation(positions, old, old if new is None else new, delta)
-    return apply_rope(keys, cos, sin, layout)
+    if rotary_at == "start":
+        return apply_rope(keys, cos, sin, layout)
+    if rotary_at != "end":
+        raise ValueError(f"rotary_at must be 'start' or 'end', got {rotary_at!r}")
+    offset = keys.shape[-1] - 2 * cos.shape[-1]
+    tail = apply_rope(keys[..., offset:], cos, sin, layout)
+    return torch.cat([keys[..., :offset], tail], dim=-1)

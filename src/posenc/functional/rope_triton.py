@@ -238,6 +238,8 @@ def rope_triton_tables(
     sin: torch.Tensor,
     layout: str = "half",
     inplace: bool = False,
+    *,
+    rotary_offset: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """q (and k) turned by a rotary encoding's tables in one Triton launch; differentiable
     in q and k. Equal to :func:`~posenc.functional.rope.apply_rope` of each (the same
@@ -246,12 +248,14 @@ def rope_triton_tables(
     Shapes:
         q ``[batch, heads, seq, head_dim]``, k ``[batch, kv_heads, seq, head_dim]`` or
         None; cos, sin ``[seq, n]`` or ``[batch, seq, n]`` float32 (or ``[batch or 1, 1,
-        seq, n]``), ``2n <= head_dim`` -> ``(q, k)`` rotated (k None when not given).
+        seq, n]``), ``2n <= head_dim`` -> ``(q, k)`` rotated (k None when not given); the
+        rotary channels from ``rotary_offset`` (as :func:`rope_triton`).
     """
     _check_layout(layout)
     _check_heads(q, k)
     cos, sin = _tables(cos, sin, q)
-    out = TritonRope.apply(q, k, (cos, sin), layout, 1.0, 1.0, 0, inplace)
+    _check_offset(rotary_offset, 2 * cos.shape[-1], q.shape[-1], "cos and sin")
+    out = TritonRope.apply(q, k, (cos, sin), layout, 1.0, 1.0, rotary_offset, inplace)
     return out[0], out[1]
 
 

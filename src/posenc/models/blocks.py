@@ -209,8 +209,9 @@ def writes_rotated(
 ) -> bool:
     """Whether a layer rotates its new keys while writing them into ``cache`` in one
     Triton launch (:meth:`~posenc.StaticKVCache.update_rotated`): RoPE (and its M-RoPE,
-    p-RoPE) created with ``kernel="triton"`` (not xPos, whose keys scale apart), a static
-    cache that keeps every key of ``layer``, and no gradient (decoding)."""
+    p-RoPE) created with ``kernel="triton"``, rotating a head's first channels (not xPos,
+    whose keys scale apart), a static cache that keeps every key of ``layer``, and no
+    gradient (decoding)."""
     return (
         rotation is not None
         and isinstance(cache, StaticKVCache)
@@ -218,6 +219,7 @@ def writes_rotated(
         and isinstance(encoding, RoPE)
         and not isinstance(encoding, XPos)
         and encoding.config.kernel == "triton"
+        and encoding.config.rotary_at == "start"
         and not torch.is_grad_enabled()
     )
 

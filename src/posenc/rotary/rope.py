@@ -22,6 +22,8 @@ from .scaling import ScalingConfig, parse_scaling
 __all__ = ["RoPE"]
 
 DEFAULT_BASE = 10000.0
+#: where a head's rotary channels sit: its first ``rotary_dim`` or its last
+ROTARY_AT = ("start", "end")
 
 
 def _odd_fraction(name: str, factor: float, head_dim: int) -> str:
@@ -52,6 +54,9 @@ class RopeConfig(RotaryConfig):
         partial_rotary_factor: fraction of each head that rotates (Hugging Face's name).
         rotary_dim: how many leading dimensions of each head rotate (GPT-NeoX's name);
             resolved from ``partial_rotary_factor`` when that is given.
+        rotary_at: where the rotary channels sit in each head: ``"start"`` (the first
+            ``rotary_dim``: GPT-NeoX, Llama, Phi) or ``"end"`` (the last: DeepSeek-V4's
+            ``[nope | rope]`` heads). Never guessed.
         kernel: ``"auto"`` (the compiled torch path where it pays, the reference
             elsewhere) or ``"triton"`` (the Triton kernel, q and k in one launch: CUDA
             tensors of float32/bfloat16/float16; ``docs/gpu.md``). Never chosen for you.
@@ -63,6 +68,7 @@ class RopeConfig(RotaryConfig):
     scaling: Any = None
     partial_rotary_factor: float | None = None
     rotary_dim: int | None = None
+    rotary_at: str = "start"
     kernel: str = "auto"
 
     #: the name of the fraction that rotates, as errors name it (P-RoPE's is ``p``)
@@ -71,6 +77,7 @@ class RopeConfig(RotaryConfig):
     def __post_init__(self) -> None:
         check_int("head_dim", self.head_dim, minimum=2, even=True)
         check_choice("layout", self.layout, ROPE_LAYOUTS)
+        check_choice("rotary_at", self.rotary_at, ROTARY_AT)
         check_rope_kernel(self.kernel)
         record, from_scaling = parse_scaling(self.scaling)
         set_ = object.__setattr__  # frozen: normalise once, here
@@ -198,7 +205,30 @@ class RoPE(RotaryEncoding):
         self, x: torch.Tensor, rotation: tuple[torch.Tensor, ...], key: bool = False
     ) -> torch.Tensor:
         cos, sin = rotation
-        return apply_rope_fast(x, cos, sin, self.config.layout, self.config.kernel)
+        return self._turn(x, cos, sin)
+
+    def rotate_back(self, x: torch.Tensor, rotation: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """``x`` turned by the opposite angles: the conjugate rotation (cos, −sin, the
+        attention factor kept), which DeepSeek-V4 applies to its attention output at the
+        query's position (its values carry the keys' rotation); the inverse of
+        :meth:`rotate` when the attention factor is 1.
+
+        Shapes:
+            x ``[batch, heads, seq, head_dim]`` -> the same, its dtype.
+        """
+        cos, sin = rotation
+        return self._turn(x, cos, -sin)
+
+    def _turn(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """``x``'s rotary channels (the first or the last ``2 · cos.shape[-1]``) turned."""
+        c = self.config
+        if c.rotary_at == "start":
+            return apply_rope_fast(x, cos, sin, c.layout, c.kernel)
+        offset = x.shape[-1] - 2 * cos.shape[-1]
+        if c.kernel == "triton":
+            return rotate_with_triton(x, None, cos, sin, c.layout, offset)[0]
+        tail = apply_rope_fast(x[..., offset:], cos, sin, c.layout)
+        return torch.cat([x[..., :offset], tail], dim=-1)
 
     def rotate_pair(
         self, q: torch.Tensor, k: torch.Tensor, rotation: tuple[torch.Tensor, ...]
@@ -208,5 +238,6 @@ class RoPE(RotaryEncoding):
         if self.config.kernel != "triton":
             return super().rotate_pair(q, k, rotation)
         cos, sin = rotation
-        q, k_out = rotate_with_triton(q, k, cos, sin, self.config.layout)
+        offset = 0 if self.config.rotary_at == "start" else q.shape[-1] - 2 * cos.shape[-1]
+        q, k_out = rotate_with_triton(q, k, cos, sin, self.config.layout, offset)
         return q, cast(torch.Tensor, k_out)

@@ -60,6 +60,11 @@ class XPosConfig(RopeConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.rotary_at != "start":
+            raise ValueError(
+                f"xpos rotates and scales a head's first rotary_dim channels: rotary_at must "
+                f"be 'start', got {self.rotary_at!r}"
+            )
         check_float("scale_base", self.scale_base)
         check_float("center", self.center, positive=False)
         if self.center < 0:
@@ -140,3 +145,7 @@ class XPos(RoPE):
 
     #: queries and keys scale apart: one tensor at a time, each through :meth:`rotate`
     rotate_pair = RotaryEncoding.rotate_pair
+
+    def rotate_back(self, x: torch.Tensor, rotation: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """Not defined: xPos scales queries and keys apart, so no one conjugate undoes it."""
+        raise TypeError("xpos has no conjugate rotation: it scales queries and keys apart")
