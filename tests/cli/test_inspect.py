@@ -56,10 +56,11 @@ PLAN_CONFIGS = {  # the issue's families, as their config classes write them (4-
 def test_the_layer_plan_is_printed_as_layer_plan_reads_it(tmp_path, model_type, capsys):
     """Gemma 3 (its text config and the composite one, a RoPE per layer type), Llama 4
     (composite), gpt-oss, Cohere2, SmolLM3: the report holds layer_plan's plan of the
-    language model and `posenc inspect` prints it as a table, one row per layer."""
+    language model and `posenc inspect` prints it as a table, one row per kind of layer."""
     import transformers
 
     from posenc.hf import layer_plan
+    from posenc.hf.inspect.table import plan_table
 
     config = transformers.AutoConfig.for_model(model_type, **PLAN_CONFIGS[model_type])
     config.save_pretrained(tmp_path)
@@ -74,7 +75,8 @@ def test_the_layer_plan_is_printed_as_layer_plan_reads_it(tmp_path, model_type, 
         assert report.rotary.rope.config == full.config
     assert run_inspect(str(tmp_path)) == 0
     out = capsys.readouterr().out
-    assert "layer plan:" in out and str(expected).splitlines()[-1] in out
+    table = "\n".join(f"    {line}" for line in plan_table(expected, 76))
+    assert f"layer plan ({len(expected)} layers):\n{table}\n" in out
 
 
 def test_a_rope_per_layer_type_is_extended_in_its_full_layers(tmp_path, capsys):

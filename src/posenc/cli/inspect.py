@@ -39,8 +39,9 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Which position encoding a checkpoint uses and how posenc builds it: base,
-        scaling, pair layout, original and extended context; with --target, what
-        extend_context would set to reach that length."""
+        scaling, pair layout, original and extended context, the layer plan and what its
+        windows let a layer see; with --target, what extend_context would set to reach
+        that length, for each method the model type takes."""
         report = inspect_checkpoint(path, target=target)
         for line in render_report(report):
             typer.echo(line)

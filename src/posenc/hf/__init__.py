@@ -21,8 +21,9 @@ One module per concept:
   layer (windows, chunks, NoPE layers, sinks, softcaps, Llama 4's temperature), with
   :func:`score_scale` and :func:`is_causal` for what a plan does not hold;
 - :mod:`~posenc.hf.families`: how each family's layers read, one file per family;
-- :mod:`~posenc.hf.extend`: :func:`extend_context`, a loaded causal LM (Llama family)
-  rewritten for a longer context with one of the published scalings;
+- :mod:`~posenc.hf.extend`: :func:`extend_context`, a loaded model (a causal LM of the
+  Llama family, GPT-NeoX, Qwen-VL, Gemma 3, ...) rewritten for a longer context with one
+  of the published scalings its config class takes, in a config that saves and loads;
 - :mod:`~posenc.hf.inspect`: :func:`inspect_checkpoint`, what a checkpoint's
   ``config.json`` says about its positions, the extension plans of its report and the
   report shown (:func:`render_report`, :func:`frequencies_figure`); and

@@ -5,8 +5,9 @@ A :class:`ModelType` holds the pairs its rotary embedding rotates (``layout``), 
 it reads GPT-J's leading ``rotary_dim``, its M-RoPE split (:class:`MRopeFamily`), the
 family whose reader gives its layer plan (``family``: :mod:`posenc.hf.families`), the
 model type of its language model when it is a composite config (``text``), the keys a
-``config.json`` must give, the posenc encoding of a model that does not rotate, and why
-posenc refuses it, if it does. Every reader of a config asks here (pair layouts, rotary
+``config.json`` must give, the posenc encoding of a model that does not rotate, why
+posenc refuses it, if it does, and the rope types its config class takes, where it takes
+fewer than transformers runs. Every reader of a config asks here (pair layouts, rotary
 dims, M-RoPE, layer plans, checkpoint reports), so a new model type is one record and a
 new layer-plan family one file of :mod:`posenc.hf.families` plus its record.
 """
@@ -52,6 +53,10 @@ class ModelType:
         encoding: the posenc encoding of a model without RoPE (``alibi``, ``t5``,
             ``learned``), or None.
         refused: why posenc's RoPE does not express its rotation, or None.
+        rope_types: the ``rope_type`` values its config class takes in a RoPE dict as
+            :func:`~posenc.hf.extend_context` writes it, where it takes fewer than
+            transformers' rotary embeddings run (Phi-3: ``default`` and ``longrope``); None:
+            any. extend_context writes no other, so the config it writes saves and loads.
     """
 
     name: str
@@ -64,6 +69,7 @@ class ModelType:
     required: tuple[str, ...] = ()
     encoding: str | None = None
     refused: str | None = None
+    rope_types: tuple[str, ...] | None = None
 
     @property
     def rotary(self) -> bool:
@@ -193,6 +199,23 @@ _OTHER = {
     "opt": "learned",
 }
 
+#: the rope types a config class takes, where it takes fewer than transformers' rotary
+#: embeddings run (read off transformers 5.24; tests/hf/test_rope_types.py derives them again
+#: from the transformers installed, for every model type it can build): Phi-3's and
+#: Phi-4-multimodal's ``validate_rope`` take ``default`` and ``longrope`` (a ``yarn`` in a
+#: config.json loads as ``longrope``); PhiMoE's wants ``short_mscale`` and ``long_mscale``
+#: (its LongRoPE's) beside any type but ``default``; Cosmos3 Edge's takes ``default`` only;
+#: RecurrentGemma's class has no ``max_position_embeddings``, which transformers reads for
+#: the types with an original length (yarn, llama3, longrope)
+_ROPE_TYPES = {
+    "phi3": ("default", "longrope"),
+    "phi4_multimodal": ("default", "longrope"),
+    "phimoe": ("default",),
+    "cosmos3_edge": ("default",),
+    "cosmos3_edge_text": ("default",),
+    "recurrent_gemma": ("default", "linear", "dynamic"),
+}
+
 
 def _build() -> dict[str, ModelType]:
     """The records, each model type's facts gathered from the lists above."""
@@ -216,6 +239,8 @@ def _build() -> dict[str, ModelType]:
     add(["llama4"], text="llama4_text")
     for name, encoding in _OTHER.items():
         add([name], encoding=encoding)
+    for name, rope_types in _ROPE_TYPES.items():
+        add([name], rope_types=rope_types)
     add(["nanochat"], refused="its apply_rotary_pos_emb rotates by -θ (the sign of sin flipped)")
     return {name: ModelType(name, **fields) for name, fields in sorted(facts.items())}
 

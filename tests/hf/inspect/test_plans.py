@@ -71,7 +71,12 @@ def test_legacy_qwen2_vl_mrope_type_is_unscaled_and_keeps_its_sections(tmp_path,
     f = report.rotary
     assert report.encoding == "mrope" and f.rope_type == "default"
     assert f.mrope_section == (16, 24, 24) and f.base == 1e6 and f.original_context == 32768
-    assert [p.method for p in report.extensions] == list(EXTEND_METHODS)
+    # dynamic is not offered: posenc's M-RoPE takes no length-dependent scaling, and a plan
+    # is only what rope_from_hf_config reads
+    assert [p.method for p in report.extensions] == [m for m in EXTEND_METHODS if m != "dynamic"]
+    assert "no plan for dynamic: posenc.hf.rope_from_hf_config cannot read" in (
+        report.extension_note
+    )
     for plan in report.extensions:
         assert plan.factor == 2.0
         assert plan.updates["rope_parameters"]["mrope_section"] == [16, 24, 24]

@@ -6,6 +6,10 @@
   of each (rotary, ALiBi, T5 buckets, learned);
 - :mod:`~posenc.hf.inspect.plans`: the extension plans of a report, what
   ``extend_context`` would write for each method and the RoPE that gives;
+- :mod:`~posenc.hf.inspect.windows`: what the windows and chunks of a layer plan mean for
+  the distances its RoPE layers see, and for the plans;
+- :mod:`~posenc.hf.inspect.table`: a layer plan as a short table, one row per kind of
+  layer, no wider than the terminal;
 - :mod:`~posenc.hf.inspect.view`: the report shown, :func:`render_report` (text) and
   :func:`frequencies_figure` (matplotlib, imported there only).
 """

@@ -21,13 +21,15 @@ from typing import Any
 from ...models.plan import LayerPlan
 from ...rotary.mrope import MRoPE
 from ...rotary.rope import RoPE
-from ..extend import scaled_layer_type
+from ..extend import extend_refusal, scaled_layer_type
 from ..keys import config_getter, nested_rope_keys
+from ..layer_plan import is_causal
 from ..mrope import language_config
 from ..records import model_type as model_type_record
 from ..rope import rope_from_hf_config
 from .model_types import NonRotary, non_rotary, plan_summary, rotary_notes
 from .plans import ExtensionPlan, extension_plans
+from .windows import reach_note, windows_note
 
 __all__ = ["CheckpointReport", "ExtensionPlan", "RotaryFacts", "inspect_checkpoint"]
 
@@ -85,8 +87,14 @@ class CheckpointReport:
         extensions: one plan per method of :data:`~posenc.hf.EXTEND_METHODS` (empty unless
             a target is given for an unscaled rotary model).
         extension_note: why there are no plans, or what to know about them; empty if none.
+        extension_windows: what the plans do to the layers that attend within a window or
+            chunk (:func:`~posenc.hf.inspect.windows.windows_note`); empty if none.
+        extend_refusal: why :func:`~posenc.hf.extend_context` refuses every model with
+            this config (:func:`~posenc.hf.extend.extend_refusal`: Qwen-Omni's nested
+            language model), empty where it takes one; the report then shows no ``apply:``
+            line.
         plan: the layer plan (:func:`~posenc.hf.layer_plan`) of a model whose layers
-            differ, None otherwise.
+            differ or attend within a window or chunk, None otherwise.
     """
 
     path: Path
@@ -99,6 +107,8 @@ class CheckpointReport:
     target: int | None = None
     extensions: tuple[ExtensionPlan, ...] = ()
     extension_note: str = ""
+    extension_windows: str = ""
+    extend_refusal: str = ""
     plan: LayerPlan | None = None
 
 
@@ -165,6 +175,9 @@ def inspect_checkpoint(path: str | Path, target: int | None = None) -> Checkpoin
     config, language = raw, language_config(raw)
     plan, plan_note = plan_summary(config)
     notes = [] if plan_note is None else [plan_note]
+    causal = True if plan is None else is_causal(language)
+    reach = None if plan is None else reach_note(plan, causal)
+    notes += [] if reach is None else [reach]
     layer_type = scaled_layer_type(config_getter(language))  # the one recipes extend
     rope = rope_from_hf_config(config, layer_type=layer_type)
     if layer_type is not None:
@@ -184,12 +197,19 @@ def inspect_checkpoint(path: str | Path, target: int | None = None) -> Checkpoin
         notes=tuple(notes),
         rotary=facts,
         target=target,
+        extend_refusal=extend_refusal(config) or "",
         plan=plan,
     )
     if target is None:
         return report
-    plans, note = _plans(config, language, facts, target, model_type)
-    return dataclasses.replace(report, extensions=plans, extension_note=note)
+    plans, note = _plans(config, language, facts, target)
+    windows = ""
+    if plans and facts.original_context is not None:  # plans start from a known length
+        original = facts.original_context
+        windows = windows_note(plan, causal, rope, plans, target, original, layer_type)
+    return dataclasses.replace(
+        report, extensions=plans, extension_note=note, extension_windows=windows
+    )
 
 
 def _non_rotary_report(
@@ -248,11 +268,7 @@ def _rotary_facts(rope: RoPE, language: dict[str, Any], model_type: str) -> Rota
 
 
 def _plans(
-    config: dict[str, Any],
-    language: dict[str, Any],
-    facts: RotaryFacts,
-    target: int,
-    model_type: str,
+    config: dict[str, Any], language: dict[str, Any], facts: RotaryFacts, target: int
 ) -> tuple[tuple[ExtensionPlan, ...], str]:
     """The extension plans to ``target`` tokens, or none and why."""
     if facts.rope_type != "default":
@@ -265,4 +281,4 @@ def _plans(
     original = facts.original_context
     if original is None or target <= original:
         return (), f"target {target} is within the original context {original}: nothing to extend"
-    return extension_plans(config, language, target / original, model_type, facts.rope)
+    return extension_plans(config, language, target / original)

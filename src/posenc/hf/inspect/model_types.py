@@ -153,17 +153,23 @@ def _omni_note(config: dict[str, Any], model_type: Any) -> str | None:
 
 
 def plan_summary(config: dict[str, Any]) -> tuple[LayerPlan | None, str | None]:
-    """The layer plan of a model whose layers differ (:func:`~posenc.hf.layer_plan` of its
-    language model's config) and a note that counts its layers by encoding and pattern;
-    ``(None, why it is not read)`` where it is not; ``(None, None)`` for a model whose
-    every layer is the same."""
+    """The layer plan of a model whose layers differ, or whose layers attend within a
+    window or chunk (:func:`~posenc.hf.layer_plan` of its language model's config), and a
+    note that counts its layers by encoding and pattern; ``(None, why it is not read)``
+    where it is not; ``(None, None)`` for a model whose every layer is the same and sees
+    every key."""
     try:
         plan = layer_plan(language_config(config))
     except ValueError as e:
         return None, f"its layer plan is not read (posenc.hf.layer_plan: {e})"
     rows = Counter(_kind(spec) for spec in plan)
     if len(rows) == 1 and not any(spec.sinks or spec.softcap for spec in plan):
-        return None, None
+        if not plan[0].pattern.local:
+            return None, None
+        return plan, (
+            f"every layer is {next(iter(rows))} ({len(plan)} layers): the layer plan below "
+            "(posenc.hf.layer_plan(config))"
+        )
     kinds = ", ".join(f"{n} x {kind}" for kind, n in rows.items())
     return plan, (
         f"the layers differ: {kinds} of {len(plan)} layers; the RoPE above is one of them, "

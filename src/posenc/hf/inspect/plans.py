@@ -9,9 +9,8 @@ import copy
 import dataclasses
 from typing import Any
 
-from ...rotary.mrope import MRoPE
 from ...rotary.rope import RoPE
-from ..extend import EXTEND_METHODS, extension_updates, scaled_layer_type
+from ..extend import EXTEND_METHODS, extension_updates, rope_type_refusal, scaled_layer_type
 from ..keys import config_getter
 from ..mrope import language_path
 from ..rope import rope_from_hf_config
@@ -28,28 +27,35 @@ class ExtensionPlan:
         factor: target / original length.
         updates: the config keys and values it sets (``rope_parameters``,
             ``max_position_embeddings``, ...), as :func:`~posenc.hf.extend.extension_updates`.
-        rope: the :class:`~posenc.rotary.RoPE` of the updated config, None when posenc cannot
-            build it (``note`` says why: M-RoPE takes no length-dependent scaling).
-        note: empty, or why ``rope`` is None.
+        rope: the :class:`~posenc.rotary.RoPE` of the updated config (of its
+            ``full_attention`` layers, with a RoPE per layer type).
+        note: empty, or which layers the plan scales.
     """
 
     method: str
     factor: float
     updates: dict[str, Any]
-    rope: RoPE | None
+    rope: RoPE
     note: str = ""
 
 
 def extension_plans(
-    config: dict[str, Any], language: dict[str, Any], factor: float, model_type: str, rope: RoPE
+    config: dict[str, Any], language: dict[str, Any], factor: float
 ) -> tuple[tuple[ExtensionPlan, ...], str]:
-    """One :class:`ExtensionPlan` per method of :data:`~posenc.hf.EXTEND_METHODS` for an
-    unscaled rotary ``config`` (its ``language`` model's config, :func:`language_path`)
-    extended by ``factor``, and a note: the methods refused and why, and whether
-    ``extend_context`` takes the loaded model. A RoPE per layer type is scaled in its
-    ``full_attention`` layers only."""
+    """One :class:`ExtensionPlan` per method of :data:`~posenc.hf.EXTEND_METHODS` that
+    ``extend_context`` would apply to an unscaled rotary ``config`` (its ``language``
+    model's config, :func:`language_path`) extended by ``factor``, and a note: the methods
+    refused and why (those the model type's config class does not take grouped in one
+    clause). A RoPE per layer type is scaled in its ``full_attention`` layers only. Every
+    plan's RoPE is built: :func:`~posenc.hf.extend.extension_updates` refuses what
+    :func:`~posenc.hf.rope_from_hf_config` cannot read."""
     plans, refused = [], []
+    by_type: dict[str, list[str]] = {}  # reason -> the methods the model type refuses
     for method in EXTEND_METHODS:
+        reason = rope_type_refusal(config_getter(language)("model_type"), method)
+        if reason is not None:
+            by_type.setdefault(reason, []).append(method)
+            continue
         try:
             updates = extension_updates(language, method, factor)
         except ValueError as error:  # the report still shows, with the reason
@@ -62,18 +68,9 @@ def extension_plans(
         into.update(copy.deepcopy(updates))
         into.pop("rope_scaling", None)  # rope_parameters replaces it, as in transformers 5
         layer_type = scaled_layer_type(config_getter(updates))
-        built: RoPE | None
-        try:
-            built = rope_from_hf_config(updated, layer_type=layer_type)
-            note = "" if layer_type is None else f"the {layer_type} layers only; the others kept"
-        except ValueError as error:
-            built, note = None, f"posenc cannot build it: {error}"
+        built = rope_from_hf_config(updated, layer_type=layer_type)
+        note = "" if layer_type is None else f"the {layer_type} layers only; the others kept"
         plans.append(ExtensionPlan(method, factor, updates, built, note))
-    notes = [f"no plan for {why}" for why in refused]
-    if plans and (model_type == "gpt_neox" or isinstance(rope, MRoPE)):
-        notes.append(
-            "extend_context rewrites model.model.rotary_emb (Llama family); this model keeps "
-            "its rotary embedding elsewhere, so it refuses the model: load it with the "
-            "updated config instead"
-        )
+    notes = [f"no plan for {', '.join(methods)}: {why}" for why, methods in by_type.items()]
+    notes += [f"no plan for {why}" for why in refused]
     return tuple(plans), "; ".join(notes)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ...rotary.rope import RoPE
 from ..keys import FULL
 from .checkpoint import CheckpointReport
+from .table import plan_table
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -32,8 +33,13 @@ def _params(params: dict[str, Any]) -> str:
     return ", ".join(shown) or "no parameters"
 
 
-def render_report(report: CheckpointReport) -> list[str]:
+def render_report(report: CheckpointReport, width: int = 80) -> list[str]:
     """The report as lines of text: ``key: value``, the build code, the extension plans.
+
+    The layer plan is a table of one row per kind of layer, at most ``width`` columns
+    (:func:`~posenc.hf.inspect.table.plan_table`); the ``apply:`` line names the methods
+    of the plans and is left out where ``extend_context`` refuses the model (the line
+    that says why stands in its place).
 
     Example:
         >>> import json, tempfile, pathlib
@@ -65,7 +71,8 @@ def render_report(report: CheckpointReport) -> list[str]:
             lines.append(f"mrope section (t, h, w pairs): {list(f.mrope_section)}")
     lines += [f"note: {note}" for note in r.notes]
     if r.plan is not None:
-        lines += ["layer plan:", *(f"    {line}" for line in str(r.plan).splitlines())]
+        lines += [f"layer plan ({len(r.plan)} layers):"]
+        lines += [f"    {line}" for line in plan_table(r.plan, width - 4)]
     lines += ["build:", *(f"    {line}" for line in r.build.splitlines())]
     if r.target is not None:
         lines.append(f"extension to {r.target} tokens:")
@@ -80,12 +87,21 @@ def render_report(report: CheckpointReport) -> list[str]:
             )
             if plan.note:
                 lines.append(f"        {plan.note}")
-        if r.extensions:
-            lines.append(
-                f"    apply: posenc.hf.extend_context(model, METHOD, {r.extensions[0].factor:g})"
-            )
+        if r.extension_windows:
+            lines.append(f"    windows: {r.extension_windows}")
         if r.extension_note:
             lines.append(f"    {r.extension_note}")
+        if r.extensions and r.extend_refusal:
+            lines.append(f"    extend_context refuses this model: {r.extend_refusal}")
+        elif r.extensions:
+            methods = [p.method for p in r.extensions]
+            times = f"{r.extensions[0].factor:g}"
+            if len(methods) == 1:
+                call = f"posenc.hf.extend_context(model, {methods[0]!r}, {times})"
+            else:
+                call = f"posenc.hf.extend_context(model, METHOD, {times}), METHOD one of "
+                call += ", ".join(repr(m) for m in methods)
+            lines.append(f"    apply: {call}")
     return lines
 
 
