@@ -88,9 +88,10 @@ def split_rope_parameters(
 ) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """A Hugging Face ``rope_parameters`` dict split into what each part of posenc reads.
 
-    ``rope_type`` (or the legacy ``type``; default ``"default"``) picks the scaling;
-    ``rope_theta`` and ``partial_rotary_factor`` configure the encoding itself and are
-    returned apart. Keys are not checked here (see :func:`check_scaling_params`).
+    ``rope_type`` (or the legacy ``type``; default ``"default"``) picks the scaling
+    (``"dynamic"`` with an ``alpha`` is ``"ntk_alpha"``, as transformers' Hunyuan models
+    read it); ``rope_theta`` and ``partial_rotary_factor`` configure the encoding itself
+    and are returned apart. Keys are not checked here (see :func:`check_scaling_params`).
 
     Args:
         scaling: the dict, or None for no scaling.
@@ -112,6 +113,8 @@ def split_rope_parameters(
         if params.setdefault("rope_type", legacy) != legacy:
             raise ValueError(f"scaling has type={legacy!r} and rope_type={params['rope_type']!r}")
     rope_type = params.pop("rope_type", "default")
+    if rope_type == "dynamic" and params.get("alpha"):  # Hunyuan's label of a static NTK
+        rope_type = "ntk_alpha"
     if rope_type not in ROPE_SCALINGS:
         raise ValueError(f"unknown rope_type {rope_type!r}; accepted: {sorted(ROPE_SCALINGS)}")
     encoding_keys = {k: params.pop(k) for k in ENCODING_KEYS if k in params}

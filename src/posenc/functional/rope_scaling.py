@@ -15,6 +15,8 @@ so attention logits scale by its square. The validated records of the parameters
 ``ntk``         NTK-aware: base' = base · factor^(d/(d-2)) (bloc97, 2023)
 ``dynamic``     NTK with factor' = factor·L/L_orig - (factor - 1) once L > L_orig
                 (Hugging Face "dynamic"; keys in a KV cache keep the old base)
+``ntk_alpha``   NTK with a fixed alpha: base' = base · alpha^(d/(d-2)), whatever the
+                length (Tencent Hunyuan; its checkpoints say "dynamic" with an ``alpha``)
 ``yarn``        NTK-by-parts ramp between beta_fast and beta_slow, temperature
                 0.1·ln(factor) + 1 (Peng et al. 2023, arXiv:2309.00071)
 ``llama3``      wavelengths < L/high_freq_factor kept, > L/low_freq_factor divided by
@@ -116,6 +118,31 @@ def dynamic_scaling(
     seq_len = original if seq_len is None else max(seq_len, original)
     factor = factor * seq_len / original - (factor - 1)
     base = ntk_base(base, factor, rotary_dim, "dynamic")
+    return default_inv_freq(rotary_dim, base, device=device), 1.0
+
+
+def ntk_alpha_scaling(
+    head_dim,
+    rotary_dim,
+    base,
+    seq_len=None,
+    device=None,
+    *,
+    alpha,
+    factor=1.0,
+    mscale=1.0,
+    mscale_all_dim=1.0,
+    beta_fast=None,
+    beta_slow=None,
+    original_max_position_embeddings=None,
+):
+    """NTK-aware with a fixed alpha: base' = base · alpha^(d/(d-2)), static (Tencent's
+    Hunyuan models; vLLM's ``DynamicNTKAlphaRotaryEmbedding``). Their checkpoints label it
+    "dynamic" and carry YaRN's keys too, which no formula of this type reads: ``factor``,
+    ``mscale`` and ``mscale_all_dim`` must be 1 (their neutral values, checked by the
+    record), ``beta_fast``, ``beta_slow`` and ``original_max_position_embeddings`` shape
+    nothing here."""
+    base = ntk_base(base, alpha, rotary_dim, "ntk_alpha")
     return default_inv_freq(rotary_dim, base, device=device), 1.0
 
 
@@ -239,6 +266,7 @@ ROPE_SCALINGS: dict[str, ScalingFn] = {
     "linear": linear_scaling,
     "ntk": ntk_scaling,
     "dynamic": dynamic_scaling,
+    "ntk_alpha": ntk_alpha_scaling,
     "yarn": yarn_scaling,
     "llama3": llama3_scaling,
     "longrope": longrope_scaling,

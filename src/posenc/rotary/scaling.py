@@ -100,6 +100,43 @@ class DynamicScaling(ScalingConfig):
 
 
 @dataclasses.dataclass(frozen=True)
+class NTKAlphaScaling(ScalingConfig):
+    """Hunyuan's static NTK (:func:`~posenc.functional.rope_scaling.ntk_alpha_scaling`);
+    the YaRN keys its checkpoints carry are accepted at their neutral values only."""
+
+    rope_type: ClassVar[str] = "ntk_alpha"
+    alpha: float
+    factor: float = 1.0
+    mscale: float = 1.0
+    mscale_all_dim: float = 1.0
+    beta_fast: float | None = None
+    beta_slow: float | None = None
+    original_max_position_embeddings: int | None = None
+
+    def __post_init__(self) -> None:
+        check_float("alpha", self.alpha)
+        if self.alpha < 1:
+            raise ValueError(f"alpha must be >= 1 (it stretches the base), got {self.alpha}")
+        for name in ("factor", "mscale", "mscale_all_dim"):
+            value = getattr(self, name)
+            check_float(name, value)
+            if value != 1:
+                raise ValueError(
+                    f"{name}={value} with alpha: Hunyuan's NTK-alpha reads no {name} (only 1, "
+                    f"its neutral value, is accepted, not silently dropped)"
+                )
+        for name in ("beta_fast", "beta_slow"):
+            if getattr(self, name) is not None:
+                check_float(name, getattr(self, name))
+        if self.original_max_position_embeddings is not None:
+            check_int("original_max_position_embeddings", self.original_max_position_embeddings)
+
+    def to_dict(self) -> dict[str, Any]:
+        """As the checkpoints write it: ``rope_type`` ``"dynamic"`` with ``alpha``."""
+        return {**super().to_dict(), "rope_type": "dynamic"}
+
+
+@dataclasses.dataclass(frozen=True)
 class YarnScaling(ScalingConfig):
     rope_type: ClassVar[str] = "yarn"
     factor: float
@@ -202,6 +239,7 @@ SCALING_CONFIGS: dict[str, type[ScalingConfig]] = {
         LinearScaling,
         NTKScaling,
         DynamicScaling,
+        NTKAlphaScaling,
         YarnScaling,
         Llama3Scaling,
         LongRopeScaling,
