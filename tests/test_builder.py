@@ -10,7 +10,8 @@ SIZES = {"dim": 64, "head_dim": 16, "n_heads": 4}
 @pytest.mark.parametrize("name", posenc.available())
 def test_build_takes_the_sizes_each_encoding_uses(name):
     cls = posenc.registry.get(name)
-    config = {"grid": (4, 4)} if cls.position_axes != 1 else {}  # learned_2d requires it
+    # learned_2d requires a grid: (row, column) for image grids, (t, h, w) for video
+    config = {2: {"grid": (4, 4)}, 3: {"grid": (2, 4, 4)}}.get(cls.position_axes, {})
     enc = posenc.build(name, **SIZES, **config)
     assert type(enc) is cls
     wanted = {cls.size_key} | set(cls.Config.required_keys())  # rope_mixed, shaw: two sizes

@@ -56,7 +56,7 @@ class RopeConfig(RotaryConfig):
             resolved from ``partial_rotary_factor`` when that is given.
         rotary_at: where the rotary channels sit in each head: ``"start"`` (the first
             ``rotary_dim``: GPT-NeoX, Llama, Phi) or ``"end"`` (the last: DeepSeek-V4's
-            ``[nope | rope]`` heads). Never guessed.
+            heads, nope channels then rope ones). Never guessed.
         kernel: ``"auto"`` (the compiled torch path where it pays, the reference
             elsewhere) or ``"triton"`` (the Triton kernel, q and k in one launch: CUDA
             tensors of float32/bfloat16/float16; ``docs/gpu.md``). Never chosen for you.
