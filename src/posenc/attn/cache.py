@@ -288,7 +288,10 @@ class KVCache:
 
     def shift_positions(self, delta: int | torch.Tensor) -> None:
         """Add ``delta`` (an int, or ``[batch, 1]``) to the positions of the cached tokens;
-        they are then explicit (the next tokens' positions must continue from them)."""
+        they are then explicit (the next tokens' positions must continue from them), unless
+        ``delta`` is the int 0."""
+        if isinstance(delta, int) and delta == 0:
+            return  # a switch of frequencies alone: the positions stay the defaults
         self.positions[:, : self.length] += delta
         self.explicit_positions = True
 

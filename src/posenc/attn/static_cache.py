@@ -124,6 +124,8 @@ class StaticKVCache(KVCache):
 
     def shift_positions(self, delta: int | torch.Tensor) -> None:
         """Add ``delta`` to every slot's position (rings too; no host read)."""
+        if isinstance(delta, int) and delta == 0:
+            return
         self.positions += delta
         for ring in self.ring_positions.values():
             ring += delta
