@@ -474,3 +474,14 @@ def test_compiled_case_decodes_with_two_graphs_and_trains_compiled(tiny_run):
     kinds = suite.PRESETS["tiny"]["compiled"]["kinds"]
     assert [r["config"]["step"] for r in train] == [f"train {k}" for k in kinds]
     assert all(set(r["results"]) == {"eager", "compiled"} for r in train)
+
+
+def test_rerotate_case_shifts_the_keys_both_ways(tiny_run):
+    """One row per length: recomputing the keys (the floor) and re-rotating them in place,
+    which give the same keys (float32 roundings of keys of size about 4)."""
+    _, out = tiny_run
+    rows = json.loads(next(out.glob("*.json")).read_text())["cases"]["rerotate"]
+    assert [r["config"]["L"] for r in rows] == suite.PRESETS["tiny"]["rerotate"]["lengths"]
+    for r in rows:
+        assert set(r["results"]) == {"recompute", "rerotate"} and r["floor"] == "recompute"
+        assert r["max_abs_diff"] < 1e-5

@@ -49,6 +49,7 @@ CASE_TITLES = {
     "patterns": "Sliding-window and chunked attention against full causal, forward, across L",
     "rolling": "Decode step with a sliding window: rolling KV cache against the full cache",
     "compiled": "torch.compile: a decode step over a static KV cache and a training step",
+    "rerotate": "Shifting a KV cache's RoPE keys by one position: re-rotated against recomputed",
 }
 
 

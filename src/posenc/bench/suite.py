@@ -4,8 +4,10 @@ Cases: ``rope`` (:mod:`~posenc.bench.rope`), ``decode``
 (:mod:`~posenc.bench.decode`), ``bias`` (:mod:`~posenc.bench.bias_attention`),
 ``training`` (:mod:`~posenc.bench.training`), ``patterns`` (sliding window and chunk
 against full causal, :mod:`~posenc.bench.patterns`), ``rolling`` (a decode step with a
-rolling KV cache, :mod:`~posenc.bench.rolling`) and ``compiled`` (a decode step and a
-training step, eager against ``torch.compile``, :mod:`~posenc.bench.compiled`). Sizes:
+rolling KV cache, :mod:`~posenc.bench.rolling`), ``compiled`` (a decode step and a
+training step, eager against ``torch.compile``, :mod:`~posenc.bench.compiled`) and
+``rerotate`` (a cache's RoPE keys shifted in place against recomputed,
+:mod:`~posenc.bench.rerotate`). Sizes:
 
 - ``tiny``: seconds; what the tests run (the numbers mean nothing);
 - ``small``: about ten minutes on two cores; a quick look at every case (patterns L
@@ -34,6 +36,7 @@ from . import (
     markdown,
     patterns,
     peers,
+    rerotate,
     rolling,
     rope,
     training,
@@ -43,7 +46,7 @@ from .machine import cpu_slug, machine
 __all__ = ["CASES", "FORMAT", "PRESETS", "SIZES", "file_stem", "run", "write"]
 
 FORMAT = "posenc-bench/1"
-CASES = ("rope", "decode", "bias", "training", "patterns", "rolling", "compiled")
+CASES = ("rope", "decode", "bias", "training", "patterns", "rolling", "compiled", "rerotate")
 SIZES = ("tiny", "small", "full")
 DEFAULT_OUT = "benchmarks/results"
 
@@ -55,6 +58,7 @@ RUNNERS: dict[str, Callable[..., list[dict[str, Any]]]] = {
     "patterns": patterns.run,
     "rolling": rolling.run,
     "compiled": compiled.run,
+    "rerotate": rerotate.run,
 }
 
 #: the keyword arguments of each case's ``run`` at each size
@@ -113,6 +117,14 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             "repeat": 2,
             "warmup": 1,
         },
+        "rerotate": {
+            "lengths": [16],
+            "dim": 16,
+            "kv_heads": 2,
+            "head_dim": 8,
+            "repeat": 2,
+            "warmup": 1,
+        },
     },
     "small": {
         # posenc compiles its RoPE kernel once per shape class: a warm-up of ~10 s each
@@ -128,6 +140,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "patterns": {"lengths": [1024, 2048, 4096, 8192], "repeat": 3, "warmup": 1},
         "rolling": {"lengths": [2048, 8192, 32768], "repeat": 15, "warmup": 3},
         "compiled": {"lengths": [256], "repeat": 15, "warmup": 3},
+        "rerotate": {"lengths": [4096, 32768], "repeat": 15, "warmup": 2},
     },
     "full": {
         "rope": {"seqs": [128, 512, 2048, 8192], "head_dims": [64, 128], "repeat": 15, "warmup": 3},
@@ -141,6 +154,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         },
         "rolling": {"lengths": [2048, 8192, 32768, 131072], "repeat": 30, "warmup": 5},
         "compiled": {"lengths": [256, 1024], "repeat": 30, "warmup": 5},
+        "rerotate": {"lengths": [4096, 32768, 131072], "repeat": 30, "warmup": 3},
     },
 }
 

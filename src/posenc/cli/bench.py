@@ -15,7 +15,7 @@ from .app import example
 
 __all__ = ["bench_command", "register"]
 
-CASES = ("rope", "decode", "bias", "training", "patterns", "rolling", "compiled")
+CASES = ("rope", "decode", "bias", "training", "patterns", "rolling", "compiled", "rerotate")
 
 
 def _cases(values: list[str] | None) -> list[str]:
@@ -43,7 +43,8 @@ def bench_command(
         typer.Option(
             help="Cases to run, repeated or comma-separated: rope, decode, bias, training, "
             "patterns (window and chunk against full causal), rolling (a decode step with a "
-            "rolling KV cache). Omitted: all six.",
+            "rolling KV cache), compiled (eager against torch.compile), rerotate (a cache's "
+            "RoPE keys shifted in place against recomputed). Omitted: all eight.",
         ),
     ] = None,
     out: Annotated[
