@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..config import check_int
+from . import records
 
 __all__ = [
     "CHUNKED",
@@ -56,8 +57,13 @@ def config_getter(config: Any, name: str = "config") -> Getter:
 
 def config_head_dim(get: Getter) -> int:
     """The rotary head size: ``qk_rope_head_dim`` (MLA), ``head_dim``, or hidden / heads
-    (``hidden_size`` and ``num_attention_heads``, or GPT-J's ``n_embd`` and ``n_head``)."""
-    for key in ("qk_rope_head_dim", "head_dim"):
+    (``hidden_size`` and ``num_attention_heads``, or GPT-J's ``n_embd`` and ``n_head``).
+    A model type whose rotary channels end its head (DeepSeek-V4: ``[nope | rope]``, its
+    ``qk_rope_head_dim`` the rope part that ``partial_rotary_factor`` also gives) reads
+    ``head_dim``."""
+    record = records.model_type(get("model_type"))
+    whole = record is not None and record.rotary_at == "end"
+    for key in ("head_dim",) if whole else ("qk_rope_head_dim", "head_dim"):
         if get(key) is not None:
             check_int(key, get(key))
             return get(key)

@@ -53,6 +53,8 @@ class ModelType:
         encoding: the posenc encoding of a model without RoPE (``alibi``, ``t5``,
             ``learned``), or None.
         refused: why posenc's RoPE does not express its rotation, or None.
+        rotary_at: where its code's rotary channels sit in a head: ``"start"`` (the first
+            ``rotary_dim``) or ``"end"`` (the last: DeepSeek-V4's ``[nope | rope]``).
         rope_types: the ``rope_type`` values its config class takes in a RoPE dict as
             :func:`~posenc.hf.extend_context` writes it, where it takes fewer than
             transformers' rotary embeddings run (Phi-3: ``default`` and ``longrope``); None:
@@ -69,6 +71,7 @@ class ModelType:
     required: tuple[str, ...] = ()
     encoding: str | None = None
     refused: str | None = None
+    rotary_at: Literal["start", "end"] = "start"
     rope_types: tuple[str, ...] | None = None
 
     @property
@@ -128,9 +131,12 @@ _INTERLEAVED = [
     "glm_ocr", "glm_ocr_text", "gptj", "helium", "hy_v4_vl", "hy_v4_vl_text", "llama4",
     "llama4_text", "moonshine", "moonshine_streaming", "pe_audio_encoder",
     "pe_audio_video_encoder", "pe_video_encoder", "deepseek_v2", "deepseek_v32", "axk2",
-    "dots3_note", "dots3_note_text",
+    "dots3_note", "dots3_note_text", "deepseek_v4",
 ]
 # fmt: on
+#: rotary channels at the end of each head, ``[nope | rope]`` (DeepSeek-V4's
+#: ``apply_rotary_pos_emb`` turns ``x[..., -rope_dim:]``)
+_ROTARY_AT_END = ["deepseek_v4"]
 #: multi-head latent attention that reads ``rope_interleave`` (transformers' default True)
 _BY_FLAG = ["deepseek_v3", "mistral4", "glm4_moe_lite", "youtu", "axk1"]
 
@@ -230,6 +236,7 @@ def _build() -> dict[str, ModelType]:
     add(_BY_FLAG, layout="by_flag", latent=True)
     add(["deepseek_v2"], latent=True)
     add(["gptj", "codegen"], rotary_dim=True)
+    add(_ROTARY_AT_END, rotary_at="end")
     for name, split, suffixes in _MROPE:
         add([name + suffix for suffix in suffixes], mrope=split)
     for family, names in _FAMILIES.items():

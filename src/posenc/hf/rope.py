@@ -106,7 +106,11 @@ def rope_from_hf_config(
             mrope["mrope_section"] = fit_interleaved(mrope["mrope_section"], n_pairs)
         return MRoPE(head_dim=head_dim, scaling=params, layout=pairs, **mrope)
     rotary_dim = _rotary_dim(get, model_type, params)
-    return RoPE(head_dim=head_dim, scaling=params, layout=pairs, rotary_dim=rotary_dim)
+    record = records.model_type(model_type)
+    at = "start" if record is None else record.rotary_at  # DeepSeek-V4: the last channels
+    return RoPE(
+        head_dim=head_dim, scaling=params, layout=pairs, rotary_dim=rotary_dim, rotary_at=at
+    )
 
 
 def _rotary_dim(get: Getter, model_type: Any, params: dict[str, Any]) -> int | None:

@@ -1,0 +1,58 @@
+"""DeepSeek-V4's rotary embeddings read from its config: per layer type (``main`` and
+``compress``, each its own ``rope_theta``), interleaved pairs on the last
+``head_dim · partial_rotary_factor`` channels of a ``[nope | rope]`` head, equal to
+transformers' ``DeepseekV4RotaryEmbedding`` and ``apply_rotary_pos_emb``, and the
+conjugate rotation of the attention output equal to its ``(cos, -sin)``.
+
+Tolerance: transformers' angles are a float32 product (up to ``p·2^-24`` radians at
+position p < 32 here) against posenc's float64, then a pair turned in float32."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from posenc.hf import rope_from_hf_config
+
+v4 = pytest.importorskip("transformers.models.deepseek_v4.modeling_deepseek_v4")
+EPS = 2**-24
+
+
+@pytest.fixture(scope="module")
+def config():
+    from transformers import DeepseekV4Config
+
+    return DeepseekV4Config(
+        num_hidden_layers=2, head_dim=64, qk_rope_head_dim=16, hidden_size=128,
+        num_attention_heads=2,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("layer_type", ["main", "compress"])
+def test_each_layer_types_rotation_equals_transformers(config, layer_type):
+    rope = rope_from_hf_config(config, layer_type=layer_type)
+    c = rope.config
+    assert (c.head_dim, c.rotary_dim, c.layout, c.rotary_at) == (64, 16, "interleaved", "end")
+    assert c.base == config.rope_parameters[layer_type]["rope_theta"]
+    x = torch.randn(2, 30, 2, 64)  # [batch, seq, heads, head_dim], as V4 lays it out
+    cos, sin = v4.DeepseekV4RotaryEmbedding(config)(
+        x, torch.arange(30)[None], layer_type=layer_type
+    )
+    rotation = rope.rotation(torch.arange(30))
+    tol = {"atol": (16 + 30) * EPS * 2 * x.abs().max().item(), "rtol": 0}
+    ours = rope.rotate(x.transpose(1, 2), rotation).transpose(1, 2)
+    assert_close(ours, v4.apply_rotary_pos_emb(x, cos, sin, unsqueeze_dim=2), **tol)
+    back = rope.rotate_back(x.transpose(1, 2), rotation).transpose(1, 2)
+    assert_close(back, v4.apply_rotary_pos_emb(x, cos, -sin, unsqueeze_dim=2), **tol)
+
+
+def test_a_config_json_reads_the_same(config):
+    """From the ``config.json`` contents: the whole head, not ``qk_rope_head_dim``."""
+    as_json = json.loads(config.to_json_string())
+    for layer_type in ("main", "compress"):
+        assert rope_from_hf_config(as_json, layer_type=layer_type).config == (
+            rope_from_hf_config(config, layer_type=layer_type).config
+        )
