@@ -61,3 +61,58 @@ def test_the_extrapolation_claims_are_the_runs(text, run):
     ]
     missing = [claim for claim in claims if claim not in text]
     assert not missing, missing
+
+
+#: the README's other measured claims, each beside the phrase of the run's own "what this
+#: run says" (:func:`~posenc.arena.reporting.summary.summary`, computed from its numbers)
+#: that it restates: a new published run changes the second, and the pair fails
+RESTATED = [
+    (
+        "NTK-aware scaling takes RoPE's zero-shot perplexity from 10.4 to 6.97 (dynamic NTK "
+        "7.00, not separated)",
+        "Context extension ×4: best zero-shot ntk (6.97), not separated at this budget from "
+        "dynamic (7) (perplexity vs 10.4 with none",
+    ),
+    (
+        "at 8L dynamic NTK from 14.5 to 8.45",
+        "Context extension ×8: best zero-shot dynamic (8.45), not separated at this budget "
+        "from yarn (8.81) (perplexity vs 14.5 with none",
+    ),
+    ("is flat to 16L (5.44 → 5.30)", "rope-local-nope-global 5.44 at L=64, 5.3 at 1024"),
+    ("go from 5.5 to 15.2", "rope 5.5 at L=64, 15.2 at 1024"),
+    (
+        "(×1.24 the median of the others at L)",
+        "vs 6.7 for the other encodings (median of 2; ×1.24)",
+    ),
+    ("(×1.9 as a bidirectional masked LM)", "(median of 2; ×1.9)"),
+    (
+        "at 32 pairs, slopes from first to last (first 0.67, middle 0.62, last 0.22)",
+        "rope primacy (first above last): first 0.67, middle 0.62, last 0.22",
+    ),
+]
+
+
+@pytest.mark.parametrize(("readme", "run_says"), RESTATED)
+def test_the_other_claims_restate_the_runs_summary(text, readme, run_says):
+    from posenc.arena.reporting.summary import summary
+
+    said = " ".join(summary(read_measurements(RUN).results))
+    assert readme in text
+    assert run_says in said
+
+
+def test_the_retrieval_table_is_the_runs():
+    """The README's retrieval means at 8 pairs, query-last: the arena's table's means over
+    gold positions, each within the rounding of its two decimals."""
+    rows, _ = read_measurements(RUN).rows("lost-in-the-middle")
+    block = README.read_text().split("```\n  encoding     mode          8 pairs", 1)[1]
+    lines = [line.split() for line in block.split("```", 1)[0].splitlines()[1:] if line.strip()]
+    assert len(lines) == 7
+    for name, mode, mean, *_ in lines:
+        here = [
+            r["mean"]
+            for r in rows
+            if r["encoding"] == name and r["mode"] == mode and r["n_pairs"] == 8
+        ]
+        assert here, (name, mode)
+        assert abs(sum(here) / len(here) - float(mean)) <= 0.005 + 1e-9, (name, mode, mean)
