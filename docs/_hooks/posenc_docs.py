@@ -129,7 +129,10 @@ def encoding_page(name: str) -> str:
     info = posenc.info(name)
     cls = posenc.registry.get(name)
     lines = [f"# {name}", "", f"{info.summary[:1].upper()}{info.summary[1:]}.", ""]
-    lines += ["| kind | trainable | relative | extrapolates | size key |", "|---|---|---|---|---|"]
+    lines += [
+        "| kind | trainable | relative | runs past training length | size key |",
+        "|---|---|---|---|---|",
+    ]
     lines.append(
         f"| `{info.kind}` | {yes_no(info.trainable)} | {yes_no(info.relative)} "
         f"| {yes_no(info.extrapolates)} | `{cls.size_key}` |"
@@ -162,7 +165,7 @@ def index_page() -> str:
         "Every registered encoding (`posenc.available()`), one page each, made from the",
         "installed package when the site is built (`posenc list` prints the same table).",
         "",
-        "| name | kind | trainable | relative | extrapolates | summary |",
+        "| name | kind | trainable | relative | runs past training length | summary |",
         "|---|---|---|---|---|---|",
     ]
     for name in posenc.available():

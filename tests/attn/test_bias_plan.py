@@ -12,7 +12,7 @@ import posenc
 from posenc.attn import AttentionContext, Masks
 from posenc.attn import masks as masks_module
 from posenc.attn import planner as plan_module
-from posenc.attn.planner import AttnShape, bias_memory, plan_bias, shares_table
+from posenc.attn.planner import AttnShape, plan_bias, shares_table
 from posenc.attn.runners.flex import flex_available
 from posenc.models import TransformerLM
 
@@ -104,15 +104,6 @@ def test_a_model_shares_a_table_training_on_the_cpu_without_a_cache():
     assert not shares_table(t5, training=True, cached=True, device=CPU)
     assert not shares_table(t5, training=True, cached=False, device=torch.device("meta"))
     assert not shares_table(shaw, training=True, cached=False, device=CPU)  # needs q
-
-
-def test_memory_follows_the_declared_capabilities():
-    registry = posenc.registry
-    distances = "[H, 2L - 1] distances (CPU), or none (flex, fused ALiBi)"
-    assert bias_memory(registry.get("alibi")) == distances
-    assert bias_memory(registry.get("t5")) == distances
-    assert bias_memory(registry.get("shaw")).startswith("[H, L, L] scores")
-    assert bias_memory(registry.get("fire")) == "[H, L, L] bias, or none (flex)"
 
 
 def test_the_context_builds_its_dense_mask_once():

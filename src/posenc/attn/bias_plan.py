@@ -6,7 +6,6 @@ from .planner import (
     FLEX_MIN_SCORES,
     AttnShape,
     BiasPlan,
-    bias_memory,
     plan_bias,
     shares_table,
 )
@@ -16,7 +15,6 @@ __all__ = [
     "FLEX_MIN_SCORES",
     "AttnShape",
     "BiasPlan",
-    "bias_memory",
     "plan_bias",
     "shares_table",
 ]

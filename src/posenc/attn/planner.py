@@ -84,7 +84,6 @@ __all__ = [
     "Plan",
     "ScoreOptions",
     "ScoreTraits",
-    "bias_memory",
     "plan",
     "plan_bias",
     "plan_of",
@@ -476,21 +475,3 @@ def shares_table(
     neither recompute it (FIRE's MLP, T5's buckets) nor keep copies of it, and one backward
     through it reaches the encoding's parameters."""
     return training and not cached and device.type == "cpu" and not encoding.needs_q
-
-
-def bias_memory(cls: type[BiasEncoding]) -> str:
-    """What a bias encoding of class ``cls`` holds beyond q, k and v on the runners
-    :func:`plan` gives it (``L`` the length, ``H`` the heads), from the capabilities the
-    class declares."""
-
-    if issubclass(cls, ScoreBias):  # CoPE: by blocks of rows, recomputed in the backward
-        return "[H, B, L] scores per block of B rows"
-    if issubclass(cls, InputBias):  # FoX: its clock rides in extra key coordinates
-        return "[B, H, L] clock; k, v per head, 8 columns wider"
-    if issubclass(cls, RelativeTables):
-        return "[H, L, L] scores, or [H, 64, L] blocks (CPU)"
-    if issubclass(cls, ShiftInvariant):
-        return "[H, 2L - 1] distances (CPU), or none (flex, fused ALiBi)"
-    if issubclass(cls, LinearSlopes):
-        return "[H, L, L] bias, or none (fused ALiBi path)"
-    return "[H, L, L] bias, or none (flex)"
