@@ -56,3 +56,16 @@ def test_a_config_json_reads_the_same(config):
         assert rope_from_hf_config(as_json, layer_type=layer_type).config == (
             rope_from_hf_config(config, layer_type=layer_type).config
         )
+
+
+def test_inspect_reports_a_v4_checkpoint(config, tmp_path):
+    """Per-layer RoPEs none of which is of full attention: the facts of the first, its
+    rotary channels the last of the head, and with a target the reason nothing extends."""
+    from posenc.hf.inspect import inspect_checkpoint, render_report
+
+    config.save_pretrained(tmp_path)
+    report = inspect_checkpoint(tmp_path, target=4 * config.max_position_embeddings)
+    text = "\n".join(render_report(report))
+    assert "rotary dims 16 (partial rotary, factor 0.25: the last)" in text
+    assert "layer_type='compress'" in report.build
+    assert not report.extensions and "no 'full_attention' entry" in text

@@ -178,7 +178,11 @@ def inspect_checkpoint(path: str | Path, target: int | None = None) -> Checkpoin
     causal = True if plan is None else is_causal(language)
     reach = None if plan is None else reach_note(plan, causal)
     notes += [] if reach is None else [reach]
-    layer_type = scaled_layer_type(config_getter(language))  # the one recipes extend
+    try:
+        layer_type = scaled_layer_type(config_getter(language))  # the one recipes extend
+    except ValueError:  # per-layer RoPEs, none of full attention (DeepSeek-V4's main and
+        # compress): the facts of the first; extend_refusal says why nothing is extended
+        layer_type = nested_rope_keys(language["rope_parameters"])[0]
     rope = rope_from_hf_config(config, layer_type=layer_type)
     if layer_type is not None:
         kinds = nested_rope_keys(language["rope_parameters"])

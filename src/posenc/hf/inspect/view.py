@@ -56,7 +56,8 @@ def render_report(report: CheckpointReport, width: int = 80) -> list[str]:
     ]
     if f is not None:
         factor = f.rotary_dim / f.head_dim
-        partial = "" if factor == 1 else f" (partial rotary, factor {factor:g})"
+        where = "last" if getattr(f.rope.config, "rotary_at", "start") == "end" else "first"
+        partial = "" if factor == 1 else f" (partial rotary, factor {factor:g}: the {where})"
         lines += [
             f"head_dim: {f.head_dim}, rotary dims {f.rotary_dim}{partial}",
             f"base (rope_theta): {f.base:g}",
