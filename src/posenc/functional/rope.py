@@ -25,15 +25,27 @@ from .rope_scaling import ENCODING_KEYS, ROPE_SCALINGS, scaling_keys
 
 __all__ = [
     "ROPE_LAYOUTS",
+    "ROTARY_AT",
     "apply_rope",
     "check_scaling_params",
     "rope_angles",
     "rope_cos_sin",
     "rope_inv_freq",
+    "rotary_offset",
     "split_rope_parameters",
 ]
 
 ROPE_LAYOUTS = ("half", "interleaved")
+#: where a head's rotary channels sit: its first ``rotary_dim`` or its last (DeepSeek-V4)
+ROTARY_AT = ("start", "end")
+
+
+def rotary_offset(rotary_at: str, head_dim: int, pairs: int) -> int:
+    """The first rotary channel of a head of ``head_dim`` whose ``pairs`` pairs sit at its
+    ``"start"`` or its ``"end"`` (:data:`ROTARY_AT`)."""
+    if rotary_at not in ROTARY_AT:
+        raise ValueError(f"rotary_at must be one of {list(ROTARY_AT)}, got {rotary_at!r}")
+    return 0 if rotary_at == "start" else head_dim - 2 * pairs
 
 
 def rope_inv_freq(

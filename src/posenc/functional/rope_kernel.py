@@ -86,6 +86,7 @@ def apply_rope_fast(
     sin: torch.Tensor,
     layout: str = "half",
     kernel: str = "auto",
+    offset: int = 0,
 ) -> torch.Tensor:
     """:func:`~posenc.functional.rope.apply_rope`, with the fastest kernel that computes it.
 
@@ -94,7 +95,9 @@ def apply_rope_fast(
     last place where the float32 value lies on a rounding boundary); differentiable. See
     the module docstring for when the compiled kernel is used. ``kernel="triton"``: the
     Triton kernel, for float32/bfloat16/float16 ``x`` on CUDA (cos/sin with one rotation
-    for every head, needing no gradient).
+    for every head, needing no gradient). ``offset``: the first rotary channel (DeepSeek-V4
+    turns the last ones, :func:`~posenc.functional.rope.rotary_offset`); the channels
+    before it pass unchanged.
 
     Shapes:
         x ``[batch, heads, seq, head_dim]``; cos, sin ``[seq, n]``, ``[batch, seq, n]`` or
@@ -110,8 +113,12 @@ def apply_rope_fast(
         True
     """
     if kernel != "auto":
-        check_rope_kernel(kernel)
-        return rotate_with_triton(x, None, cos, sin, layout)[0]
+        if kernel not in ROPE_KERNELS:  # Triton's presence: checked where kernel was chosen
+            raise ValueError(f"kernel must be one of {list(ROPE_KERNELS)}, got {kernel!r}")
+        return rotate_with_triton(x, None, cos, sin, layout, offset)[0]
+    if offset:
+        tail = apply_rope_fast(x[..., offset:], cos, sin, layout)
+        return torch.cat([x[..., :offset], tail], dim=-1)
     if (
         tracing()  # first: under a trace, the size test would add a guard
         or x.numel() < COMPILE_MIN_NUMEL

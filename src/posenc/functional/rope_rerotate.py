@@ -19,6 +19,7 @@ import math
 import torch
 
 from .dtypes import wide_dtype
+from .rope import rotary_offset
 from .rope_kernel import apply_rope_fast
 
 __all__ = ["rerotate_keys", "rerotation"]
@@ -84,10 +85,5 @@ def rerotate_keys(
         ``[batch, kv_heads, n, head_dim]`` in the keys' dtype.
     """
     cos, sin = rerotation(positions, old, old if new is None else new, delta)
-    if rotary_at == "start":
-        return apply_rope_fast(keys, cos, sin, layout)
-    if rotary_at != "end":
-        raise ValueError(f"rotary_at must be 'start' or 'end', got {rotary_at!r}")
-    offset = keys.shape[-1] - 2 * cos.shape[-1]
-    tail = apply_rope_fast(keys[..., offset:], cos, sin, layout)
-    return torch.cat([keys[..., :offset], tail], dim=-1)
+    offset = rotary_offset(rotary_at, keys.shape[-1], cos.shape[-1])
+    return apply_rope_fast(keys, cos, sin, layout, offset=offset)

@@ -14,7 +14,7 @@ import torch
 
 from ..base import RotaryConfig, RotaryEncoding
 from ..config import check_choice, check_float, check_int
-from ..functional.rope import ROPE_LAYOUTS, rope_cos_sin
+from ..functional.rope import ROPE_LAYOUTS, ROTARY_AT, rope_cos_sin, rotary_offset
 from ..functional.rope_kernel import apply_rope_fast, check_rope_kernel, rotate_with_triton
 from ..registry import register
 from .scaling import ScalingConfig, parse_scaling
@@ -22,8 +22,6 @@ from .scaling import ScalingConfig, parse_scaling
 __all__ = ["RoPE"]
 
 DEFAULT_BASE = 10000.0
-#: where a head's rotary channels sit: its first ``rotary_dim`` or its last
-ROTARY_AT = ("start", "end")
 
 
 def _odd_fraction(name: str, factor: float, head_dim: int) -> str:
@@ -222,13 +220,8 @@ class RoPE(RotaryEncoding):
     def _turn(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """``x``'s rotary channels (the first or the last ``2 · cos.shape[-1]``) turned."""
         c = self.config
-        if c.rotary_at == "start":
-            return apply_rope_fast(x, cos, sin, c.layout, c.kernel)
-        offset = x.shape[-1] - 2 * cos.shape[-1]
-        if c.kernel == "triton":
-            return rotate_with_triton(x, None, cos, sin, c.layout, offset)[0]
-        tail = apply_rope_fast(x[..., offset:], cos, sin, c.layout)
-        return torch.cat([x[..., :offset], tail], dim=-1)
+        offset = rotary_offset(c.rotary_at, x.shape[-1], cos.shape[-1])
+        return apply_rope_fast(x, cos, sin, c.layout, c.kernel, offset)
 
     def rotate_pair(
         self, q: torch.Tensor, k: torch.Tensor, rotation: tuple[torch.Tensor, ...]
@@ -238,6 +231,6 @@ class RoPE(RotaryEncoding):
         if self.config.kernel != "triton":
             return super().rotate_pair(q, k, rotation)
         cos, sin = rotation
-        offset = 0 if self.config.rotary_at == "start" else q.shape[-1] - 2 * cos.shape[-1]
+        offset = rotary_offset(self.config.rotary_at, q.shape[-1], cos.shape[-1])
         q, k_out = rotate_with_triton(q, k, cos, sin, self.config.layout, offset)
         return q, cast(torch.Tensor, k_out)
