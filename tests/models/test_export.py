@@ -38,8 +38,8 @@ DEFAULT = "rope"
 # it reports it; an encoding lists its causes in the order an export meets them (fixing
 # the first shows the next: each was found by patching the ones before it in a copy).
 COPE_ROW_BLOCKS = (
-    "attn/runners/scores.py:95 `for i0 in range(0, q_len, block)` loops over row blocks "
-    "in Python: guard Eq(seq, 12), the length specialized to the example's"
+    "attn/runners/scores.py:116 `for i0 in range(0, q_len, block)` (row_blocks) loops over "
+    "row blocks in Python: guard Eq(seq, 12), the length specialized to the example's"
 )
 FOX_QUERY_BLOCKS = (
     "attn/forget.py:59 `n = min(8 - d % 8, q_len)` then one_hot(block, n) at :67: guard "
@@ -50,7 +50,7 @@ FOX_QUERY_BLOCKS = (
 def dynamic_causes(name: str) -> list[str]:
     """The causes a dynamic-length export of a uniform ``name`` model meets, in order."""
     causes = []
-    if name == "cope":
+    if name in ("cope", "dca"):  # both run the explicit softmax by blocks of rows
         causes.append(COPE_ROW_BLOCKS)
     if name == "fox":
         causes.append(FOX_QUERY_BLOCKS)

@@ -11,6 +11,8 @@ positions and masks (:mod:`~posenc.attn.masks`) into one :class:`~posenc.attn.ca
   (:class:`AttnPattern`), padding and packed documents (:class:`Masks`), flex block masks,
   and :class:`AttentionContext`, what the layers of one forward share;
 - :mod:`~posenc.attn.forget`: FoX's forget bias as extra key coordinates of a plain call;
+- :mod:`~posenc.attn.dual_chunk`: Dual Chunk Attention (``dca``), whose queries turn per
+  region of keys, one explicit softmax over the regions;
 - :mod:`~posenc.attn.kernels`: the CPU kernels runners share;
 - :mod:`~posenc.attn.cache`: :class:`KVCache` for incremental decoding, with rolling
   buffers for window and chunk layers;

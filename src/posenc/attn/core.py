@@ -17,6 +17,7 @@ import torch
 
 from ..base import BiasEncoding, Encoding, InputBias, RotaryEncoding
 from ..config import check_bool
+from ..rotary.dca import DualChunkRoPE
 from .call import Call, ScoreOptions
 from .checks import (
     check_context,
@@ -29,6 +30,7 @@ from .checks import (
     check_table,
     finite,
 )
+from .dual_chunk import dual_chunk_attention
 from .masks import AttentionContext, AttnPattern
 from .planner import BACKENDS, run
 
@@ -133,6 +135,11 @@ def attention(
     check_bool("causal", causal)
     kind = check_encoding(encoding)
     scale = check_scale(scale, q.shape[-1])  # of the input width (PoPE widens q and k)
+    if kind == "rotary" and cast(RotaryEncoding, encoding).merges_attention:
+        refused = {"causal=False": not causal, "bias": bias is not None, "window": window,
+                   "chunk": chunk, "sinks": sinks is not None, "softcap": softcap}  # fmt: skip
+        positions = (q_positions, k_positions, key_padding_mask, segment_ids)
+        return _merged(q, k, v, encoding, scale, backend, context, positions, refused)
     if kind == "rotary":
         if context is not None:
             raise ValueError("context is for encodings that do not rotate: rotate q and k first")
@@ -179,6 +186,43 @@ def attention(
         finite(q, k, v, bias if reads_input else None),
     )
     return run(call)
+
+
+def _merged(q, k, v, encoding, scale, backend, context, positions, refused) -> torch.Tensor:
+    """Attention with an encoding that turns q and k itself, per region of keys (``dca``:
+    :func:`~posenc.attn.dual_chunk.dual_chunk_attention`), after refusing by name what it
+    cannot take (``refused``: the arguments given, by name)."""
+    name = encoding.info.name
+    given = [key for key, value in refused.items() if value not in (None, False)]
+    if given:
+        raise ValueError(f"{name!r} runs its own causal attention, which takes no {given[0]}")
+    if backend not in ("auto", "math"):
+        raise ValueError(
+            f"{name!r} runs its own explicit softmax: backend must be 'auto' or 'math', "
+            f"got {backend!r}"
+        )
+    q_positions, k_positions, key_padding_mask, segment_ids = positions
+    if context is None:
+        context = AttentionContext.build(
+            q.shape[2],
+            k.shape[2],
+            q.shape[0],
+            q.device,
+            q_positions=_merged_positions(encoding, q_positions, "q_positions"),
+            k_positions=_merged_positions(encoding, k_positions, "k_positions"),
+            key_padding_mask=key_padding_mask,
+            segment_ids=segment_ids,
+        )
+    else:
+        check_context(context, q, k, q_positions, k_positions, key_padding_mask, segment_ids)
+    return dual_chunk_attention(q, k, v, cast(DualChunkRoPE, encoding), context, scale)
+
+
+def _merged_positions(encoding, positions, name):
+    """``positions`` checked by the encoding (None stays None: the default)."""
+    if positions is None:
+        return None
+    return cast(RotaryEncoding, encoding).check_positions(positions, name=name)
 
 
 def _rotate(encoding, q, k, q_positions, k_positions):

@@ -39,6 +39,9 @@ class RotaryEncoding(Encoding):
     #: how many times wider :meth:`rotate` makes q and k (PoPE: 2, a complex number per
     #: channel); attention keeps the score scale of the input width, ``1/sqrt(head_dim)``
     width_factor: ClassVar[int] = 1
+    #: whether attention must turn the queries itself, per region of keys (``dca``): then
+    #: :func:`posenc.attention` takes q and k unrotated and runs its own softmax
+    merges_attention: ClassVar[bool] = False
 
     @property
     def head_dim(self) -> int:

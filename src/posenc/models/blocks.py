@@ -125,11 +125,13 @@ class SelfAttention(nn.Module):
         q = self.temper(q, context)
         if isinstance(encoding, InputBias):
             bias = self.clock(encoding, x, cache, layer)
+        # a bias encoding, or one that turns q and k in attention (dca: they come unrotated)
+        attends = encoding.kind == "bias" or getattr(encoding, "merges_attention", False)
         out = attention(
             q,
             k,
             v,
-            encoding if encoding.kind == "bias" else None,
+            encoding if attends else None,
             causal=causal,
             bias=bias,
             context=context,

@@ -212,12 +212,13 @@ def rotations_of(
     encodings: Sequence[Encoding], layers: Sequence[int], inputs: ForwardInputs
 ) -> dict[int, tuple[torch.Tensor, ...]]:
     """The rotary tables of one forward, once per rotary encoding that a layer uses, by its
-    index in ``encodings`` (``layers``: each layer's index)."""
+    index in ``encodings`` (``layers``: each layer's index). One that turns its queries per
+    region of keys (``merges_attention``: ``dca``) has none: attention turns q and k."""
     length = None if inputs.explicit else inputs.context.positions.k_len
     return {
         e: cast(RotaryEncoding, enc).rotation(inputs.positions, length)
         for e, enc in enumerate(encodings)
-        if enc.kind == "rotary" and e in layers
+        if isinstance(enc, RotaryEncoding) and not enc.merges_attention and e in layers
     }
 
 

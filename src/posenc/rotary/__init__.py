@@ -1,6 +1,7 @@
 """Rotary encodings: rotate queries and keys inside every attention layer."""
 
 from .axial import RoPE2D, RoPEMixed
+from .dca import DualChunkRoPE
 from .fope import FoPE
 from .latent import LatentRoPE
 from .layouts import layout_permutation, permute_for_layout
@@ -12,6 +13,7 @@ from .video import RoPE3D
 from .xpos import XPos
 
 __all__ = [
+    "DualChunkRoPE",
     "FoPE",
     "LatentRoPE",
     "MRoPE",

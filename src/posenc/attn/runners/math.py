@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ..call import Call
     from ..planner import Plan
 
-__all__ = ["explicit_attention", "math", "probabilities", "softmax_limits"]
+__all__ = ["explicit_attention", "math", "probabilities", "read_values", "softmax_limits"]
 
 
 def probabilities(
@@ -118,20 +118,31 @@ def explicit_attention(
     """
     group = q.shape[1] // k.shape[1]
     k = k.repeat_interleave(group, dim=1)  # [b, h, k_len, d]
-    v = v.repeat_interleave(group, dim=1)
     dtype = math_dtype(q.dtype)
     scores = (q.to(dtype) @ k.to(dtype).transpose(-1, -2)) * scale  # [b, h, q_len, k_len]
     if bias is not None:
         scores = scores + bias.to(dtype)
     probs = probabilities(scores, allowed=allowed, softcap=softcap, sinks=sinks)
-    v = v.to(dtype)
-    bad = ~torch.isfinite(v).all(dim=-1, keepdim=True)  # [b, h, k_len, 1]
-    out = probs @ v.masked_fill(bad, 0.0)
-    reached = (probs @ bad.to(dtype)) > 0  # [b, h, q_len, 1]: weight on a non-finite value
-    out = out.masked_fill(reached, float("nan"))
+    out = read_values(probs, v)
     if value_term is not None:
         out = out + value_term(probs).to(dtype)
     return out.to(q.dtype)
+
+
+def read_values(probs: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """``probs @ v``, with the values' heads repeated to the probabilities' (grouped-query
+    attention), in the probabilities' dtype. A value that is not finite is zeroed before the
+    product, and a row that gives it weight becomes NaN, as it would with the value in; a
+    row that gives it none (a masked slot) is untouched.
+
+    Shapes:
+        probs ``[b, h, q_len, k_len]``, v ``[b, kv_h, k_len, d]`` -> ``[b, h, q_len, d]``.
+    """
+    v = v.repeat_interleave(probs.shape[1] // v.shape[1], dim=1).to(probs.dtype)
+    bad = ~torch.isfinite(v).all(dim=-1, keepdim=True)  # [b, h, k_len, 1]
+    out = probs @ v.masked_fill(bad, 0.0)
+    reached = (probs @ bad.to(probs.dtype)) > 0  # [b, h, q_len, 1]: weight on a non-finite value
+    return out.masked_fill(reached, float("nan"))
 
 
 def math(call: Call, plan: Plan) -> torch.Tensor:

@@ -15,6 +15,7 @@ block's scores computed twice when training.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 import torch
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from ..call import Call
     from ..planner import Plan
 
-__all__ = ["BLOCK_SCORES", "contextual_attention", "scores"]
+__all__ = ["BLOCK_SCORES", "contextual_attention", "mask_rows", "row_blocks", "scores"]
 
 #: the scores of one block of query rows (batch · heads · rows · keys): 4 Mi, 16 MiB in
 #: float32 per tensor of the block
@@ -74,10 +75,9 @@ def contextual_attention(
     dtype = math_dtype(q.dtype)
     keys = k.to(dtype).repeat_interleave(h // k.shape[1], 1)  # [b, h, k_len, d], once
 
-    def rows(
-        q_rows: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor, i0: int
-    ) -> torch.Tensor:
-        seen = None if mask is None else mask[..., i0 : i0 + q_rows.shape[2], :]
+    def rows(i0: int, i1: int) -> torch.Tensor:
+        q_rows = q[:, :, i0:i1]
+        seen = mask_rows(mask, i0, i1)
         scores = q_rows.to(dtype) @ keys.transpose(-1, -2)  # [b, h, rows, k_len]
         bias = cast(ScoreBias, encoding).score_bias(q_rows, scores * scale, seen)
         return explicit_attention(
@@ -91,15 +91,32 @@ def contextual_attention(
             sinks=options.sinks,
         )
 
+    return zero_dead_rows(row_blocks(rows, q_len, block, train), dead)
+
+
+def mask_rows(mask: torch.Tensor | None, i0: int, i1: int) -> torch.Tensor | None:
+    """The rows ``i0:i1`` of a dense mask (``[..., q_len | 1, k_len]``; one row broadcast
+    over every query stays whole), or None."""
+    if mask is None or mask.shape[-2] == 1:
+        return mask
+    return mask[..., i0:i1, :]
+
+
+def row_blocks(
+    rows: Callable[[int, int], torch.Tensor], q_len: int, block: int, train: bool
+) -> torch.Tensor:
+    """``rows(i0, i1)``, the output of query rows ``i0:i1``, for each block of ``block``
+    rows, joined along the rows. When ``train``, each block runs under activation
+    checkpointing: the backward recomputes it, and no block's scores are kept.
+
+    Shapes:
+        ``rows(i0, i1)`` ``[b, h, i1 - i0, d]`` -> ``[b, h, q_len, d]``.
+    """
     outs = []
     for i0 in range(0, q_len, block):
-        q_rows = q[:, :, i0 : i0 + block]
-        if train:
-            outs.append(checkpoint(rows, q_rows, k, v, keys, i0, use_reentrant=False))
-        else:
-            outs.append(rows(q_rows, k, v, keys, i0))
-    out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
-    return zero_dead_rows(out, dead)
+        i1 = min(i0 + block, q_len)
+        outs.append(checkpoint(rows, i0, i1, use_reentrant=False) if train else rows(i0, i1))
+    return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
 
 
 def scores(call: Call, plan: Plan) -> torch.Tensor:
