@@ -216,7 +216,7 @@ def rotations_of(
     region of keys (``merges_attention``: ``dca``) has none: attention turns q and k."""
     length = None if inputs.explicit else inputs.context.positions.k_len
     return {
-        e: cast(RotaryEncoding, enc).rotation(inputs.positions, length)
+        e: enc.rotation(inputs.positions, length)
         for e, enc in enumerate(encodings)
         if isinstance(enc, RotaryEncoding) and not enc.merges_attention and e in layers
     }

@@ -99,7 +99,7 @@ class DualChunkRoPE(RoPE):
     config: DualChunkConfig
     merges_attention: ClassVar[bool] = True
     #: chunks are cut at whole positions
-    integer_positions: ClassVar[bool] = True
+    integer_positions = True
 
     @property
     def chunk_len(self) -> int:
