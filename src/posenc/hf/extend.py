@@ -251,6 +251,12 @@ def extend_refusal(config: Any) -> str | None:
         >>> extend_refusal({"model_type": "llama"}) is None
         True
     """
+    if config_getter(language_config(config))("dual_chunk_attention_config") is not None:
+        return (
+            "its dual_chunk_attention_config is its context extension (Qwen2.5-1M, as vLLM "
+            "and SGLang run it): they rotate with the plain rope_theta and would ignore a "
+            "RoPE scaling written beside the chunks"
+        )
     path = language_path(config)
     if len(path) <= 1:
         return None

@@ -15,6 +15,7 @@ from ..functional.rope_scaling import ROPE_SCALINGS
 from ..rotary.mrope import MRoPE
 from ..rotary.rope import RoPE
 from . import records
+from .dca import dca_from_hf
 from .keys import (
     LEGACY_KEYS,
     Getter,
@@ -44,7 +45,9 @@ def rope_from_hf_config(
     ``rope_scaling``, the top-level ``rope_theta`` and ``partial_rotary_factor``) and fills
     in what posenc's strict scaling records need the way transformers uses it. M-RoPE
     models (Qwen-VL, Qwen-Omni, GLM-4V, ERNIE-4.5-VL, ...: their language model's config,
-    :mod:`~posenc.hf.mrope`) give an :class:`~posenc.rotary.MRoPE`. The
+    :mod:`~posenc.hf.mrope`) give an :class:`~posenc.rotary.MRoPE`; a
+    ``dual_chunk_attention_config`` (Qwen2.5-1M) gives ``dca``, as vLLM runs it
+    (:mod:`~posenc.hf.dca`; transformers ignores the key). The
     pair layout is the one the model type's code rotates
     (:func:`~posenc.hf.layouts.pair_layout`), never a guess. Every rule, with the reasons:
     ``docs/design-notes.md``, "Reading a Hugging Face config".
@@ -106,6 +109,11 @@ def rope_from_hf_config(
             mrope["mrope_section"] = fit_interleaved(mrope["mrope_section"], n_pairs)
         return MRoPE(head_dim=head_dim, scaling=params, layout=pairs, **mrope)
     rotary_dim = _rotary_dim(get, model_type, params)
+    if get("dual_chunk_attention_config") is not None:  # Qwen2.5-1M, as vLLM runs it
+        dca = get("dual_chunk_attention_config")
+        return dca_from_hf(
+            dca, head_dim=head_dim, params=params, layout=pairs, rotary_dim=rotary_dim
+        )
     record = records.model_type(model_type)
     at = "start" if record is None else record.rotary_at  # DeepSeek-V4: the last channels
     return RoPE(

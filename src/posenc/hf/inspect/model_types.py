@@ -15,6 +15,8 @@ from ...config import check_int
 from ...models.plan import LayerPlan
 from ...models.spec import LayerSpec, describe_encoding
 from ...positions.tmrope import TMROPE_FAMILIES
+from ..dca import dca_notes
+from ..keys import config_getter
 from ..layer_plan import layer_plan
 from ..mrope import language_config
 from ..records import MODEL_TYPES
@@ -127,6 +129,9 @@ def rotary_notes(config: dict[str, Any], model_type: Any) -> list[str]:
     omni = _omni_note(config, model_type)
     if omni is not None:
         notes.append(omni)
+    dca = config_getter(language_config(config))("dual_chunk_attention_config")
+    if dca is not None:
+        notes += dca_notes(dca)
     if model_type in ("deepseek_v2", "deepseek_v3"):
         notes.append(
             "DeepSeek's attention also multiplies its softmax scale by "
