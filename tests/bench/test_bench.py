@@ -113,7 +113,8 @@ def test_each_case_measures_what_it_says(tiny_run):
 
 def test_patterns_rows_hold_what_the_tables_read(tiny_run):
     """Every (encoding, length) of the preset, each with the floor, the window (default
-    and explicit positions) and the chunk, the runner the chooser picked, peak memory, the
+    and explicit positions) and the chunk (RoPE also Dual Chunk Attention, which runs its
+    own softmax), the runner the chooser picked, peak memory, the
     time per token and the growth over the previous length (None at the first)."""
     _, out = tiny_run
     result = json.loads(next(out.glob("*.json")).read_text())
@@ -124,11 +125,14 @@ def test_patterns_rows_hold_what_the_tables_read(tiny_run):
     w, c = preset["window"], preset["chunk"]
     names = {"full", f"window {w}", f"window {w}, positions", f"chunk {c}"}
     first = min(preset["lengths"])
+    dca = patterns.dca_encoding(c, preset["head_dim"])[0]
     for r in records:
-        assert r["floor"] == patterns.FLOOR and set(r["results"]) == names
+        rope = r["config"]["encoding"] == "rope"
+        assert r["floor"] == patterns.FLOOR
+        assert set(r["results"]) == (names | {dca} if rope else names)
         assert (r["config"]["window"], r["config"]["chunk"]) == (w, c)
-        for s in r["results"].values():
-            assert s["runner"] in RUNNERS
+        for name, s in r["results"].items():
+            assert s["runner"] in RUNNERS or (name, s["runner"]) == (dca, "dual_chunk")
             assert s["us_per_token"] == pytest.approx(s["median_ms"] * 1e3 / r["config"]["L"])
             assert "peak_mib" in s and "x_floor_memory" in s
             assert (s["growth"] is None) == (r["config"]["L"] == first)

@@ -6,8 +6,8 @@ The engines (vLLM, SGLang) run three flash-attention calls and merge them by the
 log-sum-exp; here the three regions' scores are taken for a block of query rows at a time
 and one explicit softmax runs over them (the same result, with the NaN and dead-row rules
 of :func:`~posenc.attn.runners.math.explicit_attention`). Memory: a few ``[batch, heads,
-rows, k_len]`` tensors at a time (:data:`~posenc.attn.runners.scores.BLOCK_SCORES`), and the
-dense mask of the context; time: three score products, the explicit softmax's.
+rows, k_len]`` tensors at a time (:data:`~posenc.attn.runners.scores.BLOCK_SCORES`), and,
+with padding or packed documents, the dense mask of the context; time: three score products, the explicit softmax's.
 """
 
 from __future__ import annotations
@@ -51,7 +51,8 @@ def dual_chunk_attention(
     b, h, q_len, _ = q.shape
     k_len = k.shape[2]
     positions = context.positions
-    mask, dead = context.allowed(causal=True) or (None, None)
+    # causal alone: each block's mask from the positions (no [q_len, k_len] mask is built)
+    mask, dead = (None, None) if context.masks is None else context.allowed(causal=True)
     scale = scale * dca_length_factor(k_len, encoding.config.original_max_position_embeddings) ** 2
     dtype = math_dtype(q.dtype)
     keys = encoding.rotate(k, encoding.rotation(positions.k), key=True)
@@ -71,7 +72,18 @@ def dual_chunk_attention(
             for turn in turns
         ]
         scores = torch.where(region == 0, parts[0], torch.where(region == 1, parts[1], parts[2]))
-        probs = probabilities(scores * scale, allowed=mask_rows(mask, i0, i1))
+        seen = mask_rows(mask, i0, i1)
+        if mask is None:  # a row that sees no key gets zeros (probabilities' limit)
+            seen = region_causal(q_pos, positions.k)
+        probs = probabilities(scores * scale, allowed=seen)
         return read_values(probs, v).to(q.dtype)
 
-    return zero_dead_rows(row_blocks(rows, q_len, block, train), dead)
+    out = row_blocks(rows, q_len, block, train)
+    return out if dead is None else zero_dead_rows(out, dead)
+
+
+def region_causal(q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor:
+    """The causal mask by positions, ``k <= q``. Shapes: ``[q]``/``[k]`` -> ``[q, k]``;
+    ``[b, q]``/``[b, k]`` -> ``[b, 1, q, k]``."""
+    seen = k_positions.unsqueeze(-2) <= q_positions.unsqueeze(-1)
+    return seen.unsqueeze(-3) if seen.dim() == 3 else seen

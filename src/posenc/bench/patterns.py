@@ -8,7 +8,9 @@ increasing series (doubling, so that growth reads off), one row of
 - ``window W``: a sliding window of ``W`` keys;
 - ``window W, positions``: the same with explicit positions ``arange(L)`` (as a model with
   a KV cache or packed documents passes them), whose flex block mask is built per call;
-- ``chunk C``: Llama 4's chunks of ``C`` keys.
+- ``chunk C``: Llama 4's chunks of ``C`` keys;
+- ``dca S/w`` (``rope`` only): Dual Chunk Attention (Qwen2.5-1M's plan, ``S = 2C``,
+  ``w = C/2``): every key seen, queries turned three ways, by blocks of rows.
 
 Where :func:`~posenc.attn.planner.plan` takes flex attention, the window's and the chunk's
 block masks skip the tiles they hide, so their time and memory should grow linearly in ``L``
@@ -102,10 +104,21 @@ def impls(
         )
         del kwargs[name_wp], runners[name_wp]
 
-    def call(kw: dict[str, Any]) -> Callable[[], Any]:
-        return forward_call(lambda q, k, v: attention(q, k, v, enc, **kw), (q, k, v))
+    def call(kw: dict[str, Any], e: Encoding = enc) -> Callable[[], Any]:
+        return forward_call(lambda q, k, v: attention(q, k, v, e, **kw), (q, k, v))
 
-    return {name: call(kw) for name, kw in kwargs.items()}, skipped, runners
+    calls = {name: call(kw) for name, kw in kwargs.items()}
+    if encoding == "rope":  # Dual Chunk Attention: RoPE in chunks, its own softmax
+        name, dca = dca_encoding(chunk, head_dim)
+        calls[name], runners[name] = call({}, dca.to(dt)), "dual_chunk"
+    return calls, skipped, runners
+
+
+def dca_encoding(chunk: int, head_dim: int) -> tuple[str, Encoding]:
+    """The ``dca`` row's name and encoding: ``chunk_size = 2·chunk``, ``local_size =
+    chunk / 2`` (chunks of ``1.5·chunk`` positions: at L = 8k, 11 chunks of 768)."""
+    size, local = 2 * chunk, chunk // 2
+    return f"dca {size}/{local}", build("dca", head_dim=head_dim, chunk_size=size, local_size=local)
 
 
 def _add_growth(records: list[dict[str, Any]]) -> None:

@@ -16,6 +16,11 @@ pairs last, the low frequencies: sectioned, the first ``s_h`` pairs follow h, th
 ``s_w`` w, the last ``s_t`` t; interleaved, the first ``s_h + s_w`` pairs alternate h, w, h,
 w, ... (``s_h = s_w``) and the last ``s_t`` follow t.
 
+XD-RoPE (Tencent's Hunyuan-VL and HunyuanOCR; vLLM's ``XDRotaryEmbedding``) shares the
+pairs out in four consecutive sections instead, over four ids ``[4, ..., seq]``: the
+sequence position, then an image token's width and height in its grid and the image's
+index (text tokens: the sequence position on all four).
+
 Text tokens have equal ids on the three axes, so for text M-RoPE is plain 1-D RoPE. The
 pairs are the pairs of the RoPE layout (``half`` in Hugging Face's Qwen models); sharing
 out acts on pair indices and is the same in either layout.
@@ -67,10 +72,14 @@ def default_mrope_section(n_pairs: int, interleaved: bool = False) -> tuple[int,
 def check_mrope_section(
     section: Sequence[int], n_pairs: int, interleaved: bool = False, spatial_first: bool = False
 ) -> None:
-    """Raise unless ``section`` is three ints >= 0 that share out ``n_pairs`` pairs."""
-    if isinstance(section, (str, bytes)) or not isinstance(section, Sequence) or len(section) != 3:
+    """Raise unless ``section`` is three ints >= 0 (four, sectioned: XD-RoPE) that share
+    out ``n_pairs`` pairs."""
+    if isinstance(section, (str, bytes)) or not isinstance(section, Sequence):
+        raise ValueError(f"mrope_section must be a list of ints, got {section!r}")
+    if len(section) != 3 and not (len(section) == 4 and not interleaved and not spatial_first):
         raise ValueError(
-            f"mrope_section must be three ints (temporal, height, width pairs), got {section!r}"
+            "mrope_section must be three ints (temporal, height, width pairs), or four in "
+            f"sections (XD-RoPE: sequence, width, height, image pairs), got {section!r}"
         )
     for s in section:
         if isinstance(s, bool) or not isinstance(s, int):
@@ -104,7 +113,8 @@ def mrope_axis(
     device: torch.device | str | None = None,
     spatial_first: bool = False,
 ) -> torch.Tensor:
-    """The axis (0 temporal, 1 height, 2 width) whose position rotates each pair.
+    """The axis (0 temporal, 1 height, 2 width) whose position rotates each pair; with
+    four sections (XD-RoPE), axis ``a`` for the pairs of section ``a``.
 
     Shapes:
         returns ``[sum(section)]``, int64
@@ -116,8 +126,13 @@ def mrope_axis(
         [0, 1, 2, 0, 1, 2, 0, 0]
         >>> mrope_axis((2, 2, 2), interleaved=True, spatial_first=True).tolist()
         [1, 2, 1, 2, 0, 0]
+        >>> mrope_axis((1, 2, 2, 1)).tolist()
+        [0, 1, 1, 2, 2, 3]
     """
     pair = torch.arange(sum(section), device=device)
+    if len(section) == 4:  # XD-RoPE: four axes in consecutive sections
+        ends = torch.tensor(section, device=device).cumsum(0)[:-1]
+        return (pair.unsqueeze(-1) >= ends).sum(-1)
     s_t, s_h, s_w = section
     if spatial_first:  # h and w (in blocks or alternating), then the temporal pairs
         spatial = pair < s_h + s_w
@@ -143,7 +158,8 @@ def mrope_cos_sin(
     of its own axis, which is exact.
 
     Args:
-        positions: ``[3, seq]`` or ``[3, batch, seq]`` (temporal, height, width ids).
+        positions: ``[3, seq]`` or ``[3, batch, seq]`` (temporal, height, width ids; four
+            axes for XD-RoPE), one per axis of ``axis``.
         inv_freq: the per-pair frequencies θ_i.
         axis: the axis of each pair, :func:`mrope_axis`.
         attention_factor: multiplies cos and sin (YaRN's temperature), as in RoPE.
@@ -159,9 +175,10 @@ def mrope_cos_sin(
         >>> torch.equal(cos, rope_cos_sin(torch.arange(5), inv_freq)[0].expand(1, 5, 8))
         True
     """
-    if positions.dim() < 2 or positions.shape[0] != 3:
+    if positions.dim() < 2 or positions.shape[0] not in (3, 4):
         raise ValueError(
-            f"positions must be [3, seq] or [3, batch, seq], got shape {tuple(positions.shape)}"
+            "positions must be [axes, seq] or [axes, batch, seq] with 3 axes (4: XD-RoPE), "
+            f"got shape {tuple(positions.shape)}"
         )
     cos, sin = rope_cos_sin(positions, inv_freq, attention_factor)  # [3, *s, n] each
     index = axis.to(positions.device).expand(cos.shape[1:]).unsqueeze(0)  # [1, *s, n]

@@ -49,9 +49,8 @@ def pair_layout(model_type: Any, rope_interleave: Any = None, given: str | None 
     """
     if given is not None and given not in ("half", "interleaved"):
         raise ValueError(f"layout must be 'half' or 'interleaved', got {given!r}")
+    records.check_not_refused(model_type)
     record = records.model_type(model_type)
-    if record is not None and record.refused is not None:
-        raise ValueError(f"model_type {model_type!r}: {record.refused}; posenc refuses it")
     known = None if record is None else record.layout
     if known == "by_flag":  # multi-head latent attention: its code reads the flag
         if rope_interleave is not None:

@@ -18,7 +18,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
-__all__ = ["MODEL_TYPES", "MRopeFamily", "ModelType", "model_type", "model_types"]
+__all__ = [
+    "MODEL_TYPES",
+    "MRopeFamily",
+    "ModelType",
+    "check_not_refused",
+    "model_type",
+    "model_types",
+]
 
 
 class MRopeFamily(NamedTuple):
@@ -223,6 +230,16 @@ _ROPE_TYPES = {
 }
 
 
+#: why Hunyuan-VL's XD-RoPE is refused: the engines disagree (tests/rotary/test_xdrope.py)
+_HUNYUAN_VL = (
+    "its XD-RoPE (four M-RoPE sections) is rotated differently by the engines: "
+    "transformers 5.24 turns the two halves of a pair by different axes' ids for an image "
+    "token, vLLM and MLX-VLM turn both by one (text tokens agree); build vLLM's with "
+    "posenc.create('mrope', mrope_section=(s_p, s_w, s_h, s_i), scaling={'rope_type': "
+    "'ntk_alpha', 'alpha': a})"
+)
+
+
 def _build() -> dict[str, ModelType]:
     """The records, each model type's facts gathered from the lists above."""
     facts: dict[str, dict[str, Any]] = {}
@@ -249,6 +266,8 @@ def _build() -> dict[str, ModelType]:
     for name, rope_types in _ROPE_TYPES.items():
         add([name], rope_types=rope_types)
     add(["nanochat"], refused="its apply_rotary_pos_emb rotates by -θ (the sign of sin flipped)")
+    add(["hunyuan_vl"], text="hunyuan_vl_text")
+    add(["hunyuan_vl", "hunyuan_vl_text"], refused=_HUNYUAN_VL)
     return {name: ModelType(name, **fields) for name, fields in sorted(facts.items())}
 
 
@@ -259,6 +278,13 @@ MODEL_TYPES: dict[str, ModelType] = _build()
 def model_type(name: Any) -> ModelType | None:
     """The record of ``name`` (a config's ``model_type``), None for one posenc has not read."""
     return MODEL_TYPES.get(name) if isinstance(name, str) else None
+
+
+def check_not_refused(name: Any) -> None:
+    """Raise ``ValueError`` naming ``name`` and why, where posenc refuses that model type."""
+    record = model_type(name)
+    if record is not None and record.refused is not None:
+        raise ValueError(f"model_type {name!r}: {record.refused}; posenc refuses it")
 
 
 def model_types(**where: Any) -> list[str]:

@@ -89,6 +89,7 @@ def rope_from_hf_config(
     """
     get = config_getter(config)
     model_type = get("model_type")
+    records.check_not_refused(model_type)  # before its keys are read (Hunyuan-VL's sections)
     get = config_getter(language_config(config))  # a multimodal config: its language model's
     head_dim = config_head_dim(get)
     params = config_rope_dict(get, layer_type)

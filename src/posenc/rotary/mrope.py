@@ -36,6 +36,9 @@ class MRopeConfig(RopeConfig):
     Attributes:
         mrope_section: pairs per axis (temporal, height, width), summing to the number of
             rotary pairs (``rotary_dim / 2``), each >= 0; Hugging Face's ``mrope_section``.
+            Four sections are XD-RoPE (Hunyuan-VL, HunyuanOCR; vLLM's ``xdrope_section``):
+            sequence, width, height and image-index ids ``[4, batch, seq]``, in
+            consecutive sections.
             Default: the published split scaled to the pairs
             (:func:`~posenc.functional.mrope.default_mrope_section`): Qwen2-VL's
             ``[16, 24, 24]`` for 64 pairs (``s_h = s_w = max(1, floor(3n/8))``, e.g. ``[2, 1, 1]``
@@ -152,10 +155,16 @@ class MRoPE(RoPE):
         positions = check_positions(
             positions, seq_len=seq_len, name=name, ndims=(1, 2, 3), device=device
         )
-        if positions.dim() == 3 and positions.shape[0] != 3:
+        axes = len(self.config.mrope_section)
+        if positions.dim() == 3 and positions.shape[0] != axes:
+            ids = (
+                "[3, batch, seq] (temporal, height and width ids, e.g. "
+                "posenc.positions.multimodal(...))"
+                if axes == 3
+                else "[4, batch, seq] (XD-RoPE: sequence, width, height and image ids)"
+            )
             raise ValueError(
-                f"{name} must be [seq] or [batch, seq] (text) or [3, batch, seq] (temporal, "
-                f"height and width ids, e.g. posenc.positions.multimodal(...)), "
+                f"{name} must be [seq] or [batch, seq] (text) or {ids}, "
                 f"got shape {tuple(positions.shape)}"
             )
         if batch is not None:  # the batch of [3, batch, seq] ids is that of one axis
