@@ -69,3 +69,11 @@ def test_inspect_reports_a_v4_checkpoint(config, tmp_path):
     assert "rotary dims 16 (partial rotary, factor 0.25: the last)" in text
     assert "layer_type='compress'" in report.build
     assert not report.extensions and "no 'full_attention' entry" in text
+
+
+def test_layer_plan_is_refused_with_the_reason(config):
+    """Its RoPEs are read, but its compressed attention is no posenc layer plan."""
+    from posenc.hf import layer_plan
+
+    with pytest.raises(ValueError, match="deepseek_v4' has no layer plan: .*compressed keys"):
+        layer_plan(config)

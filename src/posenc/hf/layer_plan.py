@@ -107,6 +107,9 @@ def layer_plan(config: Any, *, layout: str | None = None) -> LayerPlan:
         [('window 4096', False), ('window 4096', False), ('window 4096', False), ('full', True)]
     """
     keys = ConfigKeys(config)
+    record = model_type(keys.model_type)
+    if record is not None and record.plan_refused is not None:
+        raise ValueError(f"model_type {keys.model_type!r} has no layer plan: {record.plan_refused}")
     family = _family(keys)
     if family is None:
         return _uniform(keys, layout)

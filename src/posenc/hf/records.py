@@ -60,6 +60,8 @@ class ModelType:
         encoding: the posenc encoding of a model without RoPE (``alibi``, ``t5``,
             ``learned``), or None.
         refused: why posenc's RoPE does not express its rotation, or None.
+        plan_refused: why a posenc layer plan does not express its attention (its RoPE
+            may still be read), or None.
         rotary_at: where its code's rotary channels sit in a head: ``"start"`` (the first
             ``rotary_dim``) or ``"end"`` (the last: DeepSeek-V4's ``[nope | rope]``).
         rope_types: the ``rope_type`` values its config class takes in a RoPE dict as
@@ -78,6 +80,7 @@ class ModelType:
     required: tuple[str, ...] = ()
     encoding: str | None = None
     refused: str | None = None
+    plan_refused: str | None = None
     rotary_at: Literal["start", "end"] = "start"
     rope_types: tuple[str, ...] | None = None
 
@@ -230,6 +233,14 @@ _ROPE_TYPES = {
 }
 
 
+#: why DeepSeek-V4 has no layer plan (its two RoPEs are read: rope_from_hf_config's
+#: layer_type "main" and "compress")
+_DEEPSEEK_V4_PLAN = (
+    "every layer attends over a sliding window of raw keys, and its compressed layers also "
+    "over compressed keys (CSA: 4 tokens per entry, a top-k indexer choosing the entries; "
+    "HCA: 128 per entry) with a RoPE of their own; a posenc layer plan has windows and "
+    "chunks of raw keys only"
+)
 #: why Hunyuan-VL's XD-RoPE is refused: the engines disagree (tests/rotary/test_xdrope.py)
 _HUNYUAN_VL = (
     "its XD-RoPE (four M-RoPE sections) is rotated differently by the engines: "
@@ -266,6 +277,7 @@ def _build() -> dict[str, ModelType]:
     for name, rope_types in _ROPE_TYPES.items():
         add([name], rope_types=rope_types)
     add(["nanochat"], refused="its apply_rotary_pos_emb rotates by -θ (the sign of sin flipped)")
+    add(["deepseek_v4"], plan_refused=_DEEPSEEK_V4_PLAN)
     add(["hunyuan_vl"], text="hunyuan_vl_text")
     add(["hunyuan_vl", "hunyuan_vl_text"], refused=_HUNYUAN_VL)
     return {name: ModelType(name, **fields) for name, fields in sorted(facts.items())}
