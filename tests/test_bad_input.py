@@ -22,9 +22,9 @@ rank, size, batch, device); huge or tiny finite configuration values (``MAX_FLOA
 ``MAX_INT``); bad factory keywords; and each entry point's own arguments (``scale``,
 ``temperature``, ``normalize``, token ids, caches, Hugging Face config keys).
 
-The matrix (kept true by :func:`test_matrix_size_is_recorded`): 2683 cases: 1370 expect a
+The matrix (kept true by :func:`test_matrix_size_is_recorded`): 2707 cases: 1394 expect a
 ValueError, 489 a TypeError, 824 a correct result. By family: dtype 826, positions 687,
-input 213, config 699, attention 75, model 69, hf 36, positions.grid 9, positions.multimodal
+input 213, config 723, attention 75, model 69, hf 36, positions.grid 9, positions.multimodal
 20, compose 10, other 9, cache 28, positions.tmrope 2.
 """
 

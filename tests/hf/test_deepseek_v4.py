@@ -75,5 +75,5 @@ def test_layer_plan_is_refused_with_the_reason(config):
     """Its RoPEs are read, but its compressed attention is no posenc layer plan."""
     from posenc.hf import layer_plan
 
-    with pytest.raises(ValueError, match="deepseek_v4' has no layer plan: .*compressed keys"):
+    with pytest.raises(ValueError, match=r"deepseek_v4' has no layer plan: .*compressed keys"):
         layer_plan(config)

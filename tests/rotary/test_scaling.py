@@ -17,6 +17,7 @@ EXAMPLES = {
     "ntk": {"factor": 2.0},
     "dynamic": {"factor": 2.0, "original_max_position_embeddings": 16},
     "ntk_alpha": {"alpha": 1000.0},
+    "ntk_mixed": {"factor": 4.0, "mixed_b": 0.5},
     "yarn": {"factor": 4.0, "original_max_position_embeddings": 16, "beta_fast": 8.0},
     "llama3": {
         "factor": 8.0,

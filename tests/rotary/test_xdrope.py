@@ -120,8 +120,9 @@ def test_transformers_turns_a_pairs_halves_by_different_axes():
 
 def test_hf_refuses_hunyuan_vl():
     config = {"model_type": "hunyuan_vl", "text_config": {
-        "model_type": "hunyuan_vl_text", "hidden_size": 64, "num_attention_heads": 2, "head_dim": 32,
+        "model_type": "hunyuan_vl_text", "hidden_size": 64, "num_attention_heads": 2,
+        "head_dim": 32,
         "rope_parameters": {"rope_type": "dynamic", "alpha": ALPHA, "rope_theta": 1e4,
                             "mrope_section": list(SECTION)}}}  # fmt: skip
-    with pytest.raises(ValueError, match="hunyuan_vl.*halves"):
+    with pytest.raises(ValueError, match=r"hunyuan_vl.*halves"):
         rope_from_hf_config(config)

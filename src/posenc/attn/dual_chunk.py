@@ -7,7 +7,8 @@ log-sum-exp; here the three regions' scores are taken for a block of query rows 
 and one explicit softmax runs over them (the same result, with the NaN and dead-row rules
 of :func:`~posenc.attn.runners.math.explicit_attention`). Memory: a few ``[batch, heads,
 rows, k_len]`` tensors at a time (:data:`~posenc.attn.runners.scores.BLOCK_SCORES`), and,
-with padding or packed documents, the dense mask of the context; time: three score products, the explicit softmax's.
+with padding or packed documents, the dense mask of the context; time: three score
+products, the explicit softmax's.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ def dual_chunk_attention(
     k_len = k.shape[2]
     positions = context.positions
     # causal alone: each block's mask from the positions (no [q_len, k_len] mask is built)
-    mask, dead = (None, None) if context.masks is None else context.allowed(causal=True)
+    allowed = None if context.masks is None else context.allowed(causal=True)
+    mask, dead = (None, None) if allowed is None else allowed
     scale = scale * dca_length_factor(k_len, encoding.config.original_max_position_embeddings) ** 2
     dtype = math_dtype(q.dtype)
     keys = encoding.rotate(k, encoding.rotation(positions.k), key=True)

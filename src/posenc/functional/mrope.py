@@ -74,9 +74,11 @@ def check_mrope_section(
 ) -> None:
     """Raise unless ``section`` is three ints >= 0 (four, sectioned: XD-RoPE) that share
     out ``n_pairs`` pairs."""
-    if isinstance(section, (str, bytes)) or not isinstance(section, Sequence):
-        raise ValueError(f"mrope_section must be a list of ints, got {section!r}")
-    if len(section) != 3 and not (len(section) == 4 and not interleaved and not spatial_first):
+    if (
+        isinstance(section, (str, bytes))
+        or not isinstance(section, Sequence)
+        or (len(section) != 3 and not (len(section) == 4 and not interleaved and not spatial_first))
+    ):
         raise ValueError(
             "mrope_section must be three ints (temporal, height, width pairs), or four in "
             f"sections (XD-RoPE: sequence, width, height, image pairs), got {section!r}"
@@ -177,8 +179,8 @@ def mrope_cos_sin(
     """
     if positions.dim() < 2 or positions.shape[0] not in (3, 4):
         raise ValueError(
-            "positions must be [axes, seq] or [axes, batch, seq] with 3 axes (4: XD-RoPE), "
-            f"got shape {tuple(positions.shape)}"
+            "positions must be [3, seq] or [3, batch, seq] (XD-RoPE: [4, seq] or [4, batch, "
+            f"seq]), got shape {tuple(positions.shape)}"
         )
     cos, sin = rope_cos_sin(positions, inv_freq, attention_factor)  # [3, *s, n] each
     index = axis.to(positions.device).expand(cos.shape[1:]).unsqueeze(0)  # [1, *s, n]

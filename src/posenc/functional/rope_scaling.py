@@ -17,6 +17,8 @@ so attention logits scale by its square. The validated records of the parameters
                 (Hugging Face "dynamic"; keys in a KV cache keep the old base)
 ``ntk_alpha``   NTK with a fixed alpha: base' = base · alpha^(d/(d-2)), whatever the
                 length (Tencent Hunyuan; its checkpoints say "dynamic" with an ``alpha``)
+``ntk_mixed``   θ_i / λ_i, λ_i = factor^(((i+1)/n)^b) with ``mixed_b`` b, else
+                factor^(2(i+1)/d) (Su 2023, kexue.fm/archives/9706; vLLM's "ntk")
 ``yarn``        NTK-by-parts ramp between beta_fast and beta_slow, temperature
                 0.1·ln(factor) + 1 (Peng et al. 2023, arXiv:2309.00071)
 ``llama3``      wavelengths < L/high_freq_factor kept, > L/low_freq_factor divided by
@@ -146,6 +148,21 @@ def ntk_alpha_scaling(
     return default_inv_freq(rotary_dim, base, device=device), 1.0
 
 
+def ntk_mixed_scaling(
+    head_dim, rotary_dim, base, seq_len=None, device=None, *, factor, mixed_b=None
+):
+    """NTK-RoPE-mixed (Su 2023, kexue.fm/archives/9706), as vLLM's ``ntk`` rope type
+    (``NTKScalingRotaryEmbedding``) defines it: pair i of n = d/2 has θ_i / λ_i with
+    ``λ_i = factor^(((i + 1) / n)^b)`` for ``mixed_b`` b, or, without it, ``λ_i =
+    factor^(2(i + 1)/d)`` (the base times factor, every frequency then divided by
+    factor^(2/d)). Either way the lowest frequency is divided by the whole factor."""
+    theta = default_inv_freq(rotary_dim, base, device=device)
+    step = torch.arange(1, theta.numel() + 1, device=device, dtype=torch.float64)
+    n = theta.numel()
+    exponent = (step / n) ** mixed_b if mixed_b is not None else 2 * step / rotary_dim
+    return theta / factor**exponent, 1.0
+
+
 def yarn_scaling(
     head_dim,
     rotary_dim,
@@ -267,6 +284,7 @@ ROPE_SCALINGS: dict[str, ScalingFn] = {
     "ntk": ntk_scaling,
     "dynamic": dynamic_scaling,
     "ntk_alpha": ntk_alpha_scaling,
+    "ntk_mixed": ntk_mixed_scaling,
     "yarn": yarn_scaling,
     "llama3": llama3_scaling,
     "longrope": longrope_scaling,

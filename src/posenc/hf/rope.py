@@ -155,7 +155,8 @@ def _nested_getter(get: Getter) -> Getter:
 
 def _rope_type(params: dict[str, Any], model_type: Any) -> str:
     """Set and return ``params["rope_type"]``: the legacy ``type`` read as its name, Phi-3's
-    old names for LongRoPE renamed, ``"default"`` when absent; an unknown one raises."""
+    old names for LongRoPE renamed, ``"ntk"`` (which transformers does not run) as vLLM
+    runs it (``ntk_mixed``), ``"default"`` when absent; an unknown one raises."""
     if "type" in params:  # the legacy name of rope_type
         legacy = params.pop("type")
         if params.setdefault("rope_type", legacy) != legacy:
@@ -165,6 +166,8 @@ def _rope_type(params: dict[str, Any], model_type: Any) -> str:
     rope_type = params.setdefault("rope_type", "default")
     if model_type == "phi3" and rope_type in ("su", "yarn"):
         rope_type = params["rope_type"] = "longrope"
+    if rope_type == "ntk":  # no transformers type: vLLM's "ntk" (with mixed_b) reads it
+        rope_type = params["rope_type"] = "ntk_mixed"
     if rope_type not in ROPE_SCALINGS:
         raise ValueError(f"unknown rope_type {rope_type!r}; accepted: {sorted(ROPE_SCALINGS)}")
     return rope_type

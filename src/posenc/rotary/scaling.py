@@ -137,6 +137,24 @@ class NTKAlphaScaling(ScalingConfig):
 
 
 @dataclasses.dataclass(frozen=True)
+class NTKMixedScaling(ScalingConfig):
+    """NTK-RoPE-mixed (:func:`~posenc.functional.rope_scaling.ntk_mixed_scaling`), vLLM's
+    ``ntk`` rope type; a Hugging Face config's ``{"rope_type": "ntk"}`` (no transformers
+    type) reads as this."""
+
+    rope_type: ClassVar[str] = "ntk_mixed"
+    factor: float
+    mixed_b: float | None = None
+
+    def __post_init__(self) -> None:
+        _check_factor(self.factor)
+        if self.mixed_b is not None:
+            check_float("mixed_b", self.mixed_b)
+            if self.mixed_b <= 0:
+                raise ValueError(f"mixed_b must be > 0, got {self.mixed_b}")
+
+
+@dataclasses.dataclass(frozen=True)
 class YarnScaling(ScalingConfig):
     rope_type: ClassVar[str] = "yarn"
     factor: float
@@ -240,6 +258,7 @@ SCALING_CONFIGS: dict[str, type[ScalingConfig]] = {
         NTKScaling,
         DynamicScaling,
         NTKAlphaScaling,
+        NTKMixedScaling,
         YarnScaling,
         Llama3Scaling,
         LongRopeScaling,
