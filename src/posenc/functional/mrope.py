@@ -11,6 +11,9 @@ own axis ``a(i)`` times its usual RoPE frequency. Two ways of sharing out exist:
   ...: pair i follows h when ``i % 3 == 1`` and ``i < 3 s_h``, w when ``i % 3 == 2`` and
   ``i < 3 s_w``, t otherwise; every axis then spans the whole frequency range.
 
+Balanced (openPangu-VL; vLLM's ``MRotaryEmbeddingInterleaved``) interleaves by the share
+of each axis's pairs placed so far, one temporal pair last (:func:`balanced_mrope_axis`).
+
 Spatial first (ERNIE-4.5-VL; Baidu 2025, "ERNIE 4.5 Technical Report") puts the temporal
 pairs last, the low frequencies: sectioned, the first ``s_h`` pairs follow h, the next
 ``s_w`` w, the last ``s_t`` t; interleaved, the first ``s_h + s_w`` pairs alternate h, w, h,
@@ -36,6 +39,7 @@ from .rope import rope_cos_sin
 
 __all__ = [
     "MROPE_AXES",
+    "balanced_mrope_axis",
     "check_mrope_section",
     "default_mrope_section",
     "mrope_axis",
@@ -145,6 +149,32 @@ def mrope_axis(
     height = (pair % 3 == 1) & (pair < 3 * section[1])
     width = (pair % 3 == 2) & (pair < 3 * section[2])
     return height.long() + 2 * width.long()
+
+
+def balanced_mrope_axis(section: Sequence[int]) -> torch.Tensor:
+    """openPangu-VL's interleave (vLLM's ``MRotaryEmbeddingInterleaved``): one temporal
+    pair kept for the last; the others placed one at a time, each the axis that has placed
+    the smallest share of its pairs so far (ties to the lower axis), never the same axis
+    twice running while another has pairs left.
+
+    Shapes:
+        returns ``[sum(section)]``, int64
+
+    Example:
+        >>> balanced_mrope_axis((3, 2, 2)).tolist()
+        [0, 1, 2, 0, 1, 2, 0]
+        >>> balanced_mrope_axis((4, 1, 1)).tolist()
+        [0, 1, 2, 0, 0, 0]
+    """
+    total = [section[0] - 1, section[1], section[2]]  # one temporal pair saved for the end
+    placed, order, last = [0, 0, 0], [], -1
+    for _ in range(sum(total)):
+        left = [a for a in range(3) if placed[a] < total[a]]
+        choices = [a for a in left if a != last] or left
+        last = min(choices, key=lambda a: (placed[a] / total[a], a))
+        placed[last] += 1
+        order.append(last)
+    return torch.tensor([*order, 0])
 
 
 def mrope_cos_sin(

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from ..functional.mrope import (
+    balanced_mrope_axis,
     check_mrope_section,
     default_mrope_section,
     mrope_axis,
@@ -49,6 +50,10 @@ class MRopeConfig(RopeConfig):
         mrope_spatial_first: the temporal pairs last (the lowest frequencies), after the
             height and width ones; with ``mrope_interleaved``, ERNIE-4.5-VL's ``h, w, h, w,
             ..., t, t, t`` (``s_h == s_w``).
+        mrope_balanced: with ``mrope_interleaved``, openPangu-VL's interleave (vLLM's
+            ``openpangu`` rope type): each pair goes to the axis that has placed the
+            smallest share of its pairs, one temporal pair last
+            (:func:`~posenc.functional.mrope.balanced_mrope_axis`).
 
     Scalings whose frequencies depend on the current length (``dynamic``, ``longrope``) are
     rejected: a ``[3, batch, seq]`` position tensor does not say which length applies.
@@ -57,10 +62,11 @@ class MRopeConfig(RopeConfig):
     mrope_section: Any = None
     mrope_interleaved: bool = False
     mrope_spatial_first: bool = False
+    mrope_balanced: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("mrope_interleaved", "mrope_spatial_first"):
+        for name in ("mrope_interleaved", "mrope_spatial_first", "mrope_balanced"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if self.scaling.depends_on_length:
@@ -76,7 +82,20 @@ class MRopeConfig(RopeConfig):
             if self.mrope_spatial_first:
                 raise ValueError("mrope_spatial_first needs an explicit mrope_section")
             section = default_mrope_section(n_pairs, self.mrope_interleaved)
-        check_mrope_section(section, n_pairs, self.mrope_interleaved, self.mrope_spatial_first)
+        # balanced: any split is placed (Qwen3-VL's interleave needs room for h and w)
+        interleaved = self.mrope_interleaved and not self.mrope_balanced
+        check_mrope_section(section, n_pairs, interleaved, self.mrope_spatial_first)
+        if self.mrope_balanced and (
+            not self.mrope_interleaved or self.mrope_spatial_first or len(section) != 3
+        ):
+            raise ValueError(
+                "mrope_balanced (openPangu-VL's interleave) needs mrope_interleaved=True, "
+                "three sections and no mrope_spatial_first"
+            )
+        if self.mrope_balanced and section[0] < 1:
+            raise ValueError(
+                f"mrope_balanced keeps a temporal pair last: s_t must be >= 1, got {section}"
+            )
         object.__setattr__(self, "mrope_section", tuple(section))
 
     def to_dict(self) -> dict[str, Any]:
@@ -186,5 +205,10 @@ class MRoPE(RoPE):
         if positions.dim() != 3:  # text: the same id on every axis is plain RoPE
             return rope_cos_sin(positions, inv_freq, attention_factor)
         c = self.config
-        axis = mrope_axis(c.mrope_section, c.mrope_interleaved, spatial_first=c.mrope_spatial_first)
+        if c.mrope_balanced:
+            axis = balanced_mrope_axis(c.mrope_section)
+        else:
+            axis = mrope_axis(
+                c.mrope_section, c.mrope_interleaved, spatial_first=c.mrope_spatial_first
+            )
         return mrope_cos_sin(positions, inv_freq, axis.to(positions.device), attention_factor)
