@@ -13,6 +13,8 @@ and ``posenc.hf`` refuses ``hunyuan_vl`` by name (``test_hf_refuses_hunyuan_vl``
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from torch.testing import assert_close
@@ -126,3 +128,12 @@ def test_hf_refuses_hunyuan_vl():
                             "mrope_section": list(SECTION)}}}  # fmt: skip
     with pytest.raises(ValueError, match=r"hunyuan_vl.*halves"):
         rope_from_hf_config(config)
+
+
+def test_inspect_names_the_refusal(tmp_path):
+    from posenc.hf.inspect.checkpoint import inspect_checkpoint
+
+    config = {"model_type": "hunyuan_vl", "text_config": {"model_type": "hunyuan_vl_text"}}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"model_type 'hunyuan_vl': its XD-RoPE .* refuses it"):
+        inspect_checkpoint(tmp_path)

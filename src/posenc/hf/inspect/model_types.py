@@ -19,7 +19,7 @@ from ..dca import dca_notes
 from ..keys import config_getter
 from ..layer_plan import layer_plan
 from ..mrope import language_config
-from ..records import MODEL_TYPES
+from ..records import MODEL_TYPES, check_not_refused
 from ..records import model_type as model_type_record
 
 __all__ = ["KNOWN_MODEL_TYPES", "NonRotary", "non_rotary", "plan_summary", "rotary_notes"]
@@ -63,8 +63,10 @@ def non_rotary(config: dict[str, Any], model_type: Any) -> NonRotary | None:
     """The posenc encoding of a non-rotary model type, None for a rotary one.
 
     Raises:
-        ValueError: an unknown (or missing) model type, naming it and the known ones.
+        ValueError: an unknown (or missing) model type, naming it and the known ones; a
+            refused one (:func:`~posenc.hf.records.check_not_refused`), with the reason.
     """
+    check_not_refused(model_type)  # known, but its rotation is not posenc's to read
     record = model_type_record(model_type)
     if record is not None and record.rotary:
         return None
