@@ -41,6 +41,10 @@ COPE_ROW_BLOCKS = (
     "attn/runners/scores.py:116 `for i0 in range(0, q_len, block)` (row_blocks) loops over "
     "row blocks in Python: guard Eq(seq, 12), the length specialized to the example's"
 )
+DCA_CHUNKS = (
+    "attn/dual_chunk.py:86 `for c0 in range(start - start % s, k_len, s)` loops over the "
+    "chunks of queries in Python (one SDPA call each): the length specialized to the example's"
+)
 FOX_QUERY_BLOCKS = (
     "attn/forget.py:59 `n = min(8 - d % 8, q_len)` then one_hot(block, n) at :67: guard "
     "min(8, seq) == 8, so the export holds for seq >= 8 only (it does with Dim(min=8))"
@@ -50,8 +54,10 @@ FOX_QUERY_BLOCKS = (
 def dynamic_causes(name: str) -> list[str]:
     """The causes a dynamic-length export of a uniform ``name`` model meets, in order."""
     causes = []
-    if name in ("cope", "dca"):  # both run the explicit softmax by blocks of rows
+    if name == "cope":
         causes.append(COPE_ROW_BLOCKS)
+    if name == "dca":
+        causes.append(DCA_CHUNKS)
     if name == "fox":
         causes.append(FOX_QUERY_BLOCKS)
     return causes

@@ -225,3 +225,33 @@ def test_float_positions_are_refused():
     q, k, v = qkv(10)
     with pytest.raises(TypeError, match="q_positions"):
         posenc.attention(q, k, v, dca, q_positions=torch.arange(10.0))
+
+
+@pytest.mark.parametrize(
+    ("q_len", "k_len", "heads", "kv_heads"),
+    [(40, 40, 2, 2), (1, 40, 4, 2), (13, 40, 4, 1), (3, 7, 2, 2), (9, 24, 2, 2)],
+)
+def test_the_chunked_sdpa_path_equals_the_explicit_one(q_len, k_len, heads, kv_heads):
+    """At the default positions posenc.attention runs one SDPA call per chunk of queries
+    (the regions' queries joined along the head); backend="math" runs the explicit softmax
+    by rows. Both give the reference, for a prefill, a decode step and a chunk of both."""
+    dca = posenc.create("dca", head_dim=16, chunk_size=12, local_size=4)
+    q = qkv(q_len, heads, kv_heads)[0]
+    _, k, v = qkv(k_len, heads, kv_heads, seed=1)
+    fused = posenc.attention(q, k, v, dca)
+    explicit = posenc.attention(q, k, v, dca, backend="math")
+    assert_close(fused, explicit, atol=ATOL, rtol=0)
+    qp, kp = torch.arange(k_len - q_len, k_len), torch.arange(k_len)
+    assert_close(fused.double(), dca_ref(q, k, v, qp, kp, 12, 4), atol=ATOL, rtol=0)
+
+
+def test_bfloat16_runs_both_paths_to_its_rounding():
+    dca = posenc.create("dca", head_dim=16, chunk_size=12, local_size=4)
+    q, k, v = (t.bfloat16() for t in qkv(30))
+    pos = torch.arange(30)
+    ref = dca_ref(q.float(), k.float(), v.float(), pos, pos, 12, 4)
+    for backend in ("auto", "math"):
+        out = posenc.attention(q, k, v, dca, backend=backend)
+        assert out.dtype == torch.bfloat16
+        # bf16 rotated q and k (8 bits) and SDPA in bf16: a few bf16 ulps of O(1) outputs
+        assert_close(out.double(), ref, atol=3e-2, rtol=0)

@@ -215,7 +215,8 @@ def _merged(q, k, v, encoding, scale, backend, context, positions, refused) -> t
         )
     else:
         check_context(context, q, k, q_positions, k_positions, key_padding_mask, segment_ids)
-    return dual_chunk_attention(q, k, v, cast(DualChunkRoPE, encoding), context, scale)
+    dca = cast(DualChunkRoPE, encoding)
+    return dual_chunk_attention(q, k, v, dca, context, scale, explicit=backend == "math")
 
 
 def _merged_positions(encoding, positions, name):
