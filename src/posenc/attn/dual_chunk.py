@@ -9,8 +9,9 @@ log-sum-exp. Two exact paths here:
   inputs): for the queries of one chunk, the key regions are fixed ranges, so the three
   rotated queries are joined along the head (``[q_inter | q_succ | q_intra]``, 3·d wide)
   and each key is placed in its region's third (zeros elsewhere): one fused SDPA call per
-  chunk gives every score from its own region's query, under one softmax. Memory: the
-  chunk's ``[kv_heads, keys, 3·d]`` keys; no ``[L, L]`` tensor.
+  chunk gives every score from its own region's query, under one softmax (the values are
+  padded to the same width, which the fused kernels need). Memory: the chunk's
+  ``[kv_heads, keys, 3·d]`` keys and values; no ``[L, L]`` tensor.
 - by rows (:func:`by_rows`, everything else): the three regions' scores for a block of
   query rows at a time and one explicit softmax over them, with the NaN and dead-row rules
   of :func:`~posenc.attn.runners.math.explicit_attention`. Memory: a few ``[batch, heads,
@@ -82,6 +83,9 @@ def by_chunks(
     keys = encoding.rotate(k, encoding.rotation(torch.arange(k_len, device=k.device)), key=True)
     turns = encoding.query_rotations(torch.arange(start, k_len, device=q.device))
     inter, succ, intra = (encoding.rotate(q, turn) for turn in turns[::-1])
+    # the values as wide as the joined heads (zeros after them): fused kernels (CPU flash
+    # attention) take q, k and v of one width, else SDPA falls back to its [L, L] math
+    values = F.pad(v, (0, 2 * d))
     outs = []
     for c0 in range(start - start % s, k_len, s):  # each chunk that holds queries
         r0, r1 = max(c0, start) - start, min(c0 + s, k_len) - start  # its query rows
@@ -97,13 +101,14 @@ def by_chunks(
             F.scaled_dot_product_attention(
                 joined,
                 placed,
-                v[:, :, :end],
+                values[:, :, :end],
                 attn_mask=seen,
                 scale=scale,
                 enable_gqa=q.shape[1] != k.shape[1],
             )
         )
-    return (outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)).to(q.dtype)
+    out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
+    return out[..., :d].to(q.dtype)
 
 
 def by_rows(
