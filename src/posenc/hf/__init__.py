@@ -15,6 +15,8 @@ One module per concept:
   rotates, read off transformers (never a guess);
 - :mod:`~posenc.hf.mrope`: the M-RoPE keys of a config, how a split fits interleaved
   sections, and where a multimodal config keeps its language model's;
+- :mod:`~posenc.hf.dca`: ``dual_chunk_attention_config`` (Qwen2.5-1M) read as ``dca``, as
+  vLLM and SGLang run it;
 - :mod:`~posenc.hf.keys`: reading a config's keys, object or dict, strictly
   (:class:`~posenc.hf.keys.ConfigKeys`);
 - :mod:`~posenc.hf.layer_plan`: :func:`layer_plan`, a config's positional plan layer by
