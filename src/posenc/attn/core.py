@@ -135,12 +135,12 @@ def attention(
     check_bool("causal", causal)
     kind = check_encoding(encoding)
     scale = check_scale(scale, q.shape[-1])  # of the input width (PoPE widens q and k)
-    if kind == "rotary" and cast(RotaryEncoding, encoding).merges_attention:
+    merged = kind == "rotary" and cast(RotaryEncoding, encoding).merges_attention
+    if merged:  # dca: q and k turned in its own attention, per region of keys
         refused = {"causal=False": not causal, "bias": bias is not None, "window": window,
                    "chunk": chunk, "sinks": sinks is not None, "softcap": softcap}  # fmt: skip
-        positions = (q_positions, k_positions, key_padding_mask, segment_ids)
-        return _merged(q, k, v, encoding, scale, backend, context, positions, refused)
-    if kind == "rotary":
+        q_positions, k_positions = _merged(encoding, backend, refused, q_positions, k_positions)
+    elif kind == "rotary":
         if context is not None:
             raise ValueError("context is for encodings that do not rotate: rotate q and k first")
         q, k, q_positions, k_positions = _rotate(encoding, q, k, q_positions, k_positions)
@@ -157,6 +157,9 @@ def attention(
         )
     else:
         check_context(context, q, k, q_positions, k_positions, key_padding_mask, segment_ids)
+    if merged:
+        dca = cast(DualChunkRoPE, encoding)
+        return dual_chunk_attention(q, k, v, dca, context, scale, explicit=backend == "math")
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
     reads_input = isinstance(encoding, InputBias)
@@ -188,42 +191,23 @@ def attention(
     return run(call)
 
 
-def _merged(q, k, v, encoding, scale, backend, context, positions, refused) -> torch.Tensor:
-    """Attention with an encoding that turns q and k itself, per region of keys (``dca``:
-    :func:`~posenc.attn.dual_chunk.dual_chunk_attention`), after refusing by name what it
-    cannot take (``refused``: the arguments given, by name)."""
+def _merged(encoding, backend, refused, q_positions, k_positions):
+    """Refuse by name what an encoding that turns q and k in its own attention (``dca``:
+    :func:`~posenc.attn.dual_chunk.dual_chunk_attention`) cannot take (``refused``: the
+    arguments, by name), and return its positions checked (None stays None)."""
     name = encoding.info.name
     given = [key for key, value in refused.items() if value not in (None, False)]
     if given:
         raise ValueError(f"{name!r} runs its own causal attention, which takes no {given[0]}")
     if backend not in ("auto", "math"):
         raise ValueError(
-            f"{name!r} runs its own explicit softmax: backend must be 'auto' or 'math', "
-            f"got {backend!r}"
+            f"{name!r} runs its own attention: backend must be 'auto' (fused SDPA by chunks "
+            f"where it can) or 'math' (the explicit softmax), got {backend!r}"
         )
-    q_positions, k_positions, key_padding_mask, segment_ids = positions
-    if context is None:
-        context = AttentionContext.build(
-            q.shape[2],
-            k.shape[2],
-            q.shape[0],
-            q.device,
-            q_positions=_merged_positions(encoding, q_positions, "q_positions"),
-            k_positions=_merged_positions(encoding, k_positions, "k_positions"),
-            key_padding_mask=key_padding_mask,
-            segment_ids=segment_ids,
-        )
-    else:
-        check_context(context, q, k, q_positions, k_positions, key_padding_mask, segment_ids)
-    dca = cast(DualChunkRoPE, encoding)
-    return dual_chunk_attention(q, k, v, dca, context, scale, explicit=backend == "math")
-
-
-def _merged_positions(encoding, positions, name):
-    """``positions`` checked by the encoding (None stays None: the default)."""
-    if positions is None:
-        return None
-    return cast(RotaryEncoding, encoding).check_positions(positions, name=name)
+    return tuple(
+        None if p is None else encoding.check_positions(p, name=n)
+        for p, n in ((q_positions, "q_positions"), (k_positions, "k_positions"))
+    )
 
 
 def _rotate(encoding, q, k, q_positions, k_positions):
