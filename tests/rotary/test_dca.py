@@ -255,3 +255,13 @@ def test_bfloat16_runs_both_paths_to_its_rounding():
         assert out.dtype == torch.bfloat16
         # bf16 rotated q and k (8 bits) and SDPA in bf16: a few bf16 ulps of O(1) outputs
         assert_close(out.double(), ref, atol=3e-2, rtol=0)
+
+
+def test_rerotating_a_dca_cache_is_refused():
+    """Its cache holds unrotated keys: turning them would corrupt them."""
+    dca = posenc.create("dca", head_dim=16, chunk_size=12, local_size=4)
+    cache = posenc.KVCache(n_layers=1, batch=1, kv_heads=2, head_dim=16, max_seq_len=8)
+    cache.update(0, *qkv(4)[1:])
+    cache.advance(4)
+    with pytest.raises(TypeError, match="unrotated"):
+        cache.rerotate(dca, delta=1)

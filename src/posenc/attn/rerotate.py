@@ -32,6 +32,12 @@ def _check(rope: object, to: object, cache: KVCache) -> tuple[RoPE, RoPE]:
             )
     old, new = rope, to
     assert isinstance(old, RoPE) and isinstance(new, RoPE)
+    for enc in (old, new):
+        if enc.merges_attention:  # dca: its keys are cached unrotated
+            raise TypeError(
+                f"{enc.info.name!r} caches its keys unrotated (attention turns them): shift "
+                "its positions instead of re-rotating the keys"
+            )
     shape = ("layout", "rotary_dim", "rotary_at")
     mine, theirs = ([getattr(e.config, k) for k in shape] for e in (old, new))
     if mine != theirs:
