@@ -222,6 +222,21 @@ def test_cope_attention_matches_cpu(attention_tol):
     assert_close(got, expected, atol=2 * rounding["atol"], rtol=0)
 
 
+def test_dca_attention_matches_cpu(attention_tol):
+    """Dual Chunk Attention over five chunks: SDPA by chunks (``auto``) and the explicit
+    softmax by rows (``math``) on the device equal the CPU's explicit softmax; the joined
+    3·d-wide heads carry zeros beyond each region's d channels, so a score is a sum of d
+    products as in plain attention."""
+    enc = posenc.create("dca", head_dim=16, chunk_size=12, local_size=4)
+    q, k, v = torch.randn(3, 2, HEADS, 40, 16).unbind()
+    rounding = attention_tol(q, k, v, causal=True)
+    with torch.no_grad():
+        expected = posenc.attention(q, k, v, enc, backend="math")
+        for backend in ("auto", "math"):
+            got = posenc.attention(*_on_device(q, k, v), enc, backend=backend).cpu()
+            assert_close(got, expected, atol=2 * rounding["atol"], rtol=0)
+
+
 # 3. cached decoding on the device: the CPU's tokens -----------------------------------------
 
 
