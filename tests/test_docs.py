@@ -159,7 +159,7 @@ SLOW_PAGES = ("arena.md",)
     ids=lambda p: p.name,
 )
 def test_docs_page_runs(page, tmp_path, monkeypatch):
-    if page.name == "huggingface.md":
+    if page.name in ("huggingface.md", "engines.md"):
         pytest.importorskip("transformers")
     if page.name == "compile-and-export.md":
         pytest.importorskip("onnxruntime")  # a test dependency (the dev extra), not posenc's

@@ -66,6 +66,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "tools.bench": ("bench",),
     "tools.plot": ("plot",),
     "tools.hf": ("hf",),  # draws its report with plot; arena may read checkpoints with it
+    "tools.engines": ("engines",),  # posenc's reading of a config against other engines'
     "tools.arena": ("arena",),  # trains and measures; draws with plot
     "tools.guide": ("guide",),  # cites an arena run's numbers
     "tools.demo": ("demo",),  # prints the tables, runs the arena

@@ -1,5 +1,5 @@
 """The ``posenc`` command (typer, with rich tables): ``list``, ``info``, ``inspect``,
-``guide``, ``plot``, ``arena``, ``demo``, ``bench``.
+``conform``, ``guide``, ``plot``, ``arena``, ``demo``, ``bench``.
 
 Each subcommand lives in a module of this package with a function ``register(app)`` that
 adds it to the :class:`typer.Typer` application; :data:`COMMANDS` lists those modules in the
@@ -29,13 +29,13 @@ from types import ModuleType
 
 import typer
 
-from . import arena, bench, encodings, guide, inspect, plot
+from . import arena, bench, conform, encodings, guide, inspect, plot
 from .app import new_app, run
 
 __all__ = ["COMMANDS", "build_app", "main"]
 
 #: the modules whose ``register(app)`` adds the subcommands, in help order
-COMMANDS: tuple[ModuleType, ...] = (encodings, inspect, guide, plot, arena, bench)
+COMMANDS: tuple[ModuleType, ...] = (encodings, inspect, conform, guide, plot, arena, bench)
 
 
 def build_app() -> typer.Typer:

@@ -1,0 +1,210 @@
+"""``posenc conform``: does an engine rotate a model the way posenc reads its config?
+
+For each RoPE layer type of a Hugging Face config, posenc's float64 rotation
+(:func:`~posenc.engines.compare.reference_tables` of :func:`posenc.hf.rope_from_hf_config`)
+against each engine's, at positions spread up to the context and past it
+(:func:`~posenc.engines.compare.probe_positions`), as one sequence that long; a scaling
+that depends on the length (``dynamic``, ``longrope``) is also compared as a sequence
+within the original length. Each row: the largest error, the first position past
+float32's tolerance, and what differs there.
+
+Engines (:data:`ENGINES`), each given every job at once: transformers, the model type's
+own rotary embedding (:mod:`~posenc.engines.hf_engine`); vLLM, its ``get_rope`` in its own
+environment (:mod:`~posenc.engines.vllm_engine`). :data:`PENDING` names the engines not
+compared yet.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from rich import box
+from rich.table import Table
+
+from ..hf.inspect.checkpoint import read_config
+from ..hf.keys import config_getter, nested_rope_keys
+from ..hf.mrope import language_config
+from ..hf.rope import rope_from_hf_config
+from ..rotary.dca import DualChunkRoPE
+from ..rotary.rope import RoPE
+from ..terminal import render
+from .compare import compare_tables, probe_positions, reference_tables
+from .hf_engine import transformers_tables
+from .vllm_engine import EngineUnavailable, vllm_tables
+
+__all__ = ["ENGINES", "PENDING", "ConformRow", "conform", "render_rows"]
+
+#: one comparison to make: posenc's rope of a layer type, the positions, the layer type
+Job = tuple[RoPE, torch.Tensor, str | None]
+#: an engine's answer to a job: its ``(cos, sin)`` per pair, what it ran and the positions
+#: it ran (all of the job's, or those within the engine's tables), or why it did not
+Answer = tuple[tuple[torch.Tensor, torch.Tensor], str, torch.Tensor] | str
+#: an engine: ``(config, jobs) -> answers``; raises EngineUnavailable to skip them all
+Engine = Callable[[Any, list[Job]], list[Answer]]
+
+
+def _transformers(config: Any, jobs: list[Job]) -> list[Answer]:
+    answers: list[Answer] = []
+    for rope, positions, layer_type in jobs:
+        tables, ran = transformers_tables(config, positions, layer_type, _pairs(rope, positions))
+        answers.append((tables, ran, positions))
+    return answers
+
+
+#: the engines compared, by name
+ENGINES: dict[str, Engine] = {"transformers": _transformers, "vllm": vllm_tables}
+
+#: engines the table names but does not compare yet, and why
+PENDING = {"llama.cpp": "not compared yet: GGUF metadata to rotation not written (issue 43)"}
+
+#: what an engine that rotates every key by its own position misses of ``dca``
+DCA_IGNORED = "dual_chunk_attention_config (not read: plain RoPE)"
+
+
+@dataclass(frozen=True)
+class ConformRow:
+    """One engine's rotation of one layer type, as one sequence, against posenc's.
+
+    Attributes:
+        layer_type: the config's layer type (per-layer-type ``rope_parameters``), or None.
+        length: the length of the sequence compared (its last position + 1).
+        engine: the engine's name (:data:`ENGINES`).
+        ran: what the engine ran (its rotary class) and the scaling posenc read, or why it
+            did not run (``"not run: ..."``; then the numbers are NaN and None).
+        max_error: the largest error of its ``(cos, sin)`` against float64.
+        first_position: the first probe position past float32's tolerance, or None.
+        differs_on: what differs there, or None.
+    """
+
+    layer_type: str | None
+    length: int
+    engine: str
+    ran: str
+    max_error: float
+    first_position: int | None
+    differs_on: str | None
+
+
+def conform(
+    config: Any, past: float = 2.0, engines: dict[str, Engine] | None = None
+) -> list[ConformRow]:
+    """Every RoPE layer type of ``config`` (a transformers config object, or the path of a
+    ``config.json`` or its folder), each engine's rotation against posenc's.
+
+    Args:
+        config: the model's config; its ``model_type`` picks each engine's class.
+        past: how far past the context to probe, in contexts (2: up to twice it).
+        engines: the engines to compare, by name; default :data:`ENGINES`.
+
+    Raises:
+        ValueError: a config posenc does not read (:func:`~posenc.hf.rope_from_hf_config`
+            names why), or one transformers' class cannot be built from.
+    """
+    config = _config_object(config)
+    jobs = _jobs(config, past)
+    rows = []
+    for name, engine in (ENGINES if engines is None else engines).items():
+        try:
+            answers = engine(config, jobs)
+        except EngineUnavailable as why:
+            answers = [str(why)] * len(jobs)
+        for (rope, positions, layer_type), answer in zip(jobs, answers, strict=True):
+            rows.append(_row(name, rope, positions, layer_type, answer))
+    return rows
+
+
+def _jobs(config: Any, past: float) -> list[Job]:
+    """The comparisons to make: every layer type, as a sequence past the context and, for
+    a length-dependent scaling, one within the original length."""
+    get = config_getter(language_config(config))
+    types: list[str | None] = [*nested_rope_keys(get("rope_parameters") or {})] or [None]
+    jobs = []
+    for layer_type in types:
+        rope = rope_from_hf_config(config, layer_type=layer_type)
+        original = rope.scaling.to_dict().get("original_max_position_embeddings")
+        context = int(get("max_position_embeddings") or original or 4096)
+        edges = tuple(e for e in (original, getattr(rope, "chunk_len", None)) if e)
+        positions = probe_positions(context, past, edges)
+        if rope.depends_on_length and original is not None:  # also a sequence within it
+            jobs.append((rope, positions[positions < original], layer_type))
+        jobs.append((rope, positions, layer_type))
+    return jobs
+
+
+def _row(name: str, rope: RoPE, positions: torch.Tensor, layer_type: str | None,
+         answer: Answer) -> ConformRow:  # fmt: skip
+    """One job's row: its engine's answer against posenc's tables."""
+    length = int(positions.max()) + 1
+    if isinstance(answer, str):  # the engine did not run it
+        return ConformRow(layer_type, length, name, answer, math.nan, None, None)
+    got, ran, ran_at = answer
+    found = compare_tables(got, reference_tables(rope, ran_at, length), ran_at,
+                           rope.inv_freq(length))  # fmt: skip
+    if ran_at.numel() < positions.numel():
+        ran += f", up to {int(ran_at.max())}"
+    if found.first_position is not None:
+        found = replace(found, differs_on=_explain(rope, got, ran_at, found.differs_on))
+    ran = f"{ran} ({rope.scaling.rope_type})"
+    return ConformRow(layer_type, length, name, ran, found.max_error, found.first_position,
+                      found.differs_on)  # fmt: skip
+
+
+def _explain(rope: RoPE, got: tuple[torch.Tensor, torch.Tensor], positions: torch.Tensor,
+             found: str | None) -> str | None:  # fmt: skip
+    """The config key behind a disagreement, where posenc can tell it: ``dca`` that an
+    engine ran as plain RoPE, a length-dependent scaling run at another length (LongRoPE's
+    long factors below the original length: vLLM picks them by ``max_model_len``);
+    else what :func:`compare_tables` found."""
+    if isinstance(rope, DualChunkRoPE):
+        return DCA_IGNORED
+    if rope.depends_on_length:
+        original = rope.scaling.to_dict().get("original_max_position_embeddings")
+        longest = 2 * int(positions.max()) + 2 * (original or 0) + 2
+        inv_freq = rope.inv_freq(longest)
+        other = compare_tables(got, reference_tables(rope, positions, longest), positions, inv_freq)
+        if other.first_position is None:
+            return f"{rope.scaling.rope_type}: the long sequence's frequencies at every length"
+    return found
+
+
+def _pairs(rope: RoPE, positions: torch.Tensor) -> int:
+    return rope.inv_freq(int(positions.max()) + 1).numel()
+
+
+def render_rows(rows: list[ConformRow]) -> str:
+    """The rows as a table, then the engines not compared and why."""
+    header = ["layer type", "length", "engine", "ran", "max error", "first past fp32",
+              "differs on"]  # fmt: skip
+    grid = Table(box=box.SIMPLE_HEAD, show_edge=False, header_style="bold")
+    for name in header:
+        grid.add_column(name)
+    for r in rows:
+        first = "-" if r.first_position is None else str(r.first_position)
+        error = "-" if math.isnan(r.max_error) else f"{r.max_error:.1e}"
+        grid.add_row(r.layer_type or "-", str(r.length), r.engine, r.ran, error, first,
+                     r.differs_on or "-")  # fmt: skip
+    lines = [render(grid)]
+    lines += [f"{engine}: {why}" for engine, why in PENDING.items()]
+    return "\n".join(lines)
+
+
+def _config_object(config: Any) -> Any:
+    """A transformers config object from ``config`` (one already, or a path)."""
+    if isinstance(config, (str, Path)):
+        import transformers
+
+        file, raw = read_config(config)
+        if "model_type" not in raw:
+            raise ValueError(f"{str(file)!r} has no model_type")
+        return transformers.AutoConfig.for_model(**raw)
+    if isinstance(config, dict) or not hasattr(config, "model_type"):
+        raise TypeError(
+            "config must be a transformers config object or the path of a config.json, got "
+            f"{type(config).__name__}"
+        )
+    return config
