@@ -137,3 +137,23 @@ def test_engine_tables_hold_one_value_per_pair():
     assert torch.equal(pair_tables(x, -x, 6)[0], x)
     with pytest.raises(ValueError, match="neither"):
         pair_tables(torch.arange(12.0), torch.arange(12.0), 6)
+
+
+def test_an_engine_that_fixes_a_dynamic_scalings_length_is_named():
+    """Dynamic NTK computed once at ``max_position_embeddings · factor`` (as a static engine
+    would) differs from transformers' below that length, and the row names the length."""
+    import transformers
+
+    config = transformers.Qwen2Config(
+        hidden_size=64, num_attention_heads=2, max_position_embeddings=4096,
+        rope_scaling={"rope_type": "dynamic", "factor": 4.0},
+    )  # fmt: skip
+
+    def fixed(config, jobs):
+        return [(reference_tables(rope, p, 16384), "Fixed", p) for rope, p, _ in jobs]
+
+    rows = conform(config, engines={"fixed": fixed})
+    assert [r.length for r in rows] == [4096, 8193]
+    for r in rows:
+        assert r.first_position == 1
+        assert r.differs_on == "dynamic: fixed at a 16384-token sequence, at every length"

@@ -53,10 +53,11 @@ def expect(name, rows):
             assert r.ran.startswith("not run: RuntimeError") and "accelerator" in r.ran
         elif name == "phi3-longrope" and r.length == 4096:  # within the original length
             assert r.first_position == 1
-            assert r.differs_on == "longrope: the long sequence's frequencies at every length"
+            assert r.differs_on == "longrope: fixed at a 131072-token sequence, at every length"
         else:
             assert r.first_position is None, r
             assert r.max_error < 0.02 and ", up to " in r.ran  # stops at max_model_len
+            assert r.length <= NAMED[name]().max_position_embeddings
 
 
 @pytest.mark.parametrize("name", sorted(NAMED))

@@ -107,6 +107,7 @@ def conform(
     """
     config = _config_object(config)
     jobs = _jobs(config, past)
+    get = config_getter(language_config(config))
     rows = []
     for name, engine in (ENGINES if engines is None else engines).items():
         try:
@@ -114,7 +115,8 @@ def conform(
         except EngineUnavailable as why:
             answers = [str(why)] * len(jobs)
         for (rope, positions, layer_type), answer in zip(jobs, answers, strict=True):
-            rows.append(_row(name, rope, positions, layer_type, answer))
+            context = _context(get, rope)
+            rows.append(_row(name, rope, positions, layer_type, context, answer))
     return rows
 
 
@@ -127,7 +129,7 @@ def _jobs(config: Any, past: float) -> list[Job]:
     for layer_type in types:
         rope = rope_from_hf_config(config, layer_type=layer_type)
         original = rope.scaling.to_dict().get("original_max_position_embeddings")
-        context = int(get("max_position_embeddings") or original or 4096)
+        context = _context(get, rope)
         edges = tuple(e for e in (original, getattr(rope, "chunk_len", None)) if e)
         positions = probe_positions(context, past, edges)
         if rope.depends_on_length and original is not None:  # also a sequence within it
@@ -136,39 +138,50 @@ def _jobs(config: Any, past: float) -> list[Job]:
     return jobs
 
 
+def _context(get: Any, rope: RoPE) -> int:
+    """The model's context: ``max_position_embeddings``, else the scaling's original
+    length, else 4096."""
+    original = rope.scaling.to_dict().get("original_max_position_embeddings")
+    return int(get("max_position_embeddings") or original or 4096)
+
+
 def _row(name: str, rope: RoPE, positions: torch.Tensor, layer_type: str | None,
-         answer: Answer) -> ConformRow:  # fmt: skip
-    """One job's row: its engine's answer against posenc's tables."""
+         context: int, answer: Answer) -> ConformRow:  # fmt: skip
+    """One job's row: its engine's answer against posenc's tables. An engine that ran
+    only the first positions (vLLM: below its ``max_model_len``) serves no longer
+    sequence: it is compared as a sequence of the positions it ran."""
     length = int(positions.max()) + 1
     if isinstance(answer, str):  # the engine did not run it
         return ConformRow(layer_type, length, name, answer, math.nan, None, None)
     got, ran, ran_at = answer
+    if ran_at.numel() < positions.numel():
+        length = int(ran_at.max()) + 1
+        ran += f", up to {length - 1}"
     found = compare_tables(got, reference_tables(rope, ran_at, length), ran_at,
                            rope.inv_freq(length))  # fmt: skip
-    if ran_at.numel() < positions.numel():
-        ran += f", up to {int(ran_at.max())}"
     if found.first_position is not None:
-        found = replace(found, differs_on=_explain(rope, got, ran_at, found.differs_on))
+        found = replace(found, differs_on=_explain(rope, got, ran_at, found.differs_on, context))
     ran = f"{ran} ({rope.scaling.rope_type})"
     return ConformRow(layer_type, length, name, ran, found.max_error, found.first_position,
                       found.differs_on)  # fmt: skip
 
 
 def _explain(rope: RoPE, got: tuple[torch.Tensor, torch.Tensor], positions: torch.Tensor,
-             found: str | None) -> str | None:  # fmt: skip
+             found: str | None, context: int) -> str | None:  # fmt: skip
     """The config key behind a disagreement, where posenc can tell it: ``dca`` that an
-    engine ran as plain RoPE, a length-dependent scaling run at another length (LongRoPE's
-    long factors below the original length: vLLM picks them by ``max_model_len``);
-    else what :func:`compare_tables` found."""
+    engine ran as plain RoPE; a length-dependent scaling whose frequencies the engine fixed
+    at one length (the context, or the context times the factor: vLLM's LongRoPE picks its
+    long factors by ``max_model_len``, its dynamic NTK computes the base at
+    ``max_position_embeddings · factor``); else what :func:`compare_tables` found."""
     if isinstance(rope, DualChunkRoPE):
         return DCA_IGNORED
     if rope.depends_on_length:
-        original = rope.scaling.to_dict().get("original_max_position_embeddings")
-        longest = 2 * int(positions.max()) + 2 * (original or 0) + 2
-        inv_freq = rope.inv_freq(longest)
-        other = compare_tables(got, reference_tables(rope, positions, longest), positions, inv_freq)
-        if other.first_position is None:
-            return f"{rope.scaling.rope_type}: the long sequence's frequencies at every length"
+        factor = rope.scaling.to_dict().get("factor") or 1
+        for length in (context, int(context * factor)):
+            fixed = reference_tables(rope, positions, length)
+            if compare_tables(got, fixed, positions, rope.inv_freq(length)).first_position is None:
+                kind = rope.scaling.rope_type
+                return f"{kind}: fixed at a {length}-token sequence, at every length"
     return found
 
 

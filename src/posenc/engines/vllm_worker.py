@@ -9,9 +9,11 @@ rotation is vLLM's ``get_rope`` built as vLLM's model files build it (the langua
 ``rope_parameters``, of its layer type, ``max_position_embeddings``,
 ``dual_chunk_attention_config``; DeepSeek-V2/V3's YaRN as ``deepseek_yarn``), and its
 ``forward_native`` turns keys that are ``(1, 0)`` in every pair: what comes out is
-``(cos, sin)`` of each pair, the attention factor included. ``max_model_len`` is vLLM's
-default, ``max_position_embeddings``: LongRoPE chooses its factors by it, and vLLM serves
-no position past it, so those are left out (the answer says which positions ran).
+``(cos, sin)`` of each pair, the attention factor included. ``max_model_len`` is taken as
+``max_position_embeddings`` (vLLM's default for LongRoPE and Llama 3; for linear, dynamic
+and YaRN scalings vLLM derives a larger one, times the factor): LongRoPE chooses its
+factors by it, and vLLM serves no position past it, so those are left out (the answer
+says which positions ran).
 The answer: one ``{"class": ..., "positions": [...], "cos": [[...]], "sin": [[...]]}``
 per job, one row per position run, or ``{"error": ...}`` for a job vLLM cannot run here
 (its dual-chunk rotary embedding wants a CUDA device).
