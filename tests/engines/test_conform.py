@@ -157,3 +157,15 @@ def test_an_engine_that_fixes_a_dynamic_scalings_length_is_named():
     for r in rows:
         assert r.first_position == 1
         assert r.differs_on == "dynamic: fixed at a 16384-token sequence, at every length"
+
+
+def test_transformers_agrees_on_every_model_type_the_hf_tests_build():
+    """The layer-plan families, Llama, Phi-3, GPT-NeoX and the composite configs of
+    ``tests/hf/families.py`` (their per-layer-type RoPEs too, and Llama 4's complex
+    tables): transformers rotates each as posenc reads it, to float32's rounding."""
+    from tests.hf.families import CONFIGS, make
+
+    for name in sorted(CONFIGS):
+        rows = conform(make(name), engines=HF)
+        assert rows, name
+        assert all(r.first_position is None for r in rows), (name, rows)

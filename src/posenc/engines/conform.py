@@ -125,6 +125,9 @@ def _jobs(config: Any, past: float) -> list[Job]:
     a length-dependent scaling, one within the original length."""
     get = config_getter(language_config(config))
     types: list[str | None] = [*nested_rope_keys(get("rope_parameters") or {})] or [None]
+    used = get("layer_types")
+    if used is not None and types != [None]:  # the models build only the types they use
+        types = [t for t in types if t in set(used)]
     jobs = []
     for layer_type in types:
         rope = rope_from_hf_config(config, layer_type=layer_type)

@@ -87,8 +87,12 @@ def transformers_tables(
     ids = positions.unsqueeze(0)
     with torch.no_grad():
         try:
-            cos, sin = emb(x, ids, **kwargs)
+            out = emb(x, ids, **kwargs)
         except (RuntimeError, ValueError, IndexError):  # M-RoPE: one row of ids per axis
-            cos, sin = emb(x, ids.expand(3, 1, -1), **kwargs)
+            out = emb(x, ids.expand(3, 1, -1), **kwargs)
+    if isinstance(out, torch.Tensor) and out.is_complex():  # Llama 4: e^(iθ) per pair
+        cos, sin = out.real, out.imag
+    else:
+        cos, sin = out
     cos, sin = (t.reshape(-1, positions.numel(), t.shape[-1])[0] for t in (cos, sin))
     return pair_tables(cos, sin, pairs), cls.__name__
