@@ -169,3 +169,15 @@ def test_transformers_agrees_on_every_model_type_the_hf_tests_build():
         rows = conform(make(name), engines=HF)
         assert rows, name
         assert all(r.first_position is None for r in rows), (name, rows)
+
+
+def test_a_model_type_transformers_cannot_build_is_a_row(monkeypatch):
+    import posenc.engines.hf_engine as hf_engine
+
+    def refuse(config):
+        raise ValueError("model_type 'llama': no single rotary embedding class ([])")
+
+    monkeypatch.setattr(hf_engine, "rotary_class", refuse)
+    (row,) = conform(NAMED["llama3.1"](), engines=HF)
+    assert row.ran.startswith("not run: model_type 'llama'") and math.isnan(row.max_error)
+    assert "not run: model_type" in render_rows([row])

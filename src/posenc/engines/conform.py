@@ -49,9 +49,17 @@ Engine = Callable[[Any, list[Job]], list[Answer]]
 
 
 def _transformers(config: Any, jobs: list[Job]) -> list[Answer]:
+    """transformers' answer to each job; a model type whose rotary class it cannot build
+    or read is a ``"not run: ..."`` row."""
     answers: list[Answer] = []
     for rope, positions, layer_type in jobs:
-        tables, ran = transformers_tables(config, positions, layer_type, _pairs(rope, positions))
+        try:
+            tables, ran = transformers_tables(
+                config, positions, layer_type, _pairs(rope, positions)
+            )
+        except ValueError as why:
+            answers.append(f"not run: {why}")
+            continue
         answers.append((tables, ran, positions))
     return answers
 
