@@ -102,8 +102,8 @@ class Comparison:
         max_error: the largest ``|cos − cos_ref|`` or ``|sin − sin_ref|``.
         first_position: the first probe position whose error passes the float32
             tolerance, or None.
-        differs_on: what differs there: ``"attention factor"`` (the tables' magnitudes),
-            ``"frequencies of pairs a-b"`` (the angles), or None.
+        differs_on: what differs: ``"attention factor (...)"`` (the tables' magnitudes),
+            ``"frequencies of pairs a-b"`` (the angles of those pairs), or None.
     """
 
     max_error: float
@@ -147,8 +147,8 @@ def _differs_on(cos, sin, rcos, rsin, over) -> str:
     off = ~torch.isclose(got, ref, rtol=1e-5, atol=0)
     if bool(off.any()):
         row = off.any(dim=-1).nonzero()[0, 0]
-        ours, theirs = got[row].mean().item(), ref[row].mean().item()
-        return f"attention factor ({ours:.6g} against {theirs:.6g})"
+        engine, posenc = got[row].mean().item(), ref[row].mean().item()
+        return f"attention factor (the engine's {engine:.6g}, posenc's {posenc:.6g})"
     bad = over.any(dim=0).nonzero().flatten().tolist()
     return (
         f"frequencies of pairs {bad[0]}-{bad[-1]}"
