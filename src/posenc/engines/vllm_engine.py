@@ -61,7 +61,8 @@ def vllm_answers(
     config: Any, jobs: list[tuple[RoPE, torch.Tensor, str | None]]
 ) -> list[dict[str, Any]]:
     """vLLM's worker's answer to each job ``(rope, positions, layer_type)`` (the head size
-    and pair layout are posenc's reading, as vLLM's model files pass them): the class it
+    and pair layout are posenc's reading, which vLLM's model files are assumed to pass:
+    not checked file by file): the class it
     ran, the positions it ran (those below ``max_model_len``) and its ``(cos, sin)`` per
     pair, or the error of a job vLLM cannot run here (:mod:`~posenc.engines.vllm_worker`).
 

@@ -5,9 +5,10 @@ environment that has vLLM (``POSENC_VLLM_PYTHON``; ``make test-engines`` builds 
 imports nothing of posenc, reads one JSON request on stdin and writes one JSON answer on
 stdout. The request: ``config`` (a folder with a ``config.json``) and ``jobs``, each with
 a ``layer_type`` (or null), ``head_size``, ``is_neox_style`` and ``positions``. The
-rotation is vLLM's ``get_rope`` built as vLLM's model files build it (the language model's
-``rope_parameters``, of its layer type, ``max_position_embeddings``,
-``dual_chunk_attention_config``; DeepSeek-V2/V3's YaRN as ``deepseek_yarn``), and its
+rotation is vLLM's ``get_rope`` called the way vLLM's Llama-family model files call it
+(the language model's ``rope_parameters``, of its layer type, ``max_position_embeddings``,
+``dual_chunk_attention_config``; DeepSeek-V2/V3's YaRN as ``deepseek_yarn``; the head
+size and pair layout as posenc reads them), and its
 ``forward_native`` turns keys that are ``(1, 0)`` in every pair: what comes out is
 ``(cos, sin)`` of each pair, the attention factor included. ``max_model_len`` is taken as
 ``max_position_embeddings`` (vLLM's default for LongRoPE and Llama 3; for linear, dynamic
