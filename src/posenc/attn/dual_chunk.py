@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from ..functional.dca import dca_length_factor, dca_region
 from ..functional.dtypes import math_dtype
+from ..positions import causal_mask
 from ..rotary.dca import DualChunkRoPE
 from .checks import finite
 from .masks import AttentionContext, zero_dead_rows
@@ -149,16 +150,9 @@ def by_rows(
         scores = torch.where(region == 0, parts[0], torch.where(region == 1, parts[1], parts[2]))
         seen = mask_rows(mask, i0, i1)
         if mask is None:  # a row that sees no key gets zeros (probabilities' limit)
-            seen = region_causal(q_pos, positions.k)
+            seen = causal_mask(q_pos, positions.k)
         probs = probabilities(scores * scale, allowed=seen)
         return read_values(probs, v).to(q.dtype)
 
     out = row_blocks(rows, q_len, block, train)
     return out if dead is None else zero_dead_rows(out, dead)
-
-
-def region_causal(q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor:
-    """The causal mask by positions, ``k <= q``. Shapes: ``[q]``/``[k]`` -> ``[q, k]``;
-    ``[b, q]``/``[b, k]`` -> ``[b, 1, q, k]``."""
-    seen = k_positions.unsqueeze(-2) <= q_positions.unsqueeze(-1)
-    return seen.unsqueeze(-3) if seen.dim() == 3 else seen

@@ -23,7 +23,9 @@ from ..rotary.dca import DualChunkRoPE
 from ..rotary.rope import RoPE
 
 __all__ = [
+    "Answer",
     "Comparison",
+    "Job",
     "compare_tables",
     "fp32_tolerance",
     "probe_positions",
@@ -31,6 +33,12 @@ __all__ = [
 ]
 
 EPS32 = 2.0**-24
+
+#: one comparison to make: posenc's rope of a layer type, the positions, the layer type
+Job = tuple[RoPE, torch.Tensor, str | None]
+#: an engine's answer to a job: its ``(cos, sin)`` per pair, what it ran and the positions
+#: it ran (all of the job's, or those within the engine's tables), or why it did not
+Answer = tuple[tuple[torch.Tensor, torch.Tensor], str, torch.Tensor] | str
 
 
 def probe_positions(context: int, past: float = 2.0, also: tuple[int, ...] = ()) -> torch.Tensor:

@@ -33,17 +33,12 @@ from ..hf.rope import rope_from_hf_config
 from ..rotary.dca import DualChunkRoPE
 from ..rotary.rope import RoPE
 from ..terminal import render
-from .compare import compare_tables, probe_positions, reference_tables
+from .compare import Answer, Job, compare_tables, probe_positions, reference_tables
 from .hf_engine import transformers_tables
 from .vllm_engine import EngineUnavailable, vllm_tables
 
 __all__ = ["ENGINES", "PENDING", "ConformRow", "conform", "render_rows"]
 
-#: one comparison to make: posenc's rope of a layer type, the positions, the layer type
-Job = tuple[RoPE, torch.Tensor, str | None]
-#: an engine's answer to a job: its ``(cos, sin)`` per pair, what it ran and the positions
-#: it ran (all of the job's, or those within the engine's tables), or why it did not
-Answer = tuple[tuple[torch.Tensor, torch.Tensor], str, torch.Tensor] | str
 #: an engine: ``(config, jobs) -> answers``; raises EngineUnavailable to skip them all
 Engine = Callable[[Any, list[Job]], list[Answer]]
 

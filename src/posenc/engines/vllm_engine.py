@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from ..rotary.rope import RoPE
+from .compare import Answer, Job
 
 __all__ = [
     "VLLM_PYTHON",
@@ -50,16 +50,12 @@ def vllm_python() -> str:
     return python
 
 
-def vllm_tables(
-    config: Any, jobs: list[tuple[RoPE, torch.Tensor, str | None]]
-) -> list[tuple[tuple[torch.Tensor, torch.Tensor], str, torch.Tensor] | str]:
+def vllm_tables(config: Any, jobs: list[Job]) -> list[Answer]:
     """:func:`vllm_answers`, read (:func:`read_answer`)."""
     return [read_answer(answer) for answer in vllm_answers(config, jobs)]
 
 
-def vllm_answers(
-    config: Any, jobs: list[tuple[RoPE, torch.Tensor, str | None]]
-) -> list[dict[str, Any]]:
+def vllm_answers(config: Any, jobs: list[Job]) -> list[dict[str, Any]]:
     """vLLM's worker's answer to each job ``(rope, positions, layer_type)`` (the head size
     and pair layout are posenc's reading, which vLLM's model files are assumed to pass:
     not checked file by file): the class it
@@ -92,9 +88,7 @@ def vllm_answers(
     return answers
 
 
-def read_answer(
-    answer: dict[str, Any],
-) -> tuple[tuple[torch.Tensor, torch.Tensor], str, torch.Tensor] | str:
+def read_answer(answer: dict[str, Any]) -> Answer:
     """One job's answer of the worker: its tables (float64), class and positions, or
     ``"not run: ..."``."""
     if "error" in answer:
