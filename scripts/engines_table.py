@@ -1,9 +1,13 @@
 """``make test-engines``: the configs of ``tests/engines/configs.py`` through every engine,
-vLLM's live (``POSENC_VLLM_PYTHON``); the table written into ``docs/engines.md`` between
-its markers, and vLLM's answers recorded in ``tests/engines/data/vllm.json``, which
-``make test`` replays (``tests/engines/test_vllm.py``) so the comparison cannot rot.
+vLLM's live (``POSENC_VLLM_PYTHON``) and llama.cpp's converter live (``POSENC_LLAMA_CPP``);
+the table written into ``docs/engines.md`` between its markers, vLLM's answers recorded in
+``tests/engines/data/vllm.json`` and the converter's GGUF metadata (of those configs and of
+every model type the HF tests build) in ``tests/engines/data/gguf.json``, which
+``make test`` replays (``tests/engines/test_vllm.py``, ``test_llama_cpp.py``) so the
+comparison cannot rot.
 
-    POSENC_VLLM_PYTHON=.venv-engines/bin/python .venv/bin/python scripts/engines_table.py
+    POSENC_VLLM_PYTHON=.venv-engines/bin/python POSENC_LLAMA_CPP=<llama.cpp source> \
+        .venv/bin/python scripts/engines_table.py
 """
 
 from __future__ import annotations
@@ -17,11 +21,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.engines.configs import NAMED  # noqa: E402
+from tests.hf.families import CONFIGS as FAMILIES  # noqa: E402
+from tests.hf.families import make as make_family  # noqa: E402
 
 from posenc.engines import ENGINES, conform, render_rows  # noqa: E402
+from posenc.engines.llama_engine import gguf_metadata, metadata_tables  # noqa: E402
 from posenc.engines.vllm_engine import read_answer, vllm_answers, vllm_python  # noqa: E402
 
 RECORDED = ROOT / "tests" / "engines" / "data" / "vllm.json"
+GGUF = ROOT / "tests" / "engines" / "data" / "gguf.json"
+#: the llama-cpp-python whose vendored llama.cpp make test-engines unpacks (Makefile)
+LLAMA_CPP_PYTHON = "0.3.36"
 PAGE = ROOT / "docs" / "engines.md"
 BEGIN, END = "<!-- conform-table: begin -->", "<!-- conform-table: end -->"
 
@@ -37,6 +47,7 @@ def versions(python: str) -> dict[str, str]:
 def main() -> int:
     python = vllm_python()
     recorded: dict[str, object] = {"versions": versions(python), "configs": {}}
+    gguf: dict[str, object] = {"versions": {"llama-cpp-python": LLAMA_CPP_PYTHON}, "configs": {}}
     sections = []
     for name, make in NAMED.items():
         answers: list[dict] = []
@@ -45,18 +56,31 @@ def main() -> int:
             answers.extend(vllm_answers(config, jobs))
             return [read_answer(a) for a in answers]
 
-        rows = conform(make(), engines={"transformers": ENGINES["transformers"], "vllm": live})
+        config = make()
+        gguf["configs"][name] = found = gguf_metadata(config)  # type: ignore[index]
+
+        def llama(config, jobs, found=found):
+            return metadata_tables(found, jobs)
+
+        engines = {"transformers": ENGINES["transformers"], "vllm": live, "llama.cpp": llama}
+        rows = conform(config, engines=engines)
         recorded["configs"][name] = answers  # type: ignore[index]
         sections.append(f"`{name}`:\n\n```text\n{render_rows(rows)}\n```\n")
+    gguf["families"] = {name: gguf_metadata(make_family(name)) for name in sorted(FAMILIES)}
     RECORDED.parent.mkdir(parents=True, exist_ok=True)
     RECORDED.write_text(json.dumps(recorded, separators=(",", ":")) + "\n")
+    GGUF.write_text(json.dumps(gguf, separators=(",", ":")) + "\n")
     text = PAGE.read_text()
     head, rest = text.split(BEGIN)
     _, tail = rest.split(END)
     v = recorded["versions"]
-    made = f"vLLM {v['vllm']} (torch {v['torch']}, transformers {v['transformers']}):\n\n"  # type: ignore[index]
+    made = (
+        f"vLLM {v['vllm']} (torch {v['torch']}, transformers {v['transformers']}); "
+        f"llama.cpp as vendored by llama-cpp-python {LLAMA_CPP_PYTHON}:\n\n"
+    )  # type: ignore[index]
     PAGE.write_text(head + BEGIN + "\n" + made + "\n".join(sections) + END + tail)
-    print(f"wrote {RECORDED.relative_to(ROOT)} and the table of {PAGE.relative_to(ROOT)}")
+    print(f"wrote {RECORDED.relative_to(ROOT)}, {GGUF.relative_to(ROOT)} and the table of "
+          f"{PAGE.relative_to(ROOT)}")  # fmt: skip
     return 0
 
 

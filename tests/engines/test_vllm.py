@@ -72,9 +72,10 @@ def test_the_recording_says_what_made_it():
     assert set(RECORDED["configs"]) == set(NAMED)
 
 
-def test_the_worker_imports_nothing_of_posenc():
-    """It runs in vLLM's environment, where posenc need not be installed."""
-    source = (Path(__file__).parents[2] / "src/posenc/engines/vllm_worker.py").read_text()
+@pytest.mark.parametrize("worker", ["vllm_worker.py", "gguf_worker.py"])
+def test_the_workers_import_nothing_of_posenc(worker):
+    """They run in an engine's environment, where posenc need not be installed."""
+    source = (Path(__file__).parents[2] / "src/posenc/engines" / worker).read_text()
     names = [
         alias.name if isinstance(node, ast.Import) else node.module or ""
         for node in ast.walk(ast.parse(source))

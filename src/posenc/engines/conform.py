@@ -10,8 +10,8 @@ float32's tolerance, and what differs there.
 
 Engines (:data:`ENGINES`), each given every job at once: transformers, the model type's
 own rotary embedding (:mod:`~posenc.engines.hf_engine`); vLLM, its ``get_rope`` in its own
-environment (:mod:`~posenc.engines.vllm_engine`). :data:`PENDING` names the engines not
-compared yet.
+environment (:mod:`~posenc.engines.vllm_engine`); llama.cpp, the GGUF metadata its
+converter writes, by llama.cpp's rules (:mod:`~posenc.engines.llama_engine`).
 """
 
 from __future__ import annotations
@@ -35,9 +35,11 @@ from ..rotary.rope import RoPE
 from ..terminal import render
 from .compare import Answer, Job, compare_tables, probe_positions, reference_tables
 from .hf_engine import transformers_tables
-from .vllm_engine import EngineUnavailable, vllm_tables
+from .llama_engine import llama_tables
+from .vllm_engine import vllm_tables
+from .worker import EngineUnavailable
 
-__all__ = ["ENGINES", "PENDING", "ConformRow", "conform", "render_rows"]
+__all__ = ["ENGINES", "ConformRow", "conform", "render_rows"]
 
 #: an engine: ``(config, jobs) -> answers``; raises EngineUnavailable to skip them all
 Engine = Callable[[Any, list[Job]], list[Answer]]
@@ -60,10 +62,9 @@ def _transformers(config: Any, jobs: list[Job]) -> list[Answer]:
 
 
 #: the engines compared, by name
-ENGINES: dict[str, Engine] = {"transformers": _transformers, "vllm": vllm_tables}
-
-#: engines the table names but does not compare yet, and why
-PENDING = {"llama.cpp": "not compared yet: GGUF metadata to rotation not written (issue 43)"}
+ENGINES: dict[str, Engine] = {
+    "transformers": _transformers, "vllm": vllm_tables, "llama.cpp": llama_tables,
+}  # fmt: skip
 
 #: what an engine that rotates every key by its own position misses of ``dca``
 DCA_IGNORED = "dual_chunk_attention_config (not read: plain RoPE)"
@@ -196,7 +197,7 @@ def _pairs(rope: RoPE, positions: torch.Tensor) -> int:
 
 
 def render_rows(rows: list[ConformRow]) -> str:
-    """The rows as a table, then the engines not compared and why."""
+    """The rows as a table."""
     header = ["layer type", "length", "engine", "ran", "max error", "first past fp32",
               "differs on"]  # fmt: skip
     grid = Table(box=box.SIMPLE_HEAD, show_edge=False, header_style="bold")
@@ -207,9 +208,7 @@ def render_rows(rows: list[ConformRow]) -> str:
         error = "-" if math.isnan(r.max_error) else f"{r.max_error:.1e}"
         grid.add_row(r.layer_type or "-", str(r.length), r.engine, r.ran, error, first,
                      r.differs_on or "-")  # fmt: skip
-    lines = [render(grid)]
-    lines += [f"{engine}: {why}" for engine, why in PENDING.items()]
-    return "\n".join(lines)
+    return render(grid)
 
 
 def _config_object(config: Any) -> Any:

@@ -6,9 +6,7 @@ transformers), whose Python ``POSENC_VLLM_PYTHON`` names; ``make test-engines`` 
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -16,6 +14,7 @@ from typing import Any
 import torch
 
 from .compare import Answer, Job
+from .worker import EngineUnavailable, run_worker
 
 __all__ = [
     "VLLM_PYTHON",
@@ -28,12 +27,6 @@ __all__ = [
 
 #: the environment variable that names the Python of an environment with vLLM
 VLLM_PYTHON = "POSENC_VLLM_PYTHON"
-#: how long the worker may take (importing vLLM alone takes ~15 s on 2 cores)
-TIMEOUT_S = 600
-
-
-class EngineUnavailable(RuntimeError):
-    """An engine that cannot run here, and why (the table shows the reason)."""
 
 
 def vllm_python() -> str:
@@ -76,15 +69,9 @@ def vllm_answers(config: Any, jobs: list[Job]) -> list[dict[str, Any]]:
                 for rope, p, layer_type in jobs
             ],
         }  # fmt: skip
-        worker = Path(__file__).with_name("vllm_worker.py")
-        done = subprocess.run(
-            [python, str(worker)], input=json.dumps(request), capture_output=True, text=True,
-            timeout=TIMEOUT_S, cwd=folder, check=False,
-        )  # fmt: skip
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise EngineUnavailable(f"not run: vLLM's worker failed: {last}")
-    answers: list[dict[str, Any]] = json.loads(done.stdout)
+        answers: list[dict[str, Any]] = run_worker(
+            python, "vllm_worker.py", request, folder, "vLLM"
+        )
     return answers
 
 

@@ -1,0 +1,354 @@
+"""llama.cpp against posenc: the GGUF metadata its converter writes, turned into rotations
+by llama.cpp's rules (:mod:`posenc.engines.gguf_rope`), and llama.cpp itself.
+
+``make test`` replays the metadata llama.cpp's converter wrote for the configs of
+``tests/engines/configs.py`` and for every model type the HF tests build
+(``tests/engines/data/gguf.json``, recorded by ``make test-engines`` from the llama.cpp
+that llama-cpp-python 0.3.36 vendors) through the comparison, and checks the rules on
+metadata written by hand. The tests marked ``engines`` run the converter live (its answers
+must equal the recording), and run llama.cpp itself through llama-cpp-python
+(``POSENC_LLAMA_PYTHON``): tiny random models, converted by its converter, give the
+logits transformers gives where posenc's rules say the rotations agree; and, everywhere,
+the logits of transformers with its rotary embedding replaced by the rules' tables, so
+the rules are llama.cpp's.
+
+Tolerance of the logits: float32 end to end (the KV cache too) agrees to about 1e-6 of
+the largest logit (measured: 6e-7 of 0.65); ``1e-4`` of it is the bound. Gemma's GELU is
+read by ggml's CPU backend from a float16 table (``GGML_GELU_FP16``: ``2^-11`` relative
+per activation; measured 5e-4 of the largest logit over 6 layers): ``4e-3`` of it. A
+rotation that differs (the scaling left out) moves the logits by ten times the bound or
+more (measured: 0.55 of 0.65, 0.37 of 3.8 for Gemma); each test checks that its model is
+that sensitive.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import transformers as T
+from tests.engines.configs import NAMED
+
+from posenc.engines import conform
+from posenc.engines.gguf_rope import gguf_rope, rope_cache
+from posenc.engines.llama_engine import LLAMA_CPP, gguf_metadata, metadata_tables
+
+HERE = Path(__file__).parent
+RECORDED = json.loads((HERE / "data" / "gguf.json").read_text())
+LLAMA_PYTHON = "POSENC_LLAMA_PYTHON"
+
+
+def replay(meta):
+    return lambda config, jobs: metadata_tables(meta, jobs)
+
+
+# --- make test: the recorded converter's metadata through llama.cpp's rules ----------------
+
+
+def expect_named(name, rows):
+    """What llama.cpp does with the named configs: as posenc reads them, to float32, but
+    Phi-3's short prompts (the long factors, chosen by the context) and Qwen2.5-1M's
+    dual chunks (not converted: plain RoPE)."""
+    for r in rows:
+        if name == "qwen2.5-1m":
+            assert r.differs_on.startswith("dual_chunk_attention_config"), r
+        elif name == "phi3-longrope" and r.length == 4096:
+            assert r.first_position == 1, r
+            assert r.differs_on == "longrope: fixed at a 131072-token sequence, at every length"
+        else:
+            assert r.first_position is None, r
+            assert 0 < r.max_error < 0.02 and ", up to " in r.ran, r
+
+
+@pytest.mark.parametrize("name", sorted(NAMED))
+def test_recorded_metadata_compares_as_published(name):
+    rows = conform(NAMED[name](), engines={"llama.cpp": replay(RECORDED["configs"][name])})
+    assert rows and {r.engine for r in rows} == {"llama.cpp"}
+    expect_named(name, rows)
+
+
+#: the HF-test model types llama.cpp's converter does not convert as transformers saves them
+NOT_CONVERTED = {
+    "cohere2": "KeyError: 'rotary_pct'",  # transformers 5 saves no rotary_pct
+    "gpt_neox": "KeyError: 'rotary_pct'",  # transformers 5 saves partial_rotary_factor
+    "cwm": "not supported",
+    "kolibri1": "not supported",
+    "ministral": "not supported",
+}
+
+
+def test_recorded_metadata_of_every_hf_test_model_type_agrees():
+    from tests.hf.families import CONFIGS, make
+
+    assert set(RECORDED["families"]) == set(CONFIGS)
+    for name in sorted(CONFIGS):
+        rows = conform(make(name), engines={"llama.cpp": replay(RECORDED["families"][name])})
+        for r in rows:
+            if name in NOT_CONVERTED:
+                assert r.ran.startswith("not run: llama.cpp's converter") and (
+                    NOT_CONVERTED[name] in r.ran
+                ), r
+            else:
+                assert r.first_position is None, (name, r)
+
+
+def test_the_recording_says_what_made_it():
+    assert RECORDED["versions"] == {"llama-cpp-python": "0.3.36"}
+
+
+# --- the rules on metadata written by hand --------------------------------------------------
+
+
+def meta(arch="llama", **keys):
+    kv = {"general.architecture": arch, f"{arch}.context_length": 8192,
+          f"{arch}.embedding_length": 128, f"{arch}.attention.head_count": 2}  # fmt: skip
+    kv.update({f"{arch}.{k.replace('__', '.')}": v for k, v in keys.items()})
+    return kv
+
+
+def angles64(positions, n_rot, base):
+    inv = base ** (-torch.arange(0, n_rot, 2, dtype=torch.float64) / n_rot)
+    return positions.double()[:, None] * inv
+
+
+def test_unscaled_rotation_is_rope_to_float32():
+    positions = torch.tensor([0, 1, 7, 100, 4095])
+    rope = gguf_rope(meta(rope__freq_base=10000.0), {}, None, 8192)
+    assert rope.n_rot == 64 and rope.freq_scale == 1 and rope.ext_factor == 0
+    cos, sin = rope_cache(rope, positions)
+    ref = angles64(positions, 64, 10000.0)
+    # float32 angles: a running product of θ over 32 pairs, then cos and sin
+    bound = (ref.abs() * 64 * 2.0**-24 + 4 * 2.0**-24).max()
+    assert (cos.double() - ref.cos()).abs().max() <= bound
+    assert (sin.double() - ref.sin()).abs().max() <= bound
+
+
+def test_yarn_attention_factor_is_mscale_and_the_yarn_attn_factor_key_is_not_read():
+    """llama.cpp sets ``0.1·ln(s) + 1`` whatever ``rope.scaling.yarn_attn_factor`` says."""
+    keys = dict(rope__scaling__type="yarn", rope__scaling__factor=4.0,
+                rope__scaling__original_context_length=2048)  # fmt: skip
+    plain = gguf_rope(meta(**keys), {}, None, 8192)
+    told = gguf_rope(meta(**keys, rope__scaling__yarn_attn_factor=1.0), {}, None, 8192)
+    assert plain == told and plain.ext_factor == 1
+    cos, sin = rope_cache(plain, torch.tensor([5]))
+    magnitude = torch.sqrt(cos.double() ** 2 + sin.double() ** 2)
+    torch.testing.assert_close(magnitude, torch.full_like(magnitude, 0.1 * np.log(4) + 1),
+                               rtol=1e-6, atol=0)  # fmt: skip
+
+
+def test_deepseeks_log_multiplier_divides_out_of_the_table():
+    """DeepSeek-V3 (``mscale = mscale_all_dim = 1``): the tables carry a factor 1, as
+    transformers' do (the softmax scale carries ``mscale²``)."""
+    keys = dict(rope__scaling__type="yarn", rope__scaling__factor=40.0,
+                rope__scaling__original_context_length=4096,
+                rope__scaling__yarn_log_multiplier=0.1, rope__dimension_count=64)  # fmt: skip
+    rope = gguf_rope(meta("deepseek2", **keys), {}, None, 8192)
+    cos, sin = rope_cache(rope, torch.tensor([3]))
+    assert torch.sqrt(cos.double() ** 2 + sin.double() ** 2).sub(1).abs().max() < 1e-6
+
+
+def test_sliding_layers_take_their_base_and_no_scaling_unless_the_arch_says():
+    keys = dict(rope__freq_base=1e6, rope__freq_base_swa=1e4, rope__scaling__type="linear",
+                rope__scaling__factor=8.0)  # fmt: skip
+    gemma = gguf_rope(meta("gemma3", **keys), {}, "sliding_attention", 8192)
+    assert (gemma.freq_base, gemma.freq_scale) == (1e4, 1.0)
+    full = gguf_rope(meta("gemma3", **keys), {}, "full_attention", 8192)
+    assert (full.freq_base, full.freq_scale) == (1e6, 0.125)
+    cohere = gguf_rope(meta("cohere2", rope__freq_base=5e4), {}, "sliding_attention", 8192)
+    assert cohere.freq_base == 5e4
+
+
+def test_longrope_factors_are_chosen_by_the_context_not_the_sequence():
+    tensors = {"rope_factors_long.weight": [2.0] * 32, "rope_factors_short.weight": [1.0] * 32}
+    keys = meta(rope__scaling__original_context_length=4096)
+    assert gguf_rope(keys, tensors, None, 8192).freq_factors == (2.0,) * 32
+    assert gguf_rope(keys, tensors, None, 4096).freq_factors == (1.0,) * 32
+
+
+def test_an_unknown_scaling_type_and_a_width_mismatch_are_rows():
+    assert "knows no rope scaling type" in _answer(meta(rope__scaling__type="su"))
+    assert "rotates 16 pairs, posenc 32" in _answer(meta(rope__dimension_count=32))
+    assert _answer({}, error="Architecture 'X' not supported!") == (
+        "not run: Architecture 'X' not supported!"
+    )
+
+
+def _answer(kv, error=None):
+    from posenc import create
+
+    job = (create("rope", head_dim=64), torch.tensor([0, 1]), None)
+    record = {"error": error} if error else {"arch": kv["general.architecture"], "kv": kv,
+                                             "tensors": {}}  # fmt: skip
+    (answer,) = metadata_tables(record, [job])
+    return answer
+
+
+def test_without_llama_cpp_the_row_says_how_to_get_it(monkeypatch):
+    monkeypatch.delenv(LLAMA_CPP, raising=False)
+    rows = [r for r in conform(NAMED["llama3.1"]()) if r.engine == "llama.cpp"]
+    assert rows[0].ran.startswith(f"not run: set {LLAMA_CPP}")
+
+
+# --- live: the converter, and llama.cpp itself -----------------------------------------------
+
+live = pytest.mark.skipif(not os.environ.get(LLAMA_CPP), reason=f"needs {LLAMA_CPP}")
+
+
+@pytest.mark.engines
+@live
+def test_live_converter_writes_what_was_recorded():
+    for name, make in NAMED.items():
+        assert gguf_metadata(make()) == RECORDED["configs"][name], name
+
+
+def tiny(kind):
+    """A tiny random model's config, its rotation scaled at a small original length so
+    that 200 tokens reach past it."""
+    common = dict(vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, initializer_range=0.1,
+                  max_position_embeddings=256, tie_word_embeddings=False,
+                  pad_token_id=0)  # fmt: skip
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
+            "rope_theta": 10000.0}  # fmt: skip
+    if kind == "llama3":
+        return T.LlamaConfig(**common, rope_parameters={
+            "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 32,
+            "rope_theta": 10000.0})  # fmt: skip
+    if kind == "qwen2-yarn":
+        return T.Qwen2Config(**common, rope_parameters=yarn)
+    if kind == "qwen2-yarn-attention-factor":
+        return T.Qwen2Config(**common, rope_parameters={**yarn, "attention_factor": 1.0})
+    if kind == "phi3-longrope":
+        return T.Phi3Config(**common, original_max_position_embeddings=64, rope_parameters={
+            "rope_type": "longrope", "rope_theta": 10000.0,
+            "short_factor": [1.0 + i / 10 for i in range(8)],
+            "long_factor": [2.0 + i for i in range(8)]})  # fmt: skip
+    if kind == "gemma3":
+        # llama.cpp scales queries by 1/sqrt(head_dim) (Gemma 3 27B aside), drops lm_head
+        # (Gemma ties it) and assumes Gemma 3's pattern (5 sliding layers, 1 full): so
+        # does the config
+        common.update(tie_word_embeddings=True, num_hidden_layers=6)
+        return T.Gemma3TextConfig(**common, head_dim=16, query_pre_attn_scalar=16,
+            sliding_window=64, rope_parameters={
+            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+            "full_attention": {"rope_type": "linear", "factor": 8.0,
+                               "rope_theta": 1e6}})  # fmt: skip
+    if kind == "gpt-oss-yarn":
+        return T.GptOssConfig(**common, head_dim=16, num_local_experts=2,
+            num_experts_per_tok=1, sliding_window=64,
+            layer_types=["sliding_attention", "full_attention"],
+            rope_parameters={**yarn, "beta_fast": 32.0, "beta_slow": 1.0,
+                             "truncate": False})  # fmt: skip
+    if kind == "deepseek-v3-yarn":
+        # dense layers (a random MoE's routing is not the subject); MLA's kv heads = heads
+        common.update(num_key_value_heads=4)
+        return T.DeepseekV3Config(**common, q_lora_rank=32, kv_lora_rank=16,
+            qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16, n_routed_experts=4,
+            num_experts_per_tok=2, n_group=1, topk_group=1, moe_intermediate_size=32,
+            first_k_dense_replace=2,
+            rope_parameters={**yarn, "mscale": 1.0, "mscale_all_dim": 1.0})  # fmt: skip
+    raise KeyError(kind)
+
+
+#: what transformers' logits do against llama.cpp's, by the comparison of the rotations:
+#: equal, or not (llama.cpp drops an explicit YaRN attention factor and gpt-oss's
+#: ``truncate: false``, and takes LongRoPE's long factors for a short prompt)
+TINY = {
+    "llama3": (200, 256, True),
+    "qwen2-yarn": (200, 256, True),
+    "qwen2-yarn-attention-factor": (200, 256, False),
+    "phi3-longrope": (200, 256, True),
+    "phi3-longrope-short": (40, 256, False),
+    "gemma3": (200, 256, True),
+    "deepseek-v3-yarn": (200, 256, True),
+    "gpt-oss-yarn": (200, 256, False),
+}
+
+
+#: models whose GELU ggml's CPU backend reads from a float16 table (GGML_GELU_FP16)
+GELU_FP16 = {"gemma3"}
+
+
+def _llama_python():
+    python = os.environ.get(LLAMA_PYTHON)
+    if not python or not os.environ.get(LLAMA_CPP):
+        pytest.skip(f"needs {LLAMA_PYTHON} and {LLAMA_CPP}")
+    return python
+
+
+def llama_cpp_logits(model, tokens, n_ctx, folder):
+    """llama.cpp's logits of ``model``: saved, converted by its converter, run by it."""
+    model.save_pretrained(folder / "hf")
+    request = {"model": str(folder / "hf"), "llama_cpp": os.environ[LLAMA_CPP],
+               "out": str(folder / "tiny.gguf")}  # fmt: skip
+    script(sys.executable, "tiny_gguf.py", request)
+    request = {"gguf": str(folder / "tiny.gguf"), "tokens": tokens, "n_ctx": n_ctx,
+               "out": str(folder / "logits.npy")}  # fmt: skip
+    script(_llama_python(), "llama_logits.py", request)
+    return torch.from_numpy(np.load(folder / "logits.npy"))
+
+
+def script(python, name, request):
+    done = subprocess.run([python, str(HERE / name)], input=json.dumps(request), text=True,
+                          capture_output=True, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def logits(model, tokens):
+    with torch.no_grad():
+        return model(torch.tensor([tokens])).logits[0]
+
+
+def with_rules_tables(model, n_ctx, unscaled=False):
+    """``model`` with each rotary embedding answering llama.cpp's rules' tables (or, with
+    ``unscaled``, theirs without the scaling: plain RoPE of the same base)."""
+    found = gguf_metadata(model.config)
+    for module in model.modules():
+        if type(module).__name__.endswith("RotaryEmbedding"):
+            original = module.forward
+
+            def forward(x, position_ids, layer_type=None, original=original):
+                ref_cos, _ = (original(x, position_ids, layer_type) if layer_type
+                              else original(x, position_ids))  # fmt: skip
+                rope = gguf_rope(found["kv"], found["tensors"], layer_type, n_ctx)
+                if unscaled:
+                    rope = replace(rope, freq_scale=1.0, ext_factor=0.0, attn_factor=1.0,
+                                   freq_factors=None)  # fmt: skip
+                cos, sin = rope_cache(rope, position_ids[0])
+                if ref_cos.shape[-1] == 2 * cos.shape[-1]:  # halves: each angle twice
+                    cos, sin = torch.cat([cos, cos], -1), torch.cat([sin, sin], -1)
+                return cos[None].to(x.dtype), sin[None].to(x.dtype)
+
+            module.forward = forward
+    return model
+
+
+@pytest.mark.engines
+@pytest.mark.parametrize("kind", sorted(TINY))
+def test_llama_cpp_logits(kind, tmp_path):
+    _llama_python()
+    n_tokens, n_ctx, agrees = TINY[kind]
+    torch.manual_seed(0)
+    config = tiny(kind.removesuffix("-short"))
+    model = T.AutoModelForCausalLM.from_config(config).float().eval()
+    tokens = torch.randint(3, config.vocab_size, (n_tokens,)).tolist()
+    got = llama_cpp_logits(model, tokens, n_ctx, tmp_path)
+    ref = logits(model, tokens)
+    tol = (4e-3 if kind in GELU_FP16 else 1e-4) * float(ref.abs().max())
+    unscaled = logits(with_rules_tables(copy.deepcopy(model), n_ctx, unscaled=True), tokens)
+    assert float((got - unscaled).abs().max()) > 10 * tol  # the scaling shows
+    rules = logits(with_rules_tables(model, n_ctx), tokens)
+    assert float((got - rules).abs().max()) <= tol  # the rules are llama.cpp's
+    if agrees:
+        assert float((got - ref).abs().max()) <= tol
+    else:
+        assert float((got - ref).abs().max()) > 10 * tol
