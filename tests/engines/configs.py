@@ -1,7 +1,8 @@
 """The configs ``posenc conform`` is checked on (issue 43 names the first five), saved
 with transformers' config classes at their real contexts and frequencies, with narrow heads
-(the comparison is per rotary pair, so the width only sets how many pairs), and Qwen2.5-1M's
-dual chunk attention. ``scripts/engines_table.py`` runs them through every engine for the
+(the comparison is per rotary pair, so the width only sets how many pairs), Qwen2.5-1M's
+dual chunk attention, gpt-oss's unrounded YaRN and a YaRN that states its attention
+factor. ``scripts/engines_table.py`` runs them through every engine for the
 docs and records vLLM's answers (``tests/engines/data/vllm.json``)."""
 
 from __future__ import annotations
@@ -65,6 +66,23 @@ def qwen25_1m() -> Any:
     )  # fmt: skip
 
 
+def gpt_oss() -> Any:
+    """gpt-oss-20b's rotation: YaRN whose correction range is not rounded."""
+    return T.GptOssConfig(
+        hidden_size=64, num_attention_heads=2, head_dim=64, num_key_value_heads=1,
+        max_position_embeddings=131072, rope_parameters={"rope_type": "yarn", "factor": 32.0,
+        "beta_fast": 32.0, "beta_slow": 1.0, "original_max_position_embeddings": 4096,
+        "truncate": False, "rope_theta": 150000.0},
+    )  # fmt: skip
+
+
+def yarn_attention_factor() -> Any:
+    """Qwen2's YaRN with its attention factor stated (1: no temperature), as a config may."""
+    config = qwen2_yarn()
+    config.rope_parameters = {**config.rope_parameters, "attention_factor": 1.0}
+    return config
+
+
 #: name -> a function that builds the config
 NAMED: dict[str, Callable[[], Any]] = {
     "llama3.1": llama31,
@@ -73,4 +91,6 @@ NAMED: dict[str, Callable[[], Any]] = {
     "gemma3": gemma3,
     "deepseek-v3": deepseek_v3,
     "qwen2.5-1m": qwen25_1m,
+    "gpt-oss": gpt_oss,
+    "qwen2-yarn-attention-factor": yarn_attention_factor,
 }

@@ -55,10 +55,16 @@ def replay(meta):
 
 def expect_named(name, rows):
     """What llama.cpp does with the named configs: as posenc reads them, to float32, but
-    Phi-3's short prompts (the long factors, chosen by the context) and Qwen2.5-1M's
-    dual chunks (not converted: plain RoPE)."""
+    Phi-3's short prompts (the long factors, chosen by the context), Qwen2.5-1M's dual
+    chunks (not converted: plain RoPE), gpt-oss's unrounded YaRN (rounded) and a stated
+    YaRN attention factor (not read: ``0.1·ln(4) + 1``)."""
     for r in rows:
-        if name == "qwen2.5-1m":
+        if name == "gpt-oss":
+            assert (r.first_position, r.differs_on) == (1, "frequencies of pairs 9-17"), r
+        elif name == "qwen2-yarn-attention-factor":
+            assert r.first_position == 0, r
+            assert r.differs_on == "attention factor (the engine's 1.13863, posenc's 1)"
+        elif name == "qwen2.5-1m":
             assert r.differs_on.startswith("dual_chunk_attention_config"), r
         elif name == "phi3-longrope" and r.length == 4096:
             assert r.first_position == 1, r
@@ -352,3 +358,65 @@ def test_llama_cpp_logits(kind, tmp_path):
         assert float((got - ref).abs().max()) <= tol
     else:
         assert float((got - ref).abs().max()) > 10 * tol
+
+
+# --- a GGUF file's own metadata (posenc conform --gguf) --------------------------------------
+
+
+def write_gguf(path, found, drop=()):
+    """A GGUF file of metadata ``found`` (a recorded answer), without the keys and tensors
+    in ``drop``, as llama.cpp's own package writes one (no weights)."""
+    gguf = pytest.importorskip("gguf")
+    writer = gguf.GGUFWriter(path, found["arch"])
+    kinds = {bool: gguf.GGUFValueType.BOOL, int: gguf.GGUFValueType.UINT32,
+             float: gguf.GGUFValueType.FLOAT32, str: gguf.GGUFValueType.STRING}  # fmt: skip
+    for key, value in found["kv"].items():
+        if key != "general.architecture" and key not in drop and not isinstance(value, list):
+            writer.add_key_value(key, value, kinds[type(value)])
+    for name, values in found["tensors"].items():
+        if name not in drop:
+            writer.add_tensor(name, np.asarray(values, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_a_gguf_files_metadata_reads_back_as_the_converter_wrote_it(tmp_path):
+    from posenc.engines.llama_engine import read_gguf
+
+    found = RECORDED["configs"]["llama3.1"]
+    read = read_gguf(write_gguf(tmp_path / "m.gguf", found))
+    scalars = {k: v for k, v in found["kv"].items() if not isinstance(v, list)}
+    assert {k: read["kv"][k] for k in scalars} == pytest.approx(scalars)
+    assert read["tensors"] == found["tensors"]  # float32 both ways
+
+
+def test_conform_gguf_finds_a_file_that_lost_llama3s_scaling(tmp_path, capsys):
+    """A Llama 3.1 GGUF without ``rope_freqs`` (a converter that dropped the scaling,
+    as in unsloth#6197) rotates the low frequencies 8 times too fast."""
+    from posenc.cli import main
+
+    config = tmp_path / "hf"
+    NAMED["llama3.1"]().save_pretrained(config)
+    good = write_gguf(tmp_path / "good.gguf", RECORDED["configs"]["llama3.1"])
+    bad = write_gguf(tmp_path / "bad.gguf", RECORDED["configs"]["llama3.1"],
+                     drop={"rope_freqs.weight"})  # fmt: skip
+    for file, agrees in ((good, True), (bad, False)):
+        assert main(["conform", str(config), "--gguf", str(file)]) == 0
+        (row,) = [line for line in capsys.readouterr().out.splitlines() if "llama.cpp" in line]
+        assert "llama: base 500000" in row
+        assert ("frequencies of pairs" in row) != agrees, row
+
+
+def test_conform_gguf_refuses_what_is_no_gguf_file_in_one_line(tmp_path, capsys):
+    from posenc.cli import main
+
+    config = tmp_path / "hf"
+    NAMED["llama3.1"]().save_pretrained(config)
+    (tmp_path / "x.gguf").write_text("not gguf")
+    for file, says in ((tmp_path / "none.gguf", "is no file"), (tmp_path / "x.gguf", "no GGUF")):
+        assert main(["conform", str(config), "--gguf", str(file)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert says in err and len(err.splitlines()) == 1, err

@@ -5,7 +5,8 @@
 the comparison logic and the published table cannot rot; the tests marked ``engines`` run
 vLLM itself, where ``POSENC_VLLM_PYTHON`` names an environment with it.
 
-Expected: vLLM rotates every config as posenc reads it, to float32's rounding, except
+Expected: vLLM rotates every config as posenc reads it, to float32's rounding (gpt-oss's
+unrounded YaRN and a stated YaRN attention factor included), except
 Phi-3's LongRoPE below its original length (vLLM takes the long factors at every length
 once ``max_model_len`` is past the original one; transformers switches by the current
 length) and Qwen2.5-1M's dual chunk attention, whose vLLM rotary embedding wants a CUDA

@@ -1,5 +1,6 @@
-"""``posenc conform PATH [--past X]``: does each engine rotate a Hugging Face model the way
-posenc reads its config (:func:`posenc.engines.conform`)?"""
+"""``posenc conform PATH [--past X] [--gguf FILE]``: does each engine rotate a Hugging Face
+model the way posenc reads its config (:func:`posenc.engines.conform`)? With ``--gguf``,
+llama.cpp's rows read that GGUF file's metadata instead of converting the config."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ def register(app: typer.Typer) -> None:
         epilog=example(
             "posenc conform ./Llama-3.1-8B/config.json",
             "posenc conform ./Phi-3-mini-128k --past 4",
+            "posenc conform ./Qwen2.5-7B-Instruct --gguf qwen2.5-7b-instruct-q4_k_m.gguf",
         ),
     )
     def conform(
@@ -32,13 +34,23 @@ def register(app: typer.Typer) -> None:
             float,
             typer.Option(help="Probe positions up to this many times the context."),
         ] = 2.0,
+        gguf: Annotated[
+            Path | None,
+            typer.Option(help="A GGUF file of the model: llama.cpp's rows read its metadata."),
+        ] = None,
     ) -> None:
         """Each engine's rotation of the model against posenc's float64 one, layer type by
         layer type: the largest error, the first position past float32's tolerance, and
         what differs there."""
+        from ..engines import ENGINES, render_rows
         from ..engines import conform as run_conform
-        from ..engines import render_rows
+        from ..engines.llama_engine import gguf_file_engine
 
         with needs_extra("pip install 'posenc[hf]'"):
             import transformers  # noqa: F401
-        typer.echo(render_rows(run_conform(path, past=past)))
+        engines = dict(ENGINES)
+        if gguf is not None:
+            with needs_extra("pip install 'posenc[gguf]'"):
+                import gguf as _  # noqa: F401
+            engines["llama.cpp"] = gguf_file_engine(gguf)
+        typer.echo(render_rows(run_conform(path, past=past, engines=engines)))

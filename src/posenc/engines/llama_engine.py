@@ -1,9 +1,10 @@
 """llama.cpp's rotation of a config: the GGUF metadata its own converter writes
 (:mod:`~posenc.engines.gguf_worker`, run on the llama.cpp source folder that
 ``POSENC_LLAMA_CPP`` names; ``make test-engines`` unpacks the one llama-cpp-python 0.3.36
-vendors), turned into rotations by llama.cpp's rules (:mod:`~posenc.engines.gguf_rope`),
-in a context of ``{arch}.context_length`` tokens (llama.cpp's ``n_ctx = 0``): it serves
-the positions below it, and LongRoPE takes its factors by it.
+vendors), or that a GGUF file holds (:func:`read_gguf`), turned into rotations by
+llama.cpp's rules (:mod:`~posenc.engines.gguf_rope`), in a context of
+``{arch}.context_length`` tokens (llama.cpp's ``n_ctx = 0``): it serves the positions
+below it, and LongRoPE takes its factors by it.
 """
 
 from __future__ import annotations
@@ -18,10 +19,21 @@ from .compare import Answer, Job
 from .gguf_rope import gguf_rope, rope_cache
 from .worker import EngineUnavailable, run_worker
 
-__all__ = ["LLAMA_CPP", "gguf_metadata", "llama_cpp_folder", "llama_tables", "metadata_tables"]
+__all__ = [
+    "LLAMA_CPP",
+    "ROPE_TENSORS",
+    "gguf_file_engine",
+    "gguf_metadata",
+    "llama_cpp_folder",
+    "llama_tables",
+    "metadata_tables",
+    "read_gguf",
+]
 
 #: the environment variable that names a llama.cpp source folder (its converter)
 LLAMA_CPP = "POSENC_LLAMA_CPP"
+#: the tensors of a GGUF file that change its rotation
+ROPE_TENSORS = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
 
 
 def llama_cpp_folder() -> str:
@@ -96,10 +108,50 @@ def metadata_tables(meta: dict[str, Any], jobs: list[Job]) -> list[Answer]:
             continue
         pairs = rope.inv_freq(int(positions.max()) + 1).numel()
         if read.n_rot // 2 != pairs:
-            answers.append(f"not run: llama.cpp rotates {read.n_rot // 2} pairs, posenc {pairs}")
+            answers.append(
+                f"not compared: llama.cpp rotates {read.n_rot // 2} pairs, posenc {pairs}"
+            )
             continue
         served = positions[positions < n_ctx]
         cos, sin = rope_cache(read, served)
         ran = f"{meta['arch']}: {read.source}"
         answers.append(((cos.double(), sin.double()), ran, served))
     return answers
+
+
+def read_gguf(path: str | Path) -> dict[str, Any]:
+    """A GGUF file's metadata as :func:`gguf_metadata` answers it: its key-values (the
+    tokenizer's left out) and its rope tensors (:data:`ROPE_TENSORS`), read with the
+    ``gguf`` package (llama.cpp's own; ``pip install 'posenc[gguf]'``).
+
+    Raises:
+        ValueError: the file is missing or is no GGUF file.
+    """
+    import gguf
+
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"gguf: {str(path)!r} is no file")
+    try:
+        reader = gguf.GGUFReader(path)
+    except ValueError as why:
+        raise ValueError(f"gguf: {str(path)!r} is no GGUF file ({why})") from None
+    kv = {key: field.contents() for key, field in reader.fields.items()
+          if not key.startswith(("tokenizer.", "GGUF."))}  # fmt: skip
+    tensors = {t.name: [float(v) for v in t.data.flatten()] for t in reader.tensors
+               if t.name in ROPE_TENSORS}  # fmt: skip
+    arch = kv.get("general.architecture")
+    if arch is None:
+        raise ValueError(f"gguf: {str(path)!r} has no general.architecture")
+    return {"arch": arch, "class": path.name, "kv": kv, "tensors": tensors}
+
+
+def gguf_file_engine(path: str | Path) -> Any:
+    """An engine (``(config, jobs) -> answers``) that rotates by the metadata of the GGUF
+    file at ``path`` (:func:`read_gguf`), instead of converting the config."""
+    found = read_gguf(path)
+
+    def engine(config: Any, jobs: list[Job]) -> list[Answer]:
+        return metadata_tables(found, jobs)
+
+    return engine

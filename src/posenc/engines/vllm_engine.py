@@ -40,7 +40,7 @@ def vllm_python() -> str:
         raise EngineUnavailable(f"not run: set {VLLM_PYTHON} (make test-engines builds vLLM)")
     if not Path(python).is_file():
         raise EngineUnavailable(f"not run: {VLLM_PYTHON}={python!r} is no file")
-    return python
+    return os.path.abspath(python)  # the worker runs in a folder of its own
 
 
 def vllm_tables(config: Any, jobs: list[Job]) -> list[Answer]:
