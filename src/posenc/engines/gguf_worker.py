@@ -23,7 +23,7 @@ import sys
 def metadata(request):
     root = request["llama_cpp"]
     sys.path[:0] = [root, f"{root}/gguf-py"]
-    import gguf  # type: ignore[import-not-found]
+    import gguf
     from conversion import get_model_architecture, get_model_class  # type: ignore[import-not-found]
     from conversion.base import ModelBase, ModelType  # type: ignore[import-not-found]
 
