@@ -186,6 +186,8 @@ def test_an_unknown_scaling_type_and_a_width_mismatch_are_rows():
     assert _answer({}, error="Architecture 'X' not supported!") == (
         "not run: Architecture 'X' not supported!"
     )
+    no_context = {k: v for k, v in meta().items() if k != "llama.context_length"}
+    assert _answer(no_context) == "not run: the metadata has no llama.context_length"
 
 
 def _answer(kv, error=None):

@@ -162,12 +162,12 @@ def rope_cache(rope: GgufRope, positions: torch.Tensor) -> tuple[torch.Tensor, t
         positions ``[n]`` -> cos, sin ``[n, n_rot // 2]`` float32.
     """
     n = rope.n_rot
-    theta_scale = _f32(math.pow(F32(rope.freq_base), F32(-2.0) / F32(n)))
+    theta_scale = F32(math.pow(F32(rope.freq_base), F32(-2.0) / F32(n)))
     low, high = _corr_dims(rope)
     theta = positions.numpy().astype(F32)
     scale, mscale = F32(rope.freq_scale), F32(rope.attn_factor)
     if rope.ext_factor != 0:
-        mscale = mscale * (F32(1) + F32(0.1) * _f32(math.log(F32(1) / scale)))
+        mscale = mscale * (F32(1) + F32(0.1) * F32(math.log(F32(1) / scale)))
     cos, sin = [], []
     for pair in range(n // 2):
         extrap = theta if rope.freq_factors is None else theta / F32(rope.freq_factors[pair])
@@ -183,17 +183,13 @@ def rope_cache(rope: GgufRope, positions: torch.Tensor) -> tuple[torch.Tensor, t
     return torch.from_numpy(np.stack(cos, -1)), torch.from_numpy(np.stack(sin, -1))
 
 
-def _f32(x: float) -> np.float32:
-    return F32(x)
-
-
 def _corr_dims(rope: GgufRope) -> tuple[np.float32, np.float32]:
     """``ggml_rope_yarn_corr_dims``: the pairs YaRN's ramp runs between, in float32."""
 
     def dim(rotations: float) -> np.float32:
         ratio = F32(rope.n_ctx_orig) / (F32(rotations) * F32(2) * F32(math.pi))
         return (
-            F32(rope.n_rot) * _f32(math.log(ratio)) / (F32(2) * _f32(math.log(F32(rope.freq_base))))
+            F32(rope.n_rot) * F32(math.log(ratio)) / (F32(2) * F32(math.log(F32(rope.freq_base))))
         )
 
     start = F32(math.floor(dim(rope.beta_fast)))

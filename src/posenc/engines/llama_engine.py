@@ -98,7 +98,10 @@ def metadata_tables(meta: dict[str, Any], jobs: list[Job]) -> list[Answer]:
     if "error" in meta:
         return [f"not run: {meta['error']}"] * len(jobs)
     kv, tensors = meta["kv"], meta["tensors"]
-    n_ctx = int(kv[f"{meta['arch']}.context_length"])
+    context = kv.get(f"{meta['arch']}.context_length")
+    if context is None:  # llama.cpp requires it
+        return [f"not run: the metadata has no {meta['arch']}.context_length"] * len(jobs)
+    n_ctx = int(context)
     answers: list[Answer] = []
     for rope, positions, layer_type in jobs:
         try:
