@@ -27,16 +27,14 @@ import copy
 import json
 import os
 import re
-import subprocess
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-import transformers as T
 from tests.engines.configs import NAMED
+from tests.engines.tiny import RUNS, build, logits, script, with_rules_tables
 
 from posenc.engines import conform
 from posenc.engines.gguf_rope import gguf_rope, rope_cache
@@ -218,68 +216,18 @@ def test_live_converter_writes_what_was_recorded():
         assert gguf_metadata(make()) == RECORDED["configs"][name], name
 
 
-def tiny(kind):
-    """A tiny random model's config, its rotation scaled at a small original length so
-    that 200 tokens reach past it."""
-    common = dict(vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, initializer_range=0.1,
-                  max_position_embeddings=256, tie_word_embeddings=False,
-                  pad_token_id=0)  # fmt: skip
-    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
-            "rope_theta": 10000.0}  # fmt: skip
-    if kind == "llama3":
-        return T.LlamaConfig(**common, rope_parameters={
-            "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0, "original_max_position_embeddings": 32,
-            "rope_theta": 10000.0})  # fmt: skip
-    if kind == "qwen2-yarn":
-        return T.Qwen2Config(**common, rope_parameters=yarn)
-    if kind == "qwen2-yarn-attention-factor":
-        return T.Qwen2Config(**common, rope_parameters={**yarn, "attention_factor": 1.0})
-    if kind == "phi3-longrope":
-        return T.Phi3Config(**common, original_max_position_embeddings=64, rope_parameters={
-            "rope_type": "longrope", "rope_theta": 10000.0,
-            "short_factor": [1.0 + i / 10 for i in range(8)],
-            "long_factor": [2.0 + i for i in range(8)]})  # fmt: skip
-    if kind == "gemma3":
-        # llama.cpp scales queries by 1/sqrt(head_dim) (Gemma 3 27B aside), drops lm_head
-        # (Gemma ties it) and assumes Gemma 3's pattern (5 sliding layers, 1 full): so
-        # does the config
-        common.update(tie_word_embeddings=True, num_hidden_layers=6)
-        return T.Gemma3TextConfig(**common, head_dim=16, query_pre_attn_scalar=16,
-            sliding_window=64, rope_parameters={
-            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
-            "full_attention": {"rope_type": "linear", "factor": 8.0,
-                               "rope_theta": 1e6}})  # fmt: skip
-    if kind == "gpt-oss-yarn":
-        return T.GptOssConfig(**common, head_dim=16, num_local_experts=2,
-            num_experts_per_tok=1, sliding_window=64,
-            layer_types=["sliding_attention", "full_attention"],
-            rope_parameters={**yarn, "beta_fast": 32.0, "beta_slow": 1.0,
-                             "truncate": False})  # fmt: skip
-    if kind == "deepseek-v3-yarn":
-        # dense layers (a random MoE's routing is not the subject); MLA's kv heads = heads
-        common.update(num_key_value_heads=4)
-        return T.DeepseekV3Config(**common, q_lora_rank=32, kv_lora_rank=16,
-            qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16, n_routed_experts=4,
-            num_experts_per_tok=2, n_group=1, topk_group=1, moe_intermediate_size=32,
-            first_k_dense_replace=2,
-            rope_parameters={**yarn, "mscale": 1.0, "mscale_all_dim": 1.0})  # fmt: skip
-    raise KeyError(kind)
-
-
-#: what transformers' logits do against llama.cpp's, by the comparison of the rotations:
-#: equal, or not (llama.cpp drops an explicit YaRN attention factor and gpt-oss's
-#: ``truncate: false``, and takes LongRoPE's long factors for a short prompt)
-TINY = {
-    "llama3": (200, 256, True),
-    "qwen2-yarn": (200, 256, True),
-    "qwen2-yarn-attention-factor": (200, 256, False),
-    "phi3-longrope": (200, 256, True),
-    "phi3-longrope-short": (40, 256, False),
-    "gemma3": (200, 256, True),
-    "deepseek-v3-yarn": (200, 256, True),
-    "gpt-oss-yarn": (200, 256, False),
+#: whether transformers' logits are llama.cpp's, by the comparison of the rotations (not:
+#: llama.cpp drops a stated YaRN attention factor and gpt-oss's ``truncate: false``, and
+#: takes LongRoPE's long factors for a short prompt in a longer context)
+LLAMA_AGREES = {
+    "llama3": True,
+    "qwen2-yarn": True,
+    "qwen2-yarn-attention-factor": False,
+    "phi3-longrope": True,
+    "phi3-longrope-short": False,
+    "gemma3": True,
+    "deepseek-v3-yarn": True,
+    "gpt-oss-yarn": False,
 }
 
 
@@ -306,58 +254,20 @@ def llama_cpp_logits(model, tokens, n_ctx, folder):
     return torch.from_numpy(np.load(folder / "logits.npy"))
 
 
-def script(python, name, request):
-    done = subprocess.run([python, str(HERE / name)], input=json.dumps(request), text=True,
-                          capture_output=True, check=False)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-
-
-def logits(model, tokens):
-    with torch.no_grad():
-        return model(torch.tensor([tokens])).logits[0]
-
-
-def with_rules_tables(model, n_ctx, unscaled=False):
-    """``model`` with each rotary embedding answering llama.cpp's rules' tables (or, with
-    ``unscaled``, theirs without the scaling: plain RoPE of the same base)."""
-    found = gguf_metadata(model.config)
-    for module in model.modules():
-        if type(module).__name__.endswith("RotaryEmbedding"):
-            original = module.forward
-
-            def forward(x, position_ids, layer_type=None, original=original):
-                ref_cos, _ = (original(x, position_ids, layer_type) if layer_type
-                              else original(x, position_ids))  # fmt: skip
-                rope = gguf_rope(found["kv"], found["tensors"], layer_type, n_ctx)
-                if unscaled:
-                    rope = replace(rope, freq_scale=1.0, ext_factor=0.0, attn_factor=1.0,
-                                   freq_factors=None)  # fmt: skip
-                cos, sin = rope_cache(rope, position_ids[0])
-                if ref_cos.shape[-1] == 2 * cos.shape[-1]:  # halves: each angle twice
-                    cos, sin = torch.cat([cos, cos], -1), torch.cat([sin, sin], -1)
-                return cos[None].to(x.dtype), sin[None].to(x.dtype)
-
-            module.forward = forward
-    return model
-
-
 @pytest.mark.engines
-@pytest.mark.parametrize("kind", sorted(TINY))
-def test_llama_cpp_logits(kind, tmp_path):
+@pytest.mark.parametrize("run", sorted(LLAMA_AGREES))
+def test_llama_cpp_logits(run, tmp_path):
     _llama_python()
-    n_tokens, n_ctx, agrees = TINY[kind]
-    torch.manual_seed(0)
-    config = tiny(kind.removesuffix("-short"))
-    model = T.AutoModelForCausalLM.from_config(config).float().eval()
-    tokens = torch.randint(3, config.vocab_size, (n_tokens,)).tolist()
-    got = llama_cpp_logits(model, tokens, n_ctx, tmp_path)
+    model, tokens = build(run)
+    got = llama_cpp_logits(model, tokens, RUNS[run][2], tmp_path)
     ref = logits(model, tokens)
-    tol = (4e-3 if kind in GELU_FP16 else 1e-4) * float(ref.abs().max())
+    tol = (4e-3 if run in GELU_FP16 else 1e-4) * float(ref.abs().max())
+    n_ctx = RUNS[run][2]
     unscaled = logits(with_rules_tables(copy.deepcopy(model), n_ctx, unscaled=True), tokens)
     assert float((got - unscaled).abs().max()) > 10 * tol  # the scaling shows
     rules = logits(with_rules_tables(model, n_ctx), tokens)
     assert float((got - rules).abs().max()) <= tol  # the rules are llama.cpp's
-    if agrees:
+    if LLAMA_AGREES[run]:
         assert float((got - ref).abs().max()) <= tol
     else:
         assert float((got - ref).abs().max()) > 10 * tol

@@ -50,8 +50,8 @@ def vllm_tables(config: Any, jobs: list[Job]) -> list[Answer]:
 
 def vllm_answers(config: Any, jobs: list[Job]) -> list[dict[str, Any]]:
     """vLLM's worker's answer to each job ``(rope, positions, layer_type)`` (the head size
-    and pair layout are posenc's reading, which vLLM's model files are assumed to pass:
-    not checked file by file): the class it
+    and pair layout are posenc's reading, which vLLM's model files pass for the families
+    ``tests/engines/test_vllm.py`` runs end to end): the class it
     ran, the positions it ran (those below ``max_model_len``) and its ``(cos, sin)`` per
     pair, or the error of a job vLLM cannot run here (:mod:`~posenc.engines.vllm_worker`).
 
