@@ -49,8 +49,7 @@ def register(app: typer.Typer) -> None:
         with needs_extra("pip install 'posenc[hf]'"):
             import transformers  # noqa: F401
         engines = dict(ENGINES)
-        if gguf is not None:
+        if gguf is not None:  # llama.cpp's rows: the file's metadata, read with `gguf`
             with needs_extra("pip install 'posenc[gguf]'"):
-                import gguf as _  # noqa: F401
-            engines["llama.cpp"] = gguf_file_engine(gguf)
+                engines["llama.cpp"] = gguf_file_engine(gguf)
         typer.echo(render_rows(run_conform(path, past=past, engines=engines)))
