@@ -259,10 +259,10 @@ def llama_cpp_logits(model, tokens, n_ctx, folder):
 def test_llama_cpp_logits(run, tmp_path):
     _llama_python()
     model, tokens = build(run)
-    got = llama_cpp_logits(model, tokens, RUNS[run][2], tmp_path)
+    n_ctx = RUNS[run][2]
+    got = llama_cpp_logits(model, tokens, n_ctx, tmp_path)
     ref = logits(model, tokens)
     tol = (4e-3 if run in GELU_FP16 else 1e-4) * float(ref.abs().max())
-    n_ctx = RUNS[run][2]
     unscaled = logits(with_rules_tables(copy.deepcopy(model), n_ctx, unscaled=True), tokens)
     assert float((got - unscaled).abs().max()) > 10 * tol  # the scaling shows
     rules = logits(with_rules_tables(model, n_ctx), tokens)

@@ -97,7 +97,8 @@ def script(python, name, request):
     done = subprocess.run([python, str(HERE / name)], input=json.dumps(request), text=True,
                           capture_output=True, check=False)  # fmt: skip
     said = (done.stdout + done.stderr).splitlines()
-    assert done.returncode == 0, "\n".join([line for line in said if "Error" in line][-8:])
+    errors = [line for line in said if "Error" in line] or said
+    assert done.returncode == 0, "\n".join(errors[-8:])
 
 
 def logits(model, tokens):

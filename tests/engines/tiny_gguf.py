@@ -13,21 +13,16 @@ import json
 import sys
 from pathlib import Path
 
+from posenc.engines.gguf_worker import converter
+
 
 def convert(request):
-    root = request["llama_cpp"]
-    sys.path[:0] = [root, f"{root}/gguf-py"]
-    import gguf
-    from conversion import get_model_architecture, get_model_class
-    from conversion.base import ModelBase, ModelType
-
     folder = Path(request["model"])
-    hparams = ModelBase.load_hparams(folder, False)
+    gguf, cls, hparams = converter(request["llama_cpp"], folder)
     n = int(hparams.get("vocab_size") or hparams.get("text_config", {})["vocab_size"])
     # Gemma's converter counts the embedding rows to keep in the tokenizer's vocabulary
     vocab = {"model": {"vocab": {f"t{i}": i for i in range(n)}}, "added_tokens": []}
     (folder / "tokenizer.json").write_text(json.dumps(vocab))
-    cls = get_model_class(get_model_architecture(hparams, ModelType.TEXT))
     model = cls(folder, gguf.LlamaFileType.ALL_F32, Path(request["out"]), eager=True)
 
     def placeholder_vocab():

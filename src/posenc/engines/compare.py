@@ -28,6 +28,7 @@ __all__ = [
     "Job",
     "compare_tables",
     "fp32_tolerance",
+    "pair_count",
     "probe_positions",
     "reference_tables",
 ]
@@ -66,6 +67,11 @@ def probe_positions(context: int, past: float = 2.0, also: tuple[int, ...] = ())
         points.add(power)
         power *= 2
     return torch.tensor(sorted(p for p in points if 0 <= p <= last))
+
+
+def pair_count(rope: RoPE, positions: torch.Tensor) -> int:
+    """How many pairs ``rope`` rotates in a sequence reaching the last of ``positions``."""
+    return rope.inv_freq(int(positions.max()) + 1).numel()
 
 
 def reference_tables(

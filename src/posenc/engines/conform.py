@@ -33,7 +33,14 @@ from ..hf.rope import rope_from_hf_config
 from ..rotary.dca import DualChunkRoPE
 from ..rotary.rope import RoPE
 from ..terminal import render
-from .compare import Answer, Job, compare_tables, probe_positions, reference_tables
+from .compare import (
+    Answer,
+    Job,
+    compare_tables,
+    pair_count,
+    probe_positions,
+    reference_tables,
+)
 from .hf_engine import transformers_tables
 from .llama_engine import llama_tables
 from .vllm_engine import vllm_tables
@@ -52,7 +59,7 @@ def _transformers(config: Any, jobs: list[Job]) -> list[Answer]:
     for rope, positions, layer_type in jobs:
         try:
             tables, ran = transformers_tables(
-                config, positions, layer_type, _pairs(rope, positions)
+                config, positions, layer_type, pair_count(rope, positions)
             )
         except ValueError as why:
             answers.append(f"not run: {why}")
@@ -190,10 +197,6 @@ def _explain(rope: RoPE, got: tuple[torch.Tensor, torch.Tensor], positions: torc
                 kind = rope.scaling.rope_type
                 return f"{kind}: fixed at a {length}-token sequence, at every length"
     return found
-
-
-def _pairs(rope: RoPE, positions: torch.Tensor) -> int:
-    return rope.inv_freq(int(positions.max()) + 1).numel()
 
 
 def render_rows(rows: list[ConformRow]) -> str:

@@ -18,21 +18,27 @@ architecture the converter does not know or a config it refuses.
 
 import json
 import sys
+from pathlib import Path
 
 
-def metadata(request):
-    root = request["llama_cpp"]
+def converter(root, folder):
+    """The ``gguf`` package and the converter's model class for the model in ``folder``,
+    from the llama.cpp source folder ``root`` (as ``convert_hf_to_gguf.py`` finds them);
+    and the folder's hyperparameters."""
     sys.path[:0] = [root, f"{root}/gguf-py"]
     import gguf
     from conversion import get_model_architecture, get_model_class  # type: ignore[import-not-found]
     from conversion.base import ModelBase, ModelType  # type: ignore[import-not-found]
 
-    folder = request["config"]
-    hparams = ModelBase.load_hparams(__import__("pathlib").Path(folder), False)
-    name = get_model_architecture(hparams, ModelType.TEXT)
-    cls = get_model_class(name)
+    hparams = ModelBase.load_hparams(folder, False)
+    return gguf, get_model_class(get_model_architecture(hparams, ModelType.TEXT)), hparams
+
+
+def metadata(request):
+    folder = Path(request["config"])
+    gguf, cls, _ = converter(request["llama_cpp"], folder)
     cls.index_tensors = lambda self, **_: {}  # no weights: the metadata only
-    model = cls(__import__("pathlib").Path(folder), gguf.LlamaFileType.ALL_F32, None, eager=True)
+    model = cls(folder, gguf.LlamaFileType.ALL_F32, None, eager=True)
     model.set_gguf_parameters()
     tensors = {
         tensor_name: [float(v) for v in tensor.float().flatten().tolist()]

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .compare import Answer, Job
+from .compare import Answer, Job, pair_count
 from .gguf_rope import gguf_rope, rope_cache
 from .worker import EngineUnavailable, run_worker
 
@@ -109,7 +109,7 @@ def metadata_tables(meta: dict[str, Any], jobs: list[Job]) -> list[Answer]:
         except ValueError as why:
             answers.append(f"not run: {why}")
             continue
-        pairs = rope.inv_freq(int(positions.max()) + 1).numel()
+        pairs = pair_count(rope, positions)
         if read.n_rot // 2 != pairs:
             answers.append(
                 f"not compared: llama.cpp rotates {read.n_rot // 2} pairs, posenc {pairs}"
