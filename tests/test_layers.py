@@ -53,7 +53,8 @@ FACADE = "posenc"
 #: bottom to top; a module belongs to the first layer with a prefix that names it or a
 #: package above it. Keep in step with the README's architecture section.
 LAYERS: dict[str, tuple[str, ...]] = {
-    "runtime": ("host_reads",),  # when values are read on the host: below everything
+    # when values are read on the host, and the checks of arguments: below everything
+    "runtime": ("host_reads", "arguments"),
     "math": ("functional",),
     "core": ("registry", "config", "base", "positions", "encoding_info", "builder"),
     "encodings": ("additive", "rotary", "bias", "nope", "composite"),
