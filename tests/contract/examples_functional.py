@@ -1,11 +1,11 @@
-"""Valid calls of the public callables of posenc's functional area (see tests/contract/registry.py)."""
+"""Valid calls of posenc's functional callables (see tests/contract/registry.py)."""
 
 from __future__ import annotations
 
 import torch
+from tests.contract.registry import call, example
 
 import posenc
-from tests.contract.registry import EXEMPT, call, example
 
 __all__: list[str] = []
 

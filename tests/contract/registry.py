@@ -1,4 +1,4 @@
-"""The registry of valid calls, one per public callable, the start of :mod:`tests.contract.test_contract`.
+"""The registry of valid calls, one per public callable, where :mod:`test_contract` starts.
 
 An :class:`Example` builds its call afresh each time (a cache or a model a probe changed is
 never reused), and says which wrong values are documented valid results for a parameter

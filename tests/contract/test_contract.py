@@ -36,9 +36,9 @@ from typing import Any
 
 import pytest
 import torch
+from tests.contract.examples import EXAMPLES, EXEMPT, Example, public_callables
 
 import posenc
-from tests.contract.examples import EXAMPLES, EXEMPT, Example, public_callables
 
 SRC = Path(posenc.__file__).parent
 
@@ -66,9 +66,7 @@ def probes(valid: Any, default: Any) -> Iterator[Probe]:
         wrong = torch.complex64 if not valid.is_complex() else torch.int64
         yield "dtype", valid.to(wrong)
         yield "meta", valid.to("meta")
-    elif isinstance(valid, (tuple, list)) and not any(
-        isinstance(v, torch.Tensor) for v in valid
-    ):
+    elif isinstance(valid, (tuple, list)) and not any(isinstance(v, torch.Tensor) for v in valid):
         yield from (("string", "x"), ("set", set(valid)))
 
 
@@ -108,7 +106,7 @@ def verdict(example: Example, param: str, label: str, value: Any) -> str | None:
         if param not in str(error) and not any(a in str(error) for a in example.aliases(param)):
             return f"{type(error).__name__} does not name {param!r}: {error}"
         return None
-    except Exception as error:  # noqa: BLE001 - every other error is an unclear one
+    except Exception as error:
         return f"unclear {type(error).__name__}: {str(error)[:200]}"
     if label in example.ok.get(param, ()) or (label == "meta" and _all_meta(out)):
         return None
@@ -146,7 +144,7 @@ def test_examples_are_valid():
         fn, bound = EXAMPLES[name].bind()
         try:
             fn(*bound.args, **bound.kwargs)
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             failures[name] = f"{type(error).__name__}: {error}"
     assert not failures, failures
 
