@@ -141,8 +141,8 @@ def test_examples_are_valid():
     """Each example's call succeeds as written: the probes start from a valid call."""
     failures = {}
     for name in _ids():
-        fn, bound = EXAMPLES[name].bind()
         try:
+            fn, bound = EXAMPLES[name].bind()
             fn(*bound.args, **bound.kwargs)
         except Exception as error:
             failures[name] = f"{type(error).__name__}: {error}"
