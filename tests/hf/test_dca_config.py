@@ -14,6 +14,7 @@ from torch.testing import assert_close
 
 import posenc
 from posenc.hf import extend_context, rope_from_hf_config
+from posenc.hf.dca import dca_notes
 from posenc.hf.inspect.checkpoint import inspect_checkpoint
 from posenc.hf.inspect.view import render_report
 
@@ -80,6 +81,23 @@ def test_bad_dual_chunk_configs_are_refused_by_name(dca, match):
               "dual_chunk_attention_config": dca}  # fmt: skip
     with pytest.raises(ValueError, match=match):
         rope_from_hf_config(config)
+
+
+@pytest.mark.parametrize(
+    ("dca", "error", "match"),
+    [
+        ([262144, 8192], TypeError, "dual_chunk_attention_config must be a dict"),
+        ({"chunk_size": 64}, ValueError, "no local_size"),
+        ({"chunk_size": "64", "local_size": 8}, TypeError, "chunk_size must be an int"),
+        ({**QWEN_1M, "original_max_position_embeddings": 0}, ValueError,
+         "original_max_position_embeddings must be >= 1"),
+    ],
+)  # fmt: skip
+def test_the_notes_refuse_a_bad_config_by_name(dca, error, match):
+    """``posenc inspect``'s notes read the sizes too: a named error, not a KeyError, and a
+    length of 0 is not read as no length."""
+    with pytest.raises(error, match=match):
+        dca_notes(dca)
 
 
 def test_a_rope_scaling_beside_the_chunks_is_refused():

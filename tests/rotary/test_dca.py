@@ -211,6 +211,11 @@ def test_bad_config_is_refused_by_name(kwargs, match):
         ({"window": 4}, "window"),
         ({"softcap": 30.0}, "softcap"),
         ({"backend": "sdpa"}, "backend"),
+        # 0 is a window, a chunk, a softcap given, never one absent
+        ({"window": 0}, "window"),
+        ({"chunk": 0}, "chunk"),
+        ({"softcap": 0.0}, "softcap"),
+        ({"window": False}, "window"),
     ],
 )
 def test_attention_refuses_what_dca_cannot_take(kwargs, match):
@@ -218,6 +223,42 @@ def test_attention_refuses_what_dca_cannot_take(kwargs, match):
     q, k, v = qkv(10)
     with pytest.raises(ValueError, match=match):
         posenc.attention(q, k, v, dca, **kwargs)
+
+
+@pytest.mark.parametrize("width", [8, 32])
+@pytest.mark.parametrize("backend", ["auto", "math"])
+def test_q_and_k_of_another_head_size_are_refused(width, backend):
+    """A dca of head_dim 16 would turn only the first 16 of 32 channels (or fail inside
+    torch on 8): each must be refused by name."""
+    dca = posenc.create("dca", head_dim=16, chunk_size=12, local_size=4)
+    q, k, v = qkv(10, d=width)
+    with pytest.raises(ValueError, match=r"q must be .* head_dim=16"):
+        posenc.attention(q, k, v, dca, backend=backend)
+
+
+@pytest.mark.parametrize("v_width", [4, 16, 56])
+def test_values_of_another_width_give_their_width(v_width):
+    """v may be narrower or wider than q and k (as in plain attention): both paths give
+    the reference, ``v_width`` wide (the chunked path once cut 16 channels whatever v's)."""
+    dca = posenc.create("dca", head_dim=16, chunk_size=12, local_size=4)
+    q, k, _ = qkv(30)
+    v = torch.randn(1, 2, 30, v_width, generator=torch.Generator().manual_seed(2))
+    pos = torch.arange(30)
+    ref = dca_ref(q, k, v, pos, pos, 12, 4)
+    for backend in ("auto", "math"):
+        out = posenc.attention(q, k, v, dca, backend=backend)
+        assert out.shape == (1, 2, 30, v_width)
+        assert_close(out.double(), ref, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize(("seq_len", "error"), [("a", TypeError), (0, ValueError)])
+def test_rotation_checks_its_seq_len(seq_len, error):
+    dca = posenc.create("dca", head_dim=16, chunk_size=12, local_size=4)
+    with pytest.raises(error, match="seq_len"):
+        dca.rotation(torch.arange(10), seq_len)
+    expected = posenc.create("rope", head_dim=16).rotation(torch.arange(10) % 8)
+    for got, want in zip(dca.rotation(torch.arange(10), 10), expected, strict=True):
+        assert torch.equal(got, want)
 
 
 def test_float_positions_are_refused():

@@ -137,8 +137,9 @@ def attention(
     scale = check_scale(scale, q.shape[-1])  # of the input width (PoPE widens q and k)
     merged = kind == "rotary" and cast(RotaryEncoding, encoding).merges_attention
     if merged:  # dca: q and k turned in its own attention, per region of keys
-        refused = {"causal=False": not causal, "bias": bias is not None, "window": window,
-                   "chunk": chunk, "sinks": sinks is not None, "softcap": softcap}  # fmt: skip
+        refused = {"causal=False": not causal, "bias": bias is not None,
+                   "window": window is not None, "chunk": chunk is not None,
+                   "sinks": sinks is not None, "softcap": softcap is not None}  # fmt: skip
         q_positions, k_positions = _merged(encoding, backend, refused, q_positions, k_positions)
     elif kind == "rotary":
         if context is not None:
@@ -194,9 +195,10 @@ def attention(
 def _merged(encoding, backend, refused, q_positions, k_positions):
     """Refuse by name what an encoding that turns q and k in its own attention (``dca``:
     :func:`~posenc.attn.dual_chunk.dual_chunk_attention`) cannot take (``refused``: the
-    arguments, by name), and return its positions checked (None stays None)."""
+    arguments, by name, each True where given), and return its positions checked (None
+    stays None)."""
     name = encoding.info.name
-    given = [key for key, value in refused.items() if value not in (None, False)]
+    given = [key for key, value in refused.items() if value]  # window=0 is given, too
     if given:
         raise ValueError(f"{name!r} runs its own causal attention, which takes no {given[0]}")
     if backend not in ("auto", "math"):

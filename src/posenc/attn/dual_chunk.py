@@ -49,8 +49,9 @@ def dual_chunk_attention(
     """Causal Dual Chunk Attention of unrotated ``q`` over unrotated ``k, v``.
 
     Args:
-        q: ``[b, h, q_len, d]``; k, v ``[b, kv_h, k_len, d]``, not rotated: the keys turn by
-            their place in their chunk here, the queries three ways.
+        q: ``[b, h, q_len, d]``; k ``[b, kv_h, k_len, d]``, not rotated (``d`` the
+            encoding's ``head_dim``): the keys turn by their place in their chunk here, the
+            queries three ways. v ``[b, kv_h, k_len, d_v]``.
         encoding: the ``dca`` encoding.
         context: the positions (``[len]`` or ``[b, len]``, which also cut the chunks) and
             the padding and segment masks.
@@ -60,8 +61,13 @@ def dual_chunk_attention(
         explicit: always the explicit softmax by rows (``backend="math"``).
 
     Shapes:
-        -> ``[b, h, q_len, d]`` in the dtype of ``q``.
+        -> ``[b, h, q_len, d_v]`` in the dtype of ``q``.
+
+    Raises:
+        ValueError: q or k not ``head_dim`` wide (a dca of another head size), named.
     """
+    for name, t in (("q", q), ("k", k)):  # each channel must turn: none may pass through
+        encoding._check_heads(name, t)
     k_len = k.shape[2]
     scale = scale * dca_length_factor(k_len, encoding.config.original_max_position_embeddings) ** 2
     plain = not context.positions.explicit and context.masks is None
@@ -77,16 +83,17 @@ def by_chunks(
     ``arange(k_len)``), one SDPA call per chunk of queries (see the module).
 
     Shapes:
-        q ``[b, h, q_len, d]``, k, v ``[b, kv_h, k_len, d]`` -> ``[b, h, q_len, d]``.
+        q ``[b, h, q_len, d]``, k ``[b, kv_h, k_len, d]``, v ``[b, kv_h, k_len, d_v]`` ->
+        ``[b, h, q_len, d_v]``.
     """
-    q_len, k_len, d = q.shape[2], k.shape[2], q.shape[-1]
+    q_len, k_len, d, d_v = q.shape[2], k.shape[2], q.shape[-1], v.shape[-1]
     start, s = k_len - q_len, encoding.chunk_len
     keys = encoding.rotate(k, encoding.rotation(torch.arange(k_len, device=k.device)), key=True)
     turns = encoding.query_rotations(torch.arange(start, k_len, device=q.device))
     inter, succ, intra = (encoding.rotate(q, turn) for turn in turns[::-1])
     # the values as wide as the joined heads (zeros after them): fused kernels (CPU flash
     # attention) take q, k and v of one width, else SDPA falls back to its [L, L] math
-    values = F.pad(v, (0, 2 * d))
+    values = F.pad(v, (0, max(3 * d - d_v, 0)))
     outs = []
     for c0 in range(start - start % s, k_len, s):  # each chunk that holds queries
         r0, r1 = max(c0, start) - start, min(c0 + s, k_len) - start  # its query rows
@@ -109,7 +116,7 @@ def by_chunks(
             )
         )
     out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
-    return out[..., :d].to(q.dtype)
+    return out[..., :d_v].to(q.dtype)
 
 
 def by_rows(
@@ -126,7 +133,8 @@ def by_rows(
     scale (the length factor in it).
 
     Shapes:
-        q ``[b, h, q_len, d]``, k, v ``[b, kv_h, k_len, d]`` -> ``[b, h, q_len, d]``.
+        q ``[b, h, q_len, d]``, k ``[b, kv_h, k_len, d]``, v ``[b, kv_h, k_len, d_v]`` ->
+        ``[b, h, q_len, d_v]``.
     """
     b, h, q_len, _ = q.shape
     k_len = k.shape[2]

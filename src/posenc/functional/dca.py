@@ -92,6 +92,6 @@ def dca_region(
 def dca_length_factor(n: int, original: int | None) -> float:
     """The factor q and k are each multiplied by at ``n`` tokens: ``max(1, 0.1 · ln(n /
     original) + 1)`` (YaRN's temperature of the ratio), 1 without ``original``."""
-    if not original or n <= original:
+    if original is None or n <= original:
         return 1.0
     return 0.1 * math.log(n / original) + 1.0

@@ -43,18 +43,14 @@ def dca_from_hf(
         ValueError: a key posenc does not know, a missing ``chunk_size`` or
             ``local_size``, or a RoPE scaling beside the chunks, named.
     """
-    if not isinstance(dca, Mapping):
-        raise TypeError(f"dual_chunk_attention_config must be a dict, got {type(dca).__name__}")
+    _check_mapping(dca)
     unknown = sorted(set(dca) - set(DCA_KEYS) - set(SPARSE_KEYS))
     if unknown:
         raise ValueError(
             f"unknown key(s) {unknown} in dual_chunk_attention_config; posenc reads "
             f"{list(DCA_KEYS)} and notes {list(SPARSE_KEYS)}"
         )
-    for key in ("chunk_size", "local_size"):  # vLLM's defaults (8192, 1024) are not guessed
-        if dca.get(key) is None:
-            raise ValueError(f"dual_chunk_attention_config has no {key}")
-        check_int(f"dual_chunk_attention_config {key}", dca[key], minimum=0)
+    _check_sizes(dca)
     rope_type = params.get("rope_type", "default")
     if rope_type != "default":
         raise ValueError(
@@ -77,10 +73,16 @@ def dca_from_hf(
 def dca_notes(dca: Mapping[str, Any]) -> list[str]:
     """What ``posenc inspect`` says of a ``dual_chunk_attention_config`` ``dca``: the
     chunks, which engines run them, and vLLM's sparse prefill where it is configured
-    (``sparse_attention_config`` given and not disabled)."""
+    (``sparse_attention_config`` given and not disabled).
+
+    Raises:
+        TypeError, ValueError: ``dca`` not a dict, or its sizes missing or not ints, named.
+    """
+    _check_mapping(dca)
+    _check_sizes(dca)
     size, local = dca["chunk_size"], dca["local_size"]
     original = dca.get("original_max_position_embeddings")
-    tempered = f"; q and k tempered past {original} tokens" if original else ""
+    tempered = "" if original is None else f"; q and k tempered past {original} tokens"
     notes = [
         f"dual chunk attention: chunk_size {size}, local_size {local} (chunks of "
         f"{size - local} positions): no query-key distance exceeds {size}{tempered}. vLLM "
@@ -94,3 +96,21 @@ def dca_notes(dca: Mapping[str, Any]) -> list[str]:
             "vertical-and-slash pattern), an approximation; posenc computes the dense attention"
         )
     return notes
+
+
+def _check_mapping(dca: Any) -> None:
+    if not isinstance(dca, Mapping):
+        raise TypeError(f"dual_chunk_attention_config must be a dict, got {type(dca).__name__}")
+
+
+def _check_sizes(dca: Mapping[str, Any]) -> None:
+    """Raise naming the key unless ``dca`` has int ``chunk_size`` and ``local_size`` (vLLM's
+    defaults, 8192 and 1024, are not guessed) and ``original_max_position_embeddings`` is
+    None or an int >= 1 (0 is no length, not an absent one)."""
+    for key in ("chunk_size", "local_size"):
+        if dca.get(key) is None:
+            raise ValueError(f"dual_chunk_attention_config has no {key}")
+        check_int(f"dual_chunk_attention_config {key}", dca[key], minimum=0)
+    original = dca.get("original_max_position_embeddings")
+    if original is not None:
+        check_int("dual_chunk_attention_config original_max_position_embeddings", original)

@@ -110,10 +110,12 @@ class DualChunkRoPE(RoPE):
         self, positions: torch.Tensor, seq_len: int | None = None
     ) -> tuple[torch.Tensor, ...]:
         """``(cos, sin)`` at the positions within the chunk, ``p mod s``: the keys'
-        rotation. Shapes: as :meth:`RoPE.rotation <posenc.rotary.rope.RoPE.rotation>`."""
+        rotation. ``seq_len`` changes nothing (no scaling) but is checked. Shapes: as
+        :meth:`RoPE.rotation <posenc.rotary.rope.RoPE.rotation>`."""
         positions = self.check_positions(positions)
         c = self.config
-        return super().rotation(dca_key_positions(positions, c.chunk_size, c.local_size))
+        keys = dca_key_positions(positions, c.chunk_size, c.local_size)
+        return super().rotation(keys, seq_len)
 
     def query_rotations(self, positions: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], ...]:
         """The queries' three ``(cos, sin)``, against the keys of their chunk, of the chunk
