@@ -19,12 +19,17 @@ __all__ = [
     "MAX_FLOAT",
     "MAX_INT",
     "MAX_POSITION",
+    "check_base",
     "check_bool",
+    "check_callable",
     "check_choice",
     "check_device",
+    "check_devices",
     "check_float",
     "check_generator",
     "check_int",
+    "check_ints",
+    "check_movable",
     "check_tensor",
 ]
 
@@ -57,6 +62,25 @@ def check_int(
         raise ValueError(f"{name} must be even (sin/cos come in pairs), got {value}")
 
 
+def check_ints(
+    name: str, value: Any, *, lengths: Iterable[int], minimum: int = 1, maximum: int = MAX_INT
+) -> None:
+    """Raise unless ``value`` is a tuple or list of ``lengths`` (one of them) ints, each
+    as :func:`check_int` takes it: an ordered sequence (a set has no order, a string is
+    not numbers)."""
+    lengths = tuple(lengths)
+    if not isinstance(value, (tuple, list)):
+        raise TypeError(f"{name} must be a tuple of ints, got {type(value).__name__} ({value!r})")
+    if len(value) not in lengths:
+        counts = " or ".join(str(n) for n in lengths)
+        raise ValueError(f"{name} must hold {counts} ints, got {len(value)}: {value!r}")
+    for item in value:
+        if isinstance(item, bool) or not isinstance(item, int):
+            raise TypeError(f"{name} must hold ints, got {type(item).__name__} in {value!r}")
+        if not minimum <= item <= maximum:
+            raise ValueError(f"{name} must hold ints in [{minimum}, {maximum}], got {value!r}")
+
+
 def check_bool(name: str, value: Any) -> None:
     """Raise ``TypeError`` unless ``value`` is a ``bool``: a truthy string such as
     ``"no"`` never turns a switch on."""
@@ -82,6 +106,22 @@ def check_float(name: str, value: Any, *, positive: bool = True) -> None:
         raise ValueError(f"{name} must be {bounds}, got {value}")
 
 
+def check_str(name: str, value: Any) -> None:
+    """Raise ``TypeError`` unless ``value`` is a ``str`` (a label a message names things by,
+    a text to show): any text is valid, a number or None is not."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__} ({value!r})")
+
+
+def check_base(name: str, value: Any) -> None:
+    """Raise unless ``value`` is a wavelength base of a rotation: a number as
+    :func:`check_float` takes it, and > 1 (wavelengths grow with the pair; at 1 every pair
+    turns alike, below it the order is reversed)."""
+    check_float(name, value)
+    if value <= 1:
+        raise ValueError(f"{name} must be > 1 (wavelengths grow with the pair), got {value}")
+
+
 def check_choice(name: str, value: Any, choices: Iterable[str]) -> None:
     """Raise unless ``value`` is one of ``choices``."""
     choices = tuple(choices)
@@ -100,6 +140,12 @@ def check_device(device: Any) -> torch.device | None:
         return torch.device(device)
     except RuntimeError:
         raise ValueError(f"device must name a torch device, got {device!r}") from None
+
+
+def check_callable(name: str, value: Any) -> None:
+    """Raise ``TypeError`` unless ``value`` can be called."""
+    if not callable(value):
+        raise TypeError(f"{name} must be callable, got {type(value).__name__} ({value!r})")
 
 
 def check_generator(generator: Any) -> None:
@@ -145,3 +191,45 @@ def check_tensor(
         raise ValueError(f"{name} must be {shapes}, got shape {tuple(value.shape)}")
     if device is not None and value.device != device:
         raise ValueError(f"{name} is on {value.device}, the other inputs on {device}")
+
+
+def check_devices(**tensors: torch.Tensor) -> torch.device:
+    """The one device of ``tensors`` (each a tensor, keyed by its parameter's name), or a
+    ``ValueError`` naming every one of them with its device (the caller cannot tell which
+    is misplaced, so the message names them all). A meta tensor beside real ones is
+    refused too: it has no values to compute with.
+
+    Shapes:
+        tensors: any.
+    """
+    devices = [t.device for t in tensors.values()]
+    if any(d != devices[0] for d in devices[1:]):
+        where = ", ".join(f"{name} on {t.device}" for name, t in tensors.items())
+        raise ValueError(f"{' and '.join(tensors)} must be on one device, got {where}")
+    return devices[0]
+
+
+def check_movable(name: str, value: torch.Tensor, device: torch.device) -> None:
+    """Raise ``ValueError`` if ``value``, which the caller moves to ``device`` (a table
+    made once, used on every device), is on the meta device and ``device`` is not: a meta
+    tensor has no values to move.
+
+    Shapes:
+        value: any.
+    """
+    if value.is_meta and device.type != "meta":
+        raise ValueError(
+            f"{name} is on the meta device (shapes only, no values) but the other inputs on "
+            f"{device}: build {name} there"
+        )
+
+
+def check_values(name: str, value: torch.Tensor, reader: str) -> None:
+    """Raise ``ValueError`` if ``value`` is on the meta device, which holds no values, where
+    ``reader`` (a function whose result depends on the values, not just the shapes) must
+    read them: a named refusal rather than torch's error from inside the computation."""
+    if value.device.type == "meta":
+        raise ValueError(
+            f"{name} is on the meta device, which holds no values, but {reader} reads them "
+            "(its result depends on the values, not only on the shapes)"
+        )

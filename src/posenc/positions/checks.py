@@ -14,7 +14,14 @@ from functools import partial
 
 import torch
 
-from ..config import MAX_POSITION
+from ..arguments import (
+    MAX_POSITION,
+    check_bool,
+    check_device,
+    check_int,
+    check_str,
+    check_tensor,
+)
 from ..host_reads import read, reads_values
 
 __all__ = [
@@ -52,7 +59,9 @@ def arange(seq_len: int, device: torch.device | str | None = None, offset: int =
     Shapes:
         returns ``[seq_len]``
     """
-    return torch.arange(offset, offset + seq_len, device=device, dtype=torch.long)
+    check_int("seq_len", seq_len, minimum=0)
+    check_int("offset", offset, minimum=0, maximum=MAX_POSITION - seq_len)
+    return torch.arange(offset, offset + seq_len, device=check_device(device), dtype=torch.long)
 
 
 def check_positions(
@@ -87,7 +96,9 @@ def check_positions(
             encoding's parameters): a tensor elsewhere raises instead of failing inside torch,
             or, from the meta device, returning values never computed.
 
-    Every position must also lie within ``±MAX_POSITION`` (2**53).
+    Every position must also lie within ``±MAX_POSITION`` (2**53). The other arguments are
+    checked too (``TypeError``/``ValueError`` naming them): an int where an int goes, a str
+    for the names, a tuple of ints for ``ndims``.
 
     Value checks (negative, non-finite, past ``limit`` or ``MAX_POSITION``) read the tensor
     (:func:`posenc.host_reads.read`: one host read, or one shared by a whole forward), so
@@ -95,6 +106,8 @@ def check_positions(
     traces, on the meta device, with validation off and where the caller checked them
     already; shape, dtype and device checks always run.
     """
+    _check_options(seq_len, name, integer, limit, limit_name, ndims, axes, nonnegative)
+    device = check_device(device)
     if not isinstance(positions, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(positions).__name__}")
     if positions.dtype == torch.bool or positions.is_complex():
@@ -118,10 +131,9 @@ def check_positions(
             f"{name} has {positions.shape[seq_dim]} positions {where} "
             f"but the sequence has {seq_len}"
         )
-    if device is not None and positions.device != torch.device(device):
+    if device is not None and positions.device != device:
         raise ValueError(
-            f"{name} is on {positions.device} but the input is on {torch.device(device)}: "
-            f"move {name} there"
+            f"{name} is on {positions.device} but the input is on {device}: move {name} there"
         )
     source = positions.dtype
     if not positions.is_floating_point() and source != torch.int64:
@@ -132,6 +144,33 @@ def check_positions(
             partial(_check_range, name, source, nonnegative, limit, limit_name),
         )
     return positions
+
+
+def _check_options(
+    seq_len: object,
+    name: object,
+    integer: object,
+    limit: object,
+    limit_name: object,
+    ndims: object,
+    axes: object,
+    nonnegative: object,
+) -> None:
+    """Raise ``TypeError``/``ValueError`` naming the argument of :func:`check_positions`
+    (other than the positions and the device) that is not what it says."""
+    check_str("name", name)
+    if seq_len is not None:
+        check_int("seq_len", seq_len, minimum=0)
+    check_bool("integer", integer)
+    if limit is not None:
+        check_int("limit", limit, maximum=MAX_POSITION)
+    check_str("limit_name", limit_name)
+    if not isinstance(ndims, tuple) or not all(
+        isinstance(n, int) and not isinstance(n, bool) for n in ndims
+    ):
+        raise TypeError(f"ndims must be a tuple of ints (numbers of dimensions), got {ndims!r}")
+    check_int("axes", axes)
+    check_bool("nonnegative", nonnegative)
 
 
 def _check_range(
@@ -179,6 +218,12 @@ def causal_mask(q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.T
         q_positions ``[q_len]`` or ``[batch, q_len]``; k_positions ``[k_len]`` or
         ``[batch, k_len]`` -> ``[q_len, k_len]`` or ``[batch, 1, q_len, k_len]``.
     """
+    check_tensor("q_positions", q_positions, kinds=("int", "float"), dims=(1, 2))
+    check_tensor("k_positions", k_positions, kinds=("int", "float"), dims=(1, 2))
+    if q_positions.device != k_positions.device:
+        raise ValueError(
+            f"q_positions is on {q_positions.device} but k_positions on {k_positions.device}"
+        )
     mask = k_positions.unsqueeze(-2) <= q_positions.unsqueeze(-1)  # [..., q_len, k_len]
     return mask.unsqueeze(-3) if mask.dim() == 3 else mask
 
@@ -188,6 +233,10 @@ def check_batch(
 ) -> None:
     """Raise unless ``positions`` is ``[len]`` or ``[1 or batch, len]`` for this batch (with
     ``axes > 1``: ``[len, axes]`` or ``[1 or batch, len, axes]``)."""
+    check_str("name", name)
+    check_tensor(name, positions, kinds=("int", "float"))
+    check_int("batch", batch)
+    check_int("axes", axes)
     # no `in (1, batch)`: dynamo answers False for a static size among symbolic ones
     # (a batch made dynamic by a recompile), so two comparisons
     rows = positions.shape[0]

@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Literal, overload
 
 import torch
 
-from ..config import check_int
+from ..arguments import MAX_INT, check_bool, check_device, check_int, check_str
 
 __all__ = ["GridMixin", "check_grid", "check_grid_config", "grid", "grid_default_positions"]
 
@@ -49,8 +49,11 @@ def grid(
     """
     for name, value, minimum in (("h", h, 1), ("w", w, 1), ("prefix", prefix, 0)):
         check_int(name, value, minimum=minimum)
+    if prefix + h * w > MAX_INT:
+        raise ValueError(f"prefix + h · w = {prefix + h * w} tokens, more than {MAX_INT}")
     if not isinstance(normalize, bool):
         raise TypeError(f"normalize must be a bool, got {normalize!r}")
+    device = check_device(device)
     rows = torch.arange(h, device=device)
     cols = torch.arange(w, device=device)
     if normalize:
@@ -77,6 +80,9 @@ def grid_default_positions(
     Shapes:
         returns ``[seq_len, 2]`` int64
     """
+    _check_config(config)
+    check_int("seq_len", seq_len, minimum=0)
+    check_int("offset", offset, minimum=0)
     name, size, prefix = config.encoding_name, config.grid, config.prefix
     if size is None:
         raise ValueError(
@@ -102,6 +108,8 @@ def check_grid(name: str, value: Any, *, optional: bool) -> tuple[int, int] | No
 def check_grid(name: str, value: Any, *, optional: bool = False) -> tuple[int, int] | None:
     """``value`` as an ``(h, w)`` tuple of ints >= 1 (a list is accepted, as from JSON); None
     passes when ``optional``. Raises ``TypeError``/``ValueError`` naming ``name`` otherwise."""
+    check_str("name", name)
+    check_bool("optional", optional)
     if value is None and optional:
         return None
     if not isinstance(value, (tuple, list)):
@@ -117,8 +125,19 @@ def check_grid_config(config: Any, *, optional: bool = True) -> None:
     """Check the ``grid`` and ``prefix`` keys every grid encoding's config has, in a
     ``__post_init__``: ``grid`` an ``(h, w)`` pair (normalised to a tuple; None passes when
     ``optional``), ``prefix`` an int >= 0."""
+    _check_config(config)
     object.__setattr__(config, "grid", check_grid("grid", config.grid, optional=optional))
     check_int("prefix", config.prefix, minimum=0)
+
+
+def _check_config(config: Any) -> None:
+    """Raise ``TypeError`` unless ``config`` is a grid encoding's config (it has ``grid``
+    and ``prefix`` keys)."""
+    if not all(hasattr(config, key) for key in ("grid", "prefix", "encoding_name")):
+        raise TypeError(
+            f"config must be a grid encoding's config (with grid and prefix keys, e.g. "
+            f"posenc.create('sincos_2d', ...).config), got {type(config).__name__}"
+        )
 
 
 class GridMixin:

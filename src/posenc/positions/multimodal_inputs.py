@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from ..arguments import check_tensor, check_values
 from ..config import MAX_POSITION, check_float, check_int
 
 __all__ = [
@@ -22,6 +23,10 @@ __all__ = [
     "real_numbers",
     "seconds_per_grid",
 ]
+
+
+#: what reads the values of the inputs, for the refusal of a meta tensor
+READER = "the multimodal position ids (computed from the token ids and grids)"
 
 
 def real_numbers(name: str, value: Any, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -36,6 +41,7 @@ def real_numbers(name: str, value: Any, dtype: torch.dtype | None = None) -> tor
             ) from None
     if value.dtype == torch.bool or value.is_complex():
         raise TypeError(f"{name} must be real numbers, got {value.dtype}")
+    check_values(name, value, READER)
     return value
 
 
@@ -50,6 +56,7 @@ def check_ids(
         raise TypeError(f"input_ids must be an integer tensor, got {input_ids.dtype}")
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids must be [batch, seq], got shape {tuple(input_ids.shape)}")
+    check_values("input_ids", input_ids, READER)
     for name, value in (("image_token_id", image_token_id), ("video_token_id", video_token_id)):
         check_int(name, value, minimum=0)
     if vision_start is not None:
@@ -62,10 +69,8 @@ def kept_tokens(attention_mask: Any, input_ids: torch.Tensor) -> torch.Tensor:
     """``[batch, seq]`` bool: the tokens ``attention_mask`` keeps (all without one)."""
     if attention_mask is None:
         return torch.ones_like(input_ids, dtype=torch.bool)
-    if not isinstance(attention_mask, torch.Tensor):
-        raise TypeError(
-            f"attention_mask must be a torch.Tensor, got {type(attention_mask).__name__}"
-        )
+    check_tensor("attention_mask", attention_mask, kinds=("bool", "int", "float"))
+    check_values("attention_mask", attention_mask, READER)
     if attention_mask.shape != input_ids.shape:
         raise ValueError(
             f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)}, "
@@ -86,6 +91,7 @@ def check_grid_thw(name: str, grid: Any, merge: int, device: torch.device) -> to
         raise TypeError(f"{name} must be an integer tensor, got {grid.dtype}")
     if grid.dim() != 2 or grid.shape[1] != 3:
         raise ValueError(f"{name} must be [n, 3] (t, h, w per item), got {tuple(grid.shape)}")
+    check_values(name, grid, READER)
     grid = grid.to(device, torch.long)
     if grid.numel() and bool((grid < 1).any()):
         raise ValueError(f"{name} entries must be >= 1, got {grid.tolist()}")

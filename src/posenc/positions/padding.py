@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from ..arguments import check_str
 from ..host_reads import read, reads_values
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
 def check_padding_mask(mask: Any, name: str = "attention_mask") -> torch.Tensor:
     """Validate a ``[batch, seq]`` padding mask (True or 1 = a real token, False or 0 = a
     pad, Hugging Face's ``attention_mask``) and return it as bool."""
+    check_str("name", name)
     if not isinstance(mask, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(mask).__name__}")
     if mask.is_floating_point() or mask.is_complex():
@@ -48,6 +50,7 @@ def _check_binary(name: str, values: list[int]) -> None:
 
 def check_segment_ids(segment_ids: Any, name: str = "segment_ids") -> torch.Tensor:
     """Validate ``[batch, seq]`` integer document ids and return them unchanged."""
+    check_str("name", name)
     if not isinstance(segment_ids, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(segment_ids).__name__}")
     if (
@@ -108,6 +111,11 @@ def from_segments(
                 f"attention_mask has shape {tuple(real.shape)} but segment_ids "
                 f"{tuple(ids.shape)}: they must match"
             )
+        if real.device != ids.device:
+            raise ValueError(
+                f"attention_mask is on {real.device} but segment_ids on {ids.device}: move "
+                "one of them"
+            )
     seq = ids.shape[-1]
     starts = document_starts(ids)
     index = torch.arange(seq, device=ids.device).expand_as(ids)
@@ -126,7 +134,7 @@ def document_starts(segment_ids: torch.Tensor) -> torch.Tensor:
     Shapes:
         segment_ids ``[batch, seq]`` integers -> ``[batch, seq]`` bool.
     """
-    ids = segment_ids
+    ids = check_segment_ids(segment_ids)
     starts = torch.ones_like(ids, dtype=torch.bool)
     starts[:, 1:] = ids[:, 1:] != ids[:, :-1]
     if reads_values(ids) and ids.shape[-1] > 1:
