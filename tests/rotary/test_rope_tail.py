@@ -96,3 +96,49 @@ def test_what_cannot_turn_the_tail_says_so():
     xpos = posenc.create("xpos", head_dim=8)
     with pytest.raises(TypeError, match="no conjugate rotation"):
         xpos.rotate_back(torch.randn(1, 1, 2, 8), xpos.rotation(torch.arange(2)))
+
+
+def _rotate_back_cases():
+    """(x, rotation, error, match) of a head-48 RoPE whose last 16 channels turn (8 pairs),
+    10 positions, a batch of 2."""
+    rope, other = v4_rope(), posenc.create("rope", head_dim=48)
+    x = torch.randn(2, 3, 10, 48)
+    rot = rope.rotation(torch.arange(10))
+    cos, sin = rot
+    return [
+        (torch.randn(2, 3, 10, 64), rot, ValueError, "x must be .* head_dim=48"),
+        (torch.randn(2, 3, 10, 3), rot, ValueError, "x must be .* head_dim=48"),
+        (torch.ones(2, 3, 10, 48, dtype=torch.long), rot, TypeError, "x must be a floating"),
+        (x[0], rot, ValueError, "x must be"),
+        (x.tolist(), rot, TypeError, "x must be a floating"),
+        (x, other.rotation(torch.arange(10)), ValueError, "rotation must be this RoPE's"),
+        (x, rope.rotation(torch.arange(7)), ValueError, "rotation must be this RoPE's"),
+        (x, (cos.expand(3, 10, 8), sin.expand(3, 10, 8)), ValueError, "batch=2"),
+        (x, (cos, sin[:5]), ValueError, "rotation must be this RoPE's"),
+        (x, rot[:1], TypeError, "rotation must be .* pair, got a tuple of 1"),
+        (x, None, TypeError, "rotation must be .* pair, got NoneType"),
+        (x, (cos, sin, sin), TypeError, "got a tuple of 3"),
+        (x, (cos.long(), sin), TypeError, "rotation's cos must be a floating"),
+        (x, (cos.tolist(), sin), TypeError, "rotation's cos must be a floating"),
+        (x, (cos.to("meta"), sin.to("meta")), ValueError, "rotation is on meta"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_rotate_back_cases())))
+def test_rotate_back_refuses_by_name_what_is_not_its_rotation_of_x(case):
+    """Each was accepted (a wrong head or an integer x came back turned in part, or
+    truncated) or failed inside torch or Python."""
+    x, rotation, error, match = _rotate_back_cases()[case]
+    with pytest.raises(error, match=match):
+        v4_rope().rotate_back(x, rotation)
+
+
+def test_rotate_back_takes_batched_tables_and_a_list():
+    rope = v4_rope()
+    x = torch.randn(2, 3, 10, 48, dtype=torch.float64)
+    positions = torch.stack([torch.arange(10), torch.arange(10) + 5])
+    cos, sin = rope.rotation(positions)  # [2, 10, 8]
+    got = rope.rotate_back(x, [cos, sin])
+    for row in range(2):
+        expected = rope.rotate_back(x[row : row + 1], rope.rotation(positions[row]))
+        assert_close(got[row : row + 1], expected)

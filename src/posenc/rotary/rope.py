@@ -13,6 +13,7 @@ from typing import Any, ClassVar, cast
 import torch
 
 from ..base import RotaryConfig, RotaryEncoding
+from ..base.encoding import check_float_tensor
 from ..config import check_choice, check_float, check_int
 from ..functional.rope import ROPE_LAYOUTS, ROTARY_AT, rope_cos_sin, rotary_offset
 from ..functional.rope_kernel import apply_rope_fast, check_rope_kernel, rotate_with_triton
@@ -162,6 +163,13 @@ class RoPE(RotaryEncoding):
     Config = RopeConfig
     config: RopeConfig
 
+    def __init__(self, config: RopeConfig | None = None, **kwargs: Any) -> None:
+        super().__init__(config, **kwargs)
+        #: how many pairs of each head turn: the width ``n`` of :meth:`rotation`'s cos and
+        #: sin (``rotary_dim // 2``; ``head_dim // 2`` for ``proportional`` scaling), known
+        #: once here so that checking a rotation reads no table (nor breaks a compiled graph)
+        self._pairs = int(self.inv_freq(device="cpu").numel())
+
     @property
     def scaling(self) -> ScalingConfig:
         return self.config.scaling
@@ -212,10 +220,50 @@ class RoPE(RotaryEncoding):
         :meth:`rotate` when the attention factor is 1.
 
         Shapes:
-            x ``[batch, heads, seq, head_dim]`` -> the same, its dtype.
+            x ``[batch, heads, seq, head_dim]``, rotation this RoPE's ``(cos, sin)`` of
+            ``x``'s positions (``[seq, n]`` or ``[batch or 1, seq, n]``) -> the same as x,
+            its dtype.
+
+        Raises:
+            TypeError: x not a floating-point tensor, rotation not a ``(cos, sin)`` pair
+                of floating-point tensors, named.
+            ValueError: x not ``head_dim`` wide, or a rotation of another RoPE (another
+                number of pairs) or of other positions (another length or batch), named.
         """
-        cos, sin = rotation
+        self._check_heads("x", x)
+        cos, sin = self._check_rotation(rotation, x)
         return self._turn(x, cos, -sin)
+
+    def _check_rotation(
+        self, rotation: tuple[torch.Tensor, ...], x: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``rotation``'s ``(cos, sin)``, or a ``TypeError``/``ValueError`` naming it unless
+        they are this RoPE's tables for the positions of ``x`` ``[batch, heads, seq, d]``
+        (shapes only: no value is read)."""
+        if not isinstance(rotation, (tuple, list)) or len(rotation) != 2:
+            got = type(rotation).__name__
+            if isinstance(rotation, (tuple, list)):
+                got = f"a {got} of {len(rotation)}"
+            raise TypeError(f"rotation must be this RoPE's (cos, sin) pair, got {got}")
+        for name, t in zip(("cos", "sin"), rotation, strict=True):
+            check_float_tensor(f"rotation's {name}", t)
+        cos, sin = rotation
+        b, _, seq, _ = x.shape
+        if (
+            cos.shape != sin.shape
+            or cos.dim() not in (2, 3)
+            or cos.shape[-1] != self._pairs
+            or cos.shape[-2] != seq
+            or (cos.dim() == 3 and cos.shape[0] not in (1, b))
+        ):
+            raise ValueError(
+                f"rotation must be this RoPE's (cos, sin) for x's positions, each [seq, n] or "
+                f"[batch or 1, seq, n] with seq={seq}, n={self._pairs} pairs, batch={b}; got "
+                f"cos {tuple(cos.shape)} and sin {tuple(sin.shape)}"
+            )
+        if cos.device != x.device or sin.device != x.device:
+            raise ValueError(f"rotation is on {cos.device}, x on {x.device}")
+        return cos, sin
 
     def _turn(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """``x``'s rotary channels (the first or the last ``2 · cos.shape[-1]``) turned."""
