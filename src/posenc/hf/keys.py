@@ -12,6 +12,7 @@ from typing import Any
 
 from ..config import check_int
 from . import records
+from .deepseek_v4 import fold_deepseek_v4
 
 __all__ = [
     "CHUNKED",
@@ -37,21 +38,33 @@ Getter = Callable[..., Any]
 LEGACY_KEYS = {"rope_theta": "rotary_emb_base", "partial_rotary_factor": "rotary_pct"}
 
 
+#: model type -> how its config class folds the keys of a ``config.json`` that posenc reads
+#: (their RoPE): every reader sees the keys as the class holds them
+_FOLDS: dict[str, Callable[[Getter], Getter]] = {"deepseek_v4": fold_deepseek_v4}
+
 #: the layer types whose masks posenc builds (transformers' names): ``layer_types`` entries
 LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
 FULL, SLIDING, CHUNKED = LAYER_TYPES
 
 
 def config_getter(config: Any, name: str = "config") -> Getter:
-    """``get(key, default=None)`` for a config object or its ``config.json`` dict; a
-    ``TypeError`` naming ``name`` for anything else (a string, a number, None)."""
+    """``get(key, default=None)`` for a config object or its ``config.json`` dict, its RoPE
+    keys as the model type's config class folds them (DeepSeek-V4's flat keys as its two
+    RoPEs: :mod:`~posenc.hf.deepseek_v4`); a ``TypeError`` naming ``name`` for anything
+    else (a string, a number, None)."""
     if not isinstance(config, Mapping) and not hasattr(config, "__dict__"):
         raise TypeError(
             f"{name} must be a dict (a config.json's contents) or a config object, got "
             f"{type(config).__name__} ({config!r})"
         )
-    if isinstance(config, Mapping):
-        return config.get
+    get: Getter = config.get if isinstance(config, Mapping) else _attributes(config)
+    model_type = get("model_type")
+    fold = _FOLDS.get(model_type) if isinstance(model_type, str) else None
+    return get if fold is None else fold(get)
+
+
+def _attributes(config: Any) -> Getter:
+    """``get(key, default=None)`` of a config object: its attribute."""
     return lambda key, default=None: getattr(config, key, default)
 
 
@@ -102,9 +115,11 @@ def config_rope_dict(get: Getter, layer_type: str | None = None) -> dict[str, An
             raise ValueError(f"layer_type must be one of {where} {list(known)}, got {layer_type!r}")
     if nested:
         if layer_type is None:
+            record = records.model_type(get("model_type"))
+            plan = record is None or record.plan_refused is None
+            whole = ", or read the whole model with posenc.hf.layer_plan" if plan else ""
             raise ValueError(
-                f"per-layer rope_parameters (keys {nested}): pass layer_type= (one of them), "
-                "or read the whole model with posenc.hf.layer_plan"
+                f"per-layer rope_parameters (keys {nested}): pass layer_type= (one of them)" + whole
             )
         if not isinstance(params.get(layer_type), Mapping):
             raise ValueError(

@@ -204,6 +204,7 @@ _HEAD_DIM_REQUIRED = [
     "mellum",
     "laguna",
     "kolibri1",
+    "deepseek_v4",
 ]
 #: model types that do not rotate: the posenc encoding of each
 _OTHER = {

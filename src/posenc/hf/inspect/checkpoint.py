@@ -178,14 +178,15 @@ def inspect_checkpoint(path: str | Path, target: int | None = None) -> Checkpoin
     causal = True if plan is None else is_causal(language)
     reach = None if plan is None else reach_note(plan, causal)
     notes += [] if reach is None else [reach]
+    get = config_getter(language)  # DeepSeek-V4's flat keys folded into its two RoPEs
+    kinds = nested_rope_keys(get("rope_parameters") or {})
     try:
-        layer_type = scaled_layer_type(config_getter(language))  # the one recipes extend
+        layer_type = scaled_layer_type(get)  # the one recipes extend
     except ValueError:  # per-layer RoPEs, none of full attention (DeepSeek-V4's main and
         # compress): the facts of the first; extend_refusal says why nothing is extended
-        layer_type = nested_rope_keys(language["rope_parameters"])[0]
+        layer_type = kinds[0]
     rope = rope_from_hf_config(config, layer_type=layer_type)
     if layer_type is not None:
-        kinds = nested_rope_keys(language["rope_parameters"])
         notes.insert(0, f"a RoPE per layer type {kinds}: the facts above are the {layer_type}'s")
     notes += rotary_notes(config, model_type)
     facts = _rotary_facts(rope, language, model_type)
