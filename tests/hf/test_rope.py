@@ -222,6 +222,32 @@ REAL_CONFIGS = {
         "rope_theta": 10000,
         "vocab_size": 129280,
     },
+    # Kimi-K2-Instruct's config.json (its model_type "kimi_k2" runs DeepSeek-V3's code):
+    # YaRN with beta_fast = beta_slow, a step between kept and scaled pairs (issue 52)
+    "kimi-k2": {
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "model_type": "deepseek_v3",
+        "hidden_size": 7168,
+        "kv_lora_rank": 512,
+        "q_lora_rank": 1536,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "num_attention_heads": 64,
+        "num_hidden_layers": 61,
+        "max_position_embeddings": 131072,
+        "rope_scaling": {
+            "beta_fast": 1.0,
+            "beta_slow": 1.0,
+            "factor": 32.0,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+            "original_max_position_embeddings": 4096,
+            "type": "yarn",
+        },
+        "rope_theta": 50000.0,
+        "vocab_size": 163840,
+    },
 }
 
 EXPECTED = {  # (head_dim, rope_type, layout) read by hand from the configs above
@@ -230,6 +256,7 @@ EXPECTED = {  # (head_dim, rope_type, layout) read by hand from the configs abov
     "qwen2-7b": (128, "default", "half"),
     "phi-3-mini-128k": (96, "longrope", "half"),
     "deepseek-v3": (64, "yarn", "interleaved"),
+    "kimi-k2": (64, "yarn", "interleaved"),
 }
 
 
@@ -256,6 +283,49 @@ def test_real_config_matches_transformers(name, tol):
         rounding = tol(n=hf_table_n(rope.config.base), scale=0)
         torch.testing.assert_close(rope.inv_freq(seq_len).float(), expected, **rounding)
         assert rope.attention_factor(seq_len) == pytest.approx(expected_factor, rel=1e-12)
+
+
+def test_kimi_k2s_equal_betas_turn_as_transformers_at_every_position():
+    """beta_fast = beta_slow (Kimi-K2): transformers' DeepSeek-V3 rotary embedding and
+    posenc's float64 tables agree to float32's rounding at every position of the context."""
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3RotaryEmbedding
+
+    from posenc.engines.compare import compare_tables, reference_tables
+    from posenc.engines.hf_engine import pair_tables
+
+    raw = REAL_CONFIGS["kimi-k2"]
+    rope = rope_from_hf_config(copy.deepcopy(raw))
+    assert (rope.scaling.beta_fast, rope.scaling.beta_slow) == (1.0, 1.0)
+    positions = torch.arange(raw["max_position_embeddings"])
+    emb = DeepseekV3RotaryEmbedding(AutoConfig.for_model(**copy.deepcopy(raw)))
+    with torch.no_grad():
+        cos, sin = emb(torch.zeros(1, 1, 1), positions[None])
+    got = pair_tables(cos[0], sin[0], 32)
+    found = compare_tables(got, reference_tables(rope, positions), positions, rope.inv_freq())
+    assert found.first_position is None, found
+
+
+@pytest.mark.parametrize(
+    "lengths",
+    [{}, {"original_max_position_embeddings": 8192, "max_position_embeddings": 32768}],
+    ids=["no-lengths", "another-original"],
+)
+def test_hunyuans_alpha_reads_no_length(lengths):
+    """``{"type": "dynamic", "alpha": a}`` is Hunyuan's static NTK-alpha: no
+    max_position_embeddings needed, an original length of its own accepted (issue 52)."""
+    from transformers.models.hunyuan_v1_dense import modeling_hunyuan_v1_dense as hunyuan
+
+    scaling = {"type": "dynamic", "alpha": 1000.0, "factor": 1.0, "beta_fast": 32,
+               "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}  # fmt: skip
+    raw = {"model_type": "hunyuan_v1_dense", "hidden_size": 256, "num_attention_heads": 4,
+           "head_dim": 64, "rope_theta": 10000.0, "rope_scaling": scaling}  # fmt: skip
+    for key, value in lengths.items():  # the original in the RoPE dict, the context on top
+        (raw["rope_scaling"] if key.startswith("original") else raw)[key] = value
+    rope = rope_from_hf_config(copy.deepcopy(raw))
+    assert rope.scaling.rope_type == "ntk_alpha"
+    config = AutoConfig.for_model(**copy.deepcopy(raw))
+    expected = hunyuan.HunYuanDenseV1RotaryEmbedding(config).inv_freq
+    torch.testing.assert_close(rope.inv_freq(), expected.double(), rtol=2**-23, atol=0)
 
 
 def test_phi3_reads_the_top_level_original_length():

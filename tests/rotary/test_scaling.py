@@ -87,7 +87,7 @@ def test_parse_scaling_splits_encoding_keys_and_reads_legacy_type():
                 "rope_type": "yarn",
                 "factor": 2.0,
                 "original_max_position_embeddings": 8,
-                "beta_fast": 1.0,
+                "beta_fast": 0.5,
             },
             "beta_fast",
         ),

@@ -177,6 +177,8 @@ def _fill_original_length(params: dict[str, Any], rope_type: str, get: Getter) -
     """Write into ``params`` the original context length (and the factor of YaRN and
     LongRoPE when absent) that transformers takes from outside the RoPE dict."""
     original_key = "original_max_position_embeddings"
+    if rope_type == "dynamic" and params.get("alpha"):  # Hunyuan's static NTK-alpha: no
+        return  # length is read (its rotary embedding never rescales), none is required
     if rope_type == "dynamic":  # transformers scales only past max_position_embeddings
         original = _max_positions(get, rope_type)
         if params.get(original_key, original) != original:

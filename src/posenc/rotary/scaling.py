@@ -178,9 +178,9 @@ class YarnScaling(ScalingConfig):
                     raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         check_float("beta_fast", self.beta_fast)
         check_float("beta_slow", self.beta_slow)
-        if self.beta_fast <= self.beta_slow:
+        if self.beta_fast < self.beta_slow:  # equal: a step, not a ramp (Kimi-K2's 1 and 1)
             raise ValueError(
-                f"beta_fast ({self.beta_fast}) must exceed beta_slow ({self.beta_slow})"
+                f"beta_fast ({self.beta_fast}) must be >= beta_slow ({self.beta_slow})"
             )
         if not isinstance(self.truncate, bool):
             raise TypeError(f"truncate must be a bool, got {self.truncate!r}")
