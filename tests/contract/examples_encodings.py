@@ -31,7 +31,7 @@ def heads(seed: int = 0, d: int = D) -> torch.Tensor:
 
 
 GRID = torch.stack((P // 2, P % 2), dim=-1)  # [seq, 2] (row, column) of a 2 x 2 grid
-MROPE = torch.stack((P, P, P))  # [3, seq]: text tokens, the same position on each axis
+MROPE = torch.stack((P, P, P))[:, None]  # [3, 1, seq]: temporal, height and width ids
 
 # the hooks posenc.attention and bias() call with inputs they built and checked; a check
 # there would run inside every flex score and every block of rows
@@ -137,8 +137,9 @@ for name, positions, extra in (
         example(f"{prefix}.inv_freq", functools.partial(lambda make: call(make().inv_freq), make))
 example(
     "posenc.rotary.mrope.MRoPE.check_positions",
-    lambda: call(enc("mrope").check_positions, MROPE[:, None], seq_len=S, batch=1),
+    lambda: call(enc("mrope").check_positions, MROPE, seq_len=S, batch=1),
 )
 example(
-    "posenc.rotary.mrope.MRoPE.causal_positions", lambda: call(enc("mrope").causal_positions, MROPE)
+    "posenc.rotary.mrope.MRoPE.causal_positions",
+    lambda: call(enc("mrope").causal_positions, P.expand(B, -1)),  # text: they order tokens
 )

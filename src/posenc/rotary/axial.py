@@ -36,6 +36,7 @@ from ..functional.rope import ROPE_LAYOUTS
 from ..functional.rope_kernel import apply_rope_fast
 from ..positions import GridMixin, check_grid_config
 from ..registry import register
+from .inputs import check_rotate, check_seq_len
 
 __all__ = ["RoPE2D", "RoPEMixed"]
 
@@ -143,7 +144,9 @@ class RoPE2D(_GridRotary):
     def rotation(
         self, positions: torch.Tensor, seq_len: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(cos, sin)``, float32 (float64 for float64 positions): ``[(batch,) seq, d/2]``."""
+        """``(cos, sin)``, float32 (float64 for float64 positions): ``[(batch,) seq, d/2]``.
+        ``seq_len`` changes nothing (no scaling depends on it) but is checked."""
+        check_seq_len(seq_len)
         positions = self.check_positions(positions)
         inv_freq = self.inv_freq(positions.device)
         return axial_rope_cos_sin(positions, inv_freq, self.config.axis_order)
@@ -151,7 +154,12 @@ class RoPE2D(_GridRotary):
     def rotate(
         self, x: torch.Tensor, rotation: tuple[torch.Tensor, ...], key: bool = False
     ) -> torch.Tensor:
-        cos, sin = rotation
+        """``x`` turned by :meth:`rotation`'s ``(cos, sin)`` of its positions. Shapes: x
+        ``[batch, heads, seq, head_dim]``, cos and sin ``[(batch,) seq, head_dim // 2]``
+        -> as x."""
+        cos, sin = check_rotate(
+            self, x, rotation, key, width=self.head_dim // 2, heads=(None, None)
+        )
         return apply_rope_fast(x, cos, sin, self.config.layout)
 
 
@@ -264,15 +272,21 @@ class RoPEMixed(_GridRotary):
         self, positions: torch.Tensor, seq_len: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(cos, sin)`` per set of frequencies: ``[batch or 1, n_kv_heads, seq, d/2]``,
-        float32 (float64 for float64 positions or parameters)."""
+        float32 (float64 for float64 positions or parameters). ``seq_len`` changes nothing
+        but is checked."""
+        check_seq_len(seq_len)
         positions = self.check_positions(positions)
         return rope_mixed_cos_sin(positions, self.freqs)
 
     def rotate(
         self, x: torch.Tensor, rotation: tuple[torch.Tensor, ...], key: bool = False
     ) -> torch.Tensor:
-        cos, sin = rotation
+        """``x`` turned by :meth:`rotation`'s tables, each head by the set of frequencies
+        of its key head. Shapes: x ``[batch, heads, seq, head_dim]``, cos and sin
+        ``[batch or 1, n_kv_heads, seq, head_dim // 2]`` -> as x."""
         c, n_kv_heads = self.config, self.n_kv_heads
+        sets = (n_kv_heads, n_kv_heads)
+        cos, sin = check_rotate(self, x, rotation, key, width=self.head_dim // 2, heads=sets)
         heads = x.shape[1]
         if key and heads not in (c.n_heads, n_kv_heads):
             raise ValueError(

@@ -18,6 +18,7 @@ from ..functional.fope import fope_cos_sin, fope_inv_freq
 from ..functional.rope import ROPE_LAYOUTS
 from ..functional.rope_kernel import apply_rope_fast
 from ..registry import register
+from .inputs import check_rotate, check_seq_len
 
 __all__ = ["FoPE"]
 
@@ -139,7 +140,9 @@ class FoPE(RotaryEncoding):
         self, positions: torch.Tensor, seq_len: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(cos, sin)`` per key/value head: ``[batch or 1, n_kv_heads, seq, d/2]``, float32
-        (float64 for float64 positions or parameters)."""
+        (float64 for float64 positions or parameters). ``seq_len`` changes nothing (no
+        scaling depends on it) but is checked."""
+        check_seq_len(seq_len)
         positions = self.check_positions(positions)
         inv_freq = self.inv_freq(positions.device)
         return fope_cos_sin(positions, inv_freq, self.cos_coef, self.sin_coef)
@@ -147,8 +150,18 @@ class FoPE(RotaryEncoding):
     def rotate(
         self, x: torch.Tensor, rotation: tuple[torch.Tensor, ...], key: bool = False
     ) -> torch.Tensor:
-        cos, sin = rotation
-        heads, sets = x.shape[1], self.config.n_kv_heads
+        """``x`` turned by :meth:`rotation`'s tables of its positions, each query head by
+        the series of its key/value head.
+
+        Shapes:
+            x ``[batch, heads, seq, head_dim]`` (``heads`` a multiple of ``n_kv_heads``),
+            rotation ``[batch or 1, n_kv_heads, seq, head_dim // 2]`` each -> as x.
+        """
+        sets = self.config.n_kv_heads
+        cos, sin = check_rotate(
+            self, x, rotation, key, width=self.head_dim // 2, heads=(sets, sets)
+        )
+        heads = x.shape[1]
         if heads % sets:
             raise ValueError(
                 f"{'k' if key else 'q'} has {heads} heads, not a multiple of fope's "

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from ..config import check_tensor
 from ..functional.mrope import (
     balanced_mrope_axis,
     check_mrope_section,
@@ -25,6 +26,7 @@ from ..functional.mrope import (
 from ..functional.rope import rope_cos_sin
 from ..positions import check_batch, check_positions
 from ..registry import register
+from .inputs import check_seq_len
 from .rope import RoPE, RopeConfig
 
 __all__ = ["MRoPE"]
@@ -191,7 +193,10 @@ class MRoPE(RoPE):
         return positions
 
     def causal_positions(self, positions: torch.Tensor) -> torch.Tensor | None:
-        """Text positions order the tokens; ``[3, batch, seq]`` ids do not (None)."""
+        """Text positions order the tokens; ``[3, batch, seq]`` ids do not (None). Raises
+        ``TypeError``/``ValueError`` naming ``positions`` unless they are an integer or
+        float tensor of 1 to 3 dimensions (a shape check: no value is read)."""
+        check_tensor("positions", positions, kinds=("int", "float"), dims=(1, 2, 3))
         return None if positions.dim() == 3 else positions
 
     def rotation(
@@ -199,7 +204,8 @@ class MRoPE(RoPE):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(cos, sin)`` float32 (float64 for float64 positions): ``[batch, seq, n]`` for
         ``[3, batch, seq]`` ids, ``positions.shape + (n,)`` for text positions. ``seq_len``
-        is unused: no length-dependent scaling is allowed."""
+        changes nothing (no length-dependent scaling is allowed) but is checked."""
+        check_seq_len(seq_len)
         positions = self.check_positions(positions)
         inv_freq, attention_factor = self._frequencies(None, positions.device)
         if positions.dim() != 3:  # text: the same id on every axis is plain RoPE

@@ -16,6 +16,7 @@ from ..functional.dtypes import math_dtype
 from ..functional.pope import pope_embed, pope_inv_freq
 from ..functional.rope import rope_angles
 from ..registry import register
+from .inputs import check_rotate, check_seq_len
 
 __all__ = ["PoPE"]
 
@@ -124,7 +125,9 @@ class PoPE(RotaryEncoding):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(cos, sin)`` of the keys' phases ``s·θ_c`` and of the queries' ``t·θ_c − δ_c``
         per head: ``[(batch,) seq, d]`` and ``[batch or 1, n_heads, seq, d]``, float32
-        (float64 for float64 positions or parameters). Angles are float64, reduced mod 2π."""
+        (float64 for float64 positions or parameters). Angles are float64, reduced mod 2π.
+        ``seq_len`` changes nothing (no scaling depends on it) but is checked."""
+        check_seq_len(seq_len)
         positions = self.check_positions(positions)
         angles = rope_angles(positions, self.inv_freq(positions.device))  # [(b,) seq, d]
         out = math_dtype(positions.dtype, self.phase.dtype)
@@ -142,7 +145,21 @@ class PoPE(RotaryEncoding):
     def rotate(
         self, x: torch.Tensor, rotation: tuple[torch.Tensor, ...], key: bool = False
     ) -> torch.Tensor:
-        k_cos, k_sin, q_cos, q_sin = rotation
+        """``x`` as magnitudes turned into complex numbers: keys (``key=True``) by the
+        keys' phases, queries by each head's shifted ones (:meth:`rotation`).
+
+        Shapes:
+            x ``[batch, heads, seq, head_dim]`` (queries: ``n_heads`` heads) ->
+            ``[batch, heads, seq, 2 · head_dim]``.
+        """
+        k_cos, k_sin, q_cos, q_sin = check_rotate(
+            self,
+            x,
+            rotation,
+            key,
+            width=self.head_dim,
+            heads=(None, None, self.config.n_heads, self.config.n_heads),
+        )
         if key:
             if k_cos.dim() == 3:  # [b, seq, d]: one table for every head
                 k_cos, k_sin = k_cos.unsqueeze(1), k_sin.unsqueeze(1)

@@ -1,0 +1,92 @@
+"""The checks of what a rotary encoding's :meth:`rotation` and :meth:`rotate` take, shared
+by the encodings whose tables are not RoPE's ``(cos, sin)`` of ``[(batch,) seq, n]`` alone
+(FoPE, PoPE, the grid RoPEs): ``seq_len``, and ``rotate(x, rotation, key)``.
+
+They read shapes, dtypes and devices only (no tensor value), so they cost nothing beside
+the rotation itself and run on every call of every layer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..base import RotaryEncoding
+from ..base.encoding import check_float_tensor
+from ..config import check_bool, check_int
+
+__all__ = ["check_rotate", "check_seq_len"]
+
+
+def check_seq_len(seq_len: Any) -> None:
+    """Raise ``TypeError``/``ValueError`` naming ``seq_len`` unless it is None or an int in
+    ``[1, MAX_INT]``, as :meth:`~posenc.base.RotaryEncoding.forward` takes it, also where
+    an encoding's tables do not depend on it. A symbolic size (``torch.export``, dynamic
+    ``torch.compile``) passes: it is a tensor's length."""
+    if seq_len is not None and not isinstance(seq_len, torch.SymInt):
+        check_int("seq_len", seq_len)
+
+
+def check_rotate(
+    encoding: RotaryEncoding,
+    x: Any,
+    rotation: Any,
+    key: Any,
+    *,
+    width: int,
+    heads: tuple[int | None, ...],
+) -> tuple[torch.Tensor, ...]:
+    """``rotation``'s tables once ``rotate(x, rotation, key)`` of ``encoding`` is checked,
+    else a ``TypeError``/``ValueError`` naming the argument: ``x`` a floating-point
+    ``[batch, heads, seq, head_dim]`` on the encoding's device, ``key`` a bool, and
+    ``rotation`` a tuple (or list) of the floating-point tables that
+    ``encoding.rotation()`` returns for ``x``'s positions, on ``x``'s device: one per entry
+    of ``heads``, an int for a table per head, None for one that every head shares.
+
+    Shapes:
+        x ``[batch, heads, seq, head_dim]``; a table per head ``[batch or 1, h, seq,
+        width]`` (``h`` its entry of ``heads``), a shared one ``[seq, width]`` or
+        ``[batch or 1, seq, width]``.
+    """
+    encoding._check_heads("x", x)
+    check_bool("key", key)
+    name = type(encoding).__name__
+    if not isinstance(rotation, (tuple, list)):
+        raise TypeError(
+            f"rotation must be the tuple that {name}.rotation(positions) returns, got "
+            f"{type(rotation).__name__}"
+        )
+    if len(rotation) != len(heads):
+        raise ValueError(
+            f"rotation must be the {len(heads)} tables that {name}.rotation(positions) "
+            f"returns, got {len(rotation)}"
+        )
+    batch, seq = x.shape[0], x.shape[2]
+    for t, h in zip(rotation, heads, strict=True):
+        check_float_tensor("rotation's tables", t)
+        if not _fits(t, batch, h, seq, width):
+            shapes = " and ".join(
+                f"[seq, {width}] or [batch or 1, seq, {width}]"
+                if h is None
+                else f"[batch or 1, {h}, seq, {width}]"
+                for h in dict.fromkeys(heads)
+            )
+            raise ValueError(
+                f"rotation must be {name}'s tables for x's positions ({shapes}, with "
+                f"batch={batch} and seq={seq}), got shapes {[tuple(t.shape) for t in rotation]}"
+            )
+        if t.device != x.device:
+            raise ValueError(f"rotation is on {t.device}, x on {x.device}")
+    return tuple(rotation)
+
+
+def _fits(t: torch.Tensor, batch: int, heads: int | None, seq: int, width: int) -> bool:
+    """Whether table ``t`` is ``[batch or 1, heads, seq, width]`` (``heads`` None:
+    ``[seq, width]`` or ``[batch or 1, seq, width]``)."""
+    if t.dim() < 2 or t.shape[-2:] != (seq, width):
+        return False
+    lead = t.shape[:-2]
+    if heads is None:
+        return len(lead) == 0 or (len(lead) == 1 and lead[0] in (1, batch))
+    return len(lead) == 2 and lead[0] in (1, batch) and lead[1] == heads
