@@ -107,6 +107,61 @@ def test_bad_config_is_named(kwargs, message):
         posenc.create("rope_3d", head_dim=24, **kwargs)
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"axes_dim": {4, 8, 12}}, "axes_dim must be three ints .* tuple or list"),  # no order
+        ({"axes_dim": 12}, "axes_dim must be three ints"),
+        ({"axes_dim": "tthhww"}, "axes_dim must be three ints"),
+        ({"scale": 2.0}, "scale must be three numbers"),
+        ({"scale": None}, "scale must be three numbers"),
+        ({"scale": {1.0, 2.0, 3.0}}, "scale must be three numbers"),
+        ({"grid": {2, 3, 4}}, "grid must be"),
+    ],
+)
+def test_what_is_not_an_ordered_triple_is_a_type_error(kwargs, message):
+    with pytest.raises(TypeError, match=message):
+        posenc.create("rope_3d", head_dim=24, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("scale", "message"),
+    [
+        ((1e-10, 1.0, 1.0), "scale t=1e-10 gives axis t an effective base"),  # 1e4·1e-20
+        ((1.0, 1e-3, 1.0), "scale h=0.001 gives axis h"),  # 1e4·1e-6 (h: 4 channels)
+        ((1.0, 1.0, 1e15), r"scale w=1e\+15 gives axis w"),  # past MAX_FLOAT
+    ],
+)
+def test_a_scale_whose_effective_base_base_refuses_is_refused(scale, message):
+    """``θ_a = base·s_a^(d_a/(d_a − 2))`` must be a base ``base=`` itself would take."""
+    with pytest.raises(ValueError, match=message):
+        posenc.create("rope_3d", head_dim=20, axes_dim=(8, 4, 8), scale=scale)
+    with pytest.raises(ValueError, match="base must be > 1"):
+        posenc.create("rope_3d", head_dim=20, base=0.5)
+
+
+def test_a_scale_below_one_with_a_base_above_one_is_the_formula():
+    enc = posenc.create("rope_3d", head_dim=20, axes_dim=(8, 4, 8), scale=[0.5, 1, 1])
+    theta = 10000.0 * 0.5 ** (8 / 6)
+    freq = theta ** -(torch.arange(0, 8, 2, dtype=torch.float64) / 8)
+    assert enc.config.scale == (0.5, 1.0, 1.0)
+    assert_close(enc.inv_freq()[:4], freq)
+    cos, _ = enc.rotation(video_grid(3, 1, 1))
+    assert_close(cos[:, :4], (torch.arange(3.0, dtype=torch.float64)[:, None] * freq).cos().float())
+
+
+@pytest.mark.parametrize(("seq_len", "error"), [("a", TypeError), (-1, ValueError)])
+def test_rotation_checks_its_seq_len(seq_len, error):
+    enc = posenc.create("rope_3d", head_dim=12)
+    with pytest.raises(error, match="seq_len"):
+        enc.rotation(video_grid(1, 2, 2), seq_len)
+
+
+def test_inv_freq_names_a_bad_device():
+    with pytest.raises(TypeError, match="device"):
+        posenc.create("rope_3d", head_dim=12).inv_freq(device=0.5)
+
+
 def test_no_default_positions_without_the_whole_grid():
     enc = posenc.create("rope_3d", head_dim=12, grid=(2, 2, 2))
     x = torch.randn(1, 1, 5, 12)

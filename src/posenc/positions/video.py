@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ..config import check_float, check_int
+from ..config import MAX_INT, check_device, check_float, check_int
 
 __all__ = ["video_grid"]
 
@@ -33,12 +33,18 @@ def video_grid(
     """
     for name, value in (("frames", frames), ("height", height), ("width", width)):
         check_int(name, value)
+    if frames * height * width > MAX_INT:
+        raise ValueError(
+            f"frames · height · width = {frames * height * width} tokens, more than {MAX_INT}"
+        )
+    if fps is not None:
+        check_float("fps", fps)  # > 0
+    check_float("base_fps", base_fps)  # checked without fps too: a typo is never ignored
+    device = check_device(device)
     axes = [torch.arange(n, device=device) for n in (frames, height, width)]
     grid = torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1).reshape(-1, 3)
     if fps is None:
         return grid
-    check_float("fps", fps)  # > 0
-    check_float("base_fps", base_fps)
     scaled = grid.to(torch.float64)
     scaled[:, 0] *= base_fps / fps
     return scaled

@@ -10,11 +10,13 @@ With ``grid=(frames, height, width)`` configured, the default positions are that
 from __future__ import annotations
 
 import dataclasses
+import math
+from typing import Any
 
 import torch
 
 from ..base import RotaryConfig, RotaryEncoding
-from ..config import check_choice, check_float, check_int
+from ..config import MAX_FLOAT, check_choice, check_device, check_float, check_int
 from ..functional.mrope import mrope_axis, mrope_cos_sin
 from ..functional.rope import ROPE_LAYOUTS
 from ..functional.rope_kernel import apply_rope_fast
@@ -52,8 +54,7 @@ class RoPE3DConfig(RotaryConfig):
         check_int("head_dim", self.head_dim, minimum=6, even=True)
         set_ = object.__setattr__  # frozen: normalise once, here
         axes = video_axes_dim(self.head_dim) if self.axes_dim is None else self.axes_dim
-        if isinstance(axes, (str, bytes)) or len(axes) != 3:
-            raise ValueError(f"axes_dim must be three ints (t, h, w), got {axes!r}")
+        _check_triple("axes_dim", axes, "three ints (t, h, w)")
         for name, dim in zip(("t", "h", "w"), axes, strict=True):
             check_int(f"axes_dim {name}", dim, minimum=2, even=True)
         if sum(axes) != self.head_dim:
@@ -65,20 +66,43 @@ class RoPE3DConfig(RotaryConfig):
         check_float("base", self.base)
         if self.base <= 1:
             raise ValueError(f"base must be > 1, got {self.base}")
-        if isinstance(self.scale, (str, bytes)) or len(self.scale) != 3:
-            raise ValueError(f"scale must be three numbers (t, h, w), got {self.scale!r}")
+        _check_triple("scale", self.scale, "three numbers (t, h, w)")
         for name, s, dim in zip(("t", "h", "w"), self.scale, axes, strict=True):
             check_float(f"scale {name}", s)
             if s != 1.0 and dim < 4:
                 raise ValueError(f"scale {name}={s} needs at least 4 channels on that axis")
+            _check_axis_base(name, self.base, s, dim)
         set_(self, "scale", tuple(float(s) for s in self.scale))
         check_choice("layout", self.layout, ROPE_LAYOUTS)
         if self.grid is not None:
-            if isinstance(self.grid, (str, bytes)) or len(self.grid) != 3:
-                raise ValueError(f"grid must be (frames, height, width), got {self.grid!r}")
+            _check_triple("grid", self.grid, "(frames, height, width)")
             for name, n in zip(("frames", "height", "width"), self.grid, strict=True):
                 check_int(f"grid {name}", n)
             set_(self, "grid", tuple(self.grid))
+
+
+def _check_triple(name: str, value: Any, expected: str) -> None:
+    """Raise ``TypeError`` naming ``name`` unless ``value`` is an ordered sequence (a tuple or
+    a list: a set has no ``(t, h, w)`` order), ``ValueError`` unless it holds three items."""
+    if not isinstance(value, (tuple, list)):
+        raise TypeError(f"{name} must be {expected} as a tuple or list, got {value!r}")
+    if len(value) != 3:
+        raise ValueError(f"{name} must be {expected}, got {value!r}")
+
+
+def _check_axis_base(name: str, base: float, scale: float, dim: int) -> None:
+    """Raise ``ValueError`` naming the scale of axis ``name`` unless its effective base
+    ``base · scale^(dim / (dim - 2))`` is, like ``base``, in ``(1, MAX_FLOAT]`` (worked out
+    in logarithms: the power itself may overflow a float)."""
+    if scale == 1.0:
+        return
+    log_base = math.log(base) + dim / (dim - 2) * math.log(scale)
+    if not 0 < log_base <= math.log(MAX_FLOAT):
+        raise ValueError(
+            f"scale {name}={scale:g} gives axis {name} an effective base of base · scale^"
+            f"({dim}/{dim - 2}) = {math.exp(min(log_base, 700.0)):g}, which must be > 1 and "
+            f"<= {MAX_FLOAT:g} like base"
+        )
 
 
 @register(
@@ -122,6 +146,7 @@ class RoPE3D(RotaryEncoding):
 
     def inv_freq(self, device: torch.device | str | None = None) -> torch.Tensor:
         """The frequency of every pair, t pairs then h then w. Shapes: ``[head_dim // 2]``."""
+        device = check_device(device)
         c = self.config
         assert c.axes_dim is not None  # resolved by the config
         return video_rope_inv_freq(c.axes_dim, c.base, c.scale, device)
@@ -143,8 +168,11 @@ class RoPE3D(RotaryEncoding):
         self, positions: torch.Tensor, seq_len: int | None = None
     ) -> tuple[torch.Tensor, ...]:
         """``(cos, sin)`` float32 (float64 for float64 positions), ``positions.shape[:-1] +
-        (head_dim // 2,)``. ``seq_len`` is unused."""
+        (head_dim // 2,)``. ``seq_len`` changes nothing (no scaling depends on it) but is
+        checked."""
         positions = self.check_positions(positions)
+        if seq_len is not None and not isinstance(seq_len, torch.SymInt):  # export: symbolic
+            check_int("seq_len", seq_len)
         c = self.config
         assert c.axes_dim is not None
         axis = mrope_axis([d // 2 for d in c.axes_dim], device=positions.device)
