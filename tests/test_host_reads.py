@@ -17,7 +17,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 import posenc
-from posenc.host_reads import batched, read
+from posenc.host_reads import batched, read, read_now
 from posenc.models import LayerPlan, LayerSpec, TransformerLM
 
 READS = {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "nonzero"}
@@ -179,3 +179,27 @@ def test_a_plan_decode_step_with_padding_reads_the_host_once(static):
         step_mask = full if static else mask[:, :21]
         step = reads(lambda: model(ids[:, 20:21], cache=cache, attention_mask=step_mask))
     assert len(step) == 1
+
+
+@pytest.mark.parametrize(
+    ("values", "then", "error", "match"),
+    [
+        (torch.tensor([1 + 2j]), list, TypeError, "values must be a tensor of a real dtype"),
+        ([1, 2], list, TypeError, "values must be a tensor .* got list"),
+        (None, list, TypeError, "values must be a tensor .* got NoneType"),
+        (torch.tensor([1]), "print", TypeError, "then must be callable"),
+        (torch.tensor([1], device="meta"), list, ValueError, "values are on the meta device"),
+    ],
+)
+@pytest.mark.parametrize("reader", [read, read_now])
+def test_read_names_what_it_cannot_read(reader, values, then, error, match):
+    """A complex tensor was read as its real part (``[1]``), a list failed on ``.device``:
+    each is refused at the call, also inside a batch, and the batch reads the rest."""
+    with pytest.raises(error, match=match):
+        reader(values, then)
+    got = []
+    with batched():
+        with pytest.raises(error, match=match):
+            reader(values, then)
+        read(torch.tensor([True, False]), got.append)
+    assert got == [[1, 0]]

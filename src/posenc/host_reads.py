@@ -122,10 +122,17 @@ def reads_values(*tensors: torch.Tensor | None) -> bool:
 
 
 def read(values: torch.Tensor, then: Callable[[list], None]) -> None:
-    """Read ``values`` (``[n]``, any real dtype) on the host and call ``then`` with them as
-    a list (Python ints for integer and bool tensors, floats otherwise): now, or, inside
-    :func:`batched`, when the block ends, with every other value read there. ``then``
-    raises where a check fails, or stores a fact."""
+    """Read ``values`` (``[n]``, any real dtype, not on the meta device) on the host and
+    call ``then`` with them as a list (Python ints for integer and bool tensors, floats
+    otherwise): now, or, inside :func:`batched`, when the block ends, with every other
+    value read there. ``then`` raises where a check fails, or stores a fact.
+
+    Raises:
+        TypeError: ``values`` not a tensor of a real dtype (a complex one has no one number
+            per item; a list has no device to read from), or ``then`` not callable, named.
+        ValueError: ``values`` on the meta device (:func:`reads_values` says False there).
+    """
+    _check_read(values, then)
     if _STATE.pending is not None:
         _STATE.pending.append((values, then))
         return
@@ -135,6 +142,7 @@ def read(values: torch.Tensor, then: Callable[[list], None]) -> None:
 def read_now(values: torch.Tensor, then: Callable[[list], None]) -> None:
     """:func:`read` at once, also inside :func:`batched`: for a value needed to go on (a
     fact that chooses a kernel), not one that only checks."""
+    _check_read(values, then)
     _read_all([(values, then)])
 
 
@@ -159,6 +167,17 @@ def batched() -> Iterator[None]:
 def _check_enabled(enabled: object) -> None:
     if not isinstance(enabled, bool):  # config.check_bool's rule; config is a layer above
         raise TypeError(f"enabled must be a bool, got {type(enabled).__name__} ({enabled!r})")
+
+
+def _check_read(values: object, then: object) -> None:
+    """Raise, naming the argument, unless :func:`read` can read ``values`` and call ``then``."""
+    if not isinstance(values, torch.Tensor) or values.is_complex():
+        got = values.dtype if isinstance(values, torch.Tensor) else type(values).__name__
+        raise TypeError(f"values must be a tensor of a real dtype (bool, int, float), got {got}")
+    if values.device.type == "meta":
+        raise ValueError("values are on the meta device, which holds none to read")
+    if not callable(then):
+        raise TypeError(f"then must be callable, got {type(then).__name__}")
 
 
 def _read_all(items: list[tuple[torch.Tensor, Callable[[list], None]]]) -> None:
