@@ -182,3 +182,98 @@ def test_a_model_type_transformers_cannot_build_is_a_row(monkeypatch):
     (row,) = conform(NAMED["llama3.1"](), engines=HF)
     assert row.ran.startswith("not run: model_type 'llama'") and math.isnan(row.max_error)
     assert "not run: model_type" in render_rows([row])
+
+
+def test_a_deepseek_v4_config_json_gives_a_row_per_rope(tmp_path):
+    """Its RoPEs are labelled ``main`` and ``compress``, not by layer type: each is
+    compared (the table was empty), and transformers turns each as posenc reads it."""
+    import json
+
+    from tests.hf.test_deepseek_v4 import FLAT
+
+    (tmp_path / "config.json").write_text(json.dumps({**FLAT, "compress_ratios": [0, 4]}))
+    rows = conform(tmp_path, engines=HF)
+    assert [r.layer_type for r in rows] == ["main", "compress"]
+    assert all(r.first_position is None and 0 < r.max_error < 1e-3 for r in rows), rows
+    assert rows[0].ran.endswith("(default)") and rows[1].ran.endswith("(yarn)")
+
+
+@pytest.mark.parametrize(
+    ("past", "error", "match"),
+    [
+        (float("inf"), ValueError, "past must be finite"),
+        (float("nan"), ValueError, "past must be a number >= 1"),
+        (1e15, ValueError, r"past=1000000000000000.0 probes position .* beyond 2\*\*53"),
+        ("2", ValueError, "past must be a number"),
+        (True, ValueError, "past must be a number"),
+        (0.5, ValueError, "past must be a number >= 1"),
+    ],
+)
+def test_a_past_out_of_range_is_named(past, error, match):
+    with pytest.raises(error, match=match):
+        conform(NAMED["llama3.1"](), past=past, engines=HF)
+    with pytest.raises(error, match=match):
+        probe_positions(4096, past=past)
+
+
+def test_the_largest_past_within_2_53_probes_there():
+    p = probe_positions(4096, past=2.0**53 / 4096)
+    assert p[-1].item() == 2**53
+
+
+@pytest.mark.parametrize(
+    ("engines", "error", "match"),
+    [
+        ([], TypeError, "engines must be a dict of name -> engine"),
+        ("transformers", TypeError, "engines must be a dict"),
+        ({}, ValueError, "engines must name at least one engine"),
+        ({"transformers": None}, TypeError, "engines must map names"),
+        ({1: ENGINES["transformers"]}, TypeError, "engines must map names"),
+        ({"short": lambda config, jobs: []}, ValueError, r"engines\['short'\] must answer"),
+        ({"none": lambda config, jobs: None}, ValueError, r"engines\['none'\] must answer"),
+    ],
+)
+def test_bad_engines_are_named(engines, error, match):
+    with pytest.raises(error, match=match):
+        conform(NAMED["llama3.1"](), engines=engines)
+
+
+def test_engines_none_is_every_engine(monkeypatch):
+    """None is the documented default: :data:`ENGINES`, each answering every job."""
+    import importlib
+
+    module = importlib.import_module("posenc.engines.conform")  # the module, not the function
+    ran = []
+    fake = {"a": lambda config, jobs: ran.append("a") or ["not run: a"] * len(jobs)}
+    monkeypatch.setattr(module, "ENGINES", fake)
+    (row,) = conform(NAMED["llama3.1"](), engines=None)
+    assert ran == ["a"] and row.engine == "a" and row.ran == "not run: a"
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "match"),
+    [
+        ({"max_position_embeddings": 0}, ValueError, "max_position_embeddings must be >= 1"),
+        ({"max_position_embeddings": "4096"}, TypeError, "max_position_embeddings must be an int"),
+        ({"num_attention_heads": 0}, ValueError, "num_attention_heads must be >= 1"),
+        ({"hidden_size": 64.0}, TypeError, "hidden_size must be an int"),
+        ({"vocab_size": "x"}, ValueError, r"config.json'.*transformers' config class .*vocab_size"),
+    ],
+)
+def test_a_bad_config_json_is_named(tmp_path, change, error, match):
+    import json
+
+    raw = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 2,
+           "max_position_embeddings": 4096, **change}  # fmt: skip
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(error, match=match):
+        conform(tmp_path, engines=HF)
+
+
+def test_a_config_objects_zero_context_is_named():
+    import transformers
+
+    config = transformers.LlamaConfig(hidden_size=64, num_attention_heads=2)
+    config.max_position_embeddings = 0  # a context of 4096 was compared in its place
+    with pytest.raises(ValueError, match="max_position_embeddings must be >= 1"):
+        conform(config, engines=HF)

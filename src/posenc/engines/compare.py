@@ -14,10 +14,13 @@ past it is where an engine stops computing what posenc computes, however it roun
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
+from ..arguments import MAX_POSITION
 from ..functional.rope import rope_angles
 from ..rotary.dca import DualChunkRoPE
 from ..rotary.rope import RoPE
@@ -26,6 +29,7 @@ __all__ = [
     "Answer",
     "Comparison",
     "Job",
+    "check_past",
     "compare_tables",
     "fp32_tolerance",
     "pair_count",
@@ -56,8 +60,13 @@ def probe_positions(context: int, past: float = 2.0, also: tuple[int, ...] = ())
     """
     if isinstance(context, bool) or not isinstance(context, int) or context < 1:
         raise ValueError(f"context must be an int >= 1 (tokens), got {context!r}")
-    if not isinstance(past, (int, float)) or isinstance(past, bool) or not past >= 1:
-        raise ValueError(f"past must be a number >= 1 (times the context), got {past!r}")
+    check_past(past)
+    if context * past > MAX_POSITION:
+        raise ValueError(
+            f"past={past} probes position {context * past:.6g} (context {context} times "
+            f"past), beyond 2**53 (MAX_POSITION), where float64 no longer holds every "
+            "integer: give a smaller past"
+        )
     last = max(context, int(context * past))
     points = {0, 1, 2, 3, last}
     for edge in (context, *also):
@@ -67,6 +76,15 @@ def probe_positions(context: int, past: float = 2.0, also: tuple[int, ...] = ())
         points.add(power)
         power *= 2
     return torch.tensor(sorted(p for p in points if 0 <= p <= last))
+
+
+def check_past(past: Any) -> None:
+    """Raise unless ``past`` (how far past the context to probe, in contexts) is a finite
+    number >= 1, naming it."""
+    if not isinstance(past, (int, float)) or isinstance(past, bool) or not past >= 1:
+        raise ValueError(f"past must be a number >= 1 (times the context), got {past!r}")
+    if isinstance(past, float) and not math.isfinite(past):
+        raise ValueError(f"past must be finite (times the context), got {past!r}")
 
 
 def pair_count(rope: RoPE, positions: torch.Tensor) -> int:

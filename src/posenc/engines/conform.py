@@ -17,7 +17,7 @@ converter writes, by llama.cpp's rules (:mod:`~posenc.engines.llama_engine`).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -26,8 +26,9 @@ import torch
 from rich import box
 from rich.table import Table
 
+from ..arguments import check_int
 from ..hf.inspect.checkpoint import read_config
-from ..hf.keys import config_getter, nested_rope_keys
+from ..hf.keys import LAYER_TYPES, config_getter, nested_rope_keys
 from ..hf.mrope import language_config
 from ..hf.rope import rope_from_hf_config
 from ..rotary.dca import DualChunkRoPE
@@ -36,6 +37,7 @@ from ..terminal import render
 from .compare import (
     Answer,
     Job,
+    check_past,
     compare_tables,
     pair_count,
     probe_positions,
@@ -109,36 +111,77 @@ def conform(
 
     Args:
         config: the model's config; its ``model_type`` picks each engine's class.
-        past: how far past the context to probe, in contexts (2: up to twice it).
-        engines: the engines to compare, by name; default :data:`ENGINES`.
+        past: how far past the context to probe, in contexts (2: up to twice it); a
+            finite number >= 1 whose last position stays within 2**53.
+        engines: the engines to compare, a non-empty dict of name -> engine
+            (``(config, jobs) -> answers``, one answer per job); None: :data:`ENGINES`.
 
     Raises:
         ValueError: a config posenc does not read (:func:`~posenc.hf.rope_from_hf_config`
-            names why), or one transformers' class cannot be built from.
+            names why; a ``max_position_embeddings`` or head count below 1 among them), one
+            transformers' class cannot be built from, a ``past`` out of range, an empty
+            ``engines``, or an engine that answers another number of jobs.
+        TypeError: a config that is neither a config object nor a path, an ``engines`` that
+            is not a dict of callables by name, a key of the wrong type, each named.
     """
+    check_past(past)
+    engines = _check_engines(engines)
     config = _config_object(config)
     jobs = _jobs(config, past)
     get = config_getter(language_config(config))
     rows = []
-    for name, engine in (ENGINES if engines is None else engines).items():
+    for name, engine in engines.items():
         try:
             answers = engine(config, jobs)
         except EngineUnavailable as why:
             answers = [str(why)] * len(jobs)
+        if not isinstance(answers, list) or len(answers) != len(jobs):
+            count = len(answers) if isinstance(answers, list) else type(answers).__name__
+            raise ValueError(
+                f"engines[{name!r}] must answer a list of one answer per job ({len(jobs)}), "
+                f"got {count}"
+            )
         for (rope, positions, layer_type), answer in zip(jobs, answers, strict=True):
             context = _context(get, rope)
             rows.append(_row(name, rope, positions, layer_type, context, answer))
     return rows
 
 
+def _check_engines(engines: Any) -> dict[str, Engine]:
+    """``engines`` checked (a non-empty dict of callables by name), or :data:`ENGINES`."""
+    if engines is None:
+        return ENGINES
+    if not isinstance(engines, Mapping):
+        raise TypeError(
+            f"engines must be a dict of name -> engine (or None: every engine), got "
+            f"{type(engines).__name__} ({engines!r})"
+        )
+    if not engines:
+        raise ValueError(f"engines must name at least one engine, got {{}}; known: {list(ENGINES)}")
+    for name, engine in engines.items():
+        if not isinstance(name, str) or not callable(engine):
+            raise TypeError(
+                f"engines must map names (str) to engines ((config, jobs) -> answers), got "
+                f"{name!r}: {engine!r}"
+            )
+    return dict(engines)
+
+
 def _jobs(config: Any, past: float) -> list[Job]:
     """The comparisons to make: every layer type, as a sequence past the context and, for
-    a length-dependent scaling, one within the original length."""
+    a length-dependent scaling, one within the original length. Per-layer-type RoPEs that
+    are layer types (Gemma 3's) are compared where the config's ``layer_types`` uses them;
+    RoPEs by another label (DeepSeek-V4's ``main`` and ``compress``) all."""
     get = config_getter(language_config(config))
     types: list[str | None] = [*nested_rope_keys(get("rope_parameters") or {})] or [None]
     used = get("layer_types")
-    if used is not None and types != [None]:  # the models build only the types they use
-        types = [t for t in types if t in set(used)]
+    if used is not None and types != [None] and set(types) <= set(LAYER_TYPES):
+        types = [t for t in types if t in set(used)]  # the models build only those used
+    if not types:
+        raise ValueError(
+            f"the config's layer_types {sorted(set(used))} use none of its RoPEs "
+            f"{nested_rope_keys(get('rope_parameters'))}: nothing to compare"
+        )
     jobs = []
     for layer_type in types:
         rope = rope_from_hf_config(config, layer_type=layer_type)
@@ -153,10 +196,14 @@ def _jobs(config: Any, past: float) -> list[Job]:
 
 
 def _context(get: Any, rope: RoPE) -> int:
-    """The model's context: ``max_position_embeddings``, else the scaling's original
-    length, else 4096."""
+    """The model's context: ``max_position_embeddings`` (an int >= 1), else (absent) the
+    scaling's original length, else 4096."""
+    given = get("max_position_embeddings")
+    if given is not None:
+        check_int("max_position_embeddings", given)
+        return int(given)
     original = rope.scaling.to_dict().get("original_max_position_embeddings")
-    return int(get("max_position_embeddings") or original or 4096)
+    return int(original or 4096)
 
 
 def _row(name: str, rope: RoPE, positions: torch.Tensor, layer_type: str | None,
@@ -214,15 +261,32 @@ def render_rows(rows: list[ConformRow]) -> str:
     return render(grid)
 
 
+#: the sizes posenc reads from a config.json, each an int >= 1 where given
+_SIZE_KEYS = ("hidden_size", "num_attention_heads", "head_dim", "n_embd", "n_head",
+              "max_position_embeddings")  # fmt: skip
+
+
 def _config_object(config: Any) -> Any:
-    """A transformers config object from ``config`` (one already, or a path)."""
+    """A transformers config object from ``config`` (one already, or a path); the keys
+    posenc reads are checked first, by name, and whatever transformers' config class
+    refuses is a ValueError naming the file."""
     if isinstance(config, (str, Path)):
         import transformers
 
         file, raw = read_config(config)
         if "model_type" not in raw:
             raise ValueError(f"{str(file)!r} has no model_type")
-        return transformers.AutoConfig.for_model(**raw)
+        get = config_getter(language_config(raw))
+        for key in _SIZE_KEYS:  # before transformers divides by them
+            if get(key) is not None:
+                check_int(key, get(key))
+        try:
+            return transformers.AutoConfig.for_model(**raw)
+        except Exception as why:  # a third-party class's checks: any exception it raises
+            raise ValueError(
+                f"{str(file)!r}: transformers' config class for model_type "
+                f"{raw['model_type']!r} refuses it ({type(why).__name__}: {why})"
+            ) from why
     if isinstance(config, dict) or not hasattr(config, "model_type"):
         raise TypeError(
             "config must be a transformers config object or the path of a config.json, got "
