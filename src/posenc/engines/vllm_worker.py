@@ -10,11 +10,12 @@ rotation is vLLM's ``get_rope`` called the way vLLM's Llama-family model files c
 ``dual_chunk_attention_config``; DeepSeek-V2/V3's YaRN as ``deepseek_yarn``; the head
 size and pair layout as posenc reads them), and its
 ``forward_native`` turns keys that are ``(1, 0)`` in every pair: what comes out is
-``(cos, sin)`` of each pair, the attention factor included. ``max_model_len`` is taken as
-``max_position_embeddings`` (vLLM's default for LongRoPE and Llama 3; for linear, dynamic
-and YaRN scalings vLLM derives a larger one, times the factor): LongRoPE chooses its
-factors by it, and vLLM serves no position past it, so those are left out (the answer
-says which positions ran).
+``(cos, sin)`` of each pair, the attention factor included. ``max_model_len`` is set to
+``max_position_embeddings``, the whole context, as one serving it passes
+``--max-model-len`` (vLLM 0.32's own default, ``_get_and_verify_max_len``, is 4096 for
+Phi-3.5-mini and Phi-4-mini, their original length; it does not multiply by YaRN's
+factor): LongRoPE chooses its factors by it, and vLLM serves no position past it, so
+those are left out (the answer says which positions ran).
 The answer: one ``{"class": ..., "positions": [...], "cos": [[...]], "sin": [[...]]}``
 per job, one row per position run, or ``{"error": ...}`` for a job vLLM cannot run here
 (its dual-chunk rotary embedding wants a CUDA device).
@@ -43,8 +44,8 @@ def rotation(config, request):
         params["rope_type"] = "deepseek_yarn"  # as vLLM's deepseek_v2.py renames it
     head = request["head_size"]
     engine = VllmConfig()
-    # vLLM's default max_model_len is the model's max_position_embeddings; LongRoPE picks
-    # its short or long factors by it, once, when the rotary embedding is built
+    # max_model_len: the whole context, max_position_embeddings (as --max-model-len sets
+    # it); LongRoPE picks its short or long factors by it, once, when it is built
     limit = types.SimpleNamespace(max_model_len=config.max_position_embeddings)
     object.__setattr__(engine, "model_config", limit)
     with set_current_vllm_config(engine):
