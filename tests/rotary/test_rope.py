@@ -174,3 +174,34 @@ def test_length_dependent_scaling_uses_one_length_for_queries_and_keys():
     torch.testing.assert_close(k2, apply_rope(k, cos, sin))
     with pytest.raises(ValueError, match="k_positions given without positions"):
         rope(q, k, k_positions=torch.arange(8))
+
+
+DYNAMIC = {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 16}
+
+
+@pytest.mark.parametrize(
+    ("seq_len", "error"),
+    [("a", TypeError), (True, TypeError), (1.5, TypeError), (0, ValueError), (-1, ValueError),
+     (2**60, ValueError)],
+)  # fmt: skip
+@pytest.mark.parametrize("scaling", [None, DYNAMIC], ids=["default", "dynamic"])
+def test_inv_freq_and_attention_factor_check_seq_len(scaling, seq_len, error):
+    """Ignored by a plain RoPE, compared with a string inside dynamic NTK: named instead."""
+    rope = posenc.create("rope", head_dim=8, scaling=scaling)
+    with pytest.raises(error, match="seq_len"):
+        rope.inv_freq(seq_len)
+    with pytest.raises(error, match="seq_len"):
+        rope.attention_factor(seq_len)
+
+
+def test_a_length_as_long_as_positions_go_is_taken():
+    rope = posenc.create("rope", head_dim=8, scaling=DYNAMIC)
+    base = 10000.0 * ((2.0 * 2**40 / 16) - 1.0) ** (8 / 6)  # transformers' dynamic NTK
+    expected = base ** -(torch.arange(0, 8, 2, dtype=torch.float64) / 8)
+    torch.testing.assert_close(rope.inv_freq(2**40), expected)
+
+
+@pytest.mark.parametrize(("device", "error"), [(5, TypeError), ("nowhere", ValueError)])
+def test_inv_freq_names_a_bad_device(device, error):
+    with pytest.raises(error, match="device"):
+        posenc.create("rope", head_dim=8).inv_freq(device=device)

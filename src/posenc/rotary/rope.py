@@ -14,7 +14,7 @@ import torch
 
 from ..base import RotaryConfig, RotaryEncoding
 from ..base.encoding import check_float_tensor
-from ..config import check_choice, check_float, check_int
+from ..config import MAX_POSITION, check_choice, check_device, check_float, check_int
 from ..functional.rope import ROPE_LAYOUTS, ROTARY_AT, rope_cos_sin, rotary_offset
 from ..functional.rope_kernel import apply_rope_fast, check_rope_kernel, rotate_with_triton
 from ..registry import register
@@ -35,6 +35,13 @@ def _odd_fraction(name: str, factor: float, head_dim: int) -> str:
         f"least 2): {name} must be (an even number of dimensions) / head_dim, one of "
         f"{', '.join(shown)} for head_dim={head_dim}"
     )
+
+
+def check_seq_len(seq_len: int | None) -> None:
+    """Raise naming ``seq_len`` unless it is None or an int in ``[1, MAX_POSITION]`` (a
+    length as long as positions go; a symbolic one, under ``torch.export``, passes)."""
+    if seq_len is not None and not isinstance(seq_len, torch.SymInt):
+        check_int("seq_len", seq_len, maximum=MAX_POSITION)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,10 +189,12 @@ class RoPE(RotaryEncoding):
         self, seq_len: int | None = None, device: torch.device | str | None = None
     ) -> torch.Tensor:
         """The per-pair frequencies (float64) at ``seq_len``. Shapes: ``[rotary_dim // 2]``."""
-        return self._frequencies(seq_len, device)[0]
+        check_seq_len(seq_len)
+        return self._frequencies(seq_len, check_device(device))[0]
 
     def attention_factor(self, seq_len: int | None = None) -> float:
         """The factor multiplying cos and sin (the logits scale by its square)."""
+        check_seq_len(seq_len)
         return self._frequencies(seq_len, "cpu")[1]
 
     def _frequencies(self, seq_len, device) -> tuple[torch.Tensor, float]:
@@ -198,8 +207,7 @@ class RoPE(RotaryEncoding):
         """``(cos, sin)`` of every position's angles, float32, ``positions.shape + (n,)``
         (subclasses may add tables: xPos's ``scale``)."""
         positions = self.check_positions(positions)
-        if seq_len is not None and not isinstance(seq_len, torch.SymInt):  # export: symbolic
-            check_int("seq_len", seq_len)
+        check_seq_len(seq_len)
         if seq_len is None and self.scaling.depends_on_length:
             if torch.compiler.is_compiling():
                 raise ValueError(f"{self.scaling.rope_type!r} scaling needs seq_len under compile")

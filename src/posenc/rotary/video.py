@@ -23,6 +23,7 @@ from ..functional.rope_kernel import apply_rope_fast
 from ..functional.video_rope import video_axes_dim, video_rope_inv_freq
 from ..positions.video import video_grid
 from ..registry import register
+from .rope import check_seq_len
 
 __all__ = ["RoPE3D"]
 
@@ -171,8 +172,7 @@ class RoPE3D(RotaryEncoding):
         (head_dim // 2,)``. ``seq_len`` changes nothing (no scaling depends on it) but is
         checked."""
         positions = self.check_positions(positions)
-        if seq_len is not None and not isinstance(seq_len, torch.SymInt):  # export: symbolic
-            check_int("seq_len", seq_len)
+        check_seq_len(seq_len)
         c = self.config
         assert c.axes_dim is not None
         axis = mrope_axis([d // 2 for d in c.axes_dim], device=positions.device)
