@@ -36,11 +36,22 @@ float64 inputs are refused (the torch path computes them in float64).
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from .rope_triton_launch import DTYPES, TritonRope, launch, triton_available
+from ..arguments import check_bool, check_float, check_int
+from .rope_triton_checks import (
+    check_cache,
+    check_cu_seqlens,
+    check_heads,
+    check_kernel_tensor,
+    check_layout,
+    check_offset,
+    check_runs_here,
+    check_slots,
+    check_tables,
+    check_written,
+)
+from .rope_triton_launch import TritonRope, launch, triton_available
 
 __all__ = [
     "TritonRope",
@@ -52,39 +63,11 @@ __all__ = [
 ]
 
 
-def _check_heads(q: torch.Tensor, k: torch.Tensor | None) -> None:
-    """Raise unless q (and k) are ``[batch, heads, seq, head_dim]`` of a dtype the kernel
-    turns, with the same batch, seq, head_dim and device."""
-    for name, t in (("q", q), ("k", k)):
-        if t is None:
-            continue
-        if not isinstance(t, torch.Tensor) or t.dim() != 4:
-            raise ValueError(f"{name} must be a [batch, heads, seq, head_dim] tensor, got {t!r}")
-        if t.dtype not in DTYPES:
-            raise TypeError(
-                f"{name} must be float32, bfloat16 or float16 for the Triton kernel (float64 "
-                f"stays on the torch path), got {t.dtype}"
-            )
-    if k is not None and (q.shape[0] != k.shape[0] or q.shape[2:] != k.shape[2:]):
-        raise ValueError(
-            "q and k must be [batch, heads, seq, head_dim] with the same batch, seq and "
-            f"head_dim, got {tuple(q.shape)} and {tuple(k.shape)}"
-        )
-    if k is not None and k.device != q.device:
-        raise ValueError(f"q and k must be on one device, got {q.device} and {k.device}")
-
-
-def _check_layout(layout: str) -> None:
-    if not triton_available():
-        raise RuntimeError("the Triton RoPE kernel needs Triton (pip install triton)")
-    if layout not in ("half", "interleaved"):
-        raise ValueError(f"layout must be 'half' or 'interleaved', got {layout!r}")
-
-
 def varlen_positions(cu_seqlens: torch.Tensor, total: int) -> torch.Tensor:
     """Each token's position in its own sequence, for sequences packed one after another
     (flash-attention's varlen layout): ``t - cu_seqlens[i]`` for token ``t`` of sequence
-    ``i``. No host read.
+    ``i``. Its values (starting at 0, never decreasing, ending at ``total``) are checked
+    by one host read (:mod:`posenc.host_reads`; none with ``posenc.validation(False)``).
 
     Shapes:
         cu_seqlens ``[n + 1]`` integers, ``0 = c_0 <= ... <= c_n = total`` -> ``[total]``
@@ -94,19 +77,11 @@ def varlen_positions(cu_seqlens: torch.Tensor, total: int) -> torch.Tensor:
         >>> varlen_positions(torch.tensor([0, 3, 5]), 5).tolist()
         [0, 1, 2, 0, 1]
     """
-    if (
-        not isinstance(cu_seqlens, torch.Tensor)
-        or cu_seqlens.dim() != 1
-        or cu_seqlens.is_floating_point()
-        or cu_seqlens.numel() < 2
-    ):
-        raise ValueError(
-            f"cu_seqlens must be [n + 1] integers (0, the ends of the n sequences), got "
-            f"{cu_seqlens!r}"
-        )
-    tokens = torch.arange(total, device=cu_seqlens.device)
-    which = torch.searchsorted(cu_seqlens[1:].long(), tokens, right=True)  # [total]
-    return tokens - cu_seqlens.long().gather(0, which.clamp(max=cu_seqlens.numel() - 2))
+    check_int("total", total, minimum=0)
+    cu = check_cu_seqlens(cu_seqlens, total).long()
+    tokens = torch.arange(total, device=cu.device)
+    which = torch.searchsorted(cu[1:], tokens, right=True)  # [total]
+    return tokens - cu.gather(0, which.clamp(max=cu.numel() - 2))
 
 
 def rope_triton(
@@ -131,54 +106,49 @@ def rope_triton(
             ``[total, heads, head_dim]`` and ``[total, kv_heads, head_dim]``.
         positions: ``[seq]`` or ``[batch, seq]`` integers; None with ``cu_seqlens`` (each
             token's place in its sequence, :func:`varlen_positions`).
-        inv_freq: ``[rotary_dim // 2]`` frequencies (a scaling's, float64 or float32).
-        attention_factor: multiplies cos and sin (YaRN's, LongRoPE's).
+        inv_freq: ``[rotary_dim // 2]`` floating frequencies (a scaling's, float64 or
+            float32).
+        attention_factor: multiplies cos and sin (YaRN's, LongRoPE's): a number > 0.
         layout: ``"half"`` or ``"interleaved"``.
-        inplace: write the result into ``q`` and ``k``.
+        inplace: write the result into ``q`` and ``k`` (a bool).
         rotary_offset: the first rotary channel of a head (0: the first ``rotary_dim``
             rotate; ``head_dim - rotary_dim``: the last, as DeepSeek-V4); the channels
             outside are copied through.
-        inverse: rotate by the opposite angles (undo a rotation).
-        cu_seqlens: ``[n + 1]`` integers: packed sequences, positions restarting at each.
+        inverse: rotate by the opposite angles (undo a rotation; a bool).
+        cu_seqlens: ``[n + 1]`` integers: packed sequences, positions restarting at each
+            (checked as :func:`varlen_positions` checks them).
 
     Returns:
         ``(q, k)`` rotated, in their dtypes and shapes.
     """
-    _check_layout(layout)
+    check_layout(layout)
+    check_bool("inplace", inplace)
+    check_bool("inverse", inverse)
+    check_float("attention_factor", attention_factor)
     if cu_seqlens is not None:
         if positions is not None:
             raise ValueError("pass positions or cu_seqlens, not both")
-        if q.dim() != 3 or k.dim() != 3:
-            raise ValueError(
-                "with cu_seqlens, q and k must be packed [total, heads, head_dim], got "
-                f"{tuple(q.shape)} and {tuple(k.shape)}"
-            )
+        check_heads(q, k, packed=True)
+        check_runs_here(q, "q", "rope_triton")
+        cu_seqlens = check_kernel_tensor("cu_seqlens", cu_seqlens, "int", (1,))
         packed = varlen_positions(cu_seqlens.to(q.device), q.shape[0])
-        q4, k4 = q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0)
+        q4, k4 = q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0)  # [1, h, t, d]
         out = rope_triton(
             q4, k4, packed, inv_freq, attention_factor, layout, inplace,
             rotary_offset=rotary_offset, inverse=inverse,
         )  # fmt: skip
         return out[0][0].transpose(0, 1), out[1][0].transpose(0, 1)
-    _check_heads(q, k)
+    check_heads(q, k)
+    check_runs_here(q, "q", "rope_triton")
     if positions is None:
         raise ValueError("positions must be given (or cu_seqlens)")
-    if not isinstance(inv_freq, torch.Tensor) or inv_freq.dim() != 1:
-        raise ValueError(f"inv_freq must be [rotary_dim // 2], got {inv_freq!r}")
-    _check_offset(rotary_offset, 2 * inv_freq.shape[0], q.shape[-1], "inv_freq")
-    rows_ok = positions.dim() == 1 or (
-        positions.dim() == 2 and positions.shape[0] in (1, q.shape[0])
-    )
-    if positions.is_floating_point() or positions.shape[-1] != q.shape[2] or not rows_ok:
-        raise ValueError(
-            f"positions must be integer [seq] or [batch, seq] with seq = {q.shape[2]} and "
-            f"batch = {q.shape[0]} (or 1), got {positions.dtype} {tuple(positions.shape)}"
-        )
-    if not math.isfinite(attention_factor):
-        raise ValueError(f"attention_factor must be finite, got {attention_factor}")
-    freq = inv_freq.to(device=q.device, dtype=torch.float64).contiguous()
-    if positions.dim() == 2 and positions.shape[0] == 1:
-        positions = positions[0]
+    positions = _check_positions(positions, q)
+    freq = check_kernel_tensor("inv_freq", inv_freq, "float", (1,))  # [rotary_dim // 2]
+    check_offset(rotary_offset, 2 * freq.shape[0], q.shape[-1], "inv_freq")
+    if inplace:
+        check_written("q", q)
+        check_written("k", k)
+    freq = freq.to(device=q.device, dtype=torch.float64).contiguous()
     source = (positions.to(q.device), freq)
     sign = -1.0 if inverse else 1.0
     out = TritonRope.apply(
@@ -187,48 +157,17 @@ def rope_triton(
     return out[0], out[1]
 
 
-def _check_offset(offset: int, rotary_dim: int, head_dim: int, source: str) -> None:
-    if rotary_dim > head_dim:
+def _check_positions(positions: object, q: torch.Tensor) -> torch.Tensor:
+    """``positions`` as ``[seq]`` or ``[batch, seq]`` integers for ``q``, or raise."""
+    positions = check_kernel_tensor("positions", positions, "int")
+    batch, seq = q.shape[0], q.shape[2]
+    rows_ok = positions.dim() == 1 or (positions.dim() == 2 and positions.shape[0] in (1, batch))
+    if not rows_ok or positions.shape[-1] != seq:
         raise ValueError(
-            f"{source} must turn rotary_dim <= head_dim ({head_dim}) channels, got "
-            f"rotary_dim {rotary_dim}"
+            f"positions must be integer [seq] or [batch, seq] with seq = {seq} and "
+            f"batch = {batch} (or 1), got shape {tuple(positions.shape)}"
         )
-    if (
-        isinstance(offset, bool)
-        or not isinstance(offset, int)
-        or not 0 <= offset <= head_dim - rotary_dim
-    ):
-        raise ValueError(
-            f"rotary_offset must be an int in [0, head_dim - rotary_dim = "
-            f"{head_dim - rotary_dim}], got {offset!r}"
-        )
-
-
-def _tables(cos: torch.Tensor, sin: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """``cos`` and ``sin`` as ``[batch or 1, seq, n]`` for ``x`` ``[batch, heads, seq, d]``
-    (from ``[seq, n]``, ``[batch, seq, n]`` or ``[batch or 1, 1, seq, n]``), or raise."""
-    if cos.dim() == 4 and cos.shape[1] == 1:
-        cos, sin = cos[:, 0], sin[:, 0]
-    elif cos.dim() == 2:
-        cos, sin = cos.unsqueeze(0), sin.unsqueeze(0)
-    batch, _, seq, head_dim = x.shape
-    if (
-        cos.dim() != 3
-        or cos.shape != sin.shape
-        or cos.shape[0] not in (1, batch)
-        or cos.shape[1] != seq
-        or 2 * cos.shape[2] > head_dim
-        or cos.dtype != torch.float32
-        or sin.dtype != torch.float32
-    ):
-        raise ValueError(
-            "cos and sin must be float32 [seq, n] or [batch, seq, n] (one rotation for every "
-            f"head) with seq = {seq}, batch = {batch} (or 1) and 2n <= {head_dim}, got "
-            f"{cos.dtype} {tuple(cos.shape)} and {sin.dtype} {tuple(sin.shape)}"
-        )
-    if cos.requires_grad or sin.requires_grad:
-        raise ValueError("cos and sin must not need a gradient: the kernel gives none to them")
-    return cos.to(x.device), sin.to(x.device)
+    return positions[0] if positions.dim() == 2 and positions.shape[0] == 1 else positions
 
 
 def rope_triton_tables(
@@ -251,10 +190,16 @@ def rope_triton_tables(
         seq, n]``), ``2n <= head_dim`` -> ``(q, k)`` rotated (k None when not given); the
         rotary channels from ``rotary_offset`` (as :func:`rope_triton`).
     """
-    _check_layout(layout)
-    _check_heads(q, k)
-    cos, sin = _tables(cos, sin, q)
-    _check_offset(rotary_offset, 2 * cos.shape[-1], q.shape[-1], "cos and sin")
+    check_layout(layout)
+    check_bool("inplace", inplace)
+    check_heads(q, k, k_optional=True)
+    check_runs_here(q, "q", "rope_triton_tables")
+    cos, sin = check_tables(cos, sin, q)
+    check_offset(rotary_offset, 2 * cos.shape[-1], q.shape[-1], "cos and sin")
+    if inplace:
+        check_written("q", q)
+        if k is not None:
+            check_written("k", k)
     out = TritonRope.apply(q, k, (cos, sin), layout, 1.0, 1.0, rotary_offset, inplace)
     return out[0], out[1]
 
@@ -275,31 +220,27 @@ def rope_cache_write(
     decoding; no gradient). Returns the rotated q; the caches are written in place, in
     their dtype (a key rounded to its own dtype first, as the unfused path does).
 
+    More new tokens than the caches have rows is refused (a shape fact). With value
+    checks on (:mod:`posenc.host_reads`), a slot outside ``[0, max_seq_len)`` is refused
+    before anything is written; with them off, the kernel writes no such slot (it never
+    writes outside the caches) and the other tokens land as asked.
+
     Shapes:
         q ``[batch, heads, seq, head_dim]``; k, v ``[batch, kv_heads, seq, head_dim]``;
         cos, sin as :func:`rope_triton_tables`; k_cache, v_cache ``[batch, kv_heads,
-        max_seq_len, head_dim]``; slots ``[seq]`` integers (the same rows for the batch,
-        as :class:`~posenc.StaticKVCache` writes them) -> ``[batch, heads, seq, head_dim]``.
+        max_seq_len, head_dim]`` float32, bfloat16 or float16; slots ``[seq]`` integers
+        (the same rows for the batch, as :class:`~posenc.StaticKVCache` writes them) ->
+        ``[batch, heads, seq, head_dim]``.
     """
-    _check_layout(layout)
-    _check_heads(q, k)
-    _check_heads(v, k)
-    for name, c, new in (("k_cache", k_cache, k), ("v_cache", v_cache, v)):
-        if (
-            not isinstance(c, torch.Tensor)
-            or c.dim() != 4
-            or (c.shape[0], c.shape[1], c.shape[3]) != (new.shape[0], new.shape[1], new.shape[3])
-            or c.device != q.device
-        ):
-            raise ValueError(
-                f"{name} must be [batch={new.shape[0]}, kv_heads={new.shape[1]}, max_seq_len, "
-                f"{new.shape[3]}] on {q.device}, got {c!r}"
-            )
-    if slots.dim() != 1 or slots.is_floating_point() or slots.shape[0] != q.shape[2]:
-        raise ValueError(
-            f"slots must be [seq = {q.shape[2]}] integers, got {slots.dtype} {tuple(slots.shape)}"
-        )
-    cos, sin = _tables(cos, sin, q)
+    check_layout(layout)
+    check_heads(q, k)
+    check_heads(v, k, names=("v", "k"))
+    check_runs_here(q, "q", "rope_cache_write")
+    k_cache = check_cache("k_cache", k_cache, k, q)
+    v_cache = check_cache("v_cache", v_cache, v, q)
+    cos, sin = check_tables(cos, sin, q)
+    check_offset(0, 2 * cos.shape[-1], q.shape[-1], "cos and sin")
+    check_slots(slots, q.shape[2], k_cache, v_cache)
     with torch.no_grad():
         q_out, _ = launch(
             q, k, (cos, sin), layout, 1.0, cache=(v, k_cache, v_cache, slots.to(q.device))

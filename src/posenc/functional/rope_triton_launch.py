@@ -37,15 +37,18 @@ if triton is not None:
 
     @triton.jit
     def _rotate_heads(
-        x_ptr, out_ptr, heads, b, s_idx, dst_idx, s_ok, d1, d2, pair_ok, cos, sin, rest,
-        rest_ok, stride_xb, stride_xh, stride_xs, stride_xd, stride_ob, stride_oh, stride_os,
+        x_ptr, out_ptr, heads, b, s_idx, dst_idx, s_ok, dst_ok, d1, d2, pair_ok, cos, sin,
+        rest, rest_ok, stride_xb, stride_xh, stride_xs, stride_xd, stride_ob, stride_oh, stride_os,
         stride_od, COPY: tl.constexpr,
     ):  # fmt: skip
         """Turn the pairs ``(d1, d2)`` of positions ``s_idx`` of every head of one tensor
-        into rows ``dst_idx`` of the output, and copy its channels ``rest`` through
-        (unless the output is the input). Rounded to the input's dtype, then the output's."""
+        into rows ``dst_idx`` of the output (those where ``dst_ok``: no other row is
+        written), and copy its channels ``rest`` through (unless the output is the
+        input). Rounded to the input's dtype, then the output's."""
         m = s_ok[:, None] & pair_ok[None, :]
         mr = s_ok[:, None] & rest_ok[None, :]
+        md = dst_ok[:, None] & pair_ok[None, :]
+        mdr = dst_ok[:, None] & rest_ok[None, :]
         for h in range(0, heads):
             src = x_ptr + b * stride_xb + h * stride_xh + s_idx[:, None] * stride_xs
             dst = out_ptr + b * stride_ob + h * stride_oh + dst_idx[:, None] * stride_os
@@ -55,17 +58,17 @@ if triton is not None:
             c = x2.to(tl.float32)
             o1 = (a * cos - c * sin).to(x1.dtype).to(out_ptr.dtype.element_ty)
             o2 = (c * cos + a * sin).to(x1.dtype).to(out_ptr.dtype.element_ty)
-            tl.store(dst + d1[None, :] * stride_od, o1, mask=m)
-            tl.store(dst + d2[None, :] * stride_od, o2, mask=m)
+            tl.store(dst + d1[None, :] * stride_od, o1, mask=md)
+            tl.store(dst + d2[None, :] * stride_od, o2, mask=md)
             if COPY:
                 kept = tl.load(src + rest[None, :] * stride_xd, mask=mr, other=0.0)
                 kept = kept.to(out_ptr.dtype.element_ty)
-                tl.store(dst + rest[None, :] * stride_od, kept, mask=mr)
+                tl.store(dst + rest[None, :] * stride_od, kept, mask=mdr)
 
     @triton.jit
     def _rope_kernel(
         q_ptr, k_ptr, v_ptr, q_out_ptr, k_out_ptr, v_out_ptr, pos_ptr, freq_ptr, cos_ptr,
-        sin_ptr, slot_ptr, consts_ptr, q_heads, k_heads, v_heads, seq,
+        sin_ptr, slot_ptr, consts_ptr, q_heads, k_heads, v_heads, seq, cache_len,
         stride_pb, stride_ps, stride_tb, stride_ts, stride_tp,
         stride_qb, stride_qh, stride_qs, stride_qd,
         stride_kb, stride_kh, stride_ks, stride_kd,
@@ -108,27 +111,30 @@ if triton is not None:
         r_idx = tl.arange(0, BLOCK_R)  # the channels outside the rotary ones
         rest = tl.where(r_idx < OFFSET, r_idx, r_idx + 2 * PAIRS)
         rest_ok = rest < HEAD_DIM
-        if SLOTS:  # noqa: SIM108 (a constexpr branch) the rows the keys and values go to
+        if SLOTS:  # the rows the keys and values go to: only those inside the cache
             dst_idx = tl.load(slot_ptr + s_idx, mask=s_ok, other=0)
+            dst_ok = s_ok & (dst_idx >= 0) & (dst_idx < cache_len)
         else:
             dst_idx = s_idx
+            dst_ok = s_ok
         _rotate_heads(
-            q_ptr, q_out_ptr, q_heads, b, s_idx, s_idx, s_ok, d1, d2, pair_ok, cos, sin, rest,
-            rest_ok, stride_qb, stride_qh, stride_qs, stride_qd, stride_qob, stride_qoh,
+            q_ptr, q_out_ptr, q_heads, b, s_idx, s_idx, s_ok, s_ok, d1, d2, pair_ok, cos, sin,
+            rest, rest_ok, stride_qb, stride_qh, stride_qs, stride_qd, stride_qob, stride_qoh,
             stride_qos, stride_qod, COPY,
         )  # fmt: skip
         _rotate_heads(
-            k_ptr, k_out_ptr, k_heads, b, s_idx, dst_idx, s_ok, d1, d2, pair_ok, cos, sin,
-            rest, rest_ok, stride_kb, stride_kh, stride_ks, stride_kd, stride_kob, stride_koh,
+            k_ptr, k_out_ptr, k_heads, b, s_idx, dst_idx, s_ok, dst_ok, d1, d2, pair_ok, cos,
+            sin, rest, rest_ok, stride_kb, stride_kh, stride_ks, stride_kd, stride_kob, stride_koh,
             stride_kos, stride_kod, COPY,
         )  # fmt: skip
         cols = tl.arange(0, BLOCK_D)  # the values, copied into the cache whole
         mv = s_ok[:, None] & (cols < HEAD_DIM)[None, :]
+        mvd = dst_ok[:, None] & (cols < HEAD_DIM)[None, :]
         for h in range(0, v_heads):
             src = v_ptr + b * stride_vb + h * stride_vh + s_idx[:, None] * stride_vs
             dst = v_out_ptr + b * stride_vob + h * stride_voh + dst_idx[:, None] * stride_vos
             val = tl.load(src + cols[None, :] * stride_vd, mask=mv, other=0.0)
-            tl.store(dst + cols[None, :] * stride_vod, val.to(v_out_ptr.dtype.element_ty), mask=mv)
+            tl.store(dst + cols[None, :] * stride_vod, val.to(v_out_ptr.dtype.element_ty), mask=mvd)
 
 
 def _strides(t: torch.Tensor | None, n: int) -> tuple[int, ...]:
@@ -152,8 +158,9 @@ def launch(
     may be None) in one launch by ``source``: ``(positions, inv_freq)`` (angles in the
     kernel; positions ``[seq]`` or ``[batch, seq]``) or ``(cos, sin)`` (``[batch or 1,
     seq, n]``). With ``cache = (v, k_cache, v_cache, slots)`` the rotated keys and ``v``
-    go to the caches' rows ``slots`` instead. Returns the rotated ``(q, k)`` (the
-    inputs themselves when ``inplace``; ``k_cache`` with a cache)."""
+    go to the caches' rows ``slots`` instead, a slot outside ``[0, max_seq_len)`` written
+    nowhere. Returns the rotated ``(q, k)`` (the inputs themselves when ``inplace``;
+    ``k_cache`` with a cache)."""
     batch, _, seq, head_dim = q.shape
     angles = source[0].dim() <= 2 and not source[0].is_floating_point()
     pairs = source[1].shape[-1]
@@ -176,7 +183,10 @@ def launch(
         tables = source
         cos = source[0]
         table_strides = (0 if cos.shape[0] == 1 else cos.stride(0), cos.stride(1), cos.stride(2))
+    if batch == 0 or seq == 0:  # nothing to turn: no launch (an empty grid)
+        return q_out, k_out
     rest = head_dim - 2 * pairs
+    cache_len = 0 if k_out is None else k_out.shape[2]  # the rows a slot may name
     grid = (batch, triton.cdiv(seq, BLOCK_S))
     # filled on the device (no copy from the host): the factor, the sign, 2π in float64
     consts = torch.stack(
@@ -190,6 +200,7 @@ def launch(
         q, k_in, q if v is None else v, q_out, q_out if k_out is None else k_out,
         q_out if v_out is None else v_out, pos, freq, *tables, slots, consts,
         q.shape[1], 0 if k is None else k.shape[1], 0 if v is None else v.shape[1], seq,
+        cache_len,
         *pos_strides, *table_strides, *q.stride(), *_strides(k, 4), *_strides(v, 4),
         *q_out.stride(), *_strides(k_out, 4), *_strides(v_out, 4),
         PAIRS=pairs,
