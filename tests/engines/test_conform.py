@@ -277,3 +277,10 @@ def test_a_config_objects_zero_context_is_named():
     config.max_position_embeddings = 0  # a context of 4096 was compared in its place
     with pytest.raises(ValueError, match="max_position_embeddings must be >= 1"):
         conform(config, engines=HF)
+
+
+@pytest.mark.parametrize("rows", [None, "rows", [1], [None], 3])
+def test_render_rows_takes_conforms_rows_only(rows):
+    with pytest.raises(TypeError, match="rows must be a list of ConformRow"):
+        render_rows(rows)
+    assert "engine" in render_rows([])  # no rows: the header

@@ -247,7 +247,13 @@ def _explain(rope: RoPE, got: tuple[torch.Tensor, torch.Tensor], positions: torc
 
 
 def render_rows(rows: list[ConformRow]) -> str:
-    """The rows as a table."""
+    """The rows (:func:`conform`'s) as a table.
+
+    Raises:
+        TypeError: ``rows`` is not a list of :class:`ConformRow`.
+    """
+    if not isinstance(rows, (list, tuple)) or not all(isinstance(r, ConformRow) for r in rows):
+        raise TypeError(f"rows must be a list of ConformRow (conform's), got {rows!r:.80}")
     header = ["layer type", "length", "engine", "ran", "max error", "first past fp32",
               "differs on"]  # fmt: skip
     grid = Table(box=box.SIMPLE_HEAD, show_edge=False, header_style="bold")

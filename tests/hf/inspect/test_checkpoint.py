@@ -124,8 +124,11 @@ def test_bad_paths_and_unknown_models(tmp_path):
     with pytest.raises(ValueError, match="without model_type"):
         inspect_checkpoint(tmp_path / "none.json")
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_embd": 8}))
-    for target in (0, 2.5, True):
-        with pytest.raises(ValueError, match="target"):
+    for target in (0, 2**31):  # tokens: an int in [1, 2**31 - 1]
+        with pytest.raises(ValueError, match="target must be"):
+            inspect_checkpoint(tmp_path, target=target)
+    for target in (2.5, True, "4096"):
+        with pytest.raises(TypeError, match="target must be an int"):
             inspect_checkpoint(tmp_path, target=target)
 
 

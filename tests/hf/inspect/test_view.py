@@ -76,3 +76,21 @@ def test_figure_of_a_scaled_checkpoint_marks_its_own_reach_not_the_target(tmp_pa
     assert set(drawn) == {"checkpoint (llama3)", "none"}
     expected = 2 * math.pi / report.rotary.rope.inv_freq(131072)
     assert torch.equal(torch.as_tensor(drawn["checkpoint (llama3)"]), expected)
+
+
+@pytest.mark.parametrize("report", [None, "gpt2", {"rotary": None}])
+def test_a_report_that_is_no_report_is_named(report):
+    with pytest.raises(TypeError, match="report must be a CheckpointReport"):
+        render_report(report)
+    with pytest.raises(TypeError, match="report must be a CheckpointReport"):
+        frequencies_figure(report)
+
+
+@pytest.mark.parametrize(
+    ("width", "error"), [(0, ValueError), (-1, ValueError), (2**40, ValueError),
+                         ("80", TypeError), (80.0, TypeError), (True, TypeError), (None, TypeError)]
+)  # fmt: skip
+def test_a_bad_width_is_named(saved, width, error):
+    report = inspect_checkpoint(saved["gpt2"])
+    with pytest.raises(error, match="width must be"):
+        render_report(report, width=width)

@@ -18,6 +18,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ...arguments import check_int
 from ...models.plan import LayerPlan
 from ...rotary.mrope import MRoPE
 from ...rotary.rope import RoPE
@@ -118,9 +119,10 @@ def read_config(path: str | Path) -> tuple[Path, dict[str, Any]]:
     Raises:
         ValueError: a missing or unreadable file, or one that is not a JSON object, naming
             the path.
+        TypeError: a ``path`` that is not a str or Path.
     """
     if not isinstance(path, (str, Path)):
-        raise ValueError(f"path must be a str or Path, got {type(path).__name__} ({path!r})")
+        raise TypeError(f"path must be a str or Path, got {type(path).__name__} ({path!r})")
     file = Path(path)
     if file.is_dir():
         file = file / "config.json"
@@ -151,7 +153,8 @@ def inspect_checkpoint(path: str | Path, target: int | None = None) -> Checkpoin
     Raises:
         ValueError: a bad path or file (naming it), a model type posenc does not know
             (naming it and the known ones), a config ``rope_from_hf_config`` rejects, a
-            target that is not an int >= 1.
+            target out of [1, 2**31 - 1].
+        TypeError: a ``path`` that is not a str or Path, a ``target`` that is not an int.
 
     Example:
         >>> import json, tempfile, pathlib
@@ -163,10 +166,8 @@ def inspect_checkpoint(path: str | Path, target: int | None = None) -> Checkpoin
         >>> report.encoding, report.rotary.layout, [p.method for p in report.extensions][:2]
         ('rope', 'half', ['linear', 'ntk'])
     """
-    if target is not None and (
-        isinstance(target, bool) or not isinstance(target, int) or target < 1
-    ):
-        raise ValueError(f"target must be an int >= 1 (tokens), got {target!r}")
+    if target is not None:
+        check_int("target", target)  # tokens
     file, raw = read_config(path)
     model_type: str = raw.get("model_type") or ""  # "": none, named by non_rotary
     other = non_rotary(raw, model_type)  # raises for unknown model types

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ...arguments import check_int
 from ...rotary.rope import RoPE
 from ..keys import FULL
 from .checkpoint import CheckpointReport
@@ -33,6 +34,15 @@ def _params(params: dict[str, Any]) -> str:
     return ", ".join(shown) or "no parameters"
 
 
+def _check_report(report: Any) -> None:
+    """Raise ``TypeError`` naming ``report`` unless it is a :class:`CheckpointReport`."""
+    if not isinstance(report, CheckpointReport):
+        raise TypeError(
+            "report must be a CheckpointReport (posenc.hf.inspect_checkpoint's), got "
+            f"{type(report).__name__}"
+        )
+
+
 def render_report(report: CheckpointReport, width: int = 80) -> list[str]:
     """The report as lines of text: ``key: value``, the build code, the extension plans.
 
@@ -49,6 +59,8 @@ def render_report(report: CheckpointReport, width: int = 80) -> list[str]:
         >>> render_report(inspect_checkpoint(file))[1]
         'encoding: alibi (n_heads=16)'
     """
+    _check_report(report)
+    check_int("width", width)
     r, f = report, report.rotary
     lines = [
         f"checkpoint: {r.path} (model_type {r.model_type})",
@@ -139,8 +151,10 @@ def frequencies_figure(report: CheckpointReport) -> Figure:
         ValueError: a non-rotary checkpoint, or lengths the figure cannot mark (an unscaled
             checkpoint without a target longer than its context; a scaling whose original
             length the config does not record).
+        TypeError: a ``report`` that is not a :class:`CheckpointReport`.
         ImportError: matplotlib is missing.
     """
+    _check_report(report)
     from ...plot.frequencies import frequencies
 
     f = report.rotary
