@@ -36,7 +36,8 @@ from ..functional.rope import ROPE_LAYOUTS
 from ..functional.rope_kernel import apply_rope_fast
 from ..positions import GridMixin, check_grid_config
 from ..registry import register
-from .inputs import check_rotate, check_seq_len
+from .inputs import check_rotate
+from .rope import check_seq_len
 
 __all__ = ["RoPE2D", "RoPEMixed"]
 

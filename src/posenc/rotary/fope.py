@@ -18,7 +18,8 @@ from ..functional.fope import fope_cos_sin, fope_inv_freq
 from ..functional.rope import ROPE_LAYOUTS
 from ..functional.rope_kernel import apply_rope_fast
 from ..registry import register
-from .inputs import check_rotate, check_seq_len
+from .inputs import check_rotate
+from .rope import check_seq_len
 
 __all__ = ["FoPE"]
 

@@ -1,9 +1,9 @@
-"""The checks of what a rotary encoding's :meth:`rotation` and :meth:`rotate` take, shared
-by the encodings whose tables are not RoPE's ``(cos, sin)`` of ``[(batch,) seq, n]`` alone
-(FoPE, PoPE, the grid RoPEs): ``seq_len``, and ``rotate(x, rotation, key)``.
+"""The check of what ``rotate(x, rotation, key)`` takes, shared by the rotary encodings
+whose tables are their own rather than RoPE's ``(cos, sin)`` (FoPE, PoPE, the grid RoPEs;
+``seq_len`` is checked by :func:`posenc.rotary.rope.check_seq_len`).
 
-They read shapes, dtypes and devices only (no tensor value), so they cost nothing beside
-the rotation itself and run on every call of every layer.
+It reads shapes, dtypes and devices only (no tensor value), so it costs nothing beside
+the rotation itself and runs on every call of every layer.
 """
 
 from __future__ import annotations
@@ -14,18 +14,9 @@ import torch
 
 from ..base import RotaryEncoding
 from ..base.encoding import check_float_tensor
-from ..config import check_bool, check_int
+from ..config import check_bool
 
-__all__ = ["check_rotate", "check_seq_len"]
-
-
-def check_seq_len(seq_len: Any) -> None:
-    """Raise ``TypeError``/``ValueError`` naming ``seq_len`` unless it is None or an int in
-    ``[1, MAX_INT]``, as :meth:`~posenc.base.RotaryEncoding.forward` takes it, also where
-    an encoding's tables do not depend on it. A symbolic size (``torch.export``, dynamic
-    ``torch.compile``) passes: it is a tensor's length."""
-    if seq_len is not None and not isinstance(seq_len, torch.SymInt):
-        check_int("seq_len", seq_len)
+__all__ = ["check_rotate"]
 
 
 def check_rotate(

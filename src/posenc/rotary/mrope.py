@@ -26,8 +26,7 @@ from ..functional.mrope import (
 from ..functional.rope import rope_cos_sin
 from ..positions import check_batch, check_positions
 from ..registry import register
-from .inputs import check_seq_len
-from .rope import RoPE, RopeConfig
+from .rope import RoPE, RopeConfig, check_seq_len
 
 __all__ = ["MRoPE"]
 

@@ -16,7 +16,8 @@ from ..functional.dtypes import math_dtype
 from ..functional.pope import pope_embed, pope_inv_freq
 from ..functional.rope import rope_angles
 from ..registry import register
-from .inputs import check_rotate, check_seq_len
+from .inputs import check_rotate
+from .rope import check_seq_len
 
 __all__ = ["PoPE"]
 
