@@ -493,6 +493,28 @@ def test_a_grid_larger_than_the_table_raises_until_resampled():
         enc.encode(torch.tensor([[0, 0], [-1, 0]]))
     enc.resample((3, 3))
     assert enc(torch.randn(1, 10, 4)).shape == (1, 10, 4)
+
+
+BAD_DEFAULTS = [
+    (None, 0, TypeError, "seq_len"),
+    ("7", 0, TypeError, "seq_len"),
+    (2**70, 0, ValueError, "seq_len"),
+    (-1, 0, ValueError, "seq_len"),
+    (7, None, TypeError, "offset"),
+    (6, True, TypeError, "offset"),
+    (6, 1.0, TypeError, "offset"),
+    (7, 2**70, ValueError, "offset"),
+]
+
+
+@pytest.mark.parametrize(("seq_len", "offset", "error", "name"), BAD_DEFAULTS)
+def test_learned_2d_default_positions_name_a_wrong_length_or_offset(seq_len, offset, error, name):
+    """Checked before the table's rows are counted: a huge or a string length is named,
+    not a sum that fails in Python or a grid error about 2**70 tokens."""
+    enc = posenc.create("learned_2d", dim=4, grid=(2, 3), prefix=1)
+    with pytest.raises(error, match=name):
+        enc.default_positions(seq_len, offset=offset)
+    assert_close(enc.default_positions(7), grid(2, 3, prefix=1))
     with pytest.raises(ValueError, match=r"missing required config key\(s\) \['grid'\]"):
         posenc.create("learned_2d", dim=4)
 

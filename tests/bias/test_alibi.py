@@ -40,6 +40,19 @@ def test_slopes_are_the_papers():
     assert enc.slopes().tolist() == [2.0**-i for i in range(1, 9)]
 
 
+def test_slopes_take_a_floating_dtype_and_a_device_only():
+    """dtype=None would return the float64 slopes unrounded, an int dtype truncate them."""
+    enc = posenc.create("alibi", n_heads=8)
+    assert enc.slopes("cpu", torch.float64).tolist() == [2.0**-i for i in range(1, 9)]
+    for dtype in (None, torch.int64, "float32"):
+        with pytest.raises(TypeError, match=r"dtype must be a floating-point torch\.dtype"):
+            enc.slopes(dtype=dtype)
+    with pytest.raises(TypeError, match="device"):
+        enc.slopes(device=1)
+    with pytest.raises(ValueError, match="device"):
+        enc.slopes(device="no-such-cpu")
+
+
 @given(st.integers(0, 8))
 def test_slopes_of_powers_of_two_are_geometric(log2_n):
     n = 2**log2_n

@@ -152,3 +152,11 @@ def test_transformer_lm_with_a_window(sharpen, check_cached_decoding):
     model(ids).logsumexp(-1).mean().backward()
     assert model.encoding.table.grad.abs().sum() > 0
     check_cached_decoding(model.eval(), ids[:, :5], 8)
+
+
+def test_keys_on_another_device_are_refused_by_name():
+    """q on the table's device and k on meta: named, not a torch device error."""
+    enc = cope()
+    q = torch.randn(1, HEADS, 3, D)
+    with pytest.raises(ValueError, match="k is on meta"):
+        enc.bias(torch.arange(3), torch.arange(3), q=q, k=q.to("meta"))

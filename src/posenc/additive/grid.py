@@ -247,6 +247,10 @@ class LearnedGrid(_GridEncoding):
     def default_positions(
         self, seq_len: int, device: torch.device | str | None = None, offset: int = 0
     ) -> torch.Tensor:
+        """:meth:`GridMixin.default_positions <posenc.positions.GridMixin.default_positions>`,
+        a sequence past the table's rows a :class:`GridOutOfRangeError`."""
+        check_int("seq_len", seq_len, minimum=0)  # before the sum below
+        check_int("offset", offset, minimum=0)
         rows = self.weight.shape[0]
         if offset + seq_len > rows:
             c = self.config

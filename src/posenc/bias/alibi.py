@@ -10,7 +10,8 @@ from typing import Any
 import torch
 
 from ..base import BiasConfig, BiasEncoding, LinearSlopes, ShiftInvariant
-from ..config import check_bool, check_float, check_int
+from ..base.encoding import check_float_dtype
+from ..config import check_bool, check_device, check_float, check_int
 from ..functional.alibi import alibi_bias, alibi_slope
 from ..functional.dtypes import math_dtype, wide_dtype
 from ..registry import register
@@ -133,7 +134,12 @@ class ALiBi(ShiftInvariant, LinearSlopes, BiasEncoding):
     def slopes(
         self, device: torch.device | str | None = None, dtype: torch.dtype = torch.float32
     ) -> torch.Tensor:
-        """Every head's slope, 0 for heads without a bias. Shapes: ``[n_heads]``."""
+        """Every head's slope, 0 for heads without a bias, in ``dtype`` (floating point).
+        Shapes: ``[n_heads]``."""
+        device = check_device(device)
+        if dtype is None:  # check_float_dtype lets None through (a factory's default)
+            raise TypeError("dtype must be a floating-point torch.dtype, got None")
+        check_float_dtype(dtype)
         return self.head_slopes(torch.arange(self.n_heads, device=device), dtype)
 
     def bias_at(self, head: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:

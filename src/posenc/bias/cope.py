@@ -17,6 +17,7 @@ from ..functional.cope import cope_bias, cope_positions
 from ..functional.dtypes import math_dtype
 from ..positions import causal_mask
 from ..registry import register
+from .inputs import check_bias_inputs
 
 __all__ = ["CoPE"]
 
@@ -139,6 +140,7 @@ class CoPE(ScoreBias, BiasEncoding):
                 + ("" if heads is None else f" and heads={heads}")
                 + f", got shape {tuple(t.shape)}"
             )
+        self._check_device(name, t)
         return t
 
     def bias(
@@ -157,6 +159,7 @@ class CoPE(ScoreBias, BiasEncoding):
             positions ``[len]`` or ``[batch, len]``, q ``[batch, n_heads, q_len, head_dim]``,
             k ``[batch, kv_heads, k_len, head_dim]`` -> ``[batch, n_heads, q_len, k_len]``.
         """
+        check_bias_inputs(q_positions, k_positions, q, scale)
         q = self._check("q", q, self.n_heads)
         k = self._check("k", k, None)
         q_positions, k_positions = self._check_pair(q_positions, k_positions, q)
@@ -170,7 +173,6 @@ class CoPE(ScoreBias, BiasEncoding):
                 f"dividing q's heads and k_len the keys' positions, got shape {tuple(k.shape)}"
             )
         scale = 1.0 / math.sqrt(self.head_dim) if scale is None else scale
-        check_float("scale", scale)
         dtype = math_dtype(q.dtype, self.table.dtype)
         keys = k.to(dtype).repeat_interleave(q.shape[1] // k.shape[1], dim=1)
         scores = (q.to(dtype) @ keys.transpose(-1, -2)) * scale  # [b, h, q_len, k_len]

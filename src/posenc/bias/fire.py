@@ -25,6 +25,7 @@ from ..functional.fire import (
 )
 from ..functional.fire_rows import fire_rows, pieces_pay
 from ..registry import register
+from .inputs import check_bias_inputs
 
 __all__ = ["Fire"]
 
@@ -169,7 +170,11 @@ class Fire(InvariantBelow, BiasEncoding):
         Shapes:
             ``[heads, q_len, k_len]``, or ``[batch, heads, q_len, k_len]`` for
             ``[batch, len]`` positions.
+
+        ``q`` and ``scale`` are not read (the bias depends on positions alone), but checked
+        (:func:`~posenc.bias.inputs.check_bias_inputs`).
         """
+        check_bias_inputs(q_positions, k_positions, q, scale)
         return self.masked_bias(q_positions, k_positions).contiguous()
 
     def masked_bias(

@@ -15,6 +15,7 @@ from ..base.encoding import check_float_tensor
 from ..config import check_float, check_int
 from ..functional.fox import forget_bias, forget_clock, forget_log_gates
 from ..registry import register
+from .inputs import check_bias_inputs
 
 __all__ = ["Fox"]
 
@@ -171,12 +172,14 @@ class Fox(InputBias, BiasEncoding):
     ) -> torch.Tensor:
         """``c_i − c_j`` over the tokens of ``x``: the keys are its ``k_len`` tokens and the
         queries its last ``q_len`` (a KV cache's layout). The positions are checked but not
-        read (distance is counted in gated tokens); ``q`` and ``scale`` are not used.
+        read (distance is counted in gated tokens); ``q`` and ``scale`` are not read, but
+        checked (:func:`~posenc.bias.inputs.check_bias_inputs`).
 
         Shapes:
             positions ``[q_len]`` and ``[k_len]`` (or ``[batch, len]``), x ``[batch,
             k_len, dim]`` -> ``[batch, n_heads, q_len, k_len]``, float32.
         """
+        check_bias_inputs(q_positions, k_positions, q, scale)
         q_positions, k_positions = self._check_pair(q_positions, k_positions)
         x = self._check_x(x)
         q_len, k_len = q_positions.shape[-1], k_positions.shape[-1]

@@ -15,6 +15,7 @@ from ..config import check_bool, check_float, check_int
 from ..functional.shaw import shaw_index, shaw_key_bias, shaw_key_scores, shaw_value_term
 from ..positions import position_at
 from ..registry import register
+from .inputs import check_bias_inputs
 
 __all__ = ["Shaw"]
 
@@ -176,6 +177,7 @@ class Shaw(RelativeTables, BiasEncoding):
             positions ``[len]`` or ``[batch, len]`` (integer), q ``[batch, n_heads, q_len,
             head_dim]`` -> ``[batch, n_heads, q_len, k_len]``
         """
+        check_bias_inputs(q_positions, k_positions, q, scale)
         q = self._check_q(q)
         q_positions, k_positions = self._check_pair(q_positions, k_positions, q)
         index = self._index(q_positions, k_positions)
