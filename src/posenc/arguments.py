@@ -25,6 +25,7 @@ __all__ = [
     "check_choice",
     "check_device",
     "check_devices",
+    "check_dtype",
     "check_float",
     "check_generator",
     "check_int",
@@ -148,6 +149,14 @@ def check_callable(name: str, value: Any) -> None:
         raise TypeError(f"{name} must be callable, got {type(value).__name__} ({value!r})")
 
 
+def check_dtype(name: str, value: Any, *, floating: bool = True) -> None:
+    """Raise ``TypeError`` unless ``value`` is a ``torch.dtype`` (a floating one if
+    ``floating``): None or a string is never read as a default."""
+    if not isinstance(value, torch.dtype) or (floating and not value.is_floating_point):
+        kind = "a floating torch.dtype" if floating else "a torch.dtype"
+        raise TypeError(f"{name} must be {kind}, got {value!r}")
+
+
 def check_generator(generator: Any) -> None:
     """Raise ``TypeError`` unless ``generator`` is a ``torch.Generator`` or None."""
     if generator is not None and not isinstance(generator, torch.Generator):
@@ -204,8 +213,11 @@ def check_devices(**tensors: torch.Tensor) -> torch.device:
     """
     devices = [t.device for t in tensors.values()]
     if any(d != devices[0] for d in devices[1:]):
+        names = list(tensors)
         where = ", ".join(f"{name} on {t.device}" for name, t in tensors.items())
-        raise ValueError(f"{' and '.join(tensors)} must be on one device, got {where}")
+        raise ValueError(
+            f"{', '.join(names[:-1])} and {names[-1]} must be on one device, got {where}"
+        )
     return devices[0]
 
 
