@@ -99,3 +99,21 @@ def test_angles_take_each_pairs_own_axis(interleaved, tol):
 def test_positions_must_have_three_axes():
     with pytest.raises(ValueError, match=r"\[3, seq\]"):
         mrope_cos_sin(torch.zeros(2, 4).long(), rope_inv_freq(8)[0], mrope_axis((2, 1, 1)))
+
+
+def test_axis_must_match_the_pairs():
+    with pytest.raises(ValueError, match="axis must give one axis per pair of inv_freq"):
+        mrope_cos_sin(torch.zeros(3, 4).long(), rope_inv_freq(8)[0], mrope_axis((2, 2, 2)))
+    with pytest.raises(TypeError, match="axis must be a int tensor"):
+        mrope_cos_sin(torch.zeros(3, 4).long(), rope_inv_freq(8)[0], torch.zeros(4))
+
+
+def test_axis_checks_the_section_it_shares_out():
+    """An interleaved split whose h and w pairs do not exist is refused, not shared out
+    short (``(1, 5, 5)`` would give h four pairs)."""
+    with pytest.raises(ValueError, match="interleaved mrope_section"):
+        mrope_axis((1, 5, 5), interleaved=True)
+    with pytest.raises(TypeError, match="interleaved must be a bool"):
+        mrope_axis((2, 1, 1), interleaved="yes")
+    with pytest.raises(ValueError, match="mrope_section must be three ints"):
+        mrope_axis({2, 1})

@@ -150,3 +150,32 @@ def test_per_head_cos_sin(layout, tol):
     assert torch.equal(one_head, apply_rope(x, cos[0, 0], sin[0, 0], layout))
     with pytest.raises(ValueError, match="per-head cos/sin have 2 heads but x has 3"):
         apply_rope(x, cos[:, :2], sin[:, :2], layout)
+
+
+def test_cos_sin_of_another_head_dim_are_named():
+    """A rotation of 4 pairs does not fit a 6-channel head: named, not a 4-wide result or
+    torch's shape error (the cos/sin of another RoPE)."""
+    cos, sin = rope_cos_sin(torch.arange(3), rope_inv_freq(8)[0])  # 4 pairs
+    with pytest.raises(ValueError, match="cos and sin rotate 4 pairs .* x has 6 channels"):
+        apply_rope(torch.randn(1, 1, 3, 6), cos, sin)
+    with pytest.raises(ValueError, match="cos and sin must have one shape"):
+        apply_rope(torch.randn(1, 1, 3, 8), cos, sin[:2])
+
+
+def test_integer_x_and_mixed_devices_are_named():
+    cos, sin = rope_cos_sin(torch.arange(3), rope_inv_freq(8)[0])
+    with pytest.raises(TypeError, match="x must be a float tensor"):
+        apply_rope(torch.ones(1, 1, 3, 8, dtype=torch.long), cos, sin)
+    with pytest.raises(ValueError, match="x, cos and sin must be on one device"):
+        apply_rope(torch.randn(1, 1, 3, 8, device="meta"), cos, sin)
+
+
+def test_inv_freq_arguments_are_named():
+    with pytest.raises(ValueError, match="base must be > 1"):
+        rope_inv_freq(8, base=0.5)
+    with pytest.raises(ValueError, match="rotary_dim must be <= 8"):
+        rope_inv_freq(8, rotary_dim=10)
+    with pytest.raises(TypeError, match="seq_len must be an int"):
+        rope_inv_freq(8, seq_len=1.5)
+    with pytest.raises(ValueError, match="attention_factor must be > 0"):
+        rope_cos_sin(torch.arange(3), rope_inv_freq(8)[0], attention_factor=0.0)

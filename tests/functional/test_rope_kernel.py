@@ -290,3 +290,20 @@ def test_decode_step_computes_one_position(kwargs):
         assert [tuple(t.shape) for t in rotation] == [(1, 8)] * len(rotation)
         q = torch.randn(1, 2, 1, 16)
         assert encoding.rotate(q, rotation).shape == q.shape
+
+
+def test_offset_is_checked_against_the_head():
+    """The rotary channels start at ``offset`` and must fit in the head: an offset that
+    pushes them past it, a negative one or a float is named."""
+    cos, sin = rope_cos_sin(torch.arange(3), rope_inv_freq(4)[0])  # 2 pairs
+    x = torch.randn(1, 1, 3, 8)
+    tail = rk.apply_rope_fast(x, cos, sin, offset=4)
+    assert torch.equal(tail, torch.cat([x[..., :4], apply_rope(x[..., 4:], cos, sin)], -1))
+    with pytest.raises(ValueError, match="x has 3 channels from offset 5"):
+        rk.apply_rope_fast(x, cos, sin, offset=5)
+    with pytest.raises(ValueError, match="offset must be >= 0"):
+        rk.apply_rope_fast(x, cos, sin, offset=-1)
+    with pytest.raises(TypeError, match="offset must be an int"):
+        rk.apply_rope_fast(x, cos, sin, offset=1.0)
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        rk.apply_rope_fast(x, cos, sin, kernel="cuda")

@@ -24,6 +24,16 @@ import math
 
 import torch
 
+from ..arguments import (
+    check_base,
+    check_choice,
+    check_device,
+    check_devices,
+    check_float,
+    check_int,
+    check_movable,
+    check_tensor,
+)
 from .dtypes import math_dtype, wide_dtype
 from .rope import rope_cos_sin
 from .rope_scaling import default_inv_freq
@@ -42,9 +52,8 @@ AXIS_ORDERS = ("xy", "yx")
 
 
 def _check_head_dim(head_dim: int) -> None:
-    if isinstance(head_dim, bool) or not isinstance(head_dim, int):
-        raise TypeError(f"head_dim must be an int, got {type(head_dim).__name__}")
-    if head_dim < 4 or head_dim % 4:
+    check_int("head_dim", head_dim, minimum=4)
+    if head_dim % 4:
         raise ValueError(
             f"head_dim must be a positive multiple of 4 (a quarter of the dimensions per axis "
             f"and sin/cos pair), got {head_dim}"
@@ -52,6 +61,7 @@ def _check_head_dim(head_dim: int) -> None:
 
 
 def _check_grid_positions(positions: torch.Tensor) -> None:
+    check_tensor("positions", positions, kinds=("int", "float"))
     if positions.dim() not in (2, 3) or positions.shape[-1] != 2:
         raise ValueError(
             "positions must be [seq, 2] or [batch, seq, 2] (row, column), got shape "
@@ -80,6 +90,9 @@ def axial_rope_inv_freq(
         [1.0, 0.3162, 0.1, 0.0316]
     """
     _check_head_dim(head_dim)
+    check_base("base", base)
+    check_float("coord_scale", coord_scale)
+    device = check_device(device)
     return default_inv_freq(head_dim // 2, base, device=device) * coord_scale
 
 
@@ -106,9 +119,10 @@ def axial_rope_cos_sin(
         >>> sin[5].round(decimals=4).tolist()  # row 1, column 2: sin(2θ_i), then sin(1θ_i)
         [0.9093, 0.1987, 0.8415, 0.0998]
     """
-    if axis_order not in AXIS_ORDERS:
-        raise ValueError(f"axis_order must be one of {list(AXIS_ORDERS)}, got {axis_order!r}")
+    check_choice("axis_order", axis_order, AXIS_ORDERS)
     _check_grid_positions(positions)
+    check_tensor("inv_freq", inv_freq, dims=(1,))
+    check_movable("inv_freq", inv_freq, positions.device)
     rows, cols = positions[..., 0], positions[..., 1]  # [(b,) s] each
     first, second = (cols, rows) if axis_order == "xy" else (rows, cols)
     cos1, sin1 = rope_cos_sin(first, inv_freq)  # [(b,) s, n]
@@ -133,9 +147,11 @@ def rope_mixed_freqs(phases: torch.Tensor, head_dim: int, base: float = 10.0) ->
         >>> f[0].round(decimals=4).tolist(), f[1].round(decimals=4).tolist()
         ([[1.0, 0.3162, 0.0, 0.0]], [[0.0, 0.0, 1.0, 0.3162]])
     """
-    _check_head_dim(head_dim)
+    check_tensor("phases", phases)
     if phases.dim() != 1:
         raise ValueError(f"phases must be 1-D [heads], got shape {tuple(phases.shape)}")
+    _check_head_dim(head_dim)
+    check_base("base", base)
     mag = default_inv_freq(head_dim // 2, base, device=phases.device).to(phases.dtype)  # [d/4]
     phi = phases.unsqueeze(-1)  # [h, 1]
     fx = torch.cat((mag * torch.cos(phi), mag * torch.cos(phi + math.pi / 2)), dim=-1)
@@ -164,8 +180,10 @@ def rope_mixed_cos_sin(
         torch.Size([1, 3, 4, 4])
     """
     _check_grid_positions(positions)
+    check_tensor("freqs", freqs)
     if freqs.dim() != 3 or freqs.shape[0] != 2:
         raise ValueError(f"freqs must be [2, heads, n] (f_x, f_y), got shape {tuple(freqs.shape)}")
+    check_devices(positions=positions, freqs=freqs)
     out = math_dtype(positions.dtype, freqs.dtype)
     dtype = wide_dtype(positions.device)
     coords = positions.to(dtype)

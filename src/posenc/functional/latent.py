@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from ..arguments import check_devices, check_float, check_int, check_tensor
 from .rope_scaling import yarn_mscale
 
 __all__ = ["join_latent_heads", "mla_softmax_scale"]
@@ -34,6 +35,13 @@ def mla_softmax_scale(
         >>> mla_softmax_scale(16) == 16 ** -0.5
         True
     """
+    check_int("qk_head_dim", qk_head_dim)
+    if factor is not None:
+        check_float("factor", factor)
+    if mscale_all_dim is not None:
+        check_float("mscale_all_dim", mscale_all_dim, positive=False)
+        if mscale_all_dim < 0:
+            raise ValueError(f"mscale_all_dim must be >= 0 (0: absent), got {mscale_all_dim}")
     scale = qk_head_dim**-0.5
     if not mscale_all_dim:
         return scale
@@ -62,6 +70,21 @@ def join_latent_heads(
         >>> tuple(q.shape), tuple(k.shape), bool((k[..., 8:] == 1).all())
         ((1, 4, 3, 10), (1, 4, 5, 10), True)
     """
+    named = {"q_nope": q_nope, "q_rope": q_rope, "k_nope": k_nope, "k_rope": k_rope}
+    for name, value in named.items():
+        check_tensor(name, value, dims=(4,))
+    check_devices(**named)
+    if q_nope.shape[:-1] != q_rope.shape[:-1]:
+        raise ValueError(
+            f"q_nope and q_rope must share [batch, heads, q_len], got {tuple(q_nope.shape)} "
+            f"and {tuple(q_rope.shape)}"
+        )
+    b, _, k_len, _ = k_nope.shape
+    if k_rope.shape[0] != b or k_rope.shape[1] != 1 or k_rope.shape[2] != k_len:
+        raise ValueError(
+            f"k_rope must be [batch, 1, k_len, d_rope] = [{b}, 1, {k_len}, d_rope] beside "
+            f"k_nope {tuple(k_nope.shape)}, got {tuple(k_rope.shape)}"
+        )
     q = torch.cat((q_nope, q_rope), dim=-1)
     # [b, 1, k_len, d_rope] -> [b, heads, k_len, d_rope]: a view, every head the same slice
     k_rope = k_rope.expand(*k_nope.shape[:-1], k_rope.shape[-1])

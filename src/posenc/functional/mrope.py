@@ -35,6 +35,7 @@ from collections.abc import Sequence
 
 import torch
 
+from ..arguments import check_bool, check_device, check_int, check_movable, check_tensor
 from .rope import rope_cos_sin
 
 __all__ = [
@@ -63,12 +64,14 @@ def default_mrope_section(n_pairs: int, interleaved: bool = False) -> tuple[int,
         >>> default_mrope_section(8), default_mrope_section(4)
         ((2, 3, 3), (2, 1, 1))
     """
+    check_int("n_pairs", n_pairs)
+    check_bool("interleaved", interleaved)
     spatial = max(1, (5 * n_pairs) // 16 if interleaved else (3 * n_pairs) // 8)
     section = (n_pairs - 2 * spatial, spatial, spatial)
     if min(section) < 1:
         raise ValueError(
-            f"{n_pairs} rotary pairs are too few for the default M-RoPE split over three axes "
-            f"(it gives {list(section)}); pass mrope_section explicitly"
+            f"n_pairs={n_pairs} rotary pairs are too few for the default M-RoPE split over "
+            f"three axes (it gives {list(section)}); pass mrope_section explicitly"
         )
     return section
 
@@ -78,20 +81,8 @@ def check_mrope_section(
 ) -> None:
     """Raise unless ``section`` is three ints >= 0 (four, sectioned: XD-RoPE) that share
     out ``n_pairs`` pairs."""
-    if (
-        isinstance(section, (str, bytes))
-        or not isinstance(section, Sequence)
-        or (len(section) != 3 and not (len(section) == 4 and not interleaved and not spatial_first))
-    ):
-        raise ValueError(
-            "mrope_section must be three ints (temporal, height, width pairs), or four in "
-            f"sections (XD-RoPE: sequence, width, height, image pairs), got {section!r}"
-        )
-    for s in section:
-        if isinstance(s, bool) or not isinstance(s, int):
-            raise TypeError(f"mrope_section must hold ints, got {section!r}")
-        if s < 0:
-            raise ValueError(f"mrope_section entries must be >= 0, got {list(section)}")
+    check_int("n_pairs", n_pairs)
+    _check_section(section, interleaved, spatial_first)
     if sum(section) != n_pairs:
         raise ValueError(
             f"mrope_section {list(section)} sums to {sum(section)}, but there are {n_pairs} "
@@ -111,6 +102,25 @@ def check_mrope_section(
                 f"interleaved mrope_section {list(section)} needs pairs up to index "
                 f"{max(3 * s_h - 2, 3 * s_w - 1)}, but there are only {n_pairs} pairs"
             )
+
+
+def _check_section(section: Sequence[int], interleaved: bool, spatial_first: bool) -> None:
+    """Raise unless ``section`` is three ints >= 0, or four in sections (XD-RoPE), and the
+    switches are bools."""
+    check_bool("interleaved", interleaved)
+    check_bool("spatial_first", spatial_first)
+    if not isinstance(section, (tuple, list)) or (
+        len(section) != 3 and not (len(section) == 4 and not interleaved and not spatial_first)
+    ):
+        raise ValueError(
+            "mrope_section must be three ints (temporal, height, width pairs), or four in "
+            f"sections (XD-RoPE: sequence, width, height, image pairs), got {section!r}"
+        )
+    for s in section:
+        if isinstance(s, bool) or not isinstance(s, int):
+            raise TypeError(f"mrope_section must hold ints, got {section!r}")
+        if s < 0:
+            raise ValueError(f"mrope_section entries must be >= 0, got {list(section)}")
 
 
 def mrope_axis(
@@ -135,6 +145,9 @@ def mrope_axis(
         >>> mrope_axis((1, 2, 2, 1)).tolist()
         [0, 1, 1, 2, 2, 3]
     """
+    _check_section(section, interleaved, spatial_first)
+    check_mrope_section(section, sum(section), interleaved, spatial_first)
+    device = check_device(device)
     pair = torch.arange(sum(section), device=device)
     if len(section) == 4:  # XD-RoPE: four axes in consecutive sections
         ends = torch.tensor(section, device=device).cumsum(0)[:-1]
@@ -207,11 +220,20 @@ def mrope_cos_sin(
         >>> torch.equal(cos, rope_cos_sin(torch.arange(5), inv_freq)[0].expand(1, 5, 8))
         True
     """
-    if positions.dim() < 2 or positions.shape[0] not in (3, 4):
+    check_tensor("positions", positions, kinds=("int", "float"), dims=(2, 3))
+    if positions.shape[0] not in (3, 4):
         raise ValueError(
             "positions must be [3, seq] or [3, batch, seq] (XD-RoPE: [4, seq] or [4, batch, "
             f"seq]), got shape {tuple(positions.shape)}"
         )
+    check_tensor("axis", axis, kinds=("int",), dims=(1,))
+    check_tensor("inv_freq", inv_freq, dims=(1,))
+    if axis.shape != inv_freq.shape:
+        raise ValueError(
+            f"axis must give one axis per pair of inv_freq, got {axis.shape[0]} axes for "
+            f"{inv_freq.shape[0]} pairs"
+        )
+    check_movable("axis", axis, positions.device)
     cos, sin = rope_cos_sin(positions, inv_freq, attention_factor)  # [3, *s, n] each
     index = axis.to(positions.device).expand(cos.shape[1:]).unsqueeze(0)  # [1, *s, n]
     return cos.gather(0, index).squeeze(0), sin.gather(0, index).squeeze(0)

@@ -20,6 +20,16 @@ from typing import Any
 
 import torch
 
+from ..arguments import (
+    check_base,
+    check_choice,
+    check_device,
+    check_devices,
+    check_float,
+    check_int,
+    check_movable,
+    check_tensor,
+)
 from .dtypes import math_dtype, wide_dtype
 from .rope_scaling import ENCODING_KEYS, ROPE_SCALINGS, scaling_keys
 
@@ -27,11 +37,14 @@ __all__ = [
     "ROPE_LAYOUTS",
     "ROTARY_AT",
     "apply_rope",
+    "check_angle_inputs",
+    "check_rope_inputs",
     "check_scaling_params",
     "rope_angles",
     "rope_cos_sin",
     "rope_inv_freq",
     "rotary_offset",
+    "rotate_pairs",
     "split_rope_parameters",
 ]
 
@@ -69,11 +82,22 @@ def rope_inv_freq(
         seq_len: the current sequence length, for the length-dependent scalings
             (``dynamic``, ``longrope``).
         rotary_dim: how many leading dimensions of each head rotate (default ``head_dim``).
+        device: where ``inv_freq`` is made.
 
     Returns:
         ``(inv_freq, attention_factor)``: ``inv_freq`` ``[rotary_dim // 2]`` in float64
         (``[head_dim // 2]`` for ``proportional``), and the factor that multiplies cos/sin.
+
+    Raises:
+        TypeError, ValueError: an argument of the wrong type or out of range, named.
     """
+    check_int("head_dim", head_dim, minimum=2, even=True)
+    check_base("base", base)
+    if seq_len is not None:
+        check_int("seq_len", seq_len)
+    if rotary_dim is not None:
+        check_int("rotary_dim", rotary_dim, minimum=2, even=True, maximum=head_dim)
+    device = check_device(device)
     if scaling is not None and not isinstance(scaling, Mapping) and hasattr(scaling, "to_dict"):
         scaling = scaling.to_dict()  # a validated record
     rope_type, params, _ = split_rope_parameters(scaling)
@@ -143,6 +167,25 @@ def rope_angles(positions: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor
     Shapes:
         positions ``[...]``, inv_freq ``[n]`` -> ``[..., n]`` (float64, or float32 on MPS)
     """
+    check_angle_inputs(positions, inv_freq)
+    return _angles(positions, inv_freq)
+
+
+def check_angle_inputs(positions: torch.Tensor, inv_freq: torch.Tensor) -> None:
+    """Raise unless ``positions`` is an integer or floating tensor and ``inv_freq`` a 1-D
+    floating one that can be moved to the positions' device (kept elsewhere, a table made
+    once serves every device). Shape, dtype and device facts only: no value is read.
+
+    Shapes:
+        positions ``[...]``, inv_freq ``[n]``
+    """
+    check_tensor("positions", positions, kinds=("int", "float"))
+    check_tensor("inv_freq", inv_freq, dims=(1,))
+    check_movable("inv_freq", inv_freq, positions.device)
+
+
+def _angles(positions: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
+    """:func:`rope_angles` of checked inputs."""
     dtype = wide_dtype(positions.device)
     angles = positions.to(dtype).unsqueeze(-1) * inv_freq.to(positions.device, dtype)
     return torch.remainder(angles, 2 * math.pi)
@@ -161,8 +204,10 @@ def rope_cos_sin(
         positions ``[seq]`` or ``[batch, seq]``, inv_freq ``[n]`` ->
         cos, sin ``[seq, n]`` or ``[batch, seq, n]`` (float32; float64 positions keep float64)
     """
+    check_angle_inputs(positions, inv_freq)
+    check_float("attention_factor", attention_factor)
     out = math_dtype(positions.dtype)
-    angles = rope_angles(positions, inv_freq)
+    angles = _angles(positions, inv_freq)
     return (angles.cos() * attention_factor).to(out), (angles.sin() * attention_factor).to(out)
 
 
@@ -182,18 +227,59 @@ def apply_rope(
         ``[batch or 1, heads, seq, n]`` with ``2n <= head_dim`` ->
         ``[batch, heads, seq, head_dim]``
     """
-    if layout not in ROPE_LAYOUTS:
-        raise ValueError(f"layout must be one of {list(ROPE_LAYOUTS)}, got {layout!r}")
+    check_rope_inputs(x, cos, sin, layout)
+    return rotate_pairs(x, cos, sin, layout)
+
+
+def check_rope_inputs(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str, offset: int = 0
+) -> None:
+    """Raise unless :func:`apply_rope` can rotate ``x`` by ``cos``/``sin`` from channel
+    ``offset`` on: floating tensors on one device, cos and sin of one shape whose ``2n``
+    channels fit in ``x``'s last dimension after ``offset``, a known ``layout``. Shape,
+    dtype and device facts only: no value is read.
+
+    Shapes:
+        x ``[batch, heads, seq, head_dim]``; cos, sin ``[seq, n]``, ``[batch, seq, n]`` or
+        ``[batch or 1, heads, seq, n]``
+    """
+    check_tensor("x", x, kinds=("float",))
+    check_tensor("cos", cos, kinds=("float",), dims=(2, 3, 4))
+    check_tensor("sin", sin, kinds=("float",), dims=(2, 3, 4))
+    check_choice("layout", layout, ROPE_LAYOUTS)
+    check_devices(x=x, cos=cos, sin=sin)
+    if cos.shape != sin.shape:
+        raise ValueError(
+            f"cos and sin must have one shape, got {tuple(cos.shape)} and {tuple(sin.shape)}"
+        )
+    check_int("offset", offset, minimum=0)
+    pairs, head_dim = cos.shape[-1], (x.shape[-1] if x.dim() else 0)
+    if offset + 2 * pairs > head_dim:
+        raise ValueError(
+            f"cos and sin rotate {pairs} pairs ({2 * pairs} channels) but x has "
+            f"{head_dim - offset} channels from offset {offset}: cos and sin are from a "
+            "rotation of another head_dim"
+        )
+    heads = x.shape[1] if x.dim() >= 4 else 1
+    if cos.dim() == 4 and cos.shape[1] not in (1, heads):  # [b, h, s, n]: per head
+        raise ValueError(
+            f"per-head cos/sin have {cos.shape[1]} heads but x has {heads}: "
+            "they must be [batch or 1, heads of x (or 1), seq, n]"
+        )
+
+
+def rotate_pairs(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str = "half"
+) -> torch.Tensor:
+    """:func:`apply_rope` of inputs :func:`check_rope_inputs` passed: the math alone, for
+    the kernels that compile it and the callers that checked once.
+
+    Shapes:
+        as :func:`apply_rope`.
+    """
     n = cos.shape[-1]
     if cos.dim() == 3:  # [b, s, n] -> [b, 1, s, n]: one rotation for every head
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-    elif (
-        cos.dim() == 4 and cos.shape[1] != 1 and cos.shape[1] != x.shape[1]
-    ):  # [b, h, s, n]: per head
-        raise ValueError(
-            f"per-head cos/sin have {cos.shape[1]} heads but x has {x.shape[1]}: "
-            "they must be [batch or 1, heads of x (or 1), seq, n]"
-        )
     dtype = math_dtype(x.dtype, cos.dtype)
     cos, sin = cos.to(dtype), sin.to(dtype)
     rot = x[..., : 2 * n].to(dtype)

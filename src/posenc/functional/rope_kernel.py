@@ -36,8 +36,9 @@ import os
 
 import torch
 
+from ..arguments import check_choice
 from .compiled import CompiledFunction, tracing
-from .rope import ROPE_LAYOUTS, apply_rope
+from .rope import check_rope_inputs, rotate_pairs
 
 __all__ = [
     "COMPILE_MIN_NUMEL",
@@ -55,7 +56,7 @@ ROPE_KERNELS = ("auto", "triton")
 #: fixed cost and the passes it saves break even on a CPU (``docs/design-notes.md``)
 COMPILE_MIN_NUMEL = 1 << 16
 #: the reference, compiled (the place a hand-written kernel for a device would plug in)
-KERNEL = CompiledFunction(apply_rope, "RoPE")
+KERNEL = CompiledFunction(rotate_pairs, "RoPE")
 
 
 def compiled_rope_failed() -> str | None:
@@ -112,20 +113,26 @@ def apply_rope_fast(
         >>> torch.equal(apply_rope_fast(x, cos, sin), apply_rope(x, cos, sin))
         True
     """
+    check_rope_inputs(x, cos, sin, layout, offset)
+    check_choice("kernel", kernel, ROPE_KERNELS)  # Triton's presence: checked where chosen
     if kernel != "auto":
-        if kernel not in ROPE_KERNELS:  # Triton's presence: checked where kernel was chosen
-            raise ValueError(f"kernel must be one of {list(ROPE_KERNELS)}, got {kernel!r}")
         return rotate_with_triton(x, None, cos, sin, layout, offset)[0]
+    return _rotate(x, cos, sin, layout, offset)
+
+
+def _rotate(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str, offset: int = 0
+) -> torch.Tensor:
+    """:func:`apply_rope_fast`'s ``kernel="auto"`` of checked inputs."""
     if offset:
-        tail = apply_rope_fast(x[..., offset:], cos, sin, layout)
+        tail = _rotate(x[..., offset:], cos, sin, layout)
         return torch.cat([x[..., :offset], tail], dim=-1)
     if (
         tracing()  # first: under a trace, the size test would add a guard
         or x.numel() < COMPILE_MIN_NUMEL
-        or layout not in ROPE_LAYOUTS  # let the reference raise its ValueError
         or not KERNEL.usable(x.device)  # last: its first call probes the CPU (about 1.5 s)
     ):
-        return apply_rope(x, cos, sin, layout)
+        return rotate_pairs(x, cos, sin, layout)
     if x.requires_grad and torch.is_grad_enabled() and not (cos.requires_grad or sin.requires_grad):
         return _Rotate.apply(x, cos, sin, layout)
     # no gradient, or one for cos/sin too (RoPE-Mixed's learned frequencies): the compiled
@@ -171,4 +178,4 @@ class _Rotate(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         cos, sin = ctx.saved_tensors
-        return apply_rope_fast(grad, cos, -sin, ctx.layout), None, None, None
+        return _rotate(grad, cos, -sin, ctx.layout), None, None, None

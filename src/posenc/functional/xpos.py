@@ -17,9 +17,19 @@ from functools import partial
 
 import torch
 
+from ..arguments import (
+    check_bool,
+    check_callable,
+    check_device,
+    check_devices,
+    check_float,
+    check_int,
+    check_movable,
+    check_tensor,
+)
 from ..host_reads import read, reads_values
 from .dtypes import math_dtype, wide_dtype
-from .rope import apply_rope
+from .rope import apply_rope, check_rope_inputs
 
 __all__ = [
     "DEFAULT_SCALE_BASE",
@@ -49,7 +59,8 @@ def xpos_zeta(rotary_dim: int, device: torch.device | str | None = None) -> torc
     Shapes:
         returns ``[rotary_dim // 2]``
     """
-    device = torch.device("cpu") if device is None else torch.device(device)
+    check_int("rotary_dim", rotary_dim, minimum=2, even=True)
+    device = check_device(device) or torch.device("cpu")
     i = torch.arange(rotary_dim // 2, device=device, dtype=wide_dtype(device))
     return (2 * i + GAMMA * rotary_dim) / ((1 + GAMMA) * rotary_dim)
 
@@ -69,6 +80,10 @@ def xpos_scale(
     Shapes:
         positions ``[...]`` (``[seq]`` or ``[batch, seq]``), zeta ``[n]`` -> ``[..., n]``
     """
+    check_tensor("positions", positions, kinds=("int", "float"))
+    check_tensor("zeta", zeta, dims=(1,))
+    check_movable("zeta", zeta, positions.device)
+    _check_window(scale_base, center)
     dtype = wide_dtype(positions.device)
     out = math_dtype(positions.dtype)
     exponents = (positions.to(dtype) - center) / scale_base  # [...]
@@ -86,7 +101,19 @@ def xpos_max_distance(
     for float32 and bfloat16 (2^±119), 1,983 for float16 (2^±7) at scale_base 512; it does not
     depend on head_dim.
     """
+    check_float("scale_base", scale_base)
+    _check_float_dtype(dtype)
     return _max_log2_factor(dtype) * scale_base / _LOG2_INV_ZETA_0
+
+
+def _check_window(scale_base: float, center: float) -> None:
+    check_float("scale_base", scale_base)
+    check_float("center", center, positive=False)
+
+
+def _check_float_dtype(dtype: torch.dtype) -> None:
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
 
 
 def _max_log2_factor(dtype: torch.dtype) -> float:
@@ -107,6 +134,9 @@ def check_xpos_positions(
     Shapes:
         positions ``[seq]`` or ``[batch, seq]``
     """
+    check_tensor("positions", positions, kinds=("int", "float"))
+    _check_window(scale_base, center)
+    _check_float_dtype(dtype)
     if reads_values(positions):
         read(
             torch.stack(torch.aminmax(positions)),
@@ -155,6 +185,16 @@ def apply_xpos(
         x ``[batch, heads, seq, head_dim]``; cos, sin, scale ``[seq, n]`` or
         ``[batch, seq, n]`` with ``2n <= head_dim`` -> ``[batch, heads, seq, head_dim]``
     """
+    check_rope_inputs(x, cos, sin, layout)
+    check_tensor("scale", scale)
+    check_devices(x=x, scale=scale)
+    if scale.shape != cos.shape:
+        raise ValueError(
+            f"scale must have the shape of cos and sin, {tuple(cos.shape)}, got "
+            f"{tuple(scale.shape)}"
+        )
+    check_bool("key", key)
+    check_callable("kernel", kernel)
     allowed = _max_log2_factor(x.dtype)
     if allowed < _max_log2_factor(scale.dtype) and reads_values(scale):
         read(scale.log2().abs().amax().view(1), partial(_check_factor, allowed, x.dtype))
