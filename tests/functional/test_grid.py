@@ -101,3 +101,13 @@ def test_resampling_bilinear_upsample_matches_a_loop(tol):
 def test_resampling_rejects_a_table_of_another_size():
     with pytest.raises(ValueError, match="prefix"):
         resample_grid_table(torch.zeros(12, 4), (3, 4), (2, 2), prefix=1)
+
+
+def test_resample_grids_are_ordered_pairs_of_ints():
+    table = torch.randn(4, 6)
+    with pytest.raises(TypeError, match="grid must be a tuple of ints"):
+        resample_grid_table(table, {2}, (3, 3))
+    with pytest.raises(ValueError, match="new_grid must hold 2 ints"):
+        resample_grid_table(table, (2, 2), (3,))
+    with pytest.raises(TypeError, match="antialias must be a bool"):
+        resample_grid_table(table, (2, 2), (3, 3), antialias="no")

@@ -104,3 +104,20 @@ def test_calendar_sinusoidal_sums_the_fields_rows(tol):
     expected = torch.stack([sinusoidal(row, 8).sum(0) for row in fields])
     # a sum of 5 values in [-1, 1], in any order
     torch.testing.assert_close(calendar_sinusoidal(fields, 8), expected, **tol(n=5, scale=5))
+
+
+def test_calendar_features_finite_check_follows_validation():
+    """The finiteness check reads the values through posenc.host_reads: off with
+    validation, and skipped for the meta device (no values)."""
+    import posenc
+
+    with posenc.validation(False):
+        assert calendar_features(torch.tensor([0.0, float("nan")])).shape == (2, 5)
+    assert calendar_features(torch.zeros(3, device="meta")).is_meta
+    with pytest.raises(TypeError, match="times must be datetime64 or numeric, got str"):
+        calendar_features("2024-01-01")
+
+
+def test_time2vec_parameters_must_match():
+    with pytest.raises(ValueError, match=r"omega and phi must both be \[k \+ 1\]"):
+        time2vec(torch.arange(3.0), torch.randn(4), torch.randn(3))

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from ..arguments import check_device
+
 __all__ = ["math_dtype", "wide_dtype"]
 
 
@@ -38,6 +40,7 @@ def wide_dtype(device: torch.device | str | None = None) -> torch.dtype:
     Returns:
         ``torch.float32`` on an MPS device, else ``torch.float64``.
     """
-    if device is not None and torch.device(device).type == "mps":
+    device = check_device(device)
+    if device is not None and device.type == "mps":
         return torch.float32
     return torch.float64

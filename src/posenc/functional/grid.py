@@ -21,6 +21,15 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..arguments import (
+    check_bool,
+    check_choice,
+    check_dtype,
+    check_float,
+    check_int,
+    check_ints,
+    check_tensor,
+)
 from .dtypes import math_dtype
 from .sinusoidal import sin_cos_encoding, sinusoidal_inv_freq
 
@@ -61,12 +70,14 @@ def sincos_2d(
         >>> sincos_2d(torch.tensor([[0, 1]]), dim=4, order="row_col")
         tensor([[0.0000, 1.0000, 0.8415, 0.5403]])
     """
-    if isinstance(dim, bool) or not isinstance(dim, int):
-        raise TypeError(f"dim must be an int, got {type(dim).__name__} ({dim!r})")
-    if dim < 4 or dim % 4:
+    check_tensor("coords", coords, kinds=("int", "float"))
+    check_int("dim", dim, minimum=4)
+    if dim % 4:
         raise ValueError(f"dim must be a positive multiple of 4 (sin and cos of 2 axes), got {dim}")
-    if order not in GRID_ORDERS:
-        raise ValueError(f"order must be one of {list(GRID_ORDERS)}, got {order!r}")
+    check_float("base", base)
+    check_choice("order", order, GRID_ORDERS)
+    if dtype is not None:
+        check_dtype("dtype", dtype)
     if coords.dim() == 0 or coords.shape[-1] != 2:
         raise ValueError(f"coords must be [..., 2] (row, col), got shape {tuple(coords.shape)}")
     inv_freq = sinusoidal_inv_freq(dim // 2, base, device=coords.device, dtype=torch.float64)
@@ -86,6 +97,11 @@ def grid_table_index(coords: torch.Tensor, width: int, prefix: int = 0) -> torch
         >>> grid_table_index(torch.tensor([[0, 0], [1, 2]]), width=3, prefix=1).tolist()
         [1, 6]
     """
+    check_tensor("coords", coords, kinds=("int",))
+    if coords.dim() == 0 or coords.shape[-1] != 2:
+        raise ValueError(f"coords must be [..., 2] (row, col), got shape {tuple(coords.shape)}")
+    check_int("width", width)
+    check_int("prefix", prefix, minimum=0)
     return prefix + coords[..., 0] * width + coords[..., 1]
 
 
@@ -117,10 +133,15 @@ def resample_grid_table(
     Shapes:
         table ``[prefix + h * w, dim]`` -> ``[prefix + new_h * new_w, dim]``
     """
-    if mode not in RESAMPLE_MODES:
-        raise ValueError(f"mode must be one of {list(RESAMPLE_MODES)}, got {mode!r}")
+    check_tensor("table", table, dims=(2,))
+    check_ints("grid", grid, lengths=(2,))
+    check_ints("new_grid", new_grid, lengths=(2,))
+    check_int("prefix", prefix, minimum=0)
+    check_choice("mode", mode, RESAMPLE_MODES)
+    if antialias is not None:
+        check_bool("antialias", antialias)
     (h, w), (new_h, new_w) = grid, new_grid
-    if table.dim() != 2 or table.shape[0] != prefix + h * w:
+    if table.shape[0] != prefix + h * w:
         raise ValueError(
             f"table must be [prefix + h * w, dim] = [{prefix + h * w}, dim] for grid={grid} "
             f"and prefix={prefix}, got shape {tuple(table.shape)}"

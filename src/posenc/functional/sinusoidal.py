@@ -12,6 +12,14 @@ from __future__ import annotations
 
 import torch
 
+from ..arguments import (
+    check_choice,
+    check_device,
+    check_dtype,
+    check_float,
+    check_int,
+    check_tensor,
+)
 from .dtypes import math_dtype
 from .rope import rope_angles
 
@@ -34,6 +42,10 @@ def sinusoidal_inv_freq(
     Shapes:
         returns ``[dim // 2]``
     """
+    check_int("dim", dim, minimum=2, even=True)
+    check_float("base", base)
+    device = check_device(device)
+    check_dtype("dtype", dtype)
     exponents = torch.arange(0, dim, 2, device=device, dtype=dtype) / dim
     return base**-exponents
 
@@ -60,8 +72,7 @@ def sinusoidal(
     Shapes:
         positions: ``[...]`` -> returns ``[..., dim]``
     """
-    if dim % 2:
-        raise ValueError(f"dim must be even (sin/cos come in pairs), got {dim}")
+    check_tensor("positions", positions, kinds=("int", "float"))
     inv_freq = sinusoidal_inv_freq(dim, base, device=positions.device, dtype=torch.float64)
     return sin_cos_encoding(positions, inv_freq, layout, dtype=dtype)
 
@@ -82,11 +93,13 @@ def sin_cos_encoding(
     Shapes:
         positions ``[...]``, inv_freq ``[n]`` -> ``[..., 2n]``
     """
-    if layout not in SINUSOIDAL_LAYOUTS:
-        raise ValueError(f"layout must be one of {list(SINUSOIDAL_LAYOUTS)}, got {layout!r}")
-    if dtype is None:
+    check_tensor("positions", positions, kinds=("int", "float"))
+    check_choice("layout", layout, SINUSOIDAL_LAYOUTS)
+    if dtype is not None:
+        check_dtype("dtype", dtype)
+    else:
         dtype = math_dtype(positions.dtype)
-    angles = rope_angles(positions, inv_freq).to(dtype)  # [..., n], exact mod 2π
+    angles = rope_angles(positions, inv_freq).to(dtype)  # [..., n], exact mod 2π; checks both
     sin, cos = angles.sin(), angles.cos()
     if layout == "interleaved":
         return torch.stack((sin, cos), dim=-1).flatten(-2)  # [..., n, 2] -> [..., 2n]

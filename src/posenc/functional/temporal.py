@@ -16,7 +16,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from .sinusoidal import sin_cos_encoding, sinusoidal
+from ..arguments import (
+    check_choice,
+    check_device,
+    check_devices,
+    check_dtype,
+    check_float,
+    check_int,
+    check_tensor,
+)
+from ..host_reads import read, reads_values
+from .sinusoidal import SINUSOIDAL_LAYOUTS, sin_cos_encoding, sinusoidal
 
 __all__ = [
     "CALENDAR_FIELDS",
@@ -56,11 +66,25 @@ def timestamp_inv_freq(
     Shapes:
         returns ``[dim // 2]``
     """
+    check_int("dim", dim, minimum=2, even=True)
+    _check_periods(min_period, max_period)
+    device = check_device(device)
+    check_dtype("dtype", dtype)
     pairs = dim // 2
     steps = torch.arange(pairs, device=device, dtype=torch.float64) / max(pairs - 1, 1)
     ratio = math.log(max_period / min_period)
     periods = min_period * torch.exp(steps * ratio)  # [dim/2]
     return (2 * math.pi / periods).to(dtype)
+
+
+def _check_periods(min_period: float, max_period: float) -> None:
+    check_float("min_period", min_period)
+    check_float("max_period", max_period)
+    if min_period > max_period:
+        raise ValueError(
+            f"need 0 < min_period <= max_period, got min_period={min_period}, "
+            f"max_period={max_period}"
+        )
 
 
 def timestamp_encoding(
@@ -94,13 +118,8 @@ def timestamp_encoding(
     Shapes:
         times: ``[...]`` -> returns ``[..., dim]``
     """
-    if dim % 2:
-        raise ValueError(f"dim must be even (sin/cos come in pairs), got {dim}")
-    if not 0 < min_period <= max_period:
-        raise ValueError(
-            f"need 0 < min_period <= max_period, got min_period={min_period}, "
-            f"max_period={max_period}"
-        )
+    check_tensor("times", times, kinds=("int", "float"))
+    check_choice("layout", layout, SINUSOIDAL_LAYOUTS)
     inv_freq = timestamp_inv_freq(dim, min_period, max_period, device=times.device)
     return sin_cos_encoding(times, inv_freq, layout, dtype=dtype)
 
@@ -116,6 +135,14 @@ def time2vec(times: torch.Tensor, omega: torch.Tensor, phi: torch.Tensor) -> tor
     Shapes:
         times ``[...]``, omega and phi ``[k + 1]`` -> returns ``[..., k + 1]``
     """
+    check_tensor("times", times, kinds=("int", "float"))
+    check_tensor("omega", omega, dims=(1,))
+    check_tensor("phi", phi, dims=(1,))
+    if omega.shape != phi.shape:
+        raise ValueError(
+            f"omega and phi must both be [k + 1], got {tuple(omega.shape)} and {tuple(phi.shape)}"
+        )
+    check_devices(times=times, omega=omega, phi=phi)
     angles = times.unsqueeze(-1) * omega + phi  # [..., k + 1]
     return torch.cat((angles[..., :1], angles[..., 1:].sin()), dim=-1)
 
@@ -131,6 +158,7 @@ def calendar_fields(seconds: torch.Tensor) -> torch.Tensor:
     Shapes:
         seconds ``[...]`` (integer or float) -> returns ``[..., 5]`` int64
     """
+    check_tensor("seconds", seconds, kinds=("int", "float"))
     if seconds.is_floating_point():
         seconds = torch.floor(seconds.to(torch.float64)).to(torch.int64)
     else:
@@ -182,12 +210,24 @@ def calendar_features(times: Any) -> torch.Tensor:
     if not isinstance(times, torch.Tensor):
         if isinstance(times, np.ndarray) and times.dtype.kind not in "iuf":
             raise TypeError(f"times must be datetime64 or numeric, got numpy {times.dtype}")
-        times = torch.as_tensor(times)
+        if times is None or isinstance(times, (str, bytes)):
+            raise TypeError(f"times must be datetime64 or numeric, got {type(times).__name__}")
+        try:
+            times = torch.as_tensor(times)
+        except (TypeError, ValueError, RuntimeError):
+            raise TypeError(
+                f"times must be datetime64 or numeric, got {type(times).__name__}"
+            ) from None
     if times.dtype == torch.bool or times.is_complex():
         raise TypeError(f"times must be datetime64 or numeric, got {times.dtype}")
-    if times.is_floating_point() and not bool(torch.isfinite(times).all()):
-        raise ValueError("times must be finite unix seconds, got NaN or infinite values")
+    if times.is_floating_point() and reads_values(times):
+        read(torch.isfinite(times).all().view(1), _check_finite)
     return calendar_fields(times)
+
+
+def _check_finite(values: list) -> None:
+    if not values[0]:
+        raise ValueError("times must be finite unix seconds, got NaN or infinite values")
 
 
 def calendar_sinusoidal(
@@ -200,4 +240,8 @@ def calendar_sinusoidal(
     Shapes:
         fields ``[..., n_fields]`` integers -> returns ``[..., dim]``
     """
+    check_tensor("fields", fields, kinds=("int",))
+    if fields.dim() == 0:
+        raise ValueError("fields must be [..., n_fields] (one value per calendar field), got 0-D")
+    check_dtype("dtype", dtype)
     return sinusoidal(fields, dim, dtype=dtype).sum(dim=-2)  # [..., n_fields, dim] -> [..., dim]
