@@ -43,9 +43,11 @@ def test_eight_heads_are_the_papers_example():
     assert alibi_slopes(8).tolist() == [2.0**-i for i in range(1, 9)]
 
 
-@pytest.mark.parametrize("bad", [0, -1, True, 2.0])
-def test_bad_head_count_raises(bad):
-    with pytest.raises(ValueError, match="n_heads"):
+@pytest.mark.parametrize(
+    ("bad", "error"), [(0, ValueError), (-1, ValueError), (True, TypeError), (2.0, TypeError)]
+)
+def test_bad_head_count_raises(bad, error):
+    with pytest.raises(error, match="n_heads"):
         alibi_slopes(bad)
 
 

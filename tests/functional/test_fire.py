@@ -70,3 +70,14 @@ def test_mlp_is_two_linear_layers_per_head(tol):
     torch.testing.assert_close(
         got, mlp(x[..., None]).permute(2, 0, 1), **tol(torch.float64, n=2 * hidden + 2, scale=scale)
     )
+
+
+def test_mlp_weights_of_other_sizes_are_named():
+    w1, b1, w2, b2 = torch.randn(8), torch.randn(8), torch.randn(3, 8), torch.randn(3)
+    x = torch.rand(2, 2)
+    with pytest.raises(ValueError, match=r"w1, b1 must be \[hidden\]"):
+        fire_mlp(x, torch.tensor(0), w1, b1[:4], w2, b2)
+    with pytest.raises(TypeError, match="head must be a int tensor"):
+        fire_mlp(x, torch.tensor(0.0), w1, b1, w2, b2)
+    with pytest.raises(ValueError, match="eps must be > 0"):
+        fire_input(x, x, torch.tensor(1.0), torch.tensor(1.0), eps=0.0)

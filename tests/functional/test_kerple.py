@@ -55,3 +55,12 @@ def test_clamp_straight_through_has_the_clamp_value_and_the_identity_gradient():
     y.backward(torch.tensor([1.0, 2.0, 3.0, 4.0]))
     assert x.grad.tolist() == [1.0, 2.0, 3.0, 4.0]
     assert torch.equal(clamp_straight_through(x, 0.01), x.detach().clamp(min=0.01))
+
+
+def test_clamp_bounds_are_checked():
+    with pytest.raises(ValueError, match="high must be >= low"):
+        clamp_straight_through(torch.randn(3), 1.0, 0.5)
+    with pytest.raises(ValueError, match="low must be finite"):
+        clamp_straight_through(torch.randn(3), math.nan)
+    out = clamp_straight_through(torch.tensor([-3.0, 0.5, 3.0]), -1.0, 1.0)
+    assert out.tolist() == [-1.0, 0.5, 1.0]

@@ -66,3 +66,10 @@ def test_key_scores_work_in_float64_for_float64_inputs():
     q, table = torch.randn(1, 1, 2, 4).double(), torch.randn(3, 4)
     assert shaw_key_scores(q, table, 0.5).dtype == torch.float64
     assert shaw_key_scores(q.half(), table, 0.5).dtype == torch.float32
+
+
+def test_key_table_of_another_head_dim_is_named():
+    with pytest.raises(ValueError, match="key_table's head_dim 4"):
+        shaw_key_scores(torch.randn(1, 2, 3, 8), torch.randn(5, 4), 0.125)
+    with pytest.raises(ValueError, match="q and key_table must be on one device"):
+        shaw_key_scores(torch.randn(1, 2, 3, 8), torch.randn(5, 8, device="meta"), 0.125)

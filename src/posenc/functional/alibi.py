@@ -16,6 +16,15 @@ from __future__ import annotations
 
 import torch
 
+from ..arguments import (
+    check_bool,
+    check_device,
+    check_devices,
+    check_dtype,
+    check_int,
+    check_tensor,
+)
+
 __all__ = ["alibi_bias", "alibi_slope", "alibi_slopes"]
 
 
@@ -30,6 +39,8 @@ def alibi_slope(head: torch.Tensor, n_heads: int) -> torch.Tensor:
     Shapes:
         head: ``[...]`` floating head indices in ``[0, n_heads)`` -> ``[...]``.
     """
+    check_tensor("head", head)
+    check_int("n_heads", n_heads)
     c = 1 << (n_heads.bit_length() - 1)
     first = (head + 1) * (-8.0 / c)
     extra = (2 * (head - c) + 1) * (-4.0 / c)
@@ -50,8 +61,9 @@ def alibi_slopes(
     Shapes:
         returns ``[n_heads]``.
     """
-    if isinstance(n_heads, bool) or not isinstance(n_heads, int) or n_heads < 1:
-        raise ValueError(f"n_heads must be an int >= 1, got {n_heads!r}")
+    check_int("n_heads", n_heads)
+    device = check_device(device)
+    check_dtype("dtype", dtype)
     heads = torch.arange(n_heads, device=device, dtype=torch.float64)
     return alibi_slope(heads, n_heads).to(dtype)
 
@@ -73,6 +85,11 @@ def alibi_bias(
     Shapes:
         slope, q_pos, k_pos: broadcastable -> their broadcast shape, ``slope.dtype``.
     """
+    check_tensor("slope", slope)
+    check_tensor("q_pos", q_pos, kinds=("int", "float"))
+    check_tensor("k_pos", k_pos, kinds=("int", "float"))
+    check_devices(slope=slope, q_pos=q_pos, k_pos=k_pos)
+    check_bool("symmetric", symmetric)
     if q_pos.is_floating_point() or k_pos.is_floating_point():
         distance = q_pos.to(slope.dtype) - k_pos.to(slope.dtype)
     else:

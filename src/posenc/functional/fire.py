@@ -51,6 +51,8 @@ import math
 
 import torch
 
+from ..arguments import check_devices, check_float, check_tensor
+
 __all__ = [
     "FIRE_EPS",
     "KINK_STEP",
@@ -79,6 +81,9 @@ def fire_psi(x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     Shapes:
         x, c: broadcastable -> their broadcast shape
     """
+    check_tensor("x", x)
+    check_tensor("c", c)
+    check_devices(x=x, c=c)
     return torch.log1p((c * x).abs())
 
 
@@ -101,9 +106,20 @@ def fire_input(
     Shapes:
         q_pos, k_pos, c, threshold: broadcastable -> their broadcast shape
     """
+    _check_input(q_pos, k_pos, c, threshold, eps)
     distance = (q_pos - k_pos).abs()
     normaliser = fire_psi(torch.maximum(q_pos, threshold), c) + eps
     return fire_psi(distance, c) / normaliser
+
+
+def _check_input(
+    q_pos: torch.Tensor, k_pos: torch.Tensor, c: torch.Tensor, threshold: torch.Tensor, eps: float
+) -> None:
+    named = {"q_pos": q_pos, "k_pos": k_pos, "c": c, "threshold": threshold}
+    for name, value in named.items():
+        check_tensor(name, value)
+    check_devices(**named)
+    check_float("eps", eps)
 
 
 def fire_input_partials(
@@ -184,6 +200,8 @@ def fire_mlp(
         x, head: broadcastable; w1, b1: ``[hidden]``; w2: ``[heads, hidden]``; b2:
         ``[heads]`` -> the broadcast shape of ``x`` and ``head``
     """
+    check_tensor("head", head, kinds=("int",))
+    _check_mlp(x, w1, b1, w2, b2, head=head)
     dtype = x.dtype  # weights are indexed first, then cast: a pointwise cast per score
     out = b2[head].to(dtype)
     for unit in range(w1.shape[0]):
@@ -203,6 +221,9 @@ def fire_mlp_matmul(
         x ``[..., q, k]``; w1, b1 ``[hidden]``; w2 ``[heads, hidden]``; b2 ``[heads]`` ->
         ``[..., heads, q, k]``
     """
+    _check_mlp(x, w1, b1, w2, b2)
+    if x.dim() < 2:
+        raise ValueError(f"x must be [..., q, k], got shape {tuple(x.shape)}")
     dtype = x.dtype
     w1, b1 = w1.to(dtype).unsqueeze(-1), b1.to(dtype).unsqueeze(-1)  # [hidden, 1]
     w2, b2 = w2.to(dtype), b2.to(dtype).unsqueeze(-1)
@@ -210,6 +231,30 @@ def fire_mlp_matmul(
     hidden = torch.baddbmm(b1, w1.expand(flat.shape[0], -1, -1), flat).relu_()
     out = torch.baddbmm(b2, w2.expand(flat.shape[0], -1, -1), hidden)  # [n, heads, q·k]
     return out.view(*x.shape[:-2], w2.shape[0], *x.shape[-2:])
+
+
+def _check_mlp(
+    x: torch.Tensor,
+    w1: torch.Tensor,
+    b1: torch.Tensor,
+    w2: torch.Tensor,
+    b2: torch.Tensor,
+    **others: torch.Tensor,
+) -> None:
+    """Raise unless ``x`` and the weights of ``Linear(1, hidden) -> Linear(hidden, heads)``
+    are floating tensors of those shapes, on one device with ``others``."""
+    check_tensor("x", x)
+    check_tensor("w1", w1, dims=(1,))
+    check_tensor("b1", b1, dims=(1,))
+    check_tensor("w2", w2, dims=(2,))
+    check_tensor("b2", b2, dims=(1,))
+    check_devices(x=x, w1=w1, b1=b1, w2=w2, b2=b2, **others)
+    hidden, heads = w1.shape[0], w2.shape[0]
+    if b1.shape[0] != hidden or w2.shape[1] != hidden or b2.shape[0] != heads:
+        raise ValueError(
+            "w1, b1 must be [hidden], w2 [heads, hidden] and b2 [heads], got "
+            f"{tuple(w1.shape)}, {tuple(b1.shape)}, {tuple(w2.shape)} and {tuple(b2.shape)}"
+        )
 
 
 #: :func:`pieces_within` pads the kinks it keeps to a multiple of this: one compiled graph

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import torch
 
+from ..arguments import check_choice, check_devices, check_float, check_tensor
+
 __all__ = ["KERPLE_VARIANTS", "clamp_straight_through", "kerple_bias"]
 
 #: ``log``: ``-r1·log(1 + r2·d)`` (the paper's best); ``power``: ``-r1·d^r2``
@@ -41,11 +43,14 @@ def kerple_bias(
     Shapes:
         distance, r1, r2: broadcastable -> their broadcast shape
     """
+    check_tensor("distance", distance)
+    check_tensor("r1", r1)
+    check_tensor("r2", r2)
+    check_devices(distance=distance, r1=r1, r2=r2)
+    check_choice("variant", variant, KERPLE_VARIANTS)
     if variant == "log":
         return -r1 * torch.log1p(r2 * distance)
-    if variant == "power":
-        return -r1 * distance.pow(r2)
-    raise ValueError(f"variant must be one of {list(KERPLE_VARIANTS)}, got {variant!r}")
+    return -r1 * distance.pow(r2)
 
 
 def clamp_straight_through(x: torch.Tensor, low: float, high: float | None = None) -> torch.Tensor:
@@ -64,5 +69,11 @@ def clamp_straight_through(x: torch.Tensor, low: float, high: float | None = Non
     Shapes:
         x: any -> same shape
     """
+    check_tensor("x", x)
+    check_float("low", low, positive=False)
+    if high is not None:
+        check_float("high", high, positive=False)
+        if high < low:
+            raise ValueError(f"high must be >= low, got low={low}, high={high}")
     held = x.detach()
     return x - held + held.clamp(low, high)

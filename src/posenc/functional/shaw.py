@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from ..arguments import check_devices, check_float, check_int, check_tensor
 from .dtypes import math_dtype
 
 __all__ = ["shaw_index", "shaw_key_bias", "shaw_key_scores", "shaw_value_term"]
@@ -30,10 +31,20 @@ def shaw_index(relative_position: torch.Tensor, max_distance: int) -> torch.Tens
     Shapes:
         relative_position ``[...]`` (integer) -> ``[...]`` in ``[0, 2 * max_distance]``
     """
-    if relative_position.is_floating_point():
+    if not isinstance(relative_position, torch.Tensor):
         raise TypeError(
-            f"Shaw's tables are indexed by integer distances, got {relative_position.dtype}"
+            f"relative_position must be a torch.Tensor, got {type(relative_position).__name__}"
         )
+    if (
+        relative_position.is_floating_point()
+        or relative_position.is_complex()
+        or (relative_position.dtype == torch.bool)
+    ):
+        raise TypeError(
+            "relative_position must be an integer tensor (Shaw's tables are indexed by integer "
+            f"distances), got {relative_position.dtype}"
+        )
+    check_int("max_distance", max_distance, minimum=0)
     return relative_position.clamp(-max_distance, max_distance) + max_distance
 
 
@@ -46,6 +57,15 @@ def shaw_key_scores(q: torch.Tensor, key_table: torch.Tensor, scale: float) -> t
         q ``[..., q_len, head_dim]``, key_table ``[2k + 1, head_dim]`` ->
         ``[..., q_len, 2k + 1]``
     """
+    check_tensor("q", q)
+    check_tensor("key_table", key_table, dims=(2,))
+    check_devices(q=q, key_table=key_table)
+    if q.dim() < 1 or q.shape[-1] != key_table.shape[1]:
+        raise ValueError(
+            f"q must be [..., q_len, head_dim] with key_table's head_dim {key_table.shape[1]}, "
+            f"got shape {tuple(q.shape)}"
+        )
+    check_float("scale", scale)
     dtype = math_dtype(q.dtype, key_table.dtype)
     return (q.to(dtype) @ key_table.to(dtype).transpose(0, 1)) * scale
 
@@ -62,6 +82,9 @@ def shaw_key_bias(key_scores: torch.Tensor, index: torch.Tensor) -> torch.Tensor
         key_scores ``[b, h, q_len, 2k + 1]``, index ``[1, 1, q_len, k_len]`` or
         ``[b, 1, q_len, k_len]`` -> ``[b, h, q_len, k_len]``
     """
+    check_tensor("key_scores", key_scores)
+    check_tensor("index", index, kinds=("int",), dims=(key_scores.dim(),))
+    check_devices(key_scores=key_scores, index=index)
     # gather on views expanded to the common shape: take_along_dim broadcasts the same
     # way but first wraps every index (a remainder over the whole [b, h, q_len, k_len]),
     # which made it 3x slower forward and 2x backward
@@ -83,6 +106,10 @@ def shaw_value_term(
         probs ``[b, h, q_len, k_len]``, value_table ``[2k + 1, head_dim]``, index
         broadcastable to probs -> ``[b, h, q_len, head_dim]``
     """
+    check_tensor("probs", probs)
+    check_tensor("value_table", value_table, dims=(2,))
+    check_tensor("index", index, kinds=("int",))
+    check_devices(probs=probs, value_table=value_table, index=index)
     index = index.expand(probs.shape)  # a view: [b, h, q_len, k_len]
     bins = probs.new_zeros(*probs.shape[:-1], value_table.shape[0])  # [b, h, q_len, 2k + 1]
     bins = bins.scatter_add(-1, index, probs)

@@ -15,6 +15,8 @@ import math
 
 import torch
 
+from ..arguments import check_bool, check_int
+
 __all__ = ["check_t5_buckets", "t5_relative_bucket"]
 
 
@@ -26,9 +28,9 @@ def check_t5_buckets(num_buckets: int, max_distance: int, bidirectional: bool) -
         ValueError: too few buckets, an odd count when bidirectional, or a ``max_distance``
             within the exact buckets.
     """
-    for name, value in (("num_buckets", num_buckets), ("max_distance", max_distance)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
+    check_int("num_buckets", num_buckets)
+    check_int("max_distance", max_distance)
+    check_bool("bidirectional", bidirectional)
     half = num_buckets // 2 if bidirectional else num_buckets
     minimum = 4 if bidirectional else 2
     if num_buckets < minimum:
@@ -79,7 +81,11 @@ def t5_relative_bucket(
         raise TypeError(
             f"relative_position must be a torch.Tensor, got {type(relative_position).__name__}"
         )
-    if relative_position.is_floating_point() or relative_position.dtype == torch.bool:
+    if (
+        relative_position.is_floating_point()
+        or relative_position.is_complex()
+        or (relative_position.dtype == torch.bool)
+    ):
         raise TypeError(
             f"relative_position must be an integer tensor (buckets index a table), "
             f"got {relative_position.dtype}"
