@@ -157,3 +157,12 @@ def test_wrong_shapes_raise_naming_the_numbers():
         permute_for_layout(w, 8, 16, dst="neox")
     with pytest.raises(ValueError, match="n_heads must be >= 1, got 0"):
         permute_for_layout(w, 0, 16)
+
+
+def test_a_wrong_device_is_named():
+    """A device that is not one is posenc's error, not torch's."""
+    with pytest.raises(TypeError, match="device"):
+        layout_permutation(8, device=1)
+    with pytest.raises(ValueError, match="device"):
+        layout_permutation(8, device="no-such-cpu")
+    assert layout_permutation(8, device="meta").is_meta

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from ..config import check_choice, check_int
+from ..config import check_choice, check_device, check_int
 from ..functional.rope import ROPE_LAYOUTS
 
 __all__ = ["layout_permutation", "permute_for_layout"]
@@ -61,7 +61,7 @@ def layout_permutation(
     check_choice("src", src, ROPE_LAYOUTS)
     check_choice("dst", dst, ROPE_LAYOUTS)
     rotary_dim = _check_dims(head_dim, rotary_dim)
-    perm = torch.arange(head_dim, device=device)
+    perm = torch.arange(head_dim, device=check_device(device))
     if src == dst:
         return perm
     # interleaved -> half: half index (r, i) (= r·n + i) takes interleaved index 2i + r
