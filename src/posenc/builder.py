@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .arguments import check_int
 from .base import Encoding
 from .registry import create, get
 
@@ -62,6 +63,8 @@ def build(
         for key, value in (("dim", dim), ("head_dim", head_dim), ("n_heads", n_heads))
         if value is not None
     }
+    for key, value in sizes.items():  # checked even where the encoding does not use it
+        check_int(key, value)
     if isinstance(spec, Encoding):
         if config:
             raise TypeError(
@@ -83,7 +86,7 @@ def build(
         name = spec_config.pop("name")
     else:
         raise TypeError(
-            f"encoding must be a name, a dict or an Encoding, got {type(spec).__name__}"
+            f"spec (the encoding) must be a name, a dict or an Encoding, got {type(spec).__name__}"
         )
     both = sorted(set(spec_config) & set(config))
     if both:

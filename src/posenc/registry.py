@@ -82,7 +82,9 @@ def get(name: str) -> type[Encoding]:
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise ValueError(f"unknown encoding {name!r}; available: {available()}") from None
+        raise ValueError(
+            f"unknown encoding {name!r}; available: {available()} (name must be one of them)"
+        ) from None
 
 
 def info(name: str) -> EncodingInfo:

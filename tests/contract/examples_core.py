@@ -2,4 +2,181 @@
 
 from __future__ import annotations
 
+import torch
+from tests.contract.registry import EXEMPT, call, example
+
+import posenc
+
 __all__: list[str] = []
+
+B, H, S, D = 2, 2, 4, 8
+P = torch.tensor([0, 3, 1, 2])
+CPU = torch.device("cpu")
+# labels: any string names the argument in messages (an unknown label is still a label)
+LABEL = ("choice",)
+
+
+def gen(*shape: int, seed: int = 0) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def heads(seed: int = 0) -> torch.Tensor:
+    return gen(B, H, S, D, seed=seed)
+
+
+def summed() -> posenc.Compose:
+    return posenc.compose("sinusoidal", {"name": "learned", "max_positions": 8}, dim=D)
+
+
+EXEMPT["posenc.EncodingInfo"] = (
+    "a frozen record of what posenc.registry.register was told; it holds what it is given"
+)
+EXEMPT["posenc.PositionOutOfRangeError"] = (
+    "the error posenc raises with the position and limit it checked; an error's constructor "
+    "does not refuse its own message's parts"
+)
+EXEMPT["posenc.BiasEncoding.forward"] = (
+    "always a TypeError naming what to call instead (a bias runs inside attention)"
+)
+for abstract in ("posenc.RotaryEncoding.rotation", "posenc.RotaryEncoding.rotate"):
+    EXEMPT[abstract] = "abstract: each rotary encoding's own is probed"
+
+# the base classes, built as the kinds' classes build them (their own keys: posenc.create)
+for cls in ("Encoding", "AdditiveEncoding", "BiasEncoding", "RotaryEncoding", "NoEncoding"):
+    example(
+        f"posenc.{cls}",
+        lambda cls=cls: call(getattr(posenc, cls), device="cpu", dtype=torch.float32),
+    )
+example(
+    "posenc.Compose",
+    lambda: call(
+        posenc.Compose,
+        posenc.create("sinusoidal", dim=D),
+        posenc.create("learned", dim=D, max_positions=8),
+    ),
+)
+
+# what every encoding shares: its positions' checks and defaults
+example(
+    "posenc.Encoding.check_positions",
+    lambda: call(
+        posenc.create("sinusoidal", dim=D).check_positions,
+        P,
+        seq_len=S,
+        batch=1,
+        name="positions",
+        device=CPU,
+    ),
+    ok={"name": LABEL},
+)
+example(
+    "posenc.Encoding.default_positions",
+    lambda: call(
+        posenc.create("learned", dim=D, max_positions=8).default_positions,
+        S,
+        device="cpu",
+        offset=2,
+    ),
+)
+example(
+    "posenc.Compose.check_positions",
+    lambda: call(summed().check_positions, P, seq_len=S, batch=1, name="positions", device=CPU),
+    ok={"name": LABEL},
+)
+example(
+    "posenc.Compose.default_positions",
+    lambda: call(summed().default_positions, S, device="cpu", offset=2),
+)
+
+# what the additive, bias and none kinds share
+example(
+    "posenc.AdditiveEncoding.encode",
+    lambda: call(posenc.create("sinusoidal", dim=D).encode, P, dtype=torch.float32),
+)
+example(
+    "posenc.AdditiveEncoding.forward",
+    lambda: call(posenc.create("sinusoidal", dim=D), gen(B, S, D), P),
+)
+example("posenc.NoEncoding.forward", lambda: call(posenc.create("nope"), gen(B, S, D), P))
+example(
+    "posenc.BiasEncoding.bias",
+    lambda: call(posenc.create("alibi", n_heads=H).bias, P, P, q=heads(1), scale=0.5),
+)
+example(
+    "posenc.BiasEncoding.score_mod",
+    lambda: call(posenc.create("t5", n_heads=H).score_mod, P, P, q=heads(1), q_offset=0, scale=0.5),
+)
+# hooks posenc calls with the positions bias() and attention checked, inside every block of
+# rows and every flex score (users call bias(), score_mod() or posenc.attention)
+for hook in (
+    "posenc.BiasEncoding.bias_at",
+    "posenc.BiasEncoding.masked_bias",
+    "posenc.BiasEncoding.block_rows",
+):
+    EXEMPT[hook] = "a hook posenc calls with tensors it built and checked (blocks of rows, flex)"
+
+# what the rotary kind shares (RoPE's forward; FoPE's rotate_pair is the base one)
+example(
+    "posenc.RotaryEncoding.forward",
+    lambda: call(
+        posenc.create("rope", head_dim=D), heads(1), heads(2), P, k_positions=P, seq_len=S
+    ),
+)
+example(
+    "posenc.RotaryEncoding.rotate_pair",
+    lambda: call(
+        posenc.create("fope", head_dim=D).rotate_pair,
+        heads(1),
+        heads(2),
+        posenc.create("fope", head_dim=D).rotation(P),
+    ),
+)
+example(
+    "posenc.RotaryEncoding.causal_positions",
+    lambda: call(posenc.create("rope", head_dim=D).causal_positions, P),
+)
+
+# the registry and the builders
+example("posenc.create", lambda: call(posenc.create, "sinusoidal", dim=D))
+example("posenc.info", lambda: call(posenc.info, "alibi"))
+example(
+    "posenc.build",
+    lambda: call(posenc.build, "rope", dim=4 * D, head_dim=D, n_heads=4),
+    alias={"spec": ("encoding",)},  # the spec names an encoding: "unknown encoding ..."
+)
+example("posenc.compose", lambda: call(posenc.compose, "sinusoidal", "learned", dim=D))
+
+
+def _validation(enabled: bool) -> None:
+    """``posenc.validation`` as it is used: a ``with`` block (its checks run on entry)."""
+    with posenc.validation(enabled):
+        pass
+
+
+example("posenc.set_validation", lambda: call(posenc.set_validation, True))
+example("posenc.validation", lambda: call(_validation, False))
+
+
+def _attention() -> tuple:
+    alibi = posenc.create("alibi", n_heads=H)
+    return call(
+        posenc.attention,
+        heads(1),
+        heads(2),
+        heads(3),
+        alibi,
+        q_positions=P,
+        k_positions=P,
+        causal=True,
+        scale=0.5,
+        backend="math",
+        key_padding_mask=torch.tensor([[True] * S, [False] + [True] * (S - 1)]),
+        segment_ids=torch.tensor([[0, 0, 1, 1], [0, 0, 0, 1]]),
+        bias=alibi.bias(P, P),
+        window=3,
+        sinks=torch.zeros(H),
+        softcap=30.0,
+    )
+
+
+example("posenc.attention", _attention)

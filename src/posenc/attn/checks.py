@@ -10,6 +10,7 @@ import math
 
 import torch
 
+from ..arguments import check_float
 from ..base import BiasEncoding, Encoding, InputBias
 from ..functional.dtypes import math_dtype
 from ..host_reads import reads_values, validation_enabled
@@ -56,16 +57,20 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         )
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q and k head_dim differ: {q.shape[-1]} vs {k.shape[-1]}")
+    if not q.device == k.device == v.device:
+        raise ValueError(f"q, k, v must share a device, got {q.device}, {k.device}, {v.device}")
 
 
 def check_scale(scale: float | None, head_dim: int) -> float:
-    """The score scale: ``1/sqrt(head_dim)`` by default, else a finite number > 0."""
+    """The score scale: ``1/sqrt(head_dim)`` by default, else a finite number > 0 of a
+    magnitude in ``[1 / MAX_FLOAT, MAX_FLOAT]`` (:func:`~posenc.arguments.check_float`)."""
     if scale is None:
         return 1.0 / math.sqrt(head_dim)
     if isinstance(scale, bool) or not isinstance(scale, (int, float)):
         raise TypeError(f"scale must be a number or None, got {type(scale).__name__}")
     if not math.isfinite(scale) or scale <= 0:
         raise ValueError(f"scale must be a finite number > 0, got {scale}")
+    check_float("scale", scale)  # and no scores scaled past float range
     return float(scale)
 
 
@@ -161,13 +166,15 @@ def check_context(context, q, k, *given) -> None:
 
 
 def check_softcap(softcap: float | None) -> float | None:
-    """Raise unless ``softcap`` is None or a finite number > 0."""
+    """Raise unless ``softcap`` is None or a finite number > 0 of a magnitude in
+    ``[1 / MAX_FLOAT, MAX_FLOAT]`` (:func:`~posenc.arguments.check_float`)."""
     if softcap is None:
         return None
     if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
         raise TypeError(f"softcap must be a number or None, got {type(softcap).__name__}")
     if not math.isfinite(softcap) or softcap <= 0:
         raise ValueError(f"softcap must be a finite number > 0, got {softcap}")
+    check_float("softcap", softcap)
     return float(softcap)
 
 

@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from ..arguments import check_float, check_tensor
 from ..config import EncodingConfig, check_int
 from ..positions import check_batch, position_at
 from .encoding import Encoding
@@ -96,7 +97,11 @@ class BiasEncoding(Encoding):
         score scale) are needed only by biases that depend on the queries (Shaw's
         ``q · a_K * scale``, which overrides this). Costs
         ``heads * q_len * k_len`` memory: the fast path never calls it."""
-        q_positions, k_positions = self._check_pair(q_positions, k_positions)
+        for name, positions in (("q_positions", q_positions), ("k_positions", k_positions)):
+            if positions is None:
+                raise TypeError(f"{name} must be a torch.Tensor, got None")
+        self._check_query(q, scale)
+        q_positions, k_positions = self._check_pair(q_positions, k_positions, q)
         heads = torch.arange(self.n_heads, device=q_positions.device)
         if q_positions.dim() == 1 and k_positions.dim() == 1:
             h, qp, kp = heads.view(-1, 1, 1), q_positions.view(1, -1, 1), k_positions.view(1, 1, -1)
@@ -149,8 +154,8 @@ class BiasEncoding(Encoding):
         cache where the queries follow ``q_offset`` cached keys); ``[len]`` or
         ``[batch, len]`` tensors give them explicitly.
         """
-
-        q_positions, k_positions = self._check_pair(q_positions, k_positions)
+        self._check_query(q, scale)
+        q_positions, k_positions = self._check_pair(q_positions, k_positions, q)
         check_int("q_offset", q_offset, minimum=0)
 
         def mod(score, b, h, q_idx, kv_idx):
@@ -159,6 +164,16 @@ class BiasEncoding(Encoding):
             return score + self.bias_at(h, q_pos, k_pos).to(score.dtype)
 
         return mod
+
+    @staticmethod
+    def _check_query(q: Any, scale: Any) -> None:
+        """Raise, naming the argument, unless ``q`` is None or floating-point ``[batch,
+        heads, q_len, head_dim]`` and ``scale`` None or a number > 0 (checked where the bias
+        does not read them too: a wrong value is never silently ignored)."""
+        if q is not None:
+            check_tensor("q", q, dims=(4,))
+        if scale is not None:
+            check_float("scale", scale)
 
     def _check_pair(
         self, q_positions, k_positions, q: torch.Tensor | None = None

@@ -151,7 +151,8 @@ class Encoding(nn.Module):
     ) -> torch.Tensor:
         """The positions of tokens ``offset .. offset + seq_len - 1`` when none are given:
         ``arange`` (grid encodings: their configured grid)."""
+        positions = arange(seq_len, device=device, offset=offset)  # checks the arguments
         limit = self.position_limit()
         if limit is not None and offset + seq_len > limit:
             raise PositionOutOfRangeError(offset + seq_len - 1, limit, self.limit_name)
-        return arange(seq_len, device=device, offset=offset)
+        return positions

@@ -7,6 +7,7 @@ from typing import ClassVar
 
 import torch
 
+from ..arguments import check_tensor
 from ..config import EncodingConfig, check_int
 from ..positions import query_offset
 from .encoding import Encoding, check_float_tensor
@@ -79,12 +80,17 @@ class RotaryEncoding(Encoding):
         """Queries and keys at the same positions rotated by one ``rotation``: ``(rotate(q),
         rotate(k, key=True))``, or one kernel for both where an encoding has it (RoPE's
         ``kernel="triton"``)."""
+        check_tensor("q", q, dims=(4,))
+        check_tensor("k", k, dims=(4,))
+        if q.device != k.device:
+            raise ValueError(f"q is on {q.device} but k on {k.device}: they share positions")
         return self.rotate(q, rotation), self.rotate(k, rotation, key=True)
 
     def causal_positions(self, positions: torch.Tensor) -> torch.Tensor | None:
         """The 1-D order of ``positions`` for a causal mask (``k <= q``), or None when they
         have none (grid coordinates; M-RoPE's ``[3, batch, seq]``): attention then masks
         by the token index."""
+        check_tensor("positions", positions, kinds=("int", "float"))
         return positions if self.position_axes == 1 else None
 
     def _check_heads(self, name: str, t: torch.Tensor) -> None:
