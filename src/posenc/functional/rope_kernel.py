@@ -32,7 +32,6 @@ than the compiled path on the shapes it would win (``docs/gpu.md``).
 from __future__ import annotations
 
 import importlib.util
-import os
 
 import torch
 
@@ -73,12 +72,6 @@ def check_rope_kernel(kernel: str) -> None:
     # not imported here: Triton reads TRITON_INTERPRET when its kernels are defined
     if kernel == "triton" and importlib.util.find_spec("triton") is None:
         raise ValueError("kernel='triton' needs Triton (pip install triton): not installed")
-
-
-def triton_runs_on(device: torch.device) -> bool:
-    """Whether the Triton kernel runs on ``device``'s tensors: CUDA, or any under
-    Triton's interpreter (``TRITON_INTERPRET=1``)."""
-    return device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def apply_rope_fast(
@@ -151,13 +144,11 @@ def rotate_with_triton(
     """``q`` (and ``k``) rotated in one launch of the Triton kernel
     (:func:`~posenc.functional.rope_triton.rope_triton_tables`; the rotary channels from
     ``offset``), or a ``ValueError`` saying why it cannot run on their device."""
-    if not triton_runs_on(q.device):
-        raise ValueError(
-            f"kernel='triton' rotates CUDA tensors (or any under TRITON_INTERPRET=1), got q "
-            f"on {q.device}: create the encoding with kernel='auto' for this device"
-        )
-    from .rope_triton import rope_triton_tables  # Triton imported at the first use
+    # Triton imported at the first use
+    from .rope_triton import rope_triton_tables
+    from .rope_triton_checks import check_runs_here
 
+    check_runs_here(q, "q", "kernel='triton'", ": create the encoding with kernel='auto' here")
     return rope_triton_tables(q, k, cos, sin, layout, rotary_offset=offset)
 
 
