@@ -347,6 +347,8 @@ def test_bad_tensors_raise_naming_the_tensor():
         ((q, k_rope, k_nope[:, :, :5]), ValueError, "^k_nope must be"),
         ((q.long(), k_rope, k_nope), TypeError, "^q must be a floating-point tensor"),
         ((q, k_rope, k_nope.double()), TypeError, "^k_nope is torch.float64 but q"),
+        ((q, k_rope.to("meta"), k_nope), ValueError, "^k_rope is on meta but q on cpu"),
+        ((q, k_rope, k_nope.to("meta")), ValueError, "^k_nope is on meta but q on cpu"),
     ]
     for args, error, message in cases:
         with pytest.raises(error, match=message):

@@ -123,6 +123,8 @@ class LatentRoPE(nn.Module):
                 raise ValueError(f"{name} must be 4-D, got shape {tuple(t.shape)}")
             if t.dtype != q.dtype:
                 raise TypeError(f"{name} is {t.dtype} but q is {q.dtype}: give one dtype")
+            if t.device != q.device:
+                raise ValueError(f"{name} is on {t.device} but q on {q.device}: give one device")
         b, h = q.shape[:2]
         expected = {
             "q": (b, h, q.shape[2], self.qk_head_dim),
