@@ -53,6 +53,17 @@ def test_slopes_take_a_floating_dtype_and_a_device_only():
         enc.slopes(device="no-such-cpu")
 
 
+def test_linear_slopes_take_a_bool():
+    """A truthy string never picks the causal form of a symmetric ALiBi."""
+    enc = posenc.create("alibi", n_heads=4, symmetric=True)
+    assert enc.linear_slopes(False) is None and enc.linear_slopes(True) == [
+        2.0**-i for i in (2, 4, 6, 8)
+    ]
+    for causal in (None, "no", 1):
+        with pytest.raises(TypeError, match="causal must be a bool"):
+            enc.linear_slopes(causal)
+
+
 @given(st.integers(0, 8))
 def test_slopes_of_powers_of_two_are_geometric(log2_n):
     n = 2**log2_n

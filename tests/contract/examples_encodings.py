@@ -42,7 +42,6 @@ HOOK = (
 for hook in (
     "posenc.bias.alibi.ALiBi.bias_at",
     "posenc.bias.alibi.ALiBi.head_slopes",
-    "posenc.bias.alibi.ALiBi.linear_slopes",
     "posenc.bias.cope.CoPE.score_bias",
     "posenc.bias.fire.Fire.bias_at",
     "posenc.bias.fire.Fire.masked_bias",
@@ -52,7 +51,6 @@ for hook in (
     "posenc.bias.kerple.Kerple.kernel_parameters",
     "posenc.bias.shaw.Shaw.value_term",
     "posenc.bias.t5.T5Bias.bias_at",
-    "posenc.bias.fox.Fox.log_gates",
 ):
     EXEMPT[hook] = HOOK
 for protocol in (
@@ -80,7 +78,9 @@ example(
     lambda: call(enc("cope", head_dim=D).bias, P, P, q=heads(1), k=heads(2), scale=0.5),
 )
 example("posenc.bias.fire.Fire.bias", lambda: call(enc("fire").bias, P, P, q=None, scale=0.5))
+example("posenc.bias.alibi.ALiBi.linear_slopes", lambda: call(enc("alibi").linear_slopes, True))
 example("posenc.bias.fox.Fox.clock", lambda: call(enc("fox", dim=D).clock, gen(B, S, D)))
+example("posenc.bias.fox.Fox.log_gates", lambda: call(enc("fox", dim=D).log_gates, gen(B, S, D)))
 example(
     "posenc.bias.fox.Fox.bias",
     lambda: call(enc("fox", dim=D).bias, P, P, scale=0.5, x=gen(B, S, D)),

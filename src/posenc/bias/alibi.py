@@ -150,6 +150,7 @@ class ALiBi(ShiftInvariant, LinearSlopes, BiasEncoding):
         """Every head's slope (float64 values; 0 for heads without a bias): the bias is
         ``-m_h (i - j)``, and the symmetric ``-m_h |i - j|`` equals it under the causal
         mask. None for symmetric non-causal attention (not linear in ``i - j``)."""
+        check_bool("causal", causal)
         if self.config.symmetric and not causal:
             return None
         if self._float64_slopes is None:
