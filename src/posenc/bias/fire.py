@@ -174,7 +174,7 @@ class Fire(InvariantBelow, BiasEncoding):
         ``q`` and ``scale`` are not read (the bias depends on positions alone), but checked
         (:func:`~posenc.bias.inputs.check_bias_inputs`).
         """
-        check_bias_inputs(q_positions, k_positions, q, scale)
+        check_bias_inputs(self, q_positions, k_positions, q, scale)
         return self.masked_bias(q_positions, k_positions).contiguous()
 
     def masked_bias(

@@ -179,7 +179,7 @@ class Fox(InputBias, BiasEncoding):
             positions ``[q_len]`` and ``[k_len]`` (or ``[batch, len]``), x ``[batch,
             k_len, dim]`` -> ``[batch, n_heads, q_len, k_len]``, float32.
         """
-        check_bias_inputs(q_positions, k_positions, q, scale)
+        check_bias_inputs(self, q_positions, k_positions, q, scale)
         q_positions, k_positions = self._check_pair(q_positions, k_positions)
         x = self._check_x(x)
         q_len, k_len = q_positions.shape[-1], k_positions.shape[-1]

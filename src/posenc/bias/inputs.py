@@ -8,19 +8,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..base.encoding import check_float_tensor
-from ..config import check_float
+from ..base import BiasEncoding
 
 __all__ = ["check_bias_inputs"]
 
 
-def check_bias_inputs(q_positions: Any, k_positions: Any, q: Any, scale: Any) -> None:
+def check_bias_inputs(
+    encoding: BiasEncoding, q_positions: Any, k_positions: Any, q: Any, scale: Any
+) -> None:
     """Raise ``TypeError``/``ValueError`` naming the argument unless ``q_positions`` and
     ``k_positions`` are given (the bias is materialised for their lengths; only
-    :meth:`~posenc.base.BiasEncoding.score_mod` defaults them to the indices), ``q`` is
-    None or a floating-point tensor, and ``scale`` is None or a number ``> 0`` of a
-    magnitude in ``[1e-15, 1e15]`` (the attention's score scale). The positions
-    themselves are checked by the encoding (:meth:`~posenc.base.Encoding.check_positions`).
+    :meth:`~posenc.base.BiasEncoding.score_mod` defaults them to the indices), and ``q``
+    and ``scale`` are what the base ``bias()`` takes (None or a floating-point ``[batch,
+    heads, q_len, head_dim]``; None or a number > 0). The positions themselves are checked
+    by the encoding (:meth:`~posenc.base.Encoding.check_positions`).
     """
     for name, positions in (("q_positions", q_positions), ("k_positions", k_positions)):
         if positions is None:
@@ -28,7 +29,4 @@ def check_bias_inputs(q_positions: Any, k_positions: Any, q: Any, scale: Any) ->
                 f"{name} must be a tensor of positions, got None: bias() materialises "
                 "[heads, q_len, k_len] for the lengths of the positions it is given"
             )
-    if q is not None:
-        check_float_tensor("q", q)
-    if scale is not None:
-        check_float("scale", scale)
+    encoding._check_query(q, scale)

@@ -177,7 +177,7 @@ class Shaw(RelativeTables, BiasEncoding):
             positions ``[len]`` or ``[batch, len]`` (integer), q ``[batch, n_heads, q_len,
             head_dim]`` -> ``[batch, n_heads, q_len, k_len]``
         """
-        check_bias_inputs(q_positions, k_positions, q, scale)
+        check_bias_inputs(self, q_positions, k_positions, q, scale)
         q = self._check_q(q)
         q_positions, k_positions = self._check_pair(q_positions, k_positions, q)
         index = self._index(q_positions, k_positions)
