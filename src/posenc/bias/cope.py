@@ -159,9 +159,9 @@ class CoPE(ScoreBias, BiasEncoding):
             positions ``[len]`` or ``[batch, len]``, q ``[batch, n_heads, q_len, head_dim]``,
             k ``[batch, kv_heads, k_len, head_dim]`` -> ``[batch, n_heads, q_len, k_len]``.
         """
-        check_bias_inputs(self, q_positions, k_positions, q, scale)
         q = self._check("q", q, self.n_heads)
         k = self._check("k", k, None)
+        check_bias_inputs(self, q_positions, k_positions, q, scale)
         q_positions, k_positions = self._check_pair(q_positions, k_positions, q)
         if (
             k.shape[0] != q.shape[0]

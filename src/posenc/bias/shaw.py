@@ -177,8 +177,8 @@ class Shaw(RelativeTables, BiasEncoding):
             positions ``[len]`` or ``[batch, len]`` (integer), q ``[batch, n_heads, q_len,
             head_dim]`` -> ``[batch, n_heads, q_len, k_len]``
         """
-        check_bias_inputs(self, q_positions, k_positions, q, scale)
         q = self._check_q(q)
+        check_bias_inputs(self, q_positions, k_positions, q, scale)
         q_positions, k_positions = self._check_pair(q_positions, k_positions, q)
         index = self._index(q_positions, k_positions)
         return shaw_key_bias(shaw_key_scores(q, self.key_table, self._scale(scale)), index)
