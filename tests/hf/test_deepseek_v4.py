@@ -17,6 +17,7 @@ import torch
 from torch.testing import assert_close
 
 from posenc.hf import rope_from_hf_config
+from posenc.hf.deepseek_v4 import LABELS
 
 v4 = pytest.importorskip("transformers.models.deepseek_v4.modeling_deepseek_v4")
 EPS = 2**-24
@@ -153,6 +154,46 @@ def test_a_folded_dict_without_its_rotary_fraction_takes_the_configs():
     assert _rotations_equal(as_json, config, "compress").config.rotary_dim == 16
 
 
+@pytest.mark.parametrize(
+    ("missing", "expected"),
+    [
+        (("head_dim",), {"head_dim": 512, "rotary_dim": 16}),
+        (("qk_rope_head_dim",), {"rotary_dim": 8}),  # 64 / 512 of a 64-wide head
+        (("head_dim", "qk_rope_head_dim"), {"head_dim": 512, "rotary_dim": 64}),
+        (("rope_theta",), {"main": 10000.0}),
+        (("compress_rope_theta",), {"compress": 160000.0}),
+        (("head_dim", "qk_rope_head_dim", "rope_theta", "compress_rope_theta", "rope_scaling"),
+         {"head_dim": 512, "rotary_dim": 64, "main": 10000.0, "compress": 160000.0}),
+    ],
+)  # fmt: skip
+def test_a_key_left_out_is_the_classs_default(missing, expected):
+    """A config.json without a key reads as DeepseekV4Config fills it (its class default is
+    the model's definition: head_dim 512, not hidden / heads), equal to transformers'
+    rotations of the config it builds from the same dict (issue 52)."""
+    as_json = {k: v for k, v in FLAT.items() if k not in missing}
+    config = _transformers_reads(as_json)
+    for layer_type in LABELS:
+        c = _rotations_equal(as_json, config, layer_type).config
+        assert c.head_dim == expected.get("head_dim", 64) == config.head_dim
+        assert c.rotary_dim == expected.get("rotary_dim", 16) == config.qk_rope_head_dim
+        assert c.base == expected.get(layer_type, c.base)
+
+
+def test_a_nested_config_without_a_base_takes_the_classs():
+    """Per-label dicts with no rope_theta, nor one at the top level: both at the class's
+    10000, as transformers fills them (compress_rope_theta is read by flat configs only)."""
+    as_json = {k: v for k, v in FLAT.items() if k not in ("rope_theta", "rope_scaling")}
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
+    own = {"partial_rotary_factor": 0.25}
+    as_json["rope_parameters"] = {
+        "main": {"rope_type": "default", **own},
+        "compress": {**yarn, **own},
+    }
+    config = _transformers_reads(as_json)
+    for layer_type in LABELS:
+        assert _rotations_equal(as_json, config, layer_type).config.base == 10000.0
+
+
 def test_no_layer_type_names_the_two_ropes():
     with pytest.raises(ValueError, match=r"\['main', 'compress'\]\): pass layer_type"):
         rope_from_hf_config(FLAT)
@@ -161,9 +202,6 @@ def test_no_layer_type_names_the_two_ropes():
 @pytest.mark.parametrize(
     ("change", "match"),
     [
-        ({"head_dim": None}, "head_dim.*512"),
-        ({"qk_rope_head_dim": None}, "qk_rope_head_dim"),
-        ({"compress_rope_theta": None}, "compress_rope_theta"),
         ({"partial_rotary_factor": 0.5}, "qk_rope_head_dim=16 and partial_rotary_factor"),
         ({"qk_rope_head_dim": 128}, "qk_rope_head_dim must be <= 64"),
         ({"qk_rope_head_dim": 15}, "qk_rope_head_dim must be even"),
@@ -171,7 +209,7 @@ def test_no_layer_type_names_the_two_ropes():
         ({"rope_scaling": {"main": {"rope_type": "default"}}}, "'main' only"),
     ],
 )
-def test_what_transformers_would_default_or_drop_is_refused_by_name(change, match):
+def test_what_contradicts_or_transformers_would_drop_is_refused_by_name(change, match):
     as_json = {k: v for k, v in {**FLAT, **change}.items() if v is not None}
     with pytest.raises(ValueError, match=match):
         rope_from_hf_config(as_json, layer_type="main")
