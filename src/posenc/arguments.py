@@ -211,14 +211,16 @@ def check_devices(**tensors: torch.Tensor) -> torch.device:
     Shapes:
         tensors: any.
     """
-    devices = [t.device for t in tensors.values()]
-    if any(d != devices[0] for d in devices[1:]):
-        names = list(tensors)
-        where = ", ".join(f"{name} on {t.device}" for name, t in tensors.items())
-        raise ValueError(
-            f"{', '.join(names[:-1])} and {names[-1]} must be on one device, got {where}"
-        )
-    return devices[0]
+    first, *others = tensors.values()
+    device = first.device
+    for tensor in others:  # a plain loop: called on every forward, a generator costs more
+        if tensor.device != device:
+            names = list(tensors)
+            where = ", ".join(f"{name} on {t.device}" for name, t in tensors.items())
+            raise ValueError(
+                f"{', '.join(names[:-1])} and {names[-1]} must be on one device, got {where}"
+            )
+    return device
 
 
 def check_movable(name: str, value: torch.Tensor, device: torch.device) -> None:
