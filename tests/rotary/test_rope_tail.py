@@ -98,39 +98,80 @@ def test_what_cannot_turn_the_tail_says_so():
         xpos.rotate_back(torch.randn(1, 1, 2, 8), xpos.rotation(torch.arange(2)))
 
 
-def _rotate_back_cases():
+def _rotation_cases():
     """(x, rotation, error, match) of a head-48 RoPE whose last 16 channels turn (8 pairs),
     10 positions, a batch of 2."""
     rope, other = v4_rope(), posenc.create("rope", head_dim=48)
     x = torch.randn(2, 3, 10, 48)
     rot = rope.rotation(torch.arange(10))
     cos, sin = rot
+    tables = r"rotation must be RoPE's tables for x's positions \(\[seq, 8\]"
     return [
         (torch.randn(2, 3, 10, 64), rot, ValueError, "x must be .* head_dim=48"),
         (torch.randn(2, 3, 10, 3), rot, ValueError, "x must be .* head_dim=48"),
         (torch.ones(2, 3, 10, 48, dtype=torch.long), rot, TypeError, "x must be a floating"),
         (x[0], rot, ValueError, "x must be"),
         (x.tolist(), rot, TypeError, "x must be a floating"),
-        (x, other.rotation(torch.arange(10)), ValueError, "rotation must be this RoPE's"),
-        (x, rope.rotation(torch.arange(7)), ValueError, "rotation must be this RoPE's"),
+        (x, other.rotation(torch.arange(10)), ValueError, tables),
+        (x, rope.rotation(torch.arange(7)), ValueError, tables),
         (x, (cos.expand(3, 10, 8), sin.expand(3, 10, 8)), ValueError, "batch=2"),
-        (x, (cos, sin[:5]), ValueError, "rotation must be this RoPE's"),
-        (x, rot[:1], TypeError, "rotation must be .* pair, got a tuple of 1"),
-        (x, None, TypeError, "rotation must be .* pair, got NoneType"),
-        (x, (cos, sin, sin), TypeError, "got a tuple of 3"),
-        (x, (cos.long(), sin), TypeError, "rotation's cos must be a floating"),
-        (x, (cos.tolist(), sin), TypeError, "rotation's cos must be a floating"),
+        (x, (cos, sin[:5]), ValueError, tables),
+        (x, rot[:1], ValueError, "rotation must be the 2 tables .*, got 1"),
+        (x, None, TypeError, "rotation must be the tuple .* got NoneType"),
+        (x, (cos, sin, sin), ValueError, "rotation must be the 2 tables .*, got 3"),
+        (x, (cos.long(), sin), TypeError, "rotation's tables must be a floating"),
+        (x, (cos.tolist(), sin), TypeError, "rotation's tables must be a floating"),
         (x, (cos.to("meta"), sin.to("meta")), ValueError, "rotation is on meta"),
     ]
 
 
-@pytest.mark.parametrize("case", range(len(_rotate_back_cases())))
-def test_rotate_back_refuses_by_name_what_is_not_its_rotation_of_x(case):
+@pytest.mark.parametrize("method", ["rotate", "rotate_back"])
+@pytest.mark.parametrize("case", range(len(_rotation_cases())))
+def test_rotate_and_rotate_back_refuse_by_name_what_is_not_their_rotation_of_x(method, case):
     """Each was accepted (a wrong head or an integer x came back turned in part, or
-    truncated) or failed inside torch or Python."""
-    x, rotation, error, match = _rotate_back_cases()[case]
+    truncated) or failed inside torch or Python; one check serves both."""
+    x, rotation, error, match = _rotation_cases()[case]
     with pytest.raises(error, match=match):
-        v4_rope().rotate_back(x, rotation)
+        getattr(v4_rope(), method)(x, rotation)
+
+
+@pytest.mark.parametrize("key", [None, "no", 1, torch.tensor(True)])
+def test_rotate_takes_a_bool_key(key):
+    """RoPE turns queries and keys alike, but a key that is no bool was ignored."""
+    rope = v4_rope()
+    with pytest.raises(TypeError, match="key must be a bool"):
+        rope.rotate(torch.randn(1, 2, 3, 48), rope.rotation(torch.arange(3)), key=key)
+
+
+KERNELS = ["auto", pytest.param("triton", marks=pytest.mark.triton)]
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("case", range(len(_rotation_cases())))
+def test_rotate_pair_refuses_by_name_what_is_not_its_rotation(kernel, case):
+    """The Triton kernel's one launch for q and k is checked as rotate is."""
+    if kernel == "triton":
+        pytest.importorskip("triton")  # on the CPU under TRITON_INTERPRET (tests/conftest.py)
+    x, rotation, error, match = _rotation_cases()[case]
+    rope = v4_rope(kernel=kernel)
+    k = torch.randn(2, 1, 10, 48)
+    with pytest.raises(error, match=match.replace("x must", "q must")):
+        rope.rotate_pair(x, k, rotation)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_rotate_pair_names_k(kernel):
+    if kernel == "triton":
+        pytest.importorskip("triton")
+    rope = v4_rope(kernel=kernel)
+    q, rotation = torch.randn(1, 2, 3, 48), rope.rotation(torch.arange(3))
+    with pytest.raises(ValueError, match=r"k must be .* head_dim=48, got shape"):
+        rope.rotate_pair(q, torch.randn(1, 1, 3, 16), rotation)
+    with pytest.raises(TypeError, match="k must be a floating"):
+        rope.rotate_pair(q, q.long(), rotation)
+    rows = rope.rotation(torch.stack([torch.arange(3), torch.arange(3) + 4]))  # [2, 3, n]
+    with pytest.raises(ValueError, match="batch=1"):  # k's own batch against the tables
+        rope.rotate_pair(q.expand(2, -1, -1, -1), torch.randn(1, 1, 3, 48), rows)
 
 
 def test_rotate_back_takes_batched_tables_and_a_list():

@@ -1,6 +1,6 @@
 """The check of what ``rotate(x, rotation, key)`` takes, shared by the rotary encodings
-whose tables are their own rather than RoPE's ``(cos, sin)`` (FoPE, PoPE, the grid RoPEs;
-``seq_len`` is checked by :func:`posenc.rotary.rope.check_seq_len`).
+(RoPE's family with its ``(cos, sin)``, xPos's ``scale`` beside them, FoPE, PoPE, the grid
+RoPEs; ``seq_len`` is checked by :func:`posenc.rotary.rope.check_seq_len`).
 
 It reads shapes, dtypes and devices only (no tensor value), so it costs nothing beside
 the rotation itself and runs on every call of every layer.

@@ -13,11 +13,11 @@ from typing import Any, ClassVar, cast
 import torch
 
 from ..base import RotaryConfig, RotaryEncoding
-from ..base.encoding import check_float_tensor
 from ..config import MAX_POSITION, check_choice, check_device, check_float, check_int
 from ..functional.rope import ROPE_LAYOUTS, ROTARY_AT, rope_cos_sin, rotary_offset
 from ..functional.rope_kernel import apply_rope_fast, check_rope_kernel, rotate_with_triton
 from ..registry import register
+from .inputs import check_rotate
 from .scaling import ScalingConfig, parse_scaling
 
 __all__ = ["RoPE"]
@@ -169,6 +169,8 @@ class RoPE(RotaryEncoding):
 
     Config = RopeConfig
     config: RopeConfig
+    #: how many tables :meth:`rotation` returns (``cos, sin``; xPos adds ``scale``)
+    rotation_tables: ClassVar[int] = 2
 
     def __init__(self, config: RopeConfig | None = None, **kwargs: Any) -> None:
         super().__init__(config, **kwargs)
@@ -218,7 +220,22 @@ class RoPE(RotaryEncoding):
     def rotate(
         self, x: torch.Tensor, rotation: tuple[torch.Tensor, ...], key: bool = False
     ) -> torch.Tensor:
-        cos, sin = rotation
+        """``x`` turned by ``rotation`` (``key`` changes nothing for RoPE, but must be a
+        bool).
+
+        Shapes:
+            x ``[batch, heads, seq, head_dim]``, rotation this RoPE's ``(cos, sin)`` of
+            ``x``'s positions (``[seq, n]`` or ``[batch or 1, seq, n]``) -> the same as x,
+            its dtype.
+
+        Raises:
+            TypeError: x not a floating-point tensor, rotation not a tuple of
+                floating-point tensors, key not a bool, named.
+            ValueError: x not ``head_dim`` wide, or a rotation of another RoPE (another
+                number of pairs or tables) or of other positions (another length or
+                batch), named.
+        """
+        cos, sin = self._check_rotate(x, rotation, key)
         return self._turn(x, cos, sin)
 
     def rotate_back(self, x: torch.Tensor, rotation: tuple[torch.Tensor, ...]) -> torch.Tensor:
@@ -227,51 +244,21 @@ class RoPE(RotaryEncoding):
         query's position (its values carry the keys' rotation); the inverse of
         :meth:`rotate` when the attention factor is 1.
 
-        Shapes:
-            x ``[batch, heads, seq, head_dim]``, rotation this RoPE's ``(cos, sin)`` of
-            ``x``'s positions (``[seq, n]`` or ``[batch or 1, seq, n]``) -> the same as x,
-            its dtype.
-
-        Raises:
-            TypeError: x not a floating-point tensor, rotation not a ``(cos, sin)`` pair
-                of floating-point tensors, named.
-            ValueError: x not ``head_dim`` wide, or a rotation of another RoPE (another
-                number of pairs) or of other positions (another length or batch), named.
+        Shapes and errors: as :meth:`rotate`.
         """
-        self._check_heads("x", x)
-        cos, sin = self._check_rotation(rotation, x)
+        cos, sin = self._check_rotate(x, rotation, False)
         return self._turn(x, cos, -sin)
 
-    def _check_rotation(
-        self, rotation: tuple[torch.Tensor, ...], x: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``rotation``'s ``(cos, sin)``, or a ``TypeError``/``ValueError`` naming it unless
-        they are this RoPE's tables for the positions of ``x`` ``[batch, heads, seq, d]``
-        (shapes only: no value is read)."""
-        if not isinstance(rotation, (tuple, list)) or len(rotation) != 2:
-            got = type(rotation).__name__
-            if isinstance(rotation, (tuple, list)):
-                got = f"a {got} of {len(rotation)}"
-            raise TypeError(f"rotation must be this RoPE's (cos, sin) pair, got {got}")
-        for name, t in zip(("cos", "sin"), rotation, strict=True):
-            check_float_tensor(f"rotation's {name}", t)
-        cos, sin = rotation
-        b, _, seq, _ = x.shape
-        if (
-            cos.shape != sin.shape
-            or cos.dim() not in (2, 3)
-            or cos.shape[-1] != self._pairs
-            or cos.shape[-2] != seq
-            or (cos.dim() == 3 and cos.shape[0] not in (1, b))
-        ):
-            raise ValueError(
-                f"rotation must be this RoPE's (cos, sin) for x's positions, each [seq, n] or "
-                f"[batch or 1, seq, n] with seq={seq}, n={self._pairs} pairs, batch={b}; got "
-                f"cos {tuple(cos.shape)} and sin {tuple(sin.shape)}"
-            )
-        if cos.device != x.device or sin.device != x.device:
-            raise ValueError(f"rotation is on {cos.device}, x on {x.device}")
-        return cos, sin
+    def _check_rotate(
+        self, x: torch.Tensor, rotation: tuple[torch.Tensor, ...], key: bool
+    ) -> tuple[torch.Tensor, ...]:
+        """``rotation``'s tables, or a ``TypeError``/``ValueError`` naming the argument
+        unless ``x`` is ``[batch, heads, seq, head_dim]`` floating point and ``rotation``
+        is what :meth:`rotation` returns for its positions (``(cos, sin)``, xPos's ``(cos,
+        sin, scale)``: each ``[seq, n]`` or ``[batch or 1, seq, n]``): shapes only, no
+        table is read, so it costs nothing on the hot path nor breaks a compiled graph."""
+        tables = (None,) * self.rotation_tables
+        return check_rotate(self, x, rotation, key, width=self._pairs, heads=tables)
 
     def _turn(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """``x``'s rotary channels (the first or the last ``2 · cos.shape[-1]``) turned."""
@@ -283,10 +270,14 @@ class RoPE(RotaryEncoding):
         self, q: torch.Tensor, k: torch.Tensor, rotation: tuple[torch.Tensor, ...]
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """q and k turned by the same tables: one launch of the Triton kernel for both with
-        ``kernel="triton"``, :meth:`rotate` of each otherwise."""
+        ``kernel="triton"``, :meth:`rotate` of each otherwise; checked as :meth:`rotate`
+        checks, q and k by their names."""
+        self._check_heads("q", q)
+        self._check_heads("k", k)
         if self.config.kernel != "triton":
             return super().rotate_pair(q, k, rotation)
-        cos, sin = rotation
+        cos, sin = self._check_rotate(q, rotation, False)
+        self._check_rotate(k, rotation, True)
         offset = rotary_offset(self.config.rotary_at, q.shape[-1], cos.shape[-1])
         q, k_out = rotate_with_triton(q, k, cos, sin, self.config.layout, offset)
         return q, cast(torch.Tensor, k_out)
