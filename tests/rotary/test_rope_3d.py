@@ -167,3 +167,55 @@ def test_no_default_positions_without_the_whole_grid():
     x = torch.randn(1, 1, 5, 12)
     with pytest.raises(ValueError, match="video_grid"):
         enc(x, x)
+
+
+@pytest.mark.parametrize(
+    ("seq_len", "offset", "error", "match"),
+    [
+        ("8", 0, TypeError, "seq_len must be an int"),
+        (8.0, 0, TypeError, "seq_len must be an int"),
+        (-1, 0, ValueError, "seq_len must be >= 0"),
+        (8, None, TypeError, "offset must be an int"),  # None was taken as no offset
+        (8, True, TypeError, "offset must be an int"),
+        (8, -1, ValueError, "offset must be >= 0"),
+    ],
+)
+def test_default_positions_name_a_bad_length_or_offset(seq_len, offset, error, match):
+    """They were compared with the grid's size and refused as 'no default positions'."""
+    enc = posenc.create("rope_3d", head_dim=12, grid=(2, 2, 2))
+    with pytest.raises(error, match=match):
+        enc.default_positions(seq_len, offset=offset)
+    assert torch.equal(enc.default_positions(8, offset=0), video_grid(2, 2, 2))
+
+
+def _rotate_cases():
+    """(x, rotation, key, error, match) of a head-12 rope_3d (6 pairs), 4 tokens, batch 2."""
+    enc, other = posenc.create("rope_3d", head_dim=12), posenc.create("rope_3d", head_dim=24)
+    x = torch.randn(2, 3, 4, 12)
+    grid = video_grid(1, 2, 2)
+    rot = enc.rotation(grid)
+    cos, sin = rot
+    tables = r"rotation must be RoPE3D's tables for x's positions \(\[seq, 6\]"
+    return [
+        (torch.randn(2, 3, 4, 24), rot, False, ValueError, "x must be .* head_dim=12"),
+        (x.long(), rot, False, TypeError, "x must be a floating"),
+        (x.tolist(), rot, False, TypeError, "x must be a floating"),
+        (x, other.rotation(grid), False, ValueError, tables),  # a head of 24
+        (x, enc.rotation(video_grid(1, 1, 2)), False, ValueError, tables),
+        (x, (cos.expand(3, 4, 6), sin.expand(3, 4, 6)), False, ValueError, "batch=2"),
+        (x, None, False, TypeError, "rotation must be the tuple .* got NoneType"),
+        (x, rot[:1], False, ValueError, "rotation must be the 2 tables .*, got 1"),
+        (x, (cos.long(), sin), False, TypeError, "rotation's tables must be a floating"),
+        (x, (cos.to("meta"), sin.to("meta")), False, ValueError, "rotation is on meta"),
+        (x, rot, "no", TypeError, "key must be a bool"),
+        (x, rot, 1, TypeError, "key must be a bool"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_rotate_cases())))
+def test_rotate_refuses_by_name_what_is_not_its_rotation_of_x(case):
+    """A rotation of a narrower head turned x's first channels only, a key that is no
+    bool was ignored, None failed unpacking."""
+    x, rotation, key, error, match = _rotate_cases()[case]
+    with pytest.raises(error, match=match):
+        posenc.create("rope_3d", head_dim=12).rotate(x, rotation, key=key)

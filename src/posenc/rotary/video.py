@@ -23,6 +23,7 @@ from ..functional.rope_kernel import apply_rope_fast
 from ..functional.video_rope import video_axes_dim, video_rope_inv_freq
 from ..positions.video import video_grid
 from ..registry import register
+from .inputs import check_rotate
 from .rope import check_seq_len
 
 __all__ = ["RoPE3D"]
@@ -156,6 +157,8 @@ class RoPE3D(RotaryEncoding):
         self, seq_len: int, device: torch.device | str | None = None, offset: int = 0
     ) -> torch.Tensor:
         """The configured grid's positions, when the sequence is that whole grid."""
+        check_int("seq_len", seq_len, minimum=0)
+        check_int("offset", offset, minimum=0)
         grid = self.config.grid
         if grid is None or offset or seq_len != grid[0] * grid[1] * grid[2]:
             raise ValueError(
@@ -182,5 +185,14 @@ class RoPE3D(RotaryEncoding):
     def rotate(
         self, x: torch.Tensor, rotation: tuple[torch.Tensor, ...], key: bool = False
     ) -> torch.Tensor:
-        cos, sin = rotation
+        """``x`` turned by ``rotation``, this encoding's ``(cos, sin)`` of its positions
+        (``key`` changes nothing, but must be a bool); checked by shapes only, as
+        :meth:`RoPE.rotate <posenc.rotary.rope.RoPE.rotate>`.
+
+        Shapes:
+            x ``[batch, heads, seq, head_dim]``, cos and sin ``[seq, head_dim // 2]`` or
+            ``[batch or 1, seq, head_dim // 2]`` -> the same as x, its dtype.
+        """
+        width = self.head_dim // 2
+        cos, sin = check_rotate(self, x, rotation, key, width=width, heads=(None, None))
         return apply_rope_fast(x, cos, sin, self.config.layout)
