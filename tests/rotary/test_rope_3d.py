@@ -201,6 +201,8 @@ def _rotate_cases():
         (x.long(), rot, False, TypeError, "x must be a floating"),
         (x.tolist(), rot, False, TypeError, "x must be a floating"),
         (x, other.rotation(grid), False, ValueError, tables),  # a head of 24
+        # a head of 6: its 3 pairs turned x's first 6 channels, the rest passed through
+        (x, posenc.create("rope_3d", head_dim=6).rotation(grid), False, ValueError, tables),
         (x, enc.rotation(video_grid(1, 1, 2)), False, ValueError, tables),
         (x, (cos.expand(3, 4, 6), sin.expand(3, 4, 6)), False, ValueError, "batch=2"),
         (x, None, False, TypeError, "rotation must be the tuple .* got NoneType"),
