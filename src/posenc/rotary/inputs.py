@@ -53,10 +53,10 @@ def check_rotate(
             f"rotation must be the {len(heads)} tables that {name}.rotation(positions) "
             f"returns, got {len(rotation)}"
         )
-    batch, seq = x.shape[0], x.shape[2]
+    batch, seq, device = x.shape[0], x.shape[2], x.device
     for t, h in zip(rotation, heads, strict=True):
         check_float_tensor("rotation's tables", t)
-        if not _fits(t, batch, h, seq, width):
+        if not _fits(t.shape, batch, h, seq, width):
             shapes = " and ".join(
                 f"[seq, {width}] or [batch or 1, seq, {width}]"
                 if h is None
@@ -67,17 +67,17 @@ def check_rotate(
                 f"rotation must be {name}'s tables for x's positions ({shapes}, with "
                 f"batch={batch} and seq={seq}), got shapes {[tuple(t.shape) for t in rotation]}"
             )
-        if t.device != x.device:
-            raise ValueError(f"rotation is on {t.device}, x on {x.device}")
+        if t.device != device:
+            raise ValueError(f"rotation is on {t.device}, x on {device}")
     return tuple(rotation)
 
 
-def _fits(t: torch.Tensor, batch: int, heads: int | None, seq: int, width: int) -> bool:
-    """Whether table ``t`` is ``[batch or 1, heads, seq, width]`` (``heads`` None:
+def _fits(shape: torch.Size, batch: int, heads: int | None, seq: int, width: int) -> bool:
+    """Whether a table of ``shape`` is ``[batch or 1, heads, seq, width]`` (``heads`` None:
     ``[seq, width]`` or ``[batch or 1, seq, width]``)."""
-    if t.dim() < 2 or t.shape[-2:] != (seq, width):
+    lead = shape[:-2]
+    if shape[-2:] != (seq, width) or len(lead) > (1 if heads is None else 2):
         return False
-    lead = t.shape[:-2]
-    if heads is None:
-        return len(lead) == 0 or (len(lead) == 1 and lead[0] in (1, batch))
-    return len(lead) == 2 and lead[0] in (1, batch) and lead[1] == heads
+    if heads is not None and (len(lead) != 2 or lead[1] != heads):
+        return False
+    return not lead or lead[0] in (1, batch)
