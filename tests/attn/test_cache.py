@@ -3,6 +3,8 @@ buffers of window and chunk layers."""
 
 import pytest
 import torch
+from tests.attn.cache_state import assert_unchanged, state
+from torch.testing import assert_close
 
 import posenc
 from posenc.attn import KVCache
@@ -158,3 +160,120 @@ def test_attention_over_the_last_keys_equals_the_window_over_all_keys(name, patt
     assert ctx.last_keys(11) is ctx
     with pytest.raises(ValueError, match="q_len <= n < k_len"):
         ctx.last_keys(2)
+
+
+def filled_cache() -> KVCache:
+    """Two layers (all keys; the last 2), two sequences, three tokens at 0, 1, 2."""
+    cache = KVCache(2, 2, 1, 4, max_seq_len=8, keep=[None, 2])
+    cache.update_positions(torch.arange(3))
+    for layer in range(2):
+        cache.update(layer, torch.randn(2, 1, 3, 4), torch.randn(2, 1, 3, 4))
+    cache.advance(3)
+    return cache
+
+
+K = torch.zeros(2, 1, 1, 4)
+BAD_UPDATES = {
+    "int64 k": (lambda c: c.update(0, K.long(), K), TypeError, "k must be torch.float32"),
+    "bool k": (lambda c: c.update(0, K.bool(), K), TypeError, "k must be torch.float32"),
+    "complex k": (lambda c: c.update(0, K.to(torch.complex64), K), TypeError, "k must be"),
+    "float64 v": (lambda c: c.update(1, K, K.double()), TypeError, "v must be torch.float32"),
+    "list k": (lambda c: c.update(0, K.tolist(), K), TypeError, "k must be a torch.Tensor"),
+    "meta k": (lambda c: c.update(0, K.to("meta"), K), ValueError, "k is on meta but the cache"),
+    "meta v": (lambda c: c.update(0, K, K.to("meta")), ValueError, "v is on meta but the cache"),
+    "too many": (
+        lambda c: c.update(0, torch.zeros(2, 1, 6, 4), torch.zeros(2, 1, 6, 4)),
+        ValueError,
+        "max_seq_len=8 positions; 3 are used and 6 more do not fit",
+    ),
+    "negative positions": (
+        lambda c: c.update_positions(torch.tensor([-3])),
+        ValueError,
+        "positions must be >= 0, got -3",
+    ),
+    "positions of another batch": (
+        lambda c: c.update_positions(torch.tensor([[4], [5], [6]])),
+        ValueError,
+        "positions has batch size 3 but the cache holds 2",
+    ),
+    "positions as a list": (
+        lambda c: c.update_positions([3]),
+        TypeError,
+        "positions must be a torch.Tensor, got list",
+    ),
+    "bool positions": (
+        lambda c: c.update_positions(torch.tensor([True])),
+        TypeError,
+        "positions must be an integer",
+    ),
+    "meta positions": (
+        lambda c: c.update_positions(torch.tensor([3], device="meta")),
+        ValueError,
+        "positions is on meta",
+    ),
+    "positions that do not grow": (
+        lambda c: c.update_positions(torch.tensor([2])),
+        ValueError,
+        "grow by at least one",
+    ),
+    "advance of another count": (
+        lambda c: (c.update_positions(torch.tensor([3, 4])), c.advance(1)),
+        ValueError,
+        "n=1 tokens advanced, but update_positions was given 2",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD_UPDATES)
+def test_bad_updates_are_named_and_leave_the_cache_as_it_was(case):
+    """Keys, values and positions of the wrong dtype (nothing is cast), device, batch or
+    count, and positions below 0 or that a rolling layer cannot take: each a named error,
+    and the cache's every tensor, count and flag as they were."""
+    call, error, match = BAD_UPDATES[case]
+    cache = filled_cache()
+    before = state(cache)
+    with pytest.raises(error, match=match):
+        call(cache)
+    assert_unchanged(before, cache)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"keep": 3}, TypeError, r"keep must be a list or tuple of one entry per layer \(n_l"),
+        ({"keep": "ab"}, TypeError, "keep must be a list or tuple"),
+        ({"key_dims": 8}, TypeError, "key_dims must be a list or tuple of one entry per layer"),
+        ({"key_dims": [8, None]}, TypeError, r"key_dims\[1\] must be an int"),
+        ({"key_dims": [8, 0]}, ValueError, r"key_dims\[1\] must be >= 1"),
+        ({"keep": [None, -1]}, ValueError, r"keep\[1\] must be >= 0"),
+    ],
+)
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
+def test_per_layer_sizes_are_lists_and_named(kwargs, error, match, static):
+    """``keep`` and ``key_dims`` take one entry per layer (an int, or None for keep: every
+    key); an int for all of them is not guessed."""
+    with pytest.raises(error, match=match):
+        (posenc.StaticKVCache if static else KVCache)(2, 1, 1, 4, 8, **kwargs)
+
+
+def test_a_refused_step_leaves_a_rolling_cache_as_it_was(model_tol):
+    """A step whose position does not grow is refused by a rolling cache (a window of 3);
+    the cache is then exactly as before, not flagged as holding explicit positions, and the
+    next step without positions gives recomputation's logits."""
+    from posenc.models import LayerPlan, LayerSpec, TransformerLM
+
+    torch.manual_seed(0)
+    plan = LayerPlan([LayerSpec("rope", window=3), LayerSpec("rope")])
+    model = TransformerLM(50, 32, 2, 4, plan=plan).eval()
+    ids = torch.randint(0, 50, (1, 5))
+    cache = model.new_cache(1, 8)
+    with torch.no_grad():
+        full = model(ids)
+        model(ids[:, :4], cache=cache)
+        before = state(cache)
+        with pytest.raises(ValueError, match="grow by at least one"):
+            model(ids[:, 4:], torch.tensor([1]), cache=cache)
+        assert_unchanged(before, cache)
+        assert not cache.explicit_positions
+        step = model(ids[:, 4:], cache=cache)
+    assert_close(step, full[:, 4:], **model_tol(model, 5, full))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tests.attn.cache_state import assert_unchanged, state
 from torch.testing import assert_close
 
 import posenc
@@ -75,7 +76,7 @@ def test_bad_input_is_named():
         cache.rerotate(rope, to=posenc.create("rope", head_dim=8, layout="interleaved"))
     with pytest.raises(ValueError, match="head_dim=16"):
         cache.rerotate(posenc.create("rope", head_dim=16))
-    with pytest.raises(ValueError, match="delta must be"):
+    with pytest.raises(TypeError, match="delta must be an int or an integer tensor"):
         cache.rerotate(rope, delta=torch.tensor([1.5]))
 
 
@@ -114,3 +115,54 @@ def test_crossing_longropes_boundary():
     # logits of size about 5: equal up to float32 roundings (measured 5e-7); stale ones 0.07
     assert rotated < 1e-5 < 0.01 < stale
     assert crossing(2, True) < crossing(2, False) / 2
+
+
+BAD = {
+    "bool delta": ({"delta": torch.tensor([True])}, TypeError, "delta must be an int or an int"),
+    "float delta": ({"delta": 1.5}, TypeError, "delta must be an int"),
+    "huge delta": ({"delta": torch.tensor([2**62])}, ValueError, r"delta must lie within ±"),
+    "delta below 0": ({"delta": -10}, ValueError, "moves a cached position to -10"),
+    "delta of rows": ({"delta": torch.tensor([1, 2, 3])}, ValueError, r"\[batch=1\]"),
+    "meta delta": ({"delta": torch.tensor(1, device="meta")}, ValueError, "delta is on meta"),
+    "layers twice": ({"layers": [0, 0]}, ValueError, "layers must name each layer once"),
+    "layers int": ({"layers": 0}, TypeError, "layers must be a list or tuple"),
+    "layer past": ({"layers": [2]}, ValueError, r"layers\[0\] must be <= 1"),
+    "negative seq_len": ({"seq_len": -1}, ValueError, "seq_len must be >= 1"),
+    "float new_seq_len": ({"new_seq_len": 1.5}, TypeError, "new_seq_len must be an int"),
+    "str seq_len": ({"seq_len": "a"}, TypeError, "seq_len must be an int"),
+}
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
+@pytest.mark.parametrize("case", BAD)
+def test_bad_arguments_are_named_and_leave_the_cache_as_it_was(case, static):
+    """Each refused before anything turns: every key, position and flag as it was."""
+    kwargs, error, match = BAD[case]
+    rope = posenc.create("rope", head_dim=8)
+    cache = (StaticKVCache if static else KVCache)(2, 1, 1, 8, max_seq_len=8, keep=[None, 2])
+    k, v = torch.randn(1, 1, 5, 8), torch.randn(1, 1, 5, 8)
+    fill(cache, rope, k, v, 5)  # positions 0..4
+    before = state(cache)
+    with pytest.raises(error, match=match):
+        cache.rerotate(rope, **kwargs)
+    assert_unchanged(before, cache)
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
+def test_a_shift_down_to_zero_is_taken_and_positions_continue_without_being_given(
+    static, model_tol
+):
+    """A prompt cached at 10..15, shifted by -10 (its first token to 0: allowed), then
+    steps without positions: they continue from the shifted ones (6, 7, 8), the logits of
+    recomputing everything at 0..8."""
+    torch.manual_seed(0)
+    plan = LayerPlan([LayerSpec("rope", window=4), LayerSpec("rope")])
+    model = TransformerLM(50, 32, 2, 4, plan=plan).eval()
+    ids = torch.randint(0, 50, (1, 9))
+    cache = model.new_cache(1, 9, static=static)
+    with torch.no_grad():
+        full = model(ids)
+        model(ids[:, :6], torch.arange(10, 16), cache=cache)
+        cache.rerotate(model.encoding, delta=-10)
+        steps = [model(ids[:, i : i + 1], cache=cache) for i in range(6, 9)]
+    assert_close(torch.cat(steps, 1), full[:, 6:], **model_tol(model, 9, full))

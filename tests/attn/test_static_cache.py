@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tests.attn.cache_state import assert_unchanged, state
 from torch.testing import assert_close
 
 import posenc
@@ -94,3 +95,136 @@ def test_a_ring_holds_the_last_tokens_in_their_slots():
     positions, real = cache.ring_keys(torch.tensor([[5]]), torch.tensor([[True]]))[3]
     assert positions.tolist() == [[0, 0, 0, 5]]  # the ring's positions, then the new one
     assert real.tolist() == [[False, False, False, True]]  # no position was written before
+
+
+def filled_static() -> StaticKVCache:
+    """Two layers (all keys; a ring of 2), one sequence, three tokens at 0, 1, 2."""
+    cache = StaticKVCache(2, 1, 1, 4, max_seq_len=4, keep=[None, 2])
+    cache.update_positions(torch.arange(3))
+    cache.ring_keys(torch.arange(3).view(1, 3), torch.ones(1, 3, dtype=torch.bool))
+    for layer in range(2):
+        cache.update(layer, torch.randn(1, 1, 3, 4), torch.randn(1, 1, 3, 4))
+    cache.advance(3)
+    return cache
+
+
+K = torch.zeros(1, 1, 1, 4)
+
+
+@pytest.mark.parametrize("validate", [True, False], ids=["validated", "unvalidated"])
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda c: c.update(0, K.long(), K), TypeError, "k must be torch.float32"),
+        (lambda c: c.update(0, K.bool(), K), TypeError, "k must be torch.float32"),
+        (lambda c: c.update(0, K.to(torch.complex64), K), TypeError, "k must be torch.float32"),
+        (lambda c: c.update(1, K, K.half()), TypeError, "v must be torch.float32"),
+        (
+            lambda c: c.update(0, torch.zeros(1, 1, 2, 4), torch.zeros(1, 1, 2, 4)),
+            ValueError,
+            "max_seq_len=4 positions; 3 are used and 2 more do not fit",
+        ),
+        (
+            lambda c: c.update(0, torch.zeros(1, 1, 5, 4), torch.zeros(1, 1, 5, 4)),
+            ValueError,
+            "max_seq_len=4 positions; 3 are used and 5 more do not fit",
+        ),
+        (
+            lambda c: c.update_positions(torch.tensor([3, 4])),
+            ValueError,
+            "3 are used and 2 more do not fit",
+        ),
+        (lambda c: c.advance(2), ValueError, "3 are used and 2 more do not fit"),
+    ],
+    ids=["int64", "bool", "complex", "float16", "past", "wider", "positions", "advance"],
+)
+def test_bad_updates_are_named_and_leave_the_cache_as_it_was(call, error, match, validate):
+    """Keys of another dtype are refused (nothing is cast); keys past ``max_seq_len`` are
+    refused from the shapes (the count of tokens the host wrote: no read), so with
+    validation off too. The cache is then exactly as it was."""
+    cache = filled_static()
+    before = state(cache)
+    with posenc.validation(validate), pytest.raises(error, match=match):
+        call(cache)
+    assert_unchanged(before, cache)
+
+
+def test_past_max_seq_len_is_read_where_the_host_lost_count():
+    """Once a compiled call or a DecodeStep advanced the cache, the count is in ``filled``
+    alone: the forward's read refuses what does not fit."""
+    cache = filled_static()
+    cache.host_filled = None
+    before = state(cache)
+    with pytest.raises(ValueError, match="3 are used and 2 more do not fit"):
+        cache.update(0, torch.zeros(1, 1, 2, 4), torch.zeros(1, 1, 2, 4))
+    wider = "max_seq_len=4 positions; 5 new tokens do not fit"  # a shape fact still
+    with posenc.validation(False), pytest.raises(ValueError, match=wider):
+        cache.update(0, torch.zeros(1, 1, 5, 4), torch.zeros(1, 1, 5, 4))
+    assert_unchanged(before, cache)
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["rolling", "static"])
+def test_a_window_refuses_positions_that_do_not_grow_and_the_cache_stays(static, model_tol):
+    """A window of 3, positions 0..3, then a step at position 1: refused by a static
+    cache's ring as by a rolling cache (a window over positions would see keys its ring
+    dropped). The cache is as it was, and a step without positions then sits at 4."""
+    torch.manual_seed(0)
+    plan = LayerPlan([LayerSpec("rope", window=3), LayerSpec("rope")])
+    model = TransformerLM(VOCAB, 32, 2, 4, plan=plan).eval()
+    ids = torch.randint(0, VOCAB, (1, 5))
+    cache = model.new_cache(1, 8, static=static)
+    with torch.no_grad():
+        full = model(ids)
+        model(ids[:, :4], torch.arange(4), cache=cache)
+        before = state(cache)
+        with pytest.raises(ValueError, match="grow by at least one"):
+            model(ids[:, 4:], torch.tensor([1]), cache=cache)
+        assert_unchanged(before, cache)
+        step = model(ids[:, 4:], cache=cache)
+    assert_close(step, full[:, 4:], **model_tol(model, 5, full))
+
+
+def test_refused_forwards_leave_a_static_cache_as_it_was():
+    """Every refusal of a forward (its checks read once, after the positions are
+    computed): the cache's tensors, count and flags are as they were."""
+    torch.manual_seed(0)
+    learned = {"name": "learned", "max_positions": 20}
+    plan = LayerPlan([LayerSpec("rope", window=3), LayerSpec("fox")], input=learned)
+    model = TransformerLM(VOCAB, 16, 2, 2, plan=plan).eval()
+    cache = model.new_cache(1, 8, static=True)
+    ids = torch.randint(0, VOCAB, (1, 8))
+    with torch.no_grad():
+        model(ids[:, :4], torch.arange(10, 14), cache=cache)
+    before = state(cache)
+    mask = torch.ones(1, 8, dtype=torch.long)
+    for call, error, match in (
+        (lambda: model(ids[:, :5], cache=cache), ValueError, "4 are used and 5 more"),
+        (lambda: model(ids[:, :1], torch.tensor([-1]), cache=cache), ValueError, ">= 0"),
+        (lambda: model(ids[:, :1], torch.tensor([30]), cache=cache), ValueError, "max_pos"),
+        (lambda: model(ids[:, :1], cache=cache, attention_mask=mask), ValueError, "pass pos"),
+        (lambda: model(ids[:, :1], torch.tensor([12]), cache=cache), ValueError, "grow by"),
+        (lambda: model(ids[:, :2].expand(2, 2), cache=cache), ValueError, "input_ids has 2"),
+    ):
+        with torch.no_grad(), pytest.raises(error, match=match):
+            call()
+        assert_unchanged(before, cache)
+
+
+@pytest.mark.parametrize("validate", [True, False], ids=["validated", "unvalidated"])
+def test_a_triton_model_past_a_full_cache_is_refused_from_the_shapes(validate):
+    """RoPE with ``kernel="triton"`` writes its keys in the fused kernel
+    (:meth:`StaticKVCache.update_rotated`): a step past a full cache is refused before it,
+    with validation off too, and nothing is written."""
+    pytest.importorskip("triton")
+    torch.manual_seed(0)
+    model = TransformerLM(VOCAB, 16, 1, 2, encoding={"name": "rope", "kernel": "triton"}).eval()
+    cache = model.new_cache(1, 4, static=True)
+    ids = torch.randint(0, VOCAB, (1, 5))
+    with torch.no_grad(), posenc.validation(validate):
+        model(ids[:, :4], cache=cache)
+        before = state(cache)
+        with pytest.raises(ValueError, match="max_seq_len=4 positions; 4 are used and 1 more"):
+            model(ids[:, 4:], cache=cache)
+        with pytest.raises(ValueError, match="max_seq_len=4 positions; 0 are used and 5 more"):
+            model(ids, cache=model.new_cache(1, 4, static=True))
+    assert_unchanged(before, cache)

@@ -316,3 +316,46 @@ def test_a_decode_step_over_a_static_cache_exports(name, sharpen, model_tol):
         got = torch.cat([run(ids[:, i : i + 1]) for i in range(8, 12)], dim=1)
     assert int(run.filled) == 12
     assert_close(got, full[:, 8:], **model_tol(lm, 12, full))
+
+
+FOX_PLAN = LayerPlan([LayerSpec("fox", window=1), LayerSpec("fox", window=3), LayerSpec("fox")])
+
+
+@pytest.mark.parametrize("name", ["fox", "fox plan"])
+def test_a_decode_step_takes_the_prompt_and_the_steps(name, model_tol):
+    """One ``DecodeStep`` made over an empty cache runs the prompt and then the steps: the
+    logits of one forward over the whole sequence. FoX's forget clocks (and each one's
+    last, which the next tokens continue from) are the step's buffers from the start, in
+    full layers, rings, and a ring of no slot (a window of 1)."""
+    lm = model(plan=FOX_PLAN) if name == "fox plan" else model(name)
+    ids = tokens(12)[:1]
+    with torch.no_grad():
+        full = lm(ids)
+        step = DecodeStep(lm, lm.new_cache(1, 16, static=True))
+        got = [step(ids[:, :8])] + [step(ids[:, i : i + 1]) for i in range(8, 12)]
+    assert_close(torch.cat(got, 1), full, **model_tol(lm, 12, full))
+
+
+def test_a_fox_plan_decode_step_exports_with_its_clocks(model_tol):
+    """The exported step of a FoX plan keeps its clocks, and a window of 1's last clock,
+    as buffers it writes in place: the logits of the eager forward, step after step."""
+    lm = model(plan=FOX_PLAN)
+    ids = tokens(12)[:1]
+    with torch.no_grad():
+        full = lm(ids)
+        cache = lm.new_cache(1, 16, static=True)
+        lm(ids[:, :8], cache=cache)
+    run = torch.export.export(DecodeStep(lm, cache), (ids[:, 8:9],)).module()
+    with torch.no_grad():
+        got = torch.cat([run(ids[:, i : i + 1]) for i in range(8, 12)], dim=1)
+    assert_close(got, full[:, 8:], **model_tol(lm, 12, full))
+
+
+def test_a_decode_step_names_what_it_cannot_take():
+    lm = model("rope")
+    with pytest.raises(TypeError, match=r"model must be an nn\.Module"):
+        DecodeStep(None, lm.new_cache(1, 8, static=True))
+    with pytest.raises(TypeError, match="cache must be a StaticKVCache"):
+        DecodeStep(lm, lm.new_cache(1, 8))
+    with pytest.raises(ValueError, match="cache has n_layers=1 but the model has 2"):
+        DecodeStep(lm, posenc.StaticKVCache(1, 1, HEADS, DIM // HEADS, 8))

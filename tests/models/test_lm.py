@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from torch.testing import assert_close
 
 import posenc
 from posenc.models import TransformerLM
@@ -126,17 +127,26 @@ def test_trains():
     assert model.encoding.weight.grad is not None
 
 
-def test_cache_positions_are_integers_and_explicit_once_explicit_always():
-    model = lm("rope")
-    ids = torch.randint(0, 41, (1, 6))
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
+def test_cache_positions_are_integers_and_a_plain_step_continues_from_them(static, model_tol):
+    """After explicit positions 10..15, a step without positions sits at 16 (what a full
+    forward at 10..16 gives), in a dynamic and a static cache; a mask alone would restart
+    the count at 0: refused, naming positions."""
+    model = lm("rope").eval()
+    ids = torch.randint(0, 41, (1, 7))
     with pytest.raises(TypeError, match="KVCache stores integer positions"):
-        model(ids, positions=torch.arange(6) + 0.5, cache=model.new_cache(1, 6))
-    cache = model.new_cache(1, 7)
-    model(ids, positions=torch.arange(10, 16), cache=cache)
-    with pytest.raises(ValueError, match="the cache holds explicit positions"):
-        model(ids[:, :1], cache=cache)
+        model(ids, positions=torch.arange(7) + 0.5, cache=model.new_cache(1, 7, static=static))
+    cache = model.new_cache(1, 7, static=static)
+    with torch.no_grad():
+        full = model(ids, positions=torch.arange(10, 17))
+        head = model(ids[:, :6], positions=torch.arange(10, 16), cache=cache)
+        with pytest.raises(ValueError, match="pass positions for the new tokens too"):
+            model(ids[:, 6:], cache=cache, attention_mask=torch.ones(1, 7, dtype=torch.long))
+        step = model(ids[:, 6:], cache=cache)
+    assert cache.given_positions and cache.explicit_positions
+    assert_close(torch.cat((head, step), 1), full, **model_tol(model, 7, full))
     with pytest.raises(ValueError, match="positions has batch size 2 but the input has 1"):
-        model(ids, positions=torch.arange(6).expand(2, 6))
+        model(ids, positions=torch.arange(7).expand(2, 7))
 
 
 def test_mrope_ids_rotate_and_the_mask_follows_token_order(model_tol):

@@ -18,6 +18,8 @@ positions and masks (:mod:`~posenc.attn.masks`) into one :class:`~posenc.attn.ca
   buffers for window and chunk layers;
 - :mod:`~posenc.attn.static_cache`: :class:`StaticKVCache`, whose shapes never change (one
   compiled decode step for every position);
+- :mod:`~posenc.attn.cache_checks`: the checks of both caches' arguments (each error
+  names the argument; values read with a forward's other checks);
 - :mod:`~posenc.attn.rerotate`: a cache's RoPE keys turned in place to shifted positions
   or new frequencies (``cache.rerotate``);
 - :mod:`~posenc.attn.temperature`: Llama 4's query temperature tuning,

@@ -20,8 +20,15 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..config import check_device, check_int
-from ..host_reads import read, reads_values
+from ..config import check_bool, check_device, check_int
+from .cache_checks import (
+    check_count,
+    check_delta,
+    check_growing,
+    check_new,
+    check_new_positions,
+    per_layer,
+)
 
 if TYPE_CHECKING:
     from ..rotary import RoPE
@@ -80,19 +87,8 @@ class KVCache:
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
         device = check_device(device)
-        keep = [None] * n_layers if keep is None else list(keep)
-        if len(keep) != n_layers:
-            raise ValueError(f"keep must give one entry per layer ({n_layers}), got {len(keep)}")
-        key_dims = [head_dim] * n_layers if key_dims is None else list(key_dims)
-        if len(key_dims) != n_layers:
-            raise ValueError(
-                f"key_dims must give one entry per layer ({n_layers}), got {len(key_dims)}"
-            )
-        for i, width in enumerate(key_dims):
-            check_int(f"key_dims[{i}]", width)
-        for i, n in enumerate(keep):
-            if n is not None:
-                check_int(f"keep[{i}]", n, minimum=0)
+        keep = per_layer("keep", keep, n_layers, None, minimum=0, optional=True)
+        key_dims = per_layer("key_dims", key_dims, n_layers, head_dim, minimum=1, optional=False)
         #: past keys each layer keeps (None: all), at most ``max_seq_len``
         self.keep: list[int | None] = [None if n is None or n >= max_seq_len else n for n in keep]
         size = [max_seq_len if n is None else n for n in self.keep]
@@ -105,12 +101,22 @@ class KVCache:
         ]
         #: per layer with a forget clock (FoX), ``[batch, heads, max_seq_len | keep, 1]``
         self.clocks: dict[int, torch.Tensor] = {}
-        self._last_clock: dict[int, torch.Tensor] = {}  # [batch, heads, 1]
+        #: per layer with a forget clock, the clock of its last cached token, ``[batch,
+        #: heads, 1]`` (FoX's next tokens continue from it)
+        self.last_clocks: dict[int, torch.Tensor] = {}
         self.positions = torch.zeros(batch, max_seq_len, device=device, dtype=torch.long)
         self.max_seq_len = max_seq_len
         self.length = 0
-        #: set once explicit positions were cached: attention then needs them all
+        #: set once positions other than the default count were cached (given, implied by
+        #: a mask, shifted): attention then needs them all, and a call without positions
+        #: continues from the last (:meth:`next_positions`)
         self.explicit_positions = False
+        #: set once positions the caller gave (or a shift) were cached: a mask alone then
+        #: implies no positions (they would restart at 0)
+        self.given_positions = False
+        #: what :meth:`update_positions` checked, stored by :meth:`advance`: the positions
+        #: to store, how many tokens they are, and the flags they set
+        self._pending: tuple[torch.Tensor, int, bool, bool] | None = None
 
     @property
     def rolling(self) -> bool:
@@ -131,6 +137,18 @@ class KVCache:
         layers have ``kv_heads`` heads of keys ``key_dims[layer]`` wide and values
         ``head_dim`` wide, in ``dtype`` on ``device``, and need their last ``keep[layer]``
         past keys (None: all of them). Shapes only: no value is read."""
+        check_int("kv_heads", kv_heads)
+        check_int("head_dim", head_dim)
+        if not isinstance(key_dims, (list, tuple)):
+            raise TypeError(
+                f"key_dims must be a list or tuple, one width per layer, got {key_dims!r}"
+            )
+        key_dims = per_layer("key_dims", key_dims, len(key_dims), 1, minimum=1, optional=False)
+        keep = per_layer("keep", keep, len(key_dims), None, minimum=0, optional=True)
+        if not isinstance(dtype, torch.dtype):
+            raise TypeError(f"dtype must be a torch.dtype, got {dtype!r}")
+        if not isinstance(device, torch.device):
+            raise TypeError(f"device must be a torch.device, got {device!r}")
         fix = "make one with model.new_cache(batch, max_seq_len)"
         if len(self.keys) != len(key_dims):
             raise ValueError(
@@ -158,6 +176,7 @@ class KVCache:
 
     def check_batch(self, batch: int) -> None:
         """Raise unless this cache holds ``batch`` sequences."""
+        check_int("batch", batch)
         if self.positions.shape[0] != batch:
             raise ValueError(
                 f"cache holds {self.positions.shape[0]} sequences but input_ids has {batch}: "
@@ -176,6 +195,8 @@ class KVCache:
     def visible(self, layer: int, n: int) -> int:
         """How many keys :meth:`update` of ``layer`` returns with ``n`` new ones: the last
         of them, the new tokens' keys included."""
+        self._check_layer(layer)
+        check_count("n", n, self.max_seq_len)
         keep = self.keep[layer]
         return (self.length if keep is None else min(self.length, keep)) + n
 
@@ -189,41 +210,55 @@ class KVCache:
         return self._store(self.keys[layer], k, layer), self._store(self.values[layer], v, layer)
 
     def _check_new(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Raise unless ``k`` and ``v`` are ``layer``'s new keys and values."""
-        check_int("layer", layer, minimum=0, maximum=len(self.keys) - 1)
-        for name, new, buffer in (("k", k, self.keys[layer]), ("v", v, self.values[layer])):
-            b, h, _, width = buffer.shape
-            if not isinstance(new, torch.Tensor) or new.dim() != 4:
-                raise ValueError(
-                    f"{name} must be a [batch, kv_heads, n, width] tensor, got {new!r}"
-                )
-            if (new.shape[0], new.shape[1], new.shape[3], new.shape[2]) != (
-                b,
-                h,
-                width,
-                k.shape[2],
-            ):
-                raise ValueError(
-                    f"{name} must be [batch={b}, kv_heads={h}, n, {width}] (n as k's) for "
-                    f"layer {layer} of this cache, got {tuple(new.shape)}"
-                )
+        """Raise unless ``k`` and ``v`` are ``layer``'s new keys and values, of the cache's
+        dtype and device, and fit (shapes only: no value is read)."""
+        self._check_layer(layer)
+        check_new("k", k, self.keys[layer], None, layer)
+        check_new("v", v, self.values[layer], k.shape[2], layer)
+        self._check_fits(k.shape[2])
+
+    def _check_fits(self, n: int) -> None:
+        """Raise unless ``n`` more tokens fit."""
+        self._end(n)
+
+    def _check_layer(self, layer: int) -> None:
+        check_count("layer", layer, len(self.keys) - 1)
 
     def last_clock(self, layer: int) -> torch.Tensor | None:
         """The forget clock of ``layer``'s last cached token (FoX, :meth:`update_clock`),
         ``[batch, heads, 1]``, or None before the first."""
-        return self._last_clock.get(layer) if self.length else None
+        self._check_layer(layer)
+        return self.last_clocks.get(layer) if self.length else None
+
+    def add_clock(self, layer: int, heads: int) -> None:
+        """Make ``layer``'s buffer of forget clocks (FoX) for ``heads`` heads now, rather
+        than at its first :meth:`update_clock`: float32 (float64 in a float64 cache), as
+        FoX computes them. Nothing changes where it exists."""
+        self._check_layer(layer)
+        check_int("heads", heads)
+        if layer not in self.clocks:
+            keys = self.keys[layer]
+            dtype = torch.float64 if keys.dtype == torch.float64 else torch.float32
+            # [batch, heads, max_seq_len | keep, 1]
+            self.clocks[layer] = keys.new_zeros(keys.shape[0], heads, keys.shape[2], 1, dtype=dtype)
 
     def update_clock(self, layer: int, clock: torch.Tensor) -> torch.Tensor:
         """Store the forget clocks ``[batch, heads, n]`` of ``layer``'s new tokens (an
         encoding with a clock of its input: FoX) and return those of the keys the new queries may
-        see, ``[batch, heads, visible(layer, n)]``; the buffer is made on the first call,
-        kept as the keys are (rolling in a layer that keeps some)."""
-        if layer not in self.clocks:
-            b, h = clock.shape[:2]
-            size = self.keys[layer].shape[2]  # max_seq_len, or the kept keys
-            self.clocks[layer] = clock.new_zeros(b, h, size, 1)  # [b, h, size, 1]
-        self._last_clock[layer] = clock[..., -1:]
+        see, ``[batch, heads, visible(layer, n)]``; the buffer is made on the first call
+        (or by :meth:`add_clock`), kept as the keys are (rolling in a layer that keeps
+        some)."""
+        if not isinstance(clock, torch.Tensor):
+            raise TypeError(f"clock must be a torch.Tensor, got {type(clock).__name__}")
+        if clock.dim() != 3:
+            raise ValueError(f"clock must be [batch, heads, n], got shape {tuple(clock.shape)}")
+        self.add_clock(layer, clock.shape[1])
+        check_new("clock", clock.unsqueeze(-1), self.clocks[layer], None, layer)
+        self._keep_last_clock(layer, clock[..., -1:])
         return self._store(self.clocks[layer], clock.unsqueeze(-1), layer).squeeze(-1)
+
+    def _keep_last_clock(self, layer: int, last: torch.Tensor) -> None:
+        self.last_clocks[layer] = last  # [batch, heads, 1]
 
     def _store(self, buffer: torch.Tensor, new: torch.Tensor, layer: int) -> torch.Tensor:
         """Write ``new`` ``[batch, heads, n, width]`` into ``layer``'s ``buffer`` after the
@@ -247,19 +282,28 @@ class KVCache:
         positions: torch.Tensor,
         real: torch.Tensor | None = None,
         segments: torch.Tensor | None = None,
+        *,
+        explicit: bool = False,
+        given: bool = False,
     ) -> torch.Tensor:
-        """Store the new tokens' positions (``[n]`` or ``[batch, n]``, integers) and return
-        all positions so far, ``[batch, length + n]``.
+        """Check the new tokens' positions (``[n]`` or ``[batch, n]``, integers >= 0) and
+        return all positions so far, ``[batch, length + n]``; :meth:`advance` stores them
+        (a call refused before it leaves the cache as it was).
 
         With a rolling layer, positions must grow by at least one per token from one real
         token to the next of the same document (``real``, ``segments``: ``[batch, length +
         n]``, the padding mask and document ids, where given): a window of ``W`` positions
         then holds at most the last ``W`` tokens a query may see.
+
+        Args:
+            explicit: they are not the default count (:attr:`explicit_positions`).
+            given: the caller gave them (:attr:`given_positions`).
         """
-        if positions.is_floating_point():
-            raise TypeError(f"KVCache stores integer positions, got {positions.dtype}")
-        end = self._end(positions.shape[-1])
-        self.positions[:, self.length : end] = positions
+        check_bool("explicit", explicit)
+        check_bool("given", given)
+        new = check_new_positions(positions, self.positions.shape[0], self.positions.device)
+        end = self._end(new.shape[-1])
+        seen = torch.cat((self.positions[:, : self.length], new), dim=1)  # [batch, end]
         if self.rolling:
             start = max(self.length - 1, 0)  # the last cached token and the new ones
             linked = None
@@ -268,17 +312,48 @@ class KVCache:
             if segments is not None:
                 same = segments[:, start + 1 : end] == segments[:, start : end - 1]
                 linked = same if linked is None else linked & same
-            _check_growing(self.positions[:, start:end], linked)
-        return self.positions[:, :end]
+            check_growing(seen[:, start:end], linked)
+        self._pending = (new, new.shape[-1], explicit, given)
+        return seen
+
+    def next_positions(self, n: int) -> torch.Tensor:
+        """The positions of ``n`` tokens after the last cached one, ``[batch, n]``: what a
+        call without positions continues from once the cache holds explicit ones."""
+        check_count("n", n, self.max_seq_len)
+        if not self.length:
+            raise ValueError("the cache holds no token: there is no position to continue from")
+        last = self.positions[:, self.length - 1 : self.length]  # [batch, 1]
+        return last + torch.arange(1, n + 1, device=last.device)
 
     def advance(self, n: int) -> None:
-        """Mark ``n`` more positions as filled, once every layer has been updated."""
+        """Mark ``n`` more positions as filled, once every layer has been updated, and
+        store the positions :meth:`update_positions` checked."""
         check_int("n", n, minimum=0)
-        self.length = self._end(n)
+        end = self._end(n)
+        self._commit_positions(n)
+        self.length = end
+
+    def _commit_positions(self, n: int) -> None:
+        """Store the positions of the last :meth:`update_positions` (``n`` of them), and
+        the flags they set."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        stored, count, explicit, given = pending
+        if count != n:
+            raise ValueError(f"n={n} tokens advanced, but update_positions was given {count}")
+        self._store_positions(stored)
+        self.explicit_positions = self.explicit_positions or explicit or given
+        self.given_positions = self.given_positions or given
+
+    def _store_positions(self, new: torch.Tensor) -> None:
+        """Write the new tokens' positions ``[batch, n]`` after the cached ones."""
+        self.positions[:, self.length : self.length + new.shape[-1]] = new
 
     def stored_keys(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The keys ``layer`` holds, as a view of its buffer (writable in place), and their
         positions: ``[batch, kv_heads, n, width]`` and ``[batch, n]``."""
+        self._check_layer(layer)
         keep = self.keep[layer]
         if keep is None:
             return self.keys[layer][:, :, : self.length], self.positions[:, : self.length]
@@ -287,13 +362,28 @@ class KVCache:
         return keys, self.positions[:, self.length - kept : self.length]
 
     def shift_positions(self, delta: int | torch.Tensor) -> None:
-        """Add ``delta`` (an int, or ``[batch, 1]``) to the positions of the cached tokens;
-        they are then explicit (the next tokens' positions must continue from them), unless
-        ``delta`` is the int 0."""
-        if isinstance(delta, int) and delta == 0:
+        """Add ``delta`` (an int, or an integer tensor ``[batch]``) to the positions of the
+        cached tokens, which must stay within ``[0, 2**53]`` (a value check); they are then
+        given (the next tokens' positions continue from them), unless ``delta`` is the int 0
+        or no token is cached. The keys are not turned (:meth:`rerotate` does both)."""
+        from .rerotate import check_moved  # the re-rotation checks the same shift
+
+        delta = check_delta(delta, self.positions.shape[0], self.positions.device)
+        check_moved(self, delta)
+        self.shift_checked(delta)
+
+    def shift_checked(self, delta: int | torch.Tensor) -> None:
+        """:meth:`shift_positions` of a ``delta`` checked already (an int or ``[1 | batch,
+        1]`` int64)."""
+        if (isinstance(delta, int) and delta == 0) or not self.length:
             return  # a switch of frequencies alone: the positions stay the defaults
         self.positions[:, : self.length] += delta
-        self.explicit_positions = True
+        self.explicit_positions = self.given_positions = True
+
+    def held_positions(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The positions of every slot, ``[batch, slots]``, and which hold a cached token
+        (``[slots]`` bool; None: the slots are exactly the cached tokens)."""
+        return self.positions[:, : self.length], None
 
     def rerotate(
         self,
@@ -329,25 +419,3 @@ class KVCache:
             for i, (k, v) in enumerate(zip(self.keys, self.values, strict=True))
         ]
         return [sum(t.numel() * t.element_size() for t in layer) for layer in tensors]
-
-
-def _check_growing(positions: torch.Tensor, linked: torch.Tensor | None) -> None:
-    """Raise unless ``positions`` ``[batch, n]`` grow from each token to the next where
-    ``linked`` ``[batch, n - 1]`` (None: everywhere)."""
-    if positions.shape[-1] < 2:
-        return
-    if not reads_values(positions):
-        return
-    grows = positions.diff(dim=-1) > 0
-    if linked is not None:
-        grows = grows | ~linked
-    read(grows.all().view(1), _check_grows)
-
-
-def _check_grows(values: list[int]) -> None:
-    if not values[0]:
-        raise ValueError(
-            "a rolling cache (a layer with a window or chunk keeps only its last keys) needs "
-            "positions that grow by at least one per token within a document; these do not: "
-            "build the cache with keep=None to keep every key"
-        )

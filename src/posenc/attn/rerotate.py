@@ -9,18 +9,21 @@ arXiv:2309.17453), where transformers drops them.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
 import torch
 
-from ..config import MAX_INT, check_int
+from ..config import MAX_POSITION, check_int
 from ..functional.rope_rerotate import rerotate_keys
+from ..host_reads import read_now, reads_values
 from ..rotary import RoPE, XPos
+from .cache_checks import check_delta, check_layers
 
 if TYPE_CHECKING:
     from .cache import KVCache
 
-__all__ = ["rerotate_cache"]
+__all__ = ["check_moved", "rerotate_cache"]
 
 
 def _check(rope: object, to: object, cache: KVCache) -> tuple[RoPE, RoPE]:
@@ -51,6 +54,37 @@ def _check(rope: object, to: object, cache: KVCache) -> tuple[RoPE, RoPE]:
     return old, new
 
 
+def check_moved(cache: KVCache, delta: int | torch.Tensor) -> None:
+    """Raise unless ``delta`` (as :func:`~posenc.attn.cache_checks.check_delta` returns
+    it) and the cached positions it moves stay within ``[0, MAX_POSITION]`` (``|delta|``
+    too): a value check, read now (before the cache changes) where values are read."""
+    positions, held = cache.held_positions()  # [batch, slots], [slots] or None
+    shift = torch.as_tensor(delta, device=positions.device).view(-1)
+    if not reads_values(positions, shift):
+        return
+    moved = positions + shift.view(-1, 1)
+    if held is not None:
+        moved = torch.where(held, moved, torch.zeros_like(moved))  # 0 is in range
+    values = torch.stack(torch.aminmax(shift))
+    if moved.numel():
+        values = torch.cat((values, torch.stack(torch.aminmax(moved))))
+    read_now(values, partial(_check_range, delta))
+
+
+def _check_range(delta: int | torch.Tensor, values: list[int]) -> None:
+    shown = delta if isinstance(delta, int) else "a tensor"
+    if max(-values[0], values[1]) > MAX_POSITION:
+        raise ValueError(f"delta must lie within ±{MAX_POSITION} (2**53), got {shown}")
+    if len(values) > 2 and values[2] < 0:
+        raise ValueError(
+            f"delta={shown} moves a cached position to {values[2]}: positions must stay >= 0"
+        )
+    if len(values) > 2 and values[3] > MAX_POSITION:
+        raise ValueError(
+            f"delta={shown} moves a cached position to {values[3]}, past {MAX_POSITION} (2**53)"
+        )
+
+
 def rerotate_cache(
     cache: KVCache,
     rope: RoPE,
@@ -60,19 +94,15 @@ def rerotate_cache(
     seq_len: int | None,
     new_seq_len: int | None,
 ) -> None:
-    """See :meth:`~posenc.KVCache.rerotate`."""
+    """See :meth:`~posenc.KVCache.rerotate`. Every argument is checked before the cache
+    changes: a refused call leaves it as it was."""
     old, new = _check(rope, rope if to is None else to, cache)
-    n_layers = len(cache.keys)
-    chosen = range(n_layers) if layers is None else list(layers)
-    for layer in chosen:
-        check_int("layers[i]", layer, minimum=0, maximum=n_layers - 1)
-    batch = cache.positions.shape[0]
-    if isinstance(delta, torch.Tensor):
-        if delta.is_floating_point() or delta.shape not in ((), (batch,)):
-            raise ValueError(f"delta must be an int or [batch={batch}] integers, got {delta!r}")
-        delta = delta.to(cache.positions.device).view(-1, 1)
-    else:
-        check_int("delta", delta, minimum=-MAX_INT)
+    chosen = check_layers(layers, len(cache.keys))
+    for name, length in (("seq_len", seq_len), ("new_seq_len", new_seq_len)):
+        if length is not None:
+            check_int(name, length)
+    delta = check_delta(delta, cache.positions.shape[0], cache.positions.device)
+    check_moved(cache, delta)
     device = cache.positions.device
     before = (old.inv_freq(seq_len, device), old.attention_factor(seq_len))
     after = (new.inv_freq(new_seq_len, device), new.attention_factor(new_seq_len))
@@ -81,4 +111,4 @@ def rerotate_cache(
         if keys.shape[2]:
             c = old.config
             keys.copy_(rerotate_keys(keys, positions, before, after, delta, c.layout, c.rotary_at))
-    cache.shift_positions(delta)
+    cache.shift_checked(delta)

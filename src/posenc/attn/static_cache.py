@@ -23,9 +23,10 @@ from functools import partial
 
 import torch
 
-from ..config import check_int
+from ..config import check_bool, check_int
 from ..host_reads import read, reads_values
 from .cache import KVCache
+from .cache_checks import check_count, check_growing, check_new_positions
 
 __all__ = ["StaticKVCache"]
 
@@ -42,6 +43,12 @@ class StaticKVCache(KVCache):
             place by :meth:`advance`).
         started: whether a forward has written to it (the first forward and the later
             ones are the two graphs ``torch.compile`` makes).
+        host_filled: the tokens held as the host counted them (the sum of the calls'
+            lengths: a shape fact, no read), or None once a compiled call advanced the
+            cache or a :class:`~posenc.models.DecodeStep` took its tensors (the count is
+            then in :attr:`filled` alone; set it to None too before changing ``filled``
+            by hand). Where known, a call that does not fit is refused from it, even with
+            validation off; else by the forward's read.
         ring_positions, ring_real: per ring size ``n``, the position of the token in each
             slot and whether it is a real token (not a pad, not unwritten yet), ``[batch,
             n]``; every ring of one size holds the same tokens in the same slots.
@@ -63,6 +70,8 @@ class StaticKVCache(KVCache):
         device = self.positions.device
         self.filled = torch.zeros((), dtype=torch.long, device=device)
         self.started = False
+        self.host_filled: int | None = 0
+        self._pending_rings: list[tuple[torch.Tensor, torch.Tensor]] = []
         batch = self.positions.shape[0]
         sizes = sorted({n for n in self.keep if n is not None})
         self.ring_positions = {n: self.positions.new_zeros(batch, n) for n in sizes}
@@ -70,15 +79,20 @@ class StaticKVCache(KVCache):
 
     def slots(self, n: int) -> torch.Tensor:
         """The slots of ``n`` new tokens, ``filled + arange(n)``, ``[n]`` int64."""
+        check_count("n", n, self.max_seq_len)
         return self.filled + torch.arange(n, device=self.filled.device)
 
     def visible(self, layer: int, n: int) -> int:
         """Every slot (the ones not written yet are masked), or a ring and the new ones."""
+        self._check_layer(layer)
+        check_count("n", n, self.max_seq_len)
         ring = self.keep[layer]
         return self.max_seq_len if ring is None else ring + n
 
+    def _check_fits(self, n: int) -> None:
+        self.check_room(n)
+
     def _store(self, buffer: torch.Tensor, new: torch.Tensor, layer: int) -> torch.Tensor:
-        new = new.to(buffer.dtype)
         ring = self.keep[layer]
         if ring is None:
             buffer.index_copy_(2, self.slots(new.shape[2]), new)
@@ -105,6 +119,9 @@ class StaticKVCache(KVCache):
             ``(q, keys, values)``: q rotated, and :meth:`update`'s keys and values.
         """
         self._check_new(layer, k, v)
+        if not isinstance(rotation, tuple) or len(rotation) != 2:
+            got = type(rotation).__name__
+            raise TypeError(f"rotation must be RoPE's (cos, sin) pair, got {got}")
         if self.keep[layer] is not None:
             raise ValueError(f"layer {layer} keeps a ring: update_rotated writes full layers")
         from ..functional.rope_triton import rope_cache_write  # Triton at the first use
@@ -117,19 +134,35 @@ class StaticKVCache(KVCache):
     def stored_keys(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Every slot of ``layer`` (the unwritten ones are zeros, which no rotation moves)
         and their positions: ``[batch, kv_heads, slots, width]``, ``[batch, slots]``."""
+        self._check_layer(layer)
         ring = self.keep[layer]
         if ring is None:
             return self.keys[layer], self.positions
         return self.keys[layer], self.ring_positions[ring]
 
-    def shift_positions(self, delta: int | torch.Tensor) -> None:
-        """Add ``delta`` to every slot's position (rings too; no host read)."""
-        if isinstance(delta, int) and delta == 0:
+    def shift_checked(self, delta: int | torch.Tensor) -> None:
+        """Add ``delta`` (an int, or ``[1 | batch, 1]``, checked) to the position of every
+        written slot (rings too; no host read): the unwritten ones stay 0."""
+        if (isinstance(delta, int) and delta == 0) or not self.started:
             return
-        self.positions += delta
-        for ring in self.ring_positions.values():
-            ring += delta
-        self.explicit_positions = True
+        slots = torch.arange(self.max_seq_len, device=self.filled.device)
+        zero = torch.zeros((), dtype=torch.long, device=self.filled.device)
+        shift = torch.as_tensor(delta, device=self.filled.device)
+        self.positions += torch.where(slots < self.filled, shift, zero)  # [batch, max_seq_len]
+        for size, ring in self.ring_positions.items():  # slot j written once filled > j
+            ring += torch.where(slots[:size] < self.filled, shift, zero)  # [batch, size]
+        self.explicit_positions = self.given_positions = True
+
+    def held_positions(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Every slot's position, ``[batch, max_seq_len]``, and which slots hold a token."""
+        return self.positions, self.written(0)
+
+    def next_positions(self, n: int) -> torch.Tensor:
+        """The positions of ``n`` tokens after the last written slot's, ``[batch, n]`` (no
+        host read)."""
+        check_count("n", n, self.max_seq_len)
+        last = self.positions.index_select(1, (self.filled - 1).clamp(min=0).view(1))
+        return last + torch.arange(1, n + 1, device=last.device)  # [batch, n]
 
     def _write_ring(self, ring: torch.Tensor, new: torch.Tensor, dim: int) -> None:
         """The last of ``new``'s tokens (along ``dim``) into their slots of ``ring``."""
@@ -141,33 +174,51 @@ class StaticKVCache(KVCache):
         ring.index_copy_(dim, slots, new.narrow(dim, n - last, last))
 
     def last_clock(self, layer: int) -> torch.Tensor | None:
-        """The forget clock of ``layer``'s last written slot, ``[batch, heads, 1]``, or None
-        before the first forward."""
-        if not self.started or layer not in self.clocks:
+        """The forget clock of ``layer``'s last written token, ``[batch, heads, 1]``, or
+        None before the first forward."""
+        self._check_layer(layer)
+        if not self.started or layer not in self.last_clocks:
             return None
-        ring = self.keep[layer]
-        if ring == 0:  # a ring of no slot: the last clock is kept apart
-            return self._last_clock[layer]
-        last = self.filled - 1 if ring is None else (self.filled - 1) % ring
-        return self.clocks[layer].index_select(2, last.view(1)).squeeze(-1)
+        return self.last_clocks[layer]
+
+    def add_clock(self, layer: int, heads: int) -> None:
+        """:meth:`KVCache.add_clock`, and the buffer of the last token's clock (written in
+        place, so that the clocks are all buffers: :class:`~posenc.models.DecodeStep`)."""
+        super().add_clock(layer, heads)
+        if layer not in self.last_clocks:
+            clocks = self.clocks[layer]  # [batch, heads, slots, 1]; a ring may have none
+            self.last_clocks[layer] = clocks.new_zeros(clocks.shape[0], heads, 1)
+
+    def _keep_last_clock(self, layer: int, last: torch.Tensor) -> None:
+        self.last_clocks[layer].copy_(last)  # [batch, heads, 1], made by add_clock
 
     def ring_keys(
         self, positions: torch.Tensor, real: torch.Tensor
     ) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
         """Per ring size, the positions and the padding mask of the keys its layers see in
-        this call (the ring before it, then the ``n`` new tokens: ``[batch, size + n]``),
-        then the new tokens written into the ring.
+        this call (the ring before it, then the ``n`` new tokens: ``[batch, size + n]``);
+        :meth:`advance` writes the new tokens into the rings.
 
         Args:
             positions: the new tokens' positions, ``[batch, n]`` integers.
             real: whether each new token is real (not a pad), ``[batch, n]`` bool.
         """
+        batch, device = self.positions.shape[0], self.positions.device
+        positions = check_new_positions(positions, batch, device)
+        if not isinstance(real, torch.Tensor) or real.dtype != torch.bool:
+            got = real.dtype if isinstance(real, torch.Tensor) else type(real).__name__
+            raise TypeError(f"real must be a bool tensor, got {got}")
+        if real.shape != positions.shape or real.device != device:
+            raise ValueError(
+                f"real must be [batch, n] = {list(positions.shape)} on {device}, got shape "
+                f"{tuple(real.shape)} on {real.device}"
+            )
         seen = {}
+        self._pending_rings = []
         for size, ring in self.ring_positions.items():
             present = self.ring_real[size]
             seen[size] = (torch.cat((ring, positions), 1), torch.cat((present, real), 1))
-            self._write_ring(ring, positions.to(ring.dtype), 1)
-            self._write_ring(present, real, 1)
+            self._pending_rings += [(ring, positions.to(ring.dtype)), (present, real)]
         return seen
 
     def update_positions(
@@ -175,40 +226,96 @@ class StaticKVCache(KVCache):
         positions: torch.Tensor,
         real: torch.Tensor | None = None,
         segments: torch.Tensor | None = None,
+        *,
+        explicit: bool = False,
+        given: bool = False,
     ) -> torch.Tensor:
-        """Write the new tokens' positions (``[n]`` or ``[batch, n]``, integers) at their
-        slots and return every slot's, ``[batch, max_seq_len]`` (the unwritten ones are
-        masked by the model). ``real`` and ``segments`` are not read: no layer rolls.
+        """Check the new tokens' positions (``[n]`` or ``[batch, n]``, integers >= 0) and
+        return every slot's with them at their slots, ``[batch, max_seq_len]`` (the
+        unwritten ones are masked by the model); :meth:`advance` stores them.
 
-        Written by a select, not an index: a forward checks that its tokens fit
-        (:meth:`check_room`) in its one read, after this write; tokens past the last slot
-        are dropped until then, and ``filled`` is not advanced."""
-        if positions.is_floating_point():
-            raise TypeError(f"KVCache stores integer positions, got {positions.dtype}")
-        n = positions.shape[-1]
-        new = positions.expand(self.positions.shape[0], n).to(self.positions.dtype)
+        With a ring (a window or chunk layer), positions must grow by at least one per
+        token from the last written one, between real tokens (``real``: ``[batch,
+        max_seq_len]``, the padding mask of every slot, where given); ``segments`` are
+        not taken (documents are refused). A select, not an index: tokens past the last
+        slot are left out until the forward's read refuses them (:meth:`check_room`)."""
+        check_bool("explicit", explicit)
+        check_bool("given", given)
+        if segments is not None:
+            raise ValueError("segments are not supported with a StaticKVCache: use a KVCache")
+        new = check_new_positions(positions, self.positions.shape[0], self.positions.device)
+        n = new.shape[-1]
+        self.check_room(n)
         offset = torch.arange(self.max_seq_len, device=self.filled.device) - self.filled
         inside = (offset >= 0) & (offset < n)  # [max_seq_len]: the new tokens' slots
-        spread = new.index_select(1, offset.clamp(0, n - 1))  # [batch, max_seq_len]
-        self.positions.copy_(torch.where(inside, spread, self.positions))
-        return self.positions
+        spread = new.index_select(1, offset.clamp(0, max(n - 1, 0)))  # [batch, max_seq_len]
+        merged = torch.where(inside, spread, self.positions)
+        if self.ring_positions:
+            self._check_growing(new, real)
+        self._pending = (merged, n, explicit, given)
+        return merged
+
+    def _check_growing(self, new: torch.Tensor, real: torch.Tensor | None) -> None:
+        """Raise unless ``new`` ``[batch, n]`` grow from the last written token's position
+        on, between real tokens (a value check, skipped where values are not read)."""
+        if not reads_values(new, self.filled):
+            return
+        last = (self.filled - 1).clamp(min=0).view(1)
+        slots = torch.cat((last, self.slots(new.shape[-1]).clamp(max=self.max_seq_len - 1)))
+        chain = torch.cat((self.positions.index_select(1, last), new), 1)  # [batch, n + 1]
+        linked = torch.ones_like(chain[:, 1:], dtype=torch.bool)
+        linked[:, 0] = self.filled > 0  # the first new token follows a written one
+        if real is not None:
+            present = real.bool().index_select(1, slots)
+            linked = linked & present[:, 1:] & present[:, :-1]
+        check_growing(chain, linked)
+
+    def _store_positions(self, new: torch.Tensor) -> None:
+        self.positions.copy_(new)  # [batch, max_seq_len], as update_positions merged them
 
     def written(self, n: int) -> torch.Tensor:
         """Which slots hold a token once ``n`` new ones are written, ``[max_seq_len]``
         bool: the padding mask of the keys."""
+        check_count("n", n, self.max_seq_len)
         return torch.arange(self.max_seq_len, device=self.filled.device) < self.filled + n
 
     def advance(self, n: int) -> None:
-        """Count ``n`` more tokens, in place (no host read; :meth:`check_room` checks)."""
+        """Count ``n`` more tokens, in place, and store their positions (and the rings')
+        (no host read; :meth:`check_room` checks)."""
         check_int("n", n, minimum=0)
+        self._room_known(n)
+        self._commit_positions(n)
+        rings, self._pending_rings = self._pending_rings, []
+        for ring, new in rings:
+            self._write_ring(ring, new, 1)
         self.filled.add_(n)
         self.started = True
+        if torch.compiler.is_compiling():
+            self.host_filled = None  # a compiled graph's count lives in `filled` alone
+        elif self.host_filled is not None:
+            self.host_filled += n
 
     def check_room(self, n: int) -> None:
-        """Raise unless ``n`` more tokens fit: a value check (:func:`~posenc.host_reads.read`,
-        with a forward's other checks; skipped where values are not read)."""
-        if reads_values(self.filled):
+        """Raise unless ``n`` more tokens fit: from the shapes (``n`` against
+        ``max_seq_len``; the count :attr:`host_filled`, where known and not compiling),
+        else a value check (:func:`~posenc.host_reads.read`, with a forward's other
+        checks; skipped where values are not read)."""
+        check_count("n", n)
+        if not self._room_known(n) and reads_values(self.filled):
             read((self.filled + n).view(1), partial(_check_room, self.max_seq_len, n))
+
+    def _room_known(self, n: int) -> bool:
+        """Raise where the shapes tell that ``n`` more tokens do not fit; whether they
+        tell all (the count is known on the host)."""
+        if not torch.compiler.is_compiling() and self.host_filled is not None:
+            _check_room(self.max_seq_len, n, [self.host_filled + n])
+            return True
+        if n > self.max_seq_len:
+            raise ValueError(
+                f"KV cache holds max_seq_len={self.max_seq_len} positions; {n} new tokens "
+                "do not fit"
+            )
+        return False
 
 
 def _check_room(max_seq_len: int, n: int, values: list[int]) -> None:

@@ -50,18 +50,30 @@ class DecodeStep(nn.Module):
 
     def __init__(self, model: nn.Module, cache: StaticKVCache) -> None:
         super().__init__()
+        if not isinstance(model, nn.Module):
+            raise TypeError(
+                f"model must be an nn.Module (a TransformerLM), got {type(model).__name__}"
+            )
         if not isinstance(cache, StaticKVCache):
             raise TypeError(
                 "cache must be a StaticKVCache (model.new_cache(batch, max_seq_len, "
                 f"static=True)), got {type(cache).__name__}"
             )
+        layout = getattr(model, "cache_layout", None)
+        if callable(layout):  # a TransformerLM: the cache must fit it, its clocks exist now
+            layout().check(cache)
+            layout().add_clocks(cache)
         self.model, self.cache = model, cache
+        # the cache's tensors become this module's state, which a moved copy or an exported
+        # program advances without the cache: its count is in `filled` alone from now on
+        cache.host_filled = None
         self.layers = len(cache.keys)
         for i in range(self.layers):
             self.register_buffer(f"keys_{i}", cache.keys[i])
             self.register_buffer(f"values_{i}", cache.values[i])
-        for i, clock in cache.clocks.items():  # FoX's, made by the prompt
-            self.register_buffer(f"clocks_{i}", clock)
+        for i in cache.clocks:  # FoX's forget clocks, and each one's last
+            self.register_buffer(f"clocks_{i}", cache.clocks[i])
+            self.register_buffer(f"last_clocks_{i}", cache.last_clocks[i])
         self.register_buffer("positions", cache.positions)
         self.register_buffer("filled", cache.filled)
         for n in cache.ring_positions:  # the rings of window and chunk layers
@@ -70,11 +82,12 @@ class DecodeStep(nn.Module):
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         cache = self.cache
-        names = ("keys", "values", "clocks", "positions", "filled", "ring_positions", "ring_real")
-        before = {name: getattr(cache, name) for name in names}
+        names = ("keys", "values", "clocks", "last_clocks", "positions", "filled")
+        before = {name: getattr(cache, name) for name in (*names, "ring_positions", "ring_real")}
         cache.keys = [getattr(self, f"keys_{i}") for i in range(self.layers)]
         cache.values = [getattr(self, f"values_{i}") for i in range(self.layers)]
-        cache.clocks = {i: getattr(self, f"clocks_{i}") for i in cache.clocks}
+        for name in ("clocks", "last_clocks"):
+            setattr(cache, name, {i: getattr(self, f"{name}_{i}") for i in before["clocks"]})
         cache.positions, cache.filled = self.positions, self.filled
         for name in ("ring_positions", "ring_real"):
             setattr(cache, name, {n: getattr(self, f"{name}_{n}") for n in before[name]})

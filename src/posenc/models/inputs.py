@@ -23,12 +23,15 @@ _MASK_CHECKS: dict[str, Callable[[torch.Tensor, str], torch.Tensor]] = {
 }
 
 
-def check_input_ids(input_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
+def check_input_ids(
+    input_ids: torch.Tensor, vocab_size: int, device: torch.device | None = None
+) -> torch.Tensor:
     """``input_ids`` as int64, or a TypeError/ValueError naming it.
 
     Args:
         input_ids: token ids in ``[0, vocab_size)``, any integer dtype.
         vocab_size: the number of token ids.
+        device: the model's device, where input_ids must be (None: any).
 
     Shapes:
         input_ids: ``[batch, seq]`` with ``seq >= 1``, returned as it is.
@@ -40,6 +43,10 @@ def check_input_ids(input_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
     if input_ids.dim() != 2 or input_ids.shape[1] == 0:
         raise ValueError(
             f"input_ids must be [batch, seq] with seq >= 1, got shape {tuple(input_ids.shape)}"
+        )
+    if device is not None and input_ids.device != device:
+        raise ValueError(
+            f"input_ids is on {input_ids.device} but the model is on {device}: move input_ids there"
         )
     input_ids = input_ids.long()  # uint16/32 have no min() on the CPU
     if reads_values(input_ids):  # one pass; one host read (or one of the forward's)
@@ -54,9 +61,12 @@ def _check_ids(vocab_size: int, values: list[int]) -> None:
         raise ValueError(f"input_ids must be in [0, vocab_size={vocab_size}), got {bad}")
 
 
-def check_mask(name: str, value: torch.Tensor, batch: int, length: int) -> torch.Tensor:
+def check_mask(
+    name: str, value: torch.Tensor, batch: int, length: int, device: torch.device | None = None
+) -> torch.Tensor:
     """The mask argument ``name`` (``attention_mask`` or ``segment_ids``) checked, and
-    checked to cover the cached tokens and the new ones.
+    checked to cover the cached tokens and the new ones, on ``device`` (that of
+    ``input_ids``; None: any).
 
     Shapes:
         value: ``[batch, length]`` (``length`` = past + seq), returned as it is.
@@ -67,6 +77,10 @@ def check_mask(name: str, value: torch.Tensor, batch: int, length: int) -> torch
             f"{name} must be [batch, past + seq] = [{batch}, {length}] (the cached "
             f"tokens and the new ones), got {tuple(value.shape)}"
         )
+    if device is not None and value.device != device:
+        raise ValueError(
+            f"{name} is on {value.device} but input_ids is on {device}: move {name} there"
+        )
     return value
 
 
@@ -75,6 +89,7 @@ def check_masks(
     segment_ids: torch.Tensor | None,
     batch: int,
     length: int,
+    device: torch.device | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None] | None:
     """``(key_padding_mask, segment_ids)``, each checked by :func:`check_mask` (None where
     not given), or None when neither is given."""
@@ -83,7 +98,11 @@ def check_masks(
     mask = (
         None
         if attention_mask is None
-        else check_mask("attention_mask", attention_mask, batch, length)
+        else check_mask("attention_mask", attention_mask, batch, length, device)
     )
-    ids = None if segment_ids is None else check_mask("segment_ids", segment_ids, batch, length)
+    ids = (
+        None
+        if segment_ids is None
+        else check_mask("segment_ids", segment_ids, batch, length, device)
+    )
     return mask, ids

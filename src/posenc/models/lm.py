@@ -21,7 +21,7 @@ from torch import nn
 from ..attn import AttentionContext, KVCache, StaticKVCache
 from ..attn.checks import check_scale
 from ..attn.planner import AttnShape
-from ..base import Encoding
+from ..base import Encoding, InputBias
 from ..config import check_bool, check_int
 from ..host_reads import batched, checked, traced
 from .blocks import Block
@@ -193,10 +193,18 @@ class TransformerLM(nn.Module):
     def cache_layout(self) -> CacheLayout:
         """What this model's cache holds per layer (:meth:`new_cache` builds it, the forward
         checks a given cache against it)."""
-        widths = [getattr(self.encodings[e], "width_factor", 1) for e in self._layer_encoding]
+        layers = [self.encodings[e] for e in self._layer_encoding]
+        widths = [getattr(enc, "width_factor", 1) for enc in layers]
+        clocks = [self.n_heads if isinstance(enc, InputBias) else None for enc in layers]
         patterns = [cast(Block, block).attn.pattern for block in self.blocks]
         return CacheLayout.build(
-            self.n_kv_heads, self.head_dim, widths, patterns, self.causal, self.embed.weight
+            self.n_kv_heads,
+            self.head_dim,
+            widths,
+            patterns,
+            self.causal,
+            self.embed.weight,
+            clock_heads=clocks,
         )
 
     def forward(
@@ -213,9 +221,10 @@ class TransformerLM(nn.Module):
         Args:
             input_ids: ``[batch, seq]`` token ids in ``[0, vocab_size)``, any integer dtype.
             positions: ``[seq]`` or ``[batch, seq]``; default ``arange(seq)`` after the
-                tokens already in ``cache``, or, with ``attention_mask`` or ``segment_ids``,
-                positions that count real tokens and restart in every document
-                (:func:`~posenc.positions.from_padding`,
+                tokens already in ``cache`` (after the last cached position, where the
+                cache holds positions given or shifted), or, with ``attention_mask`` or
+                ``segment_ids``, positions that count real tokens and restart in every
+                document (:func:`~posenc.positions.from_padding`,
                 :func:`~posenc.positions.from_segments`). An encoding may take its own
                 shape: M-RoPE's ``[3, batch, seq]`` ids (:func:`posenc.positions.multimodal`)
                 rotate q and k, and the causal mask follows the token order.
@@ -231,7 +240,7 @@ class TransformerLM(nn.Module):
             ``[batch, seq, vocab_size]``. Logits of pad tokens are not meaningful.
         """
         with traced(batched):  # every value check of the inputs in one host read
-            input_ids = check_input_ids(input_ids, self.vocab_size)
+            input_ids = check_input_ids(input_ids, self.vocab_size, self.embed.weight.device)
             if cache is not None and not torch.compiler.is_compiling():  # shapes only
                 self.cache_layout().check(cache)
             inputs = forward_inputs(

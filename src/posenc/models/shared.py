@@ -29,6 +29,7 @@ from .inputs import check_mask, check_masks
 __all__ = [
     "ForwardInputs",
     "check_plan_positions",
+    "continued_positions",
     "forward_inputs",
     "layer_tables",
     "rotations_of",
@@ -93,9 +94,12 @@ def forward_inputs(
     <posenc.models.TransformerLM.forward>` (see there), storing the new tokens' positions in
     ``cache``.
 
-    Without positions, padding and documents imply them (each document, each unpadded
-    prompt, gets the positions it has alone); otherwise the new tokens follow the cached
-    ones (:func:`~posenc.positions.query_offset`). Positions with no token order of their
+    Without positions, a cache that holds explicit positions continues from its last
+    one (:func:`continued_positions`); else padding and documents imply them (each
+    document, each unpadded prompt, gets the positions it has alone); otherwise the new
+    tokens follow the cached ones (:func:`~posenc.positions.query_offset`). The cache
+    stores the new positions when the model advances it, after the forward's checks: a
+    refused call leaves it as it was. Positions with no token order of their
     own (M-RoPE) rotate q and k only; the mask then follows the token index. Every one of
     the model's ``encodings`` checks the positions (:func:`check_plan_positions`).
     """
@@ -106,9 +110,12 @@ def forward_inputs(
     past = 0 if cache is None else cache.length
     if cache is not None:
         cache.check_batch(b)
-    masks = check_masks(attention_mask, segment_ids, b, past + s)
+    masks = check_masks(attention_mask, segment_ids, b, past + s, device)
     if positions is not None and segment_ids is not None:
         document_starts(segment_ids)  # reused ids would let a token see a later one
+    given = positions is not None
+    if positions is None and cache is not None:
+        positions = continued_positions(cache, s, masks is not None)
     if positions is None and masks is not None:
         mask, ids = masks  # one at least is given: the mask when there are no ids
         full = from_padding(cast(torch.Tensor, mask)) if ids is None else from_segments(ids, mask)
@@ -117,10 +124,6 @@ def forward_inputs(
     order = None  # the positions' token order, for the causal mask and the cache
     if positions is not None:
         positions, order = check_plan_positions(encodings, positions, seq_len=s, batch=b)
-    elif cache is not None and cache.explicit_positions:
-        raise ValueError(
-            "the cache holds explicit positions: pass positions for the new tokens too"
-        )
     ordered = order is not None
     if order is None:
         order = arange(s, device=device, offset=query_offset(s, past + s))
@@ -129,9 +132,10 @@ def forward_inputs(
     q_pos = k_pos = None  # None: attention's default, the fastest causal mask
     if cache is not None:
         real, ids = (None, None) if masks is None else masks  # for a rolling cache's check
-        k_positions = cache.update_positions(order, real=real, segments=ids)
+        k_positions = cache.update_positions(
+            order, real=real, segments=ids, explicit=ordered, given=given and ordered
+        )
         if ordered or cache.explicit_positions:
-            cache.explicit_positions = True
             q_pos, k_pos = (order if order.dim() == 2 else order.expand(b, s)), k_positions
     elif ordered:
         q_pos = k_pos = order
@@ -164,7 +168,8 @@ def _static_inputs(
     every slot of the cache, the unwritten ones hidden by a padding mask, and the new
     tokens' slots and default positions follow ``cache.filled`` (a tensor): no shape or
     Python value changes from one step to the next. ``attention_mask`` covers every slot,
-    ``[batch, max_seq_len]`` (1 past the prompt); documents are refused."""
+    ``[batch, max_seq_len]`` (1 past the prompt); documents are refused. Without positions,
+    a cache holding explicit ones continues from its last (:func:`continued_positions`)."""
     b, s = input_ids.shape
     size = cache.max_seq_len
     cache.check_batch(b)
@@ -173,15 +178,22 @@ def _static_inputs(
         raise ValueError("segment_ids are not supported with a StaticKVCache: use a KVCache")
     mask = None
     if attention_mask is not None:
-        mask = check_mask("attention_mask", attention_mask, b, size)
+        mask = check_mask("attention_mask", attention_mask, b, size, input_ids.device)
     slots = cache.slots(s)  # [s]
+    given = positions is not None
+    if positions is None:
+        positions = continued_positions(cache, s, mask is not None)
+    implied = positions is None and mask is not None
     if positions is None:
         positions = slots if mask is None else from_padding(mask).index_select(1, slots)
     positions, order = check_plan_positions(encodings, positions, seq_len=s, batch=b)
+    ordered = order is not None and (given or implied or cache.explicit_positions)
     if order is None:  # M-RoPE's ids: the mask follows the slots
         order = slots
     order = order if order.dim() == 2 else order.expand(b, s)
-    k_positions = cache.update_positions(order)
+    k_positions = cache.update_positions(
+        order, real=mask, explicit=ordered, given=given and ordered
+    )
     written = cache.written(s).expand(b, size)
     device = input_ids.device
     context = AttentionContext.build(
@@ -206,6 +218,23 @@ def _static_inputs(
     }
     # explicit: each step's rotation follows its positions, not a length (a tensor here)
     return ForwardInputs(positions, True, context, rings)
+
+
+def continued_positions(cache: KVCache, s: int, masked: bool) -> torch.Tensor | None:
+    """The positions of ``s`` new tokens given none: where ``cache`` holds explicit
+    positions, those after its last (``[batch, s]``, :meth:`~posenc.attn.KVCache.
+    next_positions`), else None (the default count, or what the masks imply). With
+    ``masked`` (a padding mask or documents), positions the caller gave are refused: the
+    masks would imply positions that restart at 0."""
+    if cache.given_positions and masked:
+        raise ValueError(
+            "the cache holds positions the caller gave (or shifted by rerotate): pass "
+            "positions for the new tokens too; attention_mask and segment_ids alone imply "
+            "positions counted from 0"
+        )
+    if cache.explicit_positions and not masked:
+        return cache.next_positions(s)
+    return None
 
 
 def rotations_of(
