@@ -211,3 +211,22 @@ def test_init_keeps_unit_scale_and_divides_residual_writes():
         assert linear.weight.std().item() == pytest.approx(target, rel=0.1)
     scaled = model.embed.weight * 64**0.5
     assert scaled.std().item() == pytest.approx(1.0, rel=0.1)
+
+
+def test_xpos_positions_past_its_range_are_refused_in_a_model():
+    """xPos holds positions within ``max_distance`` of its centre (33.7k at scale_base
+    512 in float32): the model refuses what the encoding refuses, in its one read."""
+    model = lm("xpos")
+    ids = torch.randint(0, 41, (1, 8))
+    enc = posenc.create("xpos", head_dim=8)
+    far = torch.arange(8) + 10**5
+    with pytest.raises(ValueError, match="xPos position 100007 is 100007 from center=0"):
+        enc(torch.randn(1, 1, 8, 8), torch.randn(1, 1, 8, 8), positions=far)
+    with pytest.raises(ValueError, match="xPos position 100007 is 100007 from center=0"):
+        model(ids, positions=far)
+    cache = model.new_cache(1, 8)
+    with pytest.raises(ValueError, match="xPos position 100007"):
+        model(ids, positions=far, cache=cache)
+    assert cache.length == 0 and not cache.explicit_positions
+    edge = torch.arange(8) + int(enc.max_distance()) - 7  # the last 8 it holds
+    assert torch.isfinite(model(ids, positions=edge)).all()

@@ -123,15 +123,33 @@ class XPos(RoPE):
         """The largest |position - center| accepted for ``dtype``."""
         return xpos_max_distance(self.config.scale_base, dtype)
 
+    def check_positions(
+        self,
+        positions: torch.Tensor,
+        *,
+        seq_len: int | None = None,
+        batch: int | None = None,
+        name: str = "positions",
+        device: torch.device | None = None,
+    ) -> torch.Tensor:
+        """:meth:`~posenc.base.Encoding.check_positions`, and every position within
+        :meth:`max_distance` of the centre for the tables' dtype (float64 for float64
+        positions, else float32): a model checks its positions here, in its one read."""
+        positions = super().check_positions(
+            positions, seq_len=seq_len, batch=batch, name=name, device=device
+        )
+        dtype = torch.float64 if positions.dtype == torch.float64 else torch.float32
+        check_xpos_positions(positions, self.config.scale_base, self.config.center, dtype)
+        return positions
+
     def rotation(
         self, positions: torch.Tensor, seq_len: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(cos, sin, scale)``, each ``positions.shape + (n,)``, float32 (float64 for
         float64 positions); ``scale`` holds the query factors ζ_i^((n - center)/scale_base)."""
-        positions = self.check_positions(positions)  # integer dtypes as int64
+        positions = self.check_positions(positions)  # integer dtypes as int64, in range
         cos, sin = super().rotation(positions, seq_len)
         c = self.config
-        check_xpos_positions(positions, c.scale_base, c.center, cos.dtype)
         # ζ over the pairs cos/sin cover (all head_dim pairs for "proportional" scaling)
         zeta = xpos_zeta(2 * cos.shape[-1], positions.device)
         return cos, sin, xpos_scale(positions, zeta, c.scale_base, c.center)
