@@ -270,6 +270,17 @@ def test_a_bad_config_json_is_named(tmp_path, change, error, match):
         conform(tmp_path, engines=HF)
 
 
+def test_a_config_path_posenc_cannot_read_is_named(tmp_path):
+    """conform names its parameter, config, where the path holds no config.json."""
+    with pytest.raises(ValueError, match=r"cannot read config .*config\.json"):
+        conform(tmp_path, engines=HF)
+    (tmp_path / "config.json").write_text("[1]")
+    with pytest.raises(ValueError, match=r"config .*config\.json' is not a config"):
+        conform(tmp_path, engines=HF)
+    with pytest.raises(TypeError, match="config must be a transformers config object"):
+        conform(1, engines=HF)
+
+
 def test_a_config_objects_zero_context_is_named():
     import transformers
 

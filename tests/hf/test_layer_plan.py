@@ -479,7 +479,7 @@ def test_per_layer_type_rope_parameters():
     assert (full.config.base, full.scaling.rope_type, full.scaling.factor) == (1e6, "linear", 8.0)
     with pytest.raises(ValueError, match=r"pass layer_type=.*layer_plan"):
         rope_from_hf_config(config)
-    with pytest.raises(ValueError, match="no dict for layer type 'chunked_attention'"):
+    with pytest.raises(ValueError, match=r"layer_type must be one of .*got 'chunked_attention'"):
         rope_from_hf_config(config, layer_type="chunked_attention")
     flat = make_config("qwen2")  # a flat dict is every layer type's
     assert rope_from_hf_config(flat, layer_type="sliding_attention").config == (

@@ -279,9 +279,9 @@ def _config_object(config: Any) -> Any:
     if isinstance(config, (str, Path)):
         import transformers
 
-        file, raw = read_config(config)
+        file, raw = read_config(config, "config")
         if "model_type" not in raw:
-            raise ValueError(f"{str(file)!r} has no model_type")
+            raise ValueError(f"config {str(file)!r} has no model_type")
         get = config_getter(language_config(raw))
         for key in _SIZE_KEYS:  # before transformers divides by them
             if get(key) is not None:

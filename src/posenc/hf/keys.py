@@ -123,7 +123,8 @@ def config_rope_dict(get: Getter, layer_type: str | None = None) -> dict[str, An
             )
         if not isinstance(params.get(layer_type), Mapping):
             raise ValueError(
-                f"rope_parameters has no dict for layer type {layer_type!r}; it has {nested}"
+                f"layer_type must be one of the layer types of the config's rope_parameters "
+                f"{nested}, got {layer_type!r}"
             )
         params = params[layer_type]
     return {k: v for k, v in params.items() if v is not None}

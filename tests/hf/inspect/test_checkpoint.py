@@ -107,15 +107,15 @@ def test_non_rotary_checkpoints(name, saved):
 
 
 def test_bad_paths_and_unknown_models(tmp_path):
-    with pytest.raises(ValueError, match=r"missing\.json"):
+    with pytest.raises(ValueError, match=r"cannot read path .*missing\.json"):
         inspect_checkpoint(tmp_path / "missing.json")
     with pytest.raises(ValueError, match=r"config\.json"):  # a directory without one
         inspect_checkpoint(tmp_path)
     (tmp_path / "bad.json").write_text("{not json")
-    with pytest.raises(ValueError, match=r"bad\.json.*not JSON"):
+    with pytest.raises(ValueError, match=r"path .*bad\.json.*not JSON"):
         inspect_checkpoint(tmp_path / "bad.json")
     (tmp_path / "list.json").write_text("[1, 2]")
-    with pytest.raises(ValueError, match=r"list\.json.*list"):
+    with pytest.raises(ValueError, match=r"path .*list\.json.*list"):
         inspect_checkpoint(tmp_path / "list.json")
     (tmp_path / "bert.json").write_text(json.dumps({"model_type": "bert"}))
     with pytest.raises(ValueError, match=r"model_type 'bert'.*llama"):

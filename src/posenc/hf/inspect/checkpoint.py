@@ -113,29 +113,31 @@ class CheckpointReport:
     plan: LayerPlan | None = None
 
 
-def read_config(path: str | Path) -> tuple[Path, dict[str, Any]]:
-    """``(file, contents)`` of a ``config.json``, or of the one in directory ``path``.
+def read_config(path: str | Path, name: str = "path") -> tuple[Path, dict[str, Any]]:
+    """``(file, contents)`` of a ``config.json``, or of the one in directory ``path`` (the
+    caller's parameter ``name``, which every error names).
 
     Raises:
         ValueError: a missing or unreadable file, or one that is not a JSON object, naming
-            the path.
+            the parameter and the path.
         TypeError: a ``path`` that is not a str or Path.
     """
     if not isinstance(path, (str, Path)):
-        raise TypeError(f"path must be a str or Path, got {type(path).__name__} ({path!r})")
+        raise TypeError(f"{name} must be a str or Path, got {type(path).__name__} ({path!r})")
     file = Path(path)
     if file.is_dir():
         file = file / "config.json"
     try:
         text = file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
-        raise ValueError(f"cannot read {str(file)!r}: {error}") from None
+        raise ValueError(f"cannot read {name} {str(file)!r}: {error}") from None
     try:
         contents = json.loads(text)
     except json.JSONDecodeError as error:
-        raise ValueError(f"{str(file)!r} is not JSON: {error}") from None
+        raise ValueError(f"{name} {str(file)!r} is not JSON: {error}") from None
     if not isinstance(contents, dict):
-        raise ValueError(f"{str(file)!r} is not a config: it holds {type(contents).__name__}")
+        kind = type(contents).__name__
+        raise ValueError(f"{name} {str(file)!r} is not a config: it holds {kind}")
     return file, contents
 
 
