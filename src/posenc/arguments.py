@@ -82,6 +82,15 @@ def check_ints(
             raise ValueError(f"{name} must hold ints in [{minimum}, {maximum}], got {value!r}")
 
 
+def check_size(name: str, value: Any, *, minimum: int = 0, maximum: int = MAX_INT) -> None:
+    """:func:`check_int` for a length, count or offset that posenc itself may take from a
+    tensor's shape (``x.shape[1]``): a ``torch.SymInt``, a symbolic size of a traced shape
+    (``torch.export`` with dynamic shapes), is an int by construction and passes unchecked."""
+    if isinstance(value, torch.SymInt):
+        return
+    check_int(name, value, minimum=minimum, maximum=maximum)
+
+
 def check_bool(name: str, value: Any) -> None:
     """Raise ``TypeError`` unless ``value`` is a ``bool``: a truthy string such as
     ``"no"`` never turns a switch on."""

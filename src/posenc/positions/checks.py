@@ -19,6 +19,7 @@ from ..arguments import (
     check_bool,
     check_device,
     check_int,
+    check_size,
     check_str,
     check_tensor,
 )
@@ -59,8 +60,8 @@ def arange(seq_len: int, device: torch.device | str | None = None, offset: int =
     Shapes:
         returns ``[seq_len]``
     """
-    check_int("seq_len", seq_len, minimum=0)
-    check_int("offset", offset, minimum=0, maximum=MAX_POSITION - seq_len)
+    check_size("seq_len", seq_len)
+    check_size("offset", offset, maximum=MAX_POSITION)
     return torch.arange(offset, offset + seq_len, device=check_device(device), dtype=torch.long)
 
 
@@ -160,7 +161,7 @@ def _check_options(
     (other than the positions and the device) that is not what it says."""
     check_str("name", name)
     if seq_len is not None:
-        check_int("seq_len", seq_len, minimum=0)
+        check_size("seq_len", seq_len)
     check_bool("integer", integer)
     if limit is not None:
         check_int("limit", limit, maximum=MAX_POSITION)
@@ -235,7 +236,7 @@ def check_batch(
     ``axes > 1``: ``[len, axes]`` or ``[1 or batch, len, axes]``)."""
     check_str("name", name)
     check_tensor(name, positions, kinds=("int", "float"))
-    check_int("batch", batch)
+    check_size("batch", batch, minimum=1)
     check_int("axes", axes)
     # no `in (1, batch)`: dynamo answers False for a static size among symbolic ones
     # (a batch made dynamic by a recompile), so two comparisons

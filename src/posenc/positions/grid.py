@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Literal, overload
 
 import torch
 
-from ..arguments import MAX_INT, check_bool, check_device, check_int, check_str
+from ..arguments import MAX_INT, check_bool, check_device, check_int, check_size, check_str
 
 __all__ = ["GridMixin", "check_grid", "check_grid_config", "grid", "grid_default_positions"]
 
@@ -81,8 +81,8 @@ def grid_default_positions(
         returns ``[seq_len, 2]`` int64
     """
     _check_config(config)
-    check_int("seq_len", seq_len, minimum=0)
-    check_int("offset", offset, minimum=0)
+    check_size("seq_len", seq_len)
+    check_size("offset", offset)
     name, size, prefix = config.encoding_name, config.grid, config.prefix
     if size is None:
         raise ValueError(

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..arguments import check_device, check_int, check_str
+from ..arguments import check_device, check_size, check_str
 from ..host_reads import read, read_now, reads_values
 from .checks import arange, check_batch, check_positions
 
@@ -29,8 +29,8 @@ def query_offset(q_len: int, k_len: int, given: str = "q_positions and k_positio
     """The position of the first query when none are given: ``k_len - q_len`` (the queries
     are the last ``q_len`` keys). More queries than keys have no default place: that
     raises, naming the arguments to pass (``given``)."""
-    check_int("q_len", q_len, minimum=0)
-    check_int("k_len", k_len, minimum=0)
+    check_size("q_len", q_len)
+    check_size("k_len", k_len)
     check_str("given", given)
     if q_len > k_len:
         raise ValueError(f"q has {q_len} positions but k only {k_len}: pass {given}")
@@ -73,9 +73,9 @@ class AttnPositions:
         """Check ``q_positions`` and ``k_positions`` (``[len]`` or ``[1 | batch, len]``)
         against the lengths, the batch and the device, or default them; ``k_positions``
         alone is refused (the queries' place among them would be a guess)."""
-        check_int("q_len", q_len, minimum=0)
-        check_int("k_len", k_len, minimum=0)
-        check_int("batch", batch)
+        check_size("q_len", q_len)
+        check_size("k_len", k_len)
+        check_size("batch", batch, minimum=1)
         if check_device(device) is None:
             raise TypeError("device must be a torch.device (that of q and k), got None")
         explicit = q_positions is not None or k_positions is not None
