@@ -42,20 +42,22 @@ _SIZES = ("n_layers", "batch", "kv_heads", "head_dim", "max_seq_len")
 class KVCache:
     """Keys, values and positions of every layer, preallocated for incremental decoding.
 
-    Each forward step writes its new keys in every layer (:meth:`update`), then advances
-    ``length`` once (:meth:`advance`). A layer with ``keep[layer] = n`` returns its last
-    ``n`` cached keys followed by the new ones, and then keeps only the last ``n``; the
-    others return and keep all of them.
+    Each forward step checks its new positions (:meth:`update_positions`), writes its new
+    keys in every layer (:meth:`update`), then advances ``length`` once (:meth:`advance`),
+    which stores the positions: a step refused before it leaves the cache as it was. A
+    layer with ``keep[layer] = n`` returns its last ``n`` cached keys followed by the new
+    ones, and then keeps only the last ``n``; the others return and keep all of them.
 
     Args:
         n_layers, batch, kv_heads, head_dim: the sizes of the keys and values.
         max_seq_len: the most tokens a sequence may hold.
         device, dtype: of the keys and values.
-        keep: per layer, how many past keys it needs (``W - 1`` for a causal window of
-            ``W``, ``C - 1`` for a chunk of ``C``), or None for all of them; default: all,
-            in every layer.
-        key_dims: per layer, the width of its keys as cached, after the encoding (PoPE's
-            are ``2 · head_dim``); default: ``head_dim`` in every layer.
+        keep: a list or tuple, per layer, of how many past keys it needs (``W - 1`` for a
+            causal window of ``W``, ``C - 1`` for a chunk of ``C``), or None for all of
+            them; default: all, in every layer.
+        key_dims: a list or tuple, per layer, of the width of its keys as cached, after
+            the encoding (PoPE's are ``2 · head_dim``); default: ``head_dim`` in every
+            layer.
 
     Shapes:
         keys[layer]: ``[batch, kv_heads, max_seq_len | keep, key_dims[layer]]``;
@@ -405,8 +407,13 @@ class KVCache:
         Args:
             rope, to: :class:`~posenc.rotary.RoPE` encodings (M-RoPE's text positions,
                 p-RoPE too) of one layout and rotary width.
-            delta: the shift, an int or one per row (``[batch]``).
-            layers: the layers ``rope`` rotated (default: all).
+            delta: the shift, an int or an integer tensor (``[]`` or one per row,
+                ``[batch]``); every cached position must stay within ``[0, 2**53]``.
+            layers: the layers ``rope`` rotated, each once, a list or tuple (default: all).
+            seq_len, new_seq_len: ints >= 1, or None.
+
+        Every argument is checked before a key turns: a refused call leaves the cache as
+        it was.
         """
         from .rerotate import rerotate_cache  # the re-rotation's checks and math
 
