@@ -252,3 +252,27 @@ def test_config_and_info():
         XPos(head_dim=8, center=float("inf"))
     with pytest.raises(ValueError, match=r"unknown config key\(s\) \['gamma'\]"):
         posenc.create("xpos", head_dim=8, gamma=0.5)
+
+
+def _rotate_cases():
+    """(x, rotation, error, match) of a head-8 xPos (4 pairs), 3 tokens, a batch of 2."""
+    xpos, positions = XPos(head_dim=8), torch.arange(3)
+    x = torch.randn(2, 2, 3, 8)
+    cos, sin, scale = xpos.rotation(positions)
+    tables = r"rotation must be XPos's tables for x's positions \(\[seq, 4\]"
+    return [
+        (x, (cos, sin), ValueError, "rotation must be the 3 tables .*, got 2"),  # RoPE's
+        (x, None, TypeError, "rotation must be the tuple .* got NoneType"),
+        (x, (cos, sin, scale[:2]), ValueError, tables),
+        (x, XPos(head_dim=16).rotation(positions), ValueError, tables),
+        (x, (cos, sin, scale.tolist()), TypeError, "rotation's tables must be a floating"),
+        (x[..., :4], (cos, sin, scale), ValueError, "x must be .* head_dim=8"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_rotate_cases())))
+def test_rotate_refuses_by_name_what_is_not_its_rotation_of_x(case):
+    """RoPE's (cos, sin) failed unpacking in Python; the check is RoPE's rotate's."""
+    x, rotation, error, match = _rotate_cases()[case]
+    with pytest.raises(error, match=match):
+        XPos(head_dim=8).rotate(x, rotation, key=True)

@@ -112,6 +112,7 @@ class XPos(RoPE):
 
     Config = XPosConfig
     config: XPosConfig
+    rotation_tables = 3  # cos, sin, scale
 
     def zeta(self, device: torch.device | str | None = None) -> torch.Tensor:
         """ζ_i of each rotating pair (float64). Shapes: ``[rotary_dim // 2]``."""
@@ -157,7 +158,7 @@ class XPos(RoPE):
     def rotate(
         self, x: torch.Tensor, rotation: tuple[torch.Tensor, ...], key: bool = False
     ) -> torch.Tensor:
-        cos, sin, scale = rotation
+        cos, sin, scale = self._check_rotate(x, rotation, key)
         kernel = partial(apply_rope_fast, kernel=self.config.kernel)
         return apply_xpos(x, cos, sin, scale, self.config.layout, key=key, kernel=kernel)
 
