@@ -10,6 +10,7 @@ from tests.contract import (  # noqa: F401 - imported for their registrations
     examples_hf,
     examples_models,
     examples_positions,
+    examples_rope,
 )
 from tests.contract.registry import EXAMPLES, EXEMPT, Example, public_callables
 
