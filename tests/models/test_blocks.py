@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from torch.testing import assert_close
 
@@ -69,3 +70,30 @@ def test_projections_name_the_linears_that_read_and_write_the_residual_stream():
     assert qkv is block.attn.qkv and out is block.attn.out
     assert up is block.mlp[0] and down is block.mlp[2]
     assert up.in_features == DIM and down.out_features == DIM
+
+
+@pytest.mark.parametrize("build", [SelfAttention, lambda *a, **k: Block(*a[:3], 2, *a[3:], **k)])
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error", "name"),
+    [
+        ((None, 2, 1), {}, TypeError, "dim"),
+        ((-8, 2, 1), {}, ValueError, "dim"),
+        ((8, True, 1), {}, TypeError, "n_heads"),
+        ((8, 3, 1), {}, ValueError, "n_heads"),
+        ((8, 2, -1), {}, ValueError, "n_kv_heads"),
+        ((8, 4, 3), {}, ValueError, "n_kv_heads"),
+        ((8, 2, 1, "rope"), {}, TypeError, "spec"),
+        ((8, 2, 1), {"scale": math.nan}, ValueError, "scale"),
+        ((8, 2, 1), {"scale": "0.5"}, TypeError, "scale"),
+    ],
+)
+def test_layers_refuse_bad_sizes_by_name(build, args, kwargs, error, name):
+    """SelfAttention and Block built alone name a bad size, spec or scale (they were torch's
+    errors from inside nn.Linear, or a negative n_kv_heads and a string scale accepted)."""
+    with pytest.raises(error, match=name):
+        build(*args, **kwargs)
+
+
+def test_block_refuses_a_bad_mlp_ratio():
+    with pytest.raises(TypeError, match="mlp_ratio"):
+        Block(8, 2, 1, 1.5)  # type: ignore[arg-type]

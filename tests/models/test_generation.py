@@ -71,3 +71,39 @@ def test_bad_temperatures_are_named(temperature, error):
 def test_bad_top_k_is_named():
     with pytest.raises(ValueError, match="top_k"):
         sample(torch.randn(2, 3), 1.0, top_k=0)
+
+
+@pytest.mark.parametrize(
+    ("positions", "error"),
+    [
+        ([0, 1, 2], TypeError),
+        (torch.tensor([True, False]), TypeError),
+        (torch.tensor([1j]), TypeError),
+        (torch.zeros(2, 0, dtype=torch.long), ValueError),
+        (torch.zeros(1, 1, 1, 1, dtype=torch.long), ValueError),
+    ],
+)
+def test_next_positions_names_bad_positions(positions, error):
+    with pytest.raises(error, match="positions"):
+        next_positions(positions)
+
+
+@pytest.mark.parametrize(
+    ("logits", "error"),
+    [([[0.1, 0.2]], TypeError), (torch.tensor([[1, 2]]), TypeError), (torch.randn(3), ValueError)],
+)
+def test_sample_names_bad_logits(logits, error):
+    with pytest.raises(error, match="logits"):
+        sample(logits, 1.0)
+
+
+def test_sampling_arguments_are_checked_at_every_temperature():
+    """A huge or tiny temperature would make the scaled logits inf or 0/0 (NaN); top_k and
+    the generator are checked even where greedy decoding does not read them."""
+    for temperature in (1e300, 1e-300):
+        with pytest.raises(ValueError, match="temperature"):
+            check_temperature(temperature)
+    with pytest.raises(ValueError, match="top_k"):
+        sample(torch.randn(2, 3), 0.0, top_k=0)
+    with pytest.raises(TypeError, match="generator"):
+        sample(torch.randn(2, 3), 1.0, generator=0)  # type: ignore[arg-type]

@@ -157,6 +157,23 @@ def test_local_global_and_alternate_repeat_their_pattern():
             LayerPlan.local_global(4, bad, window=8)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("build", "name"),
+    [
+        (lambda bad: LayerPlan([LayerSpec()], input=bad), "input"),
+        (lambda bad: LayerPlan.local_global(4, window=8, local=bad), "local"),
+        (lambda bad: LayerPlan.local_global(4, window=8, global_=bad), "global_"),
+    ],
+)
+def test_plan_encodings_are_named_when_unknown(build, name):
+    """An unknown or mistyped encoding names the argument it came by (the error spoke of
+    'an encoding' alone)."""
+    with pytest.raises(ValueError, match=f"^{name}: unknown encoding"):
+        build("no-such")
+    with pytest.raises(TypeError, match=f"^{name}: an encoding must be"):
+        build(1)
+
+
 def test_constructors_follow_the_layer_conventions_of_transformers():
     """Which layer is NoPE, local or global, as transformers' configs lay them out by
     default (Llama 4 and SmolLM3 ``no_rope_layers``: 1 = RoPE; ``layer_types``)."""

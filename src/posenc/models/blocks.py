@@ -20,10 +20,30 @@ from ..attn import AttentionContext, KVCache, StaticKVCache, attention
 from ..attn.checks import check_scale, zero_nonfinite
 from ..attn.planner import ScoreTraits
 from ..base import Encoding, InputBias, RotaryEncoding
+from ..config import check_int
 from ..rotary import RoPE, XPos
 from .spec import LayerSpec
 
-__all__ = ["Block", "SelfAttention"]
+__all__ = ["Block", "SelfAttention", "check_layer_args"]
+
+
+def check_layer_args(
+    dim: int, n_heads: int, n_kv_heads: int, spec: LayerSpec | None, scale: float | None
+) -> None:
+    """Raise a ``TypeError`` or ``ValueError`` naming the argument unless these can build a
+    :class:`SelfAttention`: ints >= 1, ``n_heads`` dividing ``dim`` and ``n_kv_heads``
+    dividing ``n_heads``, a :class:`LayerSpec` or None, a score scale as
+    :func:`~posenc.attn.checks.check_scale` takes it or None."""
+    for name, value in (("dim", dim), ("n_heads", n_heads), ("n_kv_heads", n_kv_heads)):
+        check_int(name, value)
+    if dim % n_heads:
+        raise ValueError(f"dim ({dim}) must be divisible by n_heads ({n_heads})")
+    if n_heads % n_kv_heads:
+        raise ValueError(f"n_heads ({n_heads}) must be a multiple of n_kv_heads ({n_kv_heads})")
+    if spec is not None and not isinstance(spec, LayerSpec):
+        raise TypeError(f"spec must be a LayerSpec or None, got {type(spec).__name__}")
+    if scale is not None:
+        check_scale(scale, dim // n_heads)
 
 
 class SelfAttention(nn.Module):
@@ -37,6 +57,8 @@ class SelfAttention(nn.Module):
             kept, and ``sinks`` makes the parameter ``sinks`` (``[n_heads]``, zeros). Its
             encoding is not: the model hands the layer its encoding every forward.
             Default: full attention, nothing else.
+        scale: the score scale (``q · kᵀ`` times it, before a bias), a finite number > 0;
+            default ``head_dim ** -0.5``.
 
     Shapes:
         x: ``[batch, seq, dim]`` -> ``[batch, seq, dim]``.
@@ -55,6 +77,7 @@ class SelfAttention(nn.Module):
         scale: float | None = None,
     ) -> None:
         super().__init__()
+        check_layer_args(dim, n_heads, n_kv_heads, spec, scale)
         self.n_heads, self.n_kv_heads, self.scale = n_heads, n_kv_heads, scale
         self.head_dim = dim // n_heads
         self.qkv = nn.Linear(dim, (n_heads + 2 * n_kv_heads) * self.head_dim, bias=False)
@@ -235,6 +258,7 @@ class Block(nn.Module):
         n_kv_heads: key/value heads.
         mlp_ratio: hidden width of the MLP as a multiple of ``dim``.
         spec: the layer's plan (see :class:`SelfAttention`).
+        scale: the score scale (see :class:`SelfAttention`).
 
     Shapes:
         x: ``[batch, seq, dim]`` -> ``[batch, seq, dim]``.
@@ -255,6 +279,8 @@ class Block(nn.Module):
         scale: float | None = None,
     ) -> None:
         super().__init__()
+        check_int("mlp_ratio", mlp_ratio)
+        check_layer_args(dim, n_heads, n_kv_heads, spec, scale)  # before any weight is made
         self.attn_norm = nn.RMSNorm(dim)
         self.attn = SelfAttention(dim, n_heads, n_kv_heads, spec, scale)
         self.mlp_norm = nn.RMSNorm(dim)

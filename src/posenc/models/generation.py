@@ -14,12 +14,20 @@ from typing import Protocol, cast
 
 import torch
 
+from ..arguments import check_float, check_generator, check_tensor
 from ..attn import KVCache
 from ..config import check_bool, check_int
 from ..positions import from_padding
 from .inputs import check_input_ids, check_mask
 
-__all__ = ["Decoder", "check_temperature", "generate", "next_positions", "sample"]
+__all__ = [
+    "Decoder",
+    "check_sampling",
+    "check_temperature",
+    "generate",
+    "next_positions",
+    "sample",
+]
 
 
 class Decoder(Protocol):
@@ -117,7 +125,7 @@ def generate(
     check_bool("compile", compile)
     if compile and not use_cache:
         raise ValueError("compile=True decodes over a static KV cache: it needs use_cache=True")
-    check_temperature(temperature)
+    check_sampling(temperature, top_k, generator)
     input_ids = check_input_ids(input_ids, model.vocab_size)
     b, s = input_ids.shape
     mask = None
@@ -160,17 +168,36 @@ def next_positions(positions: torch.Tensor) -> torch.Tensor:
         ``[seq]`` -> ``[1]``; ``[batch, seq]`` -> ``[batch, 1]``;
         ``[3, batch, seq]`` -> ``[3, batch, 1]``.
     """
+    check_tensor("positions", positions, kinds=("int", "float"), dims=(1, 2, 3))
+    if positions.shape[-1] == 0:
+        raise ValueError("positions must hold at least one position per sequence, got none")
     if positions.dim() == 3:  # M-RoPE: the largest id over the axes, [b] -> [3, b, 1]
         return (positions.amax(dim=(0, 2)) + 1).view(1, -1, 1).expand(positions.shape[0], -1, 1)
     return positions.amax(dim=-1, keepdim=True) + 1
 
 
 def check_temperature(temperature: float) -> None:
-    """Raise unless ``temperature`` is a finite number >= 0."""
+    """Raise unless ``temperature`` is 0 (greedy) or a number > 0 of a magnitude in
+    ``[1 / MAX_FLOAT, MAX_FLOAT]`` (:func:`~posenc.arguments.check_float`): the logits
+    divided by it stay finite, a NaN or an inf never samples."""
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
         raise TypeError(f"temperature must be a number, got {type(temperature).__name__}")
     if not math.isfinite(temperature) or temperature < 0:
         raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
+    check_float("temperature", temperature, positive=False)
+
+
+def check_sampling(
+    temperature: float, top_k: int | None, generator: torch.Generator | None
+) -> None:
+    """Raise a ``TypeError`` or ``ValueError`` naming the argument unless these can
+    :func:`sample`: a temperature (:func:`check_temperature`), ``top_k`` an int >= 1 or
+    None (checked at every temperature: greedy ignores it, but never a wrong one), and a
+    ``torch.Generator`` or None."""
+    check_temperature(temperature)
+    if top_k is not None:
+        check_int("top_k", top_k)
+    check_generator(generator)
 
 
 def sample(
@@ -183,14 +210,16 @@ def sample(
     at that temperature, optionally restricted to the ``top_k`` best.
 
     Shapes:
-        logits: ``[batch, vocab]`` -> ``[batch, 1]``.
+        logits: ``[batch, vocab]`` (floating point) -> ``[batch, 1]``.
     """
-    check_temperature(temperature)
+    check_tensor("logits", logits, dims=(2,))
+    if logits.shape[-1] == 0:
+        raise ValueError("logits must hold at least one token per row, got a vocabulary of 0")
+    check_sampling(temperature, top_k, generator)
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)
     logits = logits.float() / temperature
     if top_k is not None:
-        check_int("top_k", top_k)
         kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)

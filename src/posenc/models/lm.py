@@ -24,7 +24,7 @@ from ..attn.planner import AttnShape
 from ..base import Encoding, InputBias
 from ..config import check_bool, check_int
 from ..host_reads import batched, checked, traced
-from .blocks import Block
+from .blocks import Block, check_layer_args
 from .caching import CacheLayout
 from .generation import generate
 from .init import init_weights
@@ -127,11 +127,7 @@ class TransformerLM(nn.Module):
             check_int(name, value)
         check_bool("causal", causal)
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-        check_int("n_kv_heads", n_kv_heads)
-        if dim % n_heads:
-            raise ValueError(f"dim ({dim}) must be divisible by n_heads ({n_heads})")
-        if n_heads % n_kv_heads:
-            raise ValueError(f"n_heads ({n_heads}) must be a multiple of n_kv_heads ({n_kv_heads})")
+        check_layer_args(dim, n_heads, n_kv_heads, None, None)
         self.vocab_size, self.dim, self.n_layers = vocab_size, dim, n_layers
         self.n_heads, self.n_kv_heads, self.causal = n_heads, n_kv_heads, causal
         self.head_dim = dim // n_heads

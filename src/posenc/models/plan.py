@@ -40,6 +40,15 @@ def _layer(i: int, spec: Any) -> LayerSpec:
         raise at_layer(f"layer {i}", e) from e
 
 
+def _kind(name: str, spec: Any) -> str:
+    """The kind of the encoding ``spec`` (:func:`~posenc.models.spec.encoding_kind`), its
+    errors naming the argument ``name``."""
+    try:
+        return encoding_kind(spec)
+    except (TypeError, ValueError) as e:
+        raise at_layer(name, e) from e
+
+
 def _count(name: str, value: Any, minimum: int = 1) -> int:
     """``value``, checked by :func:`~posenc.config.check_int`."""
     check_int(name, value, minimum=minimum)
@@ -74,7 +83,7 @@ class LayerPlan:
         object.__setattr__(self, "layers", layers)
         if self.input == "none":
             object.__setattr__(self, "input", None)
-        kind = encoding_kind(self.input)
+        kind = _kind("input", self.input)
         if kind not in ("additive", "none"):
             raise ValueError(
                 f"input must be an additive encoding, got {describe_encoding(self.input)!r} "
@@ -164,6 +173,8 @@ class LayerPlan:
             n_local, n_global = _count("ratio", ratio, minimum=2) - 1, 1
         else:
             raise TypeError(f"ratio must be an int or a pair (local, global), got {ratio!r}")
+        _kind("local", local)
+        _kind("global_", global_)
         near = LayerSpec(local, window=window, sinks=sinks, softcap=softcap)
         far = LayerSpec(global_, sinks=sinks, softcap=softcap)
         period = n_local + n_global
