@@ -216,6 +216,33 @@ BAD_UPDATES = {
         ValueError,
         "grow by at least one",
     ),
+    "real as a list": (
+        lambda c: c.update_positions(torch.tensor([3]), real=[[True] * 4] * 2),
+        TypeError,
+        "real must be a torch.Tensor, got list",
+    ),
+    "real of the new tokens only": (
+        lambda c: c.update_positions(torch.tensor([3]), real=torch.ones(2, 1, dtype=torch.bool)),
+        ValueError,
+        r"real must be \[batch, length\] = \[2, 4\]",
+    ),
+    "complex real": (
+        lambda c: c.update_positions(torch.tensor([3]), real=torch.ones(2, 4, dtype=torch.cfloat)),
+        TypeError,
+        "real must be a bool or integer",
+    ),
+    "float segments": (
+        lambda c: c.update_positions(torch.tensor([3]), segments=torch.zeros(2, 4)),
+        TypeError,
+        "segments must be an integer tensor",
+    ),
+    "meta segments": (
+        lambda c: c.update_positions(
+            torch.tensor([3]), segments=torch.zeros(2, 4, dtype=torch.long, device="meta")
+        ),
+        ValueError,
+        "segments must be .* on cpu, got shape .* on meta",
+    ),
     "advance of another count": (
         lambda c: (c.update_positions(torch.tensor([3, 4])), c.advance(1)),
         ValueError,

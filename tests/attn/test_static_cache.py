@@ -4,6 +4,8 @@ hold."""
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 from tests.attn.cache_state import assert_unchanged, state
@@ -135,8 +137,31 @@ K = torch.zeros(1, 1, 1, 4)
             "3 are used and 2 more do not fit",
         ),
         (lambda c: c.advance(2), ValueError, "3 are used and 2 more do not fit"),
+        (
+            lambda c: c.update_positions(torch.tensor([3]), real=[[True] * 4]),
+            TypeError,
+            "real must be a torch.Tensor",
+        ),
+        (
+            lambda c: c.update_positions(
+                torch.tensor([3]), real=torch.ones(1, 1, dtype=torch.bool)
+            ),
+            ValueError,
+            r"real must be \[batch, length\] = \[1, 4\]",
+        ),
     ],
-    ids=["int64", "bool", "complex", "float16", "past", "wider", "positions", "advance"],
+    ids=[
+        "int64",
+        "bool",
+        "complex",
+        "float16",
+        "past",
+        "wider",
+        "positions",
+        "advance",
+        "real list",
+        "real of the new tokens",
+    ],
 )
 def test_bad_updates_are_named_and_leave_the_cache_as_it_was(call, error, match, validate):
     """Keys of another dtype are refused (nothing is cast); keys past ``max_seq_len`` are
@@ -147,6 +172,12 @@ def test_bad_updates_are_named_and_leave_the_cache_as_it_was(call, error, match,
     with posenc.validation(validate), pytest.raises(error, match=match):
         call(cache)
     assert_unchanged(before, cache)
+
+
+def test_static_cache_takes_the_arguments_of_kv_cache_by_name():
+    """Its signature is KVCache's, spelled out (``*args, **kwargs`` hid every parameter
+    from help() and from the contract's probes)."""
+    assert inspect.signature(StaticKVCache) == inspect.signature(posenc.KVCache)
 
 
 def test_past_max_seq_len_is_read_where_the_host_lost_count():

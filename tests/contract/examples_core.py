@@ -180,3 +180,99 @@ def _attention() -> tuple:
 
 
 example("posenc.attention", _attention)
+
+
+# KV caches: a two-layer cache (every key in layer 0, the last 2 in layer 1) holding three
+# tokens, rebuilt for each probe; StaticKVCache's own methods beside KVCache's
+CACHE_SIZES = (2, 1, 1, 4, 8)  # n_layers, batch, kv_heads, head_dim, max_seq_len
+KEEP = (None, 2)
+
+
+def cache(static: bool = False) -> posenc.KVCache:
+    """A cache holding three tokens at positions 0, 1, 2."""
+    made = (posenc.StaticKVCache if static else posenc.KVCache)(*CACHE_SIZES, keep=list(KEEP))
+    made.update_positions(torch.arange(3))
+    if isinstance(made, posenc.StaticKVCache):
+        made.ring_keys(torch.arange(3).view(1, 3), torch.ones(1, 3, dtype=torch.bool))
+    for layer in range(2):
+        made.update(layer, gen(1, 1, 3, 4, seed=layer), gen(1, 1, 3, 4, seed=layer + 2))
+    made.advance(3)
+    return made
+
+
+def new(n: int = 1, seed: int = 5) -> torch.Tensor:
+    return gen(1, 1, n, 4, seed=seed)  # [batch, kv_heads, n, head_dim]
+
+
+for cache_cls in (posenc.KVCache, posenc.StaticKVCache):
+    example(
+        f"posenc.{cache_cls.__name__}",
+        lambda cls=cache_cls: call(
+            cls, *CACHE_SIZES, device="cpu", dtype=torch.float32, keep=list(KEEP), key_dims=[4, 4]
+        ),
+    )
+example(
+    "posenc.KVCache.check_fits",
+    lambda: call(
+        cache().check_fits,
+        kv_heads=1,
+        head_dim=4,
+        key_dims=[4, 4],
+        keep=list(KEEP),
+        dtype=torch.float32,
+        device=CPU,
+    ),
+)
+example("posenc.KVCache.check_batch", lambda: call(cache().check_batch, 1))
+example("posenc.KVCache.visible", lambda: call(cache().visible, 1, 2))
+example("posenc.StaticKVCache.visible", lambda: call(cache(True).visible, 1, 2))
+example("posenc.KVCache.update", lambda: call(cache().update, 0, new(), new(seed=6)))
+example("posenc.KVCache.last_clock", lambda: call(cache().last_clock, 0))
+example("posenc.StaticKVCache.last_clock", lambda: call(cache(True).last_clock, 0))
+example("posenc.KVCache.add_clock", lambda: call(cache().add_clock, 0, 2))
+example("posenc.StaticKVCache.add_clock", lambda: call(cache(True).add_clock, 0, 2))
+example("posenc.KVCache.update_clock", lambda: call(cache().update_clock, 0, gen(1, 2, 1)))
+for name, static in (("KVCache", False), ("StaticKVCache", True)):
+    example(
+        f"posenc.{name}.update_positions",
+        lambda s=static: call(
+            cache(s).update_positions,
+            torch.tensor([3]),
+            torch.ones(1, 8 if s else 4, dtype=torch.bool),
+            None if s else torch.tensor([[0, 0, 1, 1]]),  # a static cache takes no documents
+            explicit=True,
+            given=True,
+        ),
+    )
+    example(f"posenc.{name}.next_positions", lambda s=static: call(cache(s).next_positions, 2))
+    example(f"posenc.{name}.advance", lambda s=static: call(cache(s).advance, 0))
+    example(f"posenc.{name}.stored_keys", lambda s=static: call(cache(s).stored_keys, 1))
+example("posenc.KVCache.shift_positions", lambda: call(cache().shift_positions, 2))
+example(
+    "posenc.KVCache.rerotate",
+    lambda: call(
+        cache().rerotate,
+        posenc.create("rope", head_dim=4),
+        delta=torch.tensor([2]),
+        to=posenc.create("rope", head_dim=4, base=500.0),
+        layers=[1, 0],
+        seq_len=8,
+        new_seq_len=8,
+    ),
+)
+example("posenc.StaticKVCache.slots", lambda: call(cache(True).slots, 2))
+example("posenc.StaticKVCache.written", lambda: call(cache(True).written, 2))
+example("posenc.StaticKVCache.check_room", lambda: call(cache(True).check_room, 2))
+example(
+    "posenc.StaticKVCache.ring_keys",
+    lambda: call(cache(True).ring_keys, torch.tensor([[3]]), torch.tensor([[True]])),
+)
+EXEMPT["posenc.KVCache.shift_checked"] = EXEMPT["posenc.StaticKVCache.shift_checked"] = (
+    "shift_positions and rerotate after their checks of delta (an int, or [1 | batch, 1] "
+    "int64) and of the positions it moves; users call those (to become private)"
+)
+EXEMPT["posenc.StaticKVCache.update_rotated"] = (
+    "SelfAttention.forward's fused write of a kernel='triton' RoPE layer, with the rotation "
+    "it computed; its layer, k and v are update's checks (probed there), q and the rotation "
+    "rope_cache_write's; a Triton launch (no CPU example without TRITON_INTERPRET)"
+)

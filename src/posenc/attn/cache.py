@@ -25,6 +25,7 @@ from .cache_checks import (
     check_count,
     check_delta,
     check_growing,
+    check_key_masks,
     check_new,
     check_new_positions,
     per_layer,
@@ -303,8 +304,10 @@ class KVCache:
         """
         check_bool("explicit", explicit)
         check_bool("given", given)
-        new = check_new_positions(positions, self.positions.shape[0], self.positions.device)
+        batch, device = self.positions.shape[0], self.positions.device
+        new = check_new_positions(positions, batch, device)
         end = self._end(new.shape[-1])
+        real, segments = check_key_masks(real, segments, batch, end, device)
         seen = torch.cat((self.positions[:, : self.length], new), dim=1)  # [batch, end]
         if self.rolling:
             start = max(self.length - 1, 0)  # the last cached token and the new ones

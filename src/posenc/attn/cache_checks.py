@@ -15,11 +15,13 @@ import torch
 from ..config import MAX_INT, check_int
 from ..host_reads import read, reads_values
 from ..positions.checks import check_positions
+from ..positions.padding import check_padding_mask, check_segment_ids
 
 __all__ = [
     "check_count",
     "check_delta",
     "check_growing",
+    "check_key_masks",
     "check_layers",
     "check_new",
     "check_new_positions",
@@ -116,6 +118,31 @@ def check_new_positions(positions: Any, batch: int, device: torch.device) -> tor
     if positions.dim() == 2 and rows != 1 and rows != batch:
         raise ValueError(f"positions has batch size {rows} but the cache holds {batch} sequences")
     return positions.expand(batch, positions.shape[-1])
+
+
+def check_key_masks(
+    real: Any, segments: Any, batch: int, length: int, device: torch.device
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """``real`` (the padding mask of every key: True or 1 for a real token) as bool and
+    ``segments`` (their document ids), each None or ``[batch, length]`` on ``device``
+    (:func:`~posenc.positions.check_padding_mask`, :func:`~posenc.positions.
+    check_segment_ids`), or a ``TypeError``/``ValueError`` naming the argument. A bool
+    mask's values are not read (an integer one's are, to be 0 or 1)."""
+    checked = []
+    for name, value, check in (
+        ("real", real, check_padding_mask),
+        ("segments", segments, check_segment_ids),
+    ):
+        if value is not None:
+            value = check(value, name)
+            if tuple(value.shape) != (batch, length) or value.device != device:
+                raise ValueError(
+                    f"{name} must be [batch, length] = [{batch}, {length}] (every key, the new "
+                    f"ones included) on {device}, got shape {tuple(value.shape)} on "
+                    f"{value.device}"
+                )
+        checked.append(value)
+    return checked[0], checked[1]
 
 
 def check_growing(positions: torch.Tensor, linked: torch.Tensor | None) -> None:

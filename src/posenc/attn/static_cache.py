@@ -19,6 +19,7 @@ buffer of Mistral 7B, Jiang et al. 2023, arXiv:2310.06825), with fixed shapes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
 
 import torch
@@ -26,7 +27,7 @@ import torch
 from ..config import check_bool, check_int
 from ..host_reads import read, reads_values
 from .cache import KVCache
-from .cache_checks import check_count, check_growing, check_new_positions
+from .cache_checks import check_count, check_growing, check_key_masks, check_new_positions
 
 __all__ = ["StaticKVCache"]
 
@@ -65,8 +66,30 @@ class StaticKVCache(KVCache):
         ((1, 1, 8, 4), 3, 3)
     """
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self,
+        n_layers: int,
+        batch: int,
+        kv_heads: int,
+        head_dim: int,
+        max_seq_len: int,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype = torch.float32,
+        keep: Sequence[int | None] | None = None,
+        key_dims: Sequence[int] | None = None,
+    ) -> None:
+        super().__init__(
+            n_layers,
+            batch,
+            kv_heads,
+            head_dim,
+            max_seq_len,
+            device=device,
+            dtype=dtype,
+            keep=keep,
+            key_dims=key_dims,
+        )
         device = self.positions.device
         self.filled = torch.zeros((), dtype=torch.long, device=device)
         self.started = False
@@ -243,7 +266,9 @@ class StaticKVCache(KVCache):
         check_bool("given", given)
         if segments is not None:
             raise ValueError("segments are not supported with a StaticKVCache: use a KVCache")
-        new = check_new_positions(positions, self.positions.shape[0], self.positions.device)
+        batch, device = self.positions.shape[0], self.positions.device
+        new = check_new_positions(positions, batch, device)
+        real = check_key_masks(real, None, batch, self.max_seq_len, device)[0]
         n = new.shape[-1]
         self.check_room(n)
         offset = torch.arange(self.max_seq_len, device=self.filled.device) - self.filled
@@ -266,7 +291,7 @@ class StaticKVCache(KVCache):
         linked = torch.ones_like(chain[:, 1:], dtype=torch.bool)
         linked[:, 0] = self.filled > 0  # the first new token follows a written one
         if real is not None:
-            present = real.bool().index_select(1, slots)
+            present = real.index_select(1, slots)
             linked = linked & present[:, 1:] & present[:, :-1]
         check_growing(chain, linked)
 
