@@ -295,8 +295,9 @@ class KVCache:
 
         With a rolling layer, positions must grow by at least one per token from one real
         token to the next of the same document (``real``, ``segments``: ``[batch, length +
-        n]``, the padding mask and document ids, where given): a window of ``W`` positions
-        then holds at most the last ``W`` tokens a query may see.
+        n]`` on the cache's device, the padding mask, bool or 0/1, and integer document
+        ids, where given; checked in every cache): a window of ``W`` positions then holds
+        at most the last ``W`` tokens a query may see.
 
         Args:
             explicit: they are not the default count (:attr:`explicit_positions`).

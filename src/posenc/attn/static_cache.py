@@ -259,9 +259,10 @@ class StaticKVCache(KVCache):
 
         With a ring (a window or chunk layer), positions must grow by at least one per
         token from the last written one, between real tokens (``real``: ``[batch,
-        max_seq_len]``, the padding mask of every slot, where given); ``segments`` are
-        not taken (documents are refused). A select, not an index: tokens past the last
-        slot are left out until the forward's read refuses them (:meth:`check_room`)."""
+        max_seq_len]``, the padding mask of every slot, bool or 0/1, where given);
+        ``segments`` are not taken (documents are refused). A select, not an index: tokens
+        past the last slot are left out until the forward's read refuses them
+        (:meth:`check_room`)."""
         check_bool("explicit", explicit)
         check_bool("given", given)
         if segments is not None:
