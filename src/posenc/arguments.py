@@ -86,7 +86,7 @@ def check_size(name: str, value: Any, *, minimum: int = 0, maximum: int = MAX_IN
     """:func:`check_int` for a length, count or offset that posenc itself may take from a
     tensor's shape (``x.shape[1]``): a ``torch.SymInt``, a symbolic size of a traced shape
     (``torch.export`` with dynamic shapes), is an int by construction and passes unchecked."""
-    if isinstance(value, torch.SymInt):
+    if type(value) is not int and isinstance(value, torch.SymInt):
         return
     check_int(name, value, minimum=minimum, maximum=maximum)
 

@@ -62,7 +62,13 @@ def arange(seq_len: int, device: torch.device | str | None = None, offset: int =
     """
     check_size("seq_len", seq_len)
     check_size("offset", offset, maximum=MAX_POSITION)
-    return torch.arange(offset, offset + seq_len, device=check_device(device), dtype=torch.long)
+    if not isinstance(device, torch.device):
+        device = check_device(device)
+    return torch.arange(offset, offset + seq_len, device=device, dtype=torch.long)
+
+
+#: the default numbers of dimensions of positions: ``[seq]`` or ``[batch, seq]``
+_NDIMS = (1, 2)
 
 
 def check_positions(
@@ -73,7 +79,7 @@ def check_positions(
     integer: bool = False,
     limit: int | None = None,
     limit_name: str = "max_positions",
-    ndims: tuple[int, ...] = (1, 2),
+    ndims: tuple[int, ...] = _NDIMS,
     axes: int = 1,
     nonnegative: bool = True,
     device: torch.device | str | None = None,
@@ -108,7 +114,8 @@ def check_positions(
     already; shape, dtype and device checks always run.
     """
     _check_options(seq_len, name, integer, limit, limit_name, ndims, axes, nonnegative)
-    device = check_device(device)
+    if device is not None and not isinstance(device, torch.device):
+        device = check_device(device)
     if not isinstance(positions, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(positions).__name__}")
     if positions.dtype == torch.bool or positions.is_complex():
@@ -166,8 +173,9 @@ def _check_options(
     if limit is not None:
         check_int("limit", limit, maximum=MAX_POSITION)
     check_str("limit_name", limit_name)
-    if not isinstance(ndims, tuple) or not all(
-        isinstance(n, int) and not isinstance(n, bool) for n in ndims
+    if ndims is not _NDIMS and (
+        not isinstance(ndims, tuple)
+        or not all(isinstance(n, int) and not isinstance(n, bool) for n in ndims)
     ):
         raise TypeError(f"ndims must be a tuple of ints (numbers of dimensions), got {ndims!r}")
     check_int("axes", axes)
@@ -235,7 +243,13 @@ def check_batch(
     """Raise unless ``positions`` is ``[len]`` or ``[1 or batch, len]`` for this batch (with
     ``axes > 1``: ``[len, axes]`` or ``[1 or batch, len, axes]``)."""
     check_str("name", name)
-    check_tensor(name, positions, kinds=("int", "float"))
+    if (
+        not isinstance(positions, torch.Tensor)
+        or positions.dtype == torch.bool
+        or positions.is_complex()
+    ):
+        got = positions.dtype if isinstance(positions, torch.Tensor) else type(positions).__name__
+        raise TypeError(f"{name} must be an integer or floating tensor, got {got}")
     check_size("batch", batch, minimum=1)
     check_int("axes", axes)
     # no `in (1, batch)`: dynamo answers False for a static size among symbolic ones

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..arguments import check_device, check_size, check_str
+from ..arguments import check_size, check_str
 from ..host_reads import read, read_now, reads_values
-from .checks import arange, check_batch, check_positions
+from .checks import check_batch, check_positions
 
 __all__ = ["AttnPositions", "query_offset"]
 
@@ -76,21 +76,22 @@ class AttnPositions:
         check_size("q_len", q_len)
         check_size("k_len", k_len)
         check_size("batch", batch, minimum=1)
-        if check_device(device) is None:
-            raise TypeError("device must be a torch.device (that of q and k), got None")
+        if not isinstance(device, torch.device):
+            raise TypeError(f"device must be a torch.device (that of q and k), got {device!r}")
         explicit = q_positions is not None or k_positions is not None
         if q_positions is None:
             if k_positions is not None:
                 raise ValueError("k_positions given without q_positions: pass both")
-            q = arange(q_len, device=device, offset=query_offset(q_len, k_len))
+            # arange's defaults, its arguments checked above (a forward builds this once)
+            q = torch.arange(query_offset(q_len, k_len), k_len, device=device)  # [q_len]
         else:
             q = check_positions(q_positions, seq_len=q_len, name="q_positions", device=device)
+            check_batch(q, batch, "q_positions")
         if k_positions is None:
-            k = arange(k_len, device=device)
+            k = torch.arange(k_len, device=device)  # [k_len]
         else:
             k = check_positions(k_positions, seq_len=k_len, name="k_positions", device=device)
-        check_batch(q, batch, "q_positions")
-        check_batch(k, batch, "k_positions")
+            check_batch(k, batch, "k_positions")
         # [1, len] stands for every sequence: expanded once, so per-sequence readers (flex's
         # score_mod and mask_mod index positions[b]) see the whole batch
         q = q.expand(batch, -1) if q.dim() == 2 else q
