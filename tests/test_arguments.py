@@ -11,6 +11,9 @@ from posenc.arguments import (
     check_dtype,
     check_ints,
     check_movable,
+    check_size,
+    check_str,
+    check_values,
 )
 
 
@@ -67,3 +70,39 @@ def test_check_movable_refuses_meta_towards_real_devices_only():
     check_movable("inv_freq", torch.ones(2), torch.device("meta"))
     with pytest.raises(ValueError, match="inv_freq is on the meta device"):
         check_movable("inv_freq", meta, torch.device("cpu"))
+
+
+def test_check_str_takes_any_text_and_nothing_else():
+    check_str("name", "")
+    check_str("name", "any label")
+    for value in (None, 1, b"positions"):
+        with pytest.raises(TypeError, match="name must be a str, got"):
+            check_str("name", value)
+
+
+def test_check_size_is_check_int_except_for_a_traced_symbolic_size():
+    check_size("seq_len", 0)
+    with pytest.raises(ValueError, match="seq_len must be >= 0, got -1"):
+        check_size("seq_len", -1)
+    with pytest.raises(TypeError, match="seq_len must be an int, got bool"):
+        check_size("seq_len", True)
+    with pytest.raises(ValueError, match="batch must be >= 1"):
+        check_size("batch", 0, minimum=1)
+
+    # torch.export (non-strict) hands posenc a SymInt for a dynamic length: it passes
+    class Length(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            check_size("seq_len", x.shape[1])
+            return x * 2
+
+    dim = torch.export.Dim("seq", min=2, max=64)
+    exported = torch.export.export(
+        Length(), (torch.ones(1, 4),), dynamic_shapes=({1: dim},), strict=False
+    )
+    torch.testing.assert_close(exported.module()(torch.ones(1, 7)), torch.full((1, 7), 2.0))
+
+
+def test_check_values_refuses_meta_by_name_only():
+    check_values("input_ids", torch.zeros(2, dtype=torch.long), "multimodal")
+    with pytest.raises(ValueError, match=r"input_ids is on the meta device.*multimodal reads"):
+        check_values("input_ids", torch.zeros(2, device="meta"), "multimodal")

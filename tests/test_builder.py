@@ -50,3 +50,18 @@ def test_build_raises_on_conflicting_sizes_and_keys():
         posenc.build(3)
     with pytest.raises(ValueError, match="unknown encoding"):
         posenc.build("no-such-encoding", dim=4)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "error", "match"),
+    [
+        ({"dim": "64"}, TypeError, "dim must be an int, got str"),
+        ({"n_heads": True}, TypeError, "n_heads must be an int, got bool"),
+        ({"dim": -1}, ValueError, "dim must be >= 1"),
+        ({"n_heads": 2**70}, ValueError, "n_heads must be <= 2147483647"),
+    ],
+)
+def test_a_size_the_encoding_does_not_use_is_still_checked(sizes, error, match):
+    """RoPE reads head_dim only; a wrong dim or n_heads beside it was ignored whatever it was."""
+    with pytest.raises(error, match=match):
+        posenc.build("rope", **{**SIZES, **sizes})

@@ -34,6 +34,8 @@ def test_info():
 def test_create_errors_name_what_was_expected():
     with pytest.raises(ValueError, match=r"unknown encoding 'rotary'; available: \[.*'learned'"):
         posenc.create("rotary")
+    with pytest.raises(ValueError, match=r"\(name must be one of them\)"):  # the parameter
+        posenc.info("rotary")
     with pytest.raises(TypeError, match="must be a str"):
         posenc.info(3)
     with pytest.raises(ValueError, match=r"unknown config key\(s\) \['max_len'\].*accepted keys"):

@@ -148,6 +148,14 @@ def test_bad_inputs():
         posenc.attention(q, k[:, :, :3], v[:, :, :3])
     with pytest.raises(ValueError, match="q_positions has 2 positions"):
         posenc.attention(q, k, v, q_positions=torch.arange(2))
+    # another device was torch's "Tensor on device cpu is not on the expected device meta"
+    with pytest.raises(ValueError, match="q, k, v must share a device, got cpu, meta, cpu"):
+        posenc.attention(q, k.to("meta"), v)
+    # finite but past float range once multiplied: refused as every configured number is
+    with pytest.raises(ValueError, match=r"scale must be in \[1e-15, 1e\+15\], got 1e\+300"):
+        posenc.attention(q, k, v, scale=1e300)
+    with pytest.raises(ValueError, match=r"softcap must be in \[1e-15, 1e\+15\]"):
+        posenc.attention(q, k, v, softcap=1e300, backend="math")
 
 
 def test_bias_attention_checks_heads_and_batch():

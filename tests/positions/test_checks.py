@@ -94,6 +94,31 @@ def test_bad_positions_name_the_parameter(positions, kwargs, error, match):
         check_positions(positions, name="pos", **kwargs)
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"seq_len": "4"}, TypeError, "seq_len must be an int, got str"),
+        ({"seq_len": -1}, ValueError, "seq_len must be >= 0"),
+        ({"name": None}, TypeError, "name must be a str, got NoneType"),
+        ({"integer": "no"}, TypeError, "integer must be a bool"),
+        ({"limit": 1.5}, TypeError, "limit must be an int"),
+        ({"limit": 2**70}, ValueError, "limit must be <= 9007199254740992"),
+        ({"limit_name": 1}, TypeError, "limit_name must be a str"),
+        ({"ndims": "x"}, TypeError, "ndims must be a tuple of ints"),
+        ({"ndims": {1, 2}}, TypeError, "ndims must be a tuple of ints, got set"),
+        ({"axes": -1}, ValueError, "axes must be >= 1"),
+        ({"nonnegative": 1}, TypeError, "nonnegative must be a bool"),
+        ({"device": 1}, TypeError, "device must be a torch.device"),
+        ({"device": "no-such-cpu"}, ValueError, "device must name a torch device"),
+    ],
+)
+def test_bad_arguments_of_check_positions_are_named(kwargs, error, match):
+    """The arguments beside the positions are refused by name, never compared as they come
+    (a string length was 'the sequence has 4 positions but ...', a bool axes accepted)."""
+    with pytest.raises(error, match=match):
+        check_positions(torch.arange(4), **kwargs)
+
+
 def test_the_largest_positions_pass():
     edge = torch.tensor([-MAX_POSITION, MAX_POSITION], dtype=torch.float64)
     assert check_positions(edge, nonnegative=False) is edge
@@ -136,6 +161,27 @@ def test_check_batch_names_the_batch_sizes(shape, axes):
 
 
 # arange, position_at, causal_mask ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda: arange("4"), TypeError, "seq_len must be an int"),
+        (lambda: arange(4, offset=-1), ValueError, "offset must be >= 0"),
+        (lambda: arange(4, device=1), TypeError, "device must be a torch.device"),
+        (lambda: check_batch([0, 1], 1), TypeError, "positions must be an integer or floating"),
+        (lambda: check_batch(torch.arange(2), 1.5), TypeError, "batch must be an int"),
+        (lambda: causal_mask(torch.arange(2) * 1j, torch.arange(2)), TypeError, "q_positions"),
+        (
+            lambda: causal_mask(torch.arange(2), torch.arange(2, device="meta")),
+            ValueError,
+            "q_positions is on cpu but k_positions on meta",
+        ),
+    ],
+)
+def test_helpers_name_a_bad_argument(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
 
 
 def test_arange_is_int64_from_the_offset():

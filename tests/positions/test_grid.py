@@ -48,6 +48,8 @@ def test_normalized_grid_holds_the_patch_centres_in_float32():
         ((2, 2.0), {}, TypeError, "w must be an int"),
         ((2, 2, -1), {}, ValueError, "prefix must be >= 0"),
         ((2, 2), {"normalize": 1}, TypeError, "normalize must be a bool, got 1"),
+        ((2, 2), {"device": 1}, TypeError, "device must be a torch.device"),
+        ((2**16, 2**16), {}, ValueError, r"prefix \+ h · w = 4294967296 tokens"),
     ],
 )
 def test_bad_grid_arguments(args, kwargs, error, match):
@@ -63,6 +65,21 @@ class _Config:
     grid: tuple[int, int] | None
     prefix: int = 0
     encoding_name = "grid_thing"
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error", "match"),
+    [
+        ((None, 4), {}, TypeError, "config must be a grid encoding's config"),
+        ((_Config(grid=(2, 2)), "4"), {}, TypeError, "seq_len must be an int"),
+        ((_Config(grid=(2, 2)), 3), {"offset": -1}, ValueError, "offset must be >= 0"),
+        ((_Config(grid=(2, 2)), 4), {"device": "no-such"}, ValueError, "device must name"),
+    ],
+)
+def test_bad_default_position_arguments_are_named(args, kwargs, error, match):
+    """Each is named, not compared with the grid's token count ('the sequence has 4')."""
+    with pytest.raises(error, match=match):
+        grid_default_positions(*args, **kwargs)
 
 
 def test_default_positions_are_the_tail_of_the_configured_grid():

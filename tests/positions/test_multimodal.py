@@ -431,6 +431,23 @@ def test_the_good_input_works():
         ),
         ({"exact_time": 1}, TypeError, "exact_time must be a bool"),
         ({"vision_start_token_id": 77}, ValueError, "image 0 does not follow"),
+        # the ids are computed from the values: a meta tensor (no values) is refused by name
+        ({"input_ids": GOOD.to("meta")}, ValueError, "input_ids is on the meta device"),
+        (
+            {"image_grid_thw": torch.tensor([[1, 4, 4]], device="meta")},
+            ValueError,
+            "image_grid_thw is on the meta device",
+        ),
+        (
+            {"attention_mask": torch.ones_like(GOOD, device="meta")},
+            ValueError,
+            "attention_mask is on the meta device",
+        ),
+        (
+            {"attention_mask": torch.ones_like(GOOD, dtype=torch.complex64)},
+            TypeError,
+            "attention_mask must be a bool or int or float tensor",
+        ),
     ],
 )
 def test_bad_input_is_named(changes, error, match):

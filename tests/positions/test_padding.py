@@ -4,7 +4,13 @@ against Hugging Face's ``cumsum - 1`` convention, hand-written rows and a naive 
 import pytest
 import torch
 
-from posenc.positions import check_padding_mask, check_segment_ids, from_padding, from_segments
+from posenc.positions import (
+    check_padding_mask,
+    check_segment_ids,
+    document_starts,
+    from_padding,
+    from_segments,
+)
 
 
 def test_from_padding_counts_real_tokens():
@@ -49,6 +55,16 @@ def test_from_segments_restarts_in_every_document():
         ),
         (lambda: from_padding(torch.tensor([[0, 2, 1]])), ValueError, "only 0 .* and 1"),
         (lambda: from_padding([[1, 1]]), TypeError, "attention_mask must be a torch.Tensor"),
+        (
+            lambda: from_segments(
+                torch.zeros(1, 3, dtype=torch.long, device="meta"), torch.ones(1, 3).bool()
+            ),
+            ValueError,
+            "attention_mask is on cpu but segment_ids on meta",
+        ),
+        (lambda: document_starts([[0, 1]]), TypeError, "segment_ids must be a torch.Tensor"),
+        (lambda: document_starts(torch.zeros(1, 2) * 1j), TypeError, "must be an integer"),
+        (lambda: check_segment_ids(torch.zeros(1, 2).long(), name=None), TypeError, "name"),
     ],
 )
 def test_bad_position_helpers(call, error, match):

@@ -19,6 +19,7 @@ from ..arguments import (
     check_bool,
     check_device,
     check_int,
+    check_ints,
     check_size,
     check_str,
     check_tensor,
@@ -105,7 +106,7 @@ def check_positions(
 
     Every position must also lie within ``±MAX_POSITION`` (2**53). The other arguments are
     checked too (``TypeError``/``ValueError`` naming them): an int where an int goes, a str
-    for the names, a tuple of ints for ``ndims``.
+    for the names, a tuple (or list) of ints for ``ndims``.
 
     Value checks (negative, non-finite, past ``limit`` or ``MAX_POSITION``) read the tensor
     (:func:`posenc.host_reads.read`: one host read, or one shared by a whole forward), so
@@ -173,11 +174,8 @@ def _check_options(
     if limit is not None:
         check_int("limit", limit, maximum=MAX_POSITION)
     check_str("limit_name", limit_name)
-    if ndims is not _NDIMS and (
-        not isinstance(ndims, tuple)
-        or not all(isinstance(n, int) and not isinstance(n, bool) for n in ndims)
-    ):
-        raise TypeError(f"ndims must be a tuple of ints (numbers of dimensions), got {ndims!r}")
+    if ndims is not _NDIMS:  # the default is known good: no loop on the per-call path
+        check_ints("ndims", ndims, lengths=range(1, 9), minimum=0, maximum=8)
     check_int("axes", axes)
     check_bool("nonnegative", nonnegative)
 
