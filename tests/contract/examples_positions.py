@@ -42,7 +42,6 @@ example(
         grid_encoding().check_positions, GRID, seq_len=4, batch=1, name="positions", device=CPU
     ),
     ok={"name": LABEL},
-    # grid coordinates may be negative (normalised grids: posenc.positions.grid(normalize=True))
 )
 example(
     "posenc.positions.GridMixin.default_positions",
