@@ -49,11 +49,11 @@ def test_check_callable():
 def test_check_dtype_refuses_none_and_non_floating():
     check_dtype("dtype", torch.bfloat16)
     check_dtype("dtype", torch.int64, floating=False)
-    with pytest.raises(TypeError, match="dtype must be a floating torch.dtype, got None"):
+    with pytest.raises(TypeError, match=r"dtype must be a floating torch\.dtype, got None"):
         check_dtype("dtype", None)
-    with pytest.raises(TypeError, match="dtype must be a floating torch.dtype, got torch.int64"):
+    with pytest.raises(TypeError, match=r"dtype must be a floating torch\.dtype, got torch\.int64"):
         check_dtype("dtype", torch.int64)
-    with pytest.raises(TypeError, match="dtype must be a torch.dtype, got 'float32'"):
+    with pytest.raises(TypeError, match=r"dtype must be a torch\.dtype, got 'float32'"):
         check_dtype("dtype", "float32", floating=False)
 
 

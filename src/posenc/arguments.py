@@ -174,6 +174,10 @@ def check_generator(generator: Any) -> None:
         )
 
 
+#: how a message names each kind of dtype :func:`check_tensor` takes
+_KIND_WORDS = {"float": "floating-point", "int": "integer", "bool": "bool", "complex": "complex"}
+
+
 def check_tensor(
     name: str,
     value: Any,
@@ -203,7 +207,10 @@ def check_tensor(
         else "int"
     )
     if kind not in kinds:
-        raise TypeError(f"{name} must be a {' or '.join(kinds)} tensor, got {value.dtype}")
+        words = [_KIND_WORDS[k] for k in kinds]
+        wanted = " or ".join(words) if len(words) < 3 else f"{', '.join(words[:-1])} or {words[-1]}"
+        article = "an" if wanted[0] in "aeiou" else "a"
+        raise TypeError(f"{name} must be {article} {wanted} tensor, got {value.dtype}")
     if dims is not None and value.dim() not in tuple(dims):
         shapes = " or ".join(f"{n}-D" for n in dims)
         raise ValueError(f"{name} must be {shapes}, got shape {tuple(value.shape)}")

@@ -25,7 +25,7 @@ def test_the_shared_bias_methods_check_what_they_do_not_read():
     p = torch.arange(4)
     alibi, t5 = posenc.create("alibi", n_heads=2), posenc.create("t5", n_heads=2)
     for call in (alibi.bias, t5.score_mod):
-        with pytest.raises(TypeError, match="q must be a float tensor"):
+        with pytest.raises(TypeError, match="q must be a floating-point tensor"):
             call(p, p, q=torch.zeros(1, 2, 4, 8, dtype=torch.complex64))
         with pytest.raises(TypeError, match="scale must be a number"):
             call(p, p, scale="0.5")
@@ -43,7 +43,7 @@ def test_the_shared_rotary_methods_name_their_inputs():
         fope.rotate_pair(q, q.tolist(), rotation)
     with pytest.raises(ValueError, match="q is on cpu but k on meta"):
         fope.rotate_pair(q, q.to("meta"), rotation)
-    with pytest.raises(TypeError, match="positions must be a int or float tensor"):
+    with pytest.raises(TypeError, match="positions must be an integer or floating-point tensor"):
         rope.causal_positions(torch.zeros(4, dtype=torch.complex64))
 
 

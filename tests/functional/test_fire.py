@@ -77,7 +77,7 @@ def test_mlp_weights_of_other_sizes_are_named():
     x = torch.rand(2, 2)
     with pytest.raises(ValueError, match=r"w1, b1 must be \[hidden\]"):
         fire_mlp(x, torch.tensor(0), w1, b1[:4], w2, b2)
-    with pytest.raises(TypeError, match="head must be a int tensor"):
+    with pytest.raises(TypeError, match="head must be an integer tensor"):
         fire_mlp(x, torch.tensor(0.0), w1, b1, w2, b2)
     with pytest.raises(ValueError, match="eps must be > 0"):
         fire_input(x, x, torch.tensor(1.0), torch.tensor(1.0), eps=0.0)

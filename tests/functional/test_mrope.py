@@ -104,7 +104,7 @@ def test_positions_must_have_three_axes():
 def test_axis_must_match_the_pairs():
     with pytest.raises(ValueError, match="axis must give one axis per pair of inv_freq"):
         mrope_cos_sin(torch.zeros(3, 4).long(), rope_inv_freq(8)[0], mrope_axis((2, 2, 2)))
-    with pytest.raises(TypeError, match="axis must be a int tensor"):
+    with pytest.raises(TypeError, match="axis must be an integer tensor"):
         mrope_cos_sin(torch.zeros(3, 4).long(), rope_inv_freq(8)[0], torch.zeros(4))
 
 

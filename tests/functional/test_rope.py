@@ -156,7 +156,7 @@ def test_cos_sin_of_another_head_dim_are_named():
     """A rotation of 4 pairs does not fit a 6-channel head: named, not a 4-wide result or
     torch's shape error (the cos/sin of another RoPE)."""
     cos, sin = rope_cos_sin(torch.arange(3), rope_inv_freq(8)[0])  # 4 pairs
-    with pytest.raises(ValueError, match="cos and sin rotate 4 pairs .* x has 6 channels"):
+    with pytest.raises(ValueError, match=r"cos and sin rotate 4 pairs .* x has 6 channels"):
         apply_rope(torch.randn(1, 1, 3, 6), cos, sin)
     with pytest.raises(ValueError, match="cos and sin must have one shape"):
         apply_rope(torch.randn(1, 1, 3, 8), cos, sin[:2])
@@ -164,7 +164,7 @@ def test_cos_sin_of_another_head_dim_are_named():
 
 def test_integer_x_and_mixed_devices_are_named():
     cos, sin = rope_cos_sin(torch.arange(3), rope_inv_freq(8)[0])
-    with pytest.raises(TypeError, match="x must be a float tensor"):
+    with pytest.raises(TypeError, match="x must be a floating-point tensor"):
         apply_rope(torch.ones(1, 1, 3, 8, dtype=torch.long), cos, sin)
     with pytest.raises(ValueError, match="x, cos and sin must be on one device"):
         apply_rope(torch.randn(1, 1, 3, 8, device="meta"), cos, sin)

@@ -137,7 +137,7 @@ def test_equals_transformers_rotation():
         ({"layout": "zigzag"}, ValueError, "layout must be"),
         ({"k": torch.randn(1, 1, 4, 8)}, ValueError, "same batch, seq and head_dim"),
         ({"inv_freq": torch.ones(8)}, ValueError, "rotary_dim <= head_dim"),
-        ({"positions": torch.arange(5.0)}, TypeError, "positions must be a int tensor"),
+        ({"positions": torch.arange(5.0)}, TypeError, "positions must be an integer tensor"),
         ({"positions": torch.arange(10).view(2, 5)}, ValueError, "positions must be integer"),
     ],
 )
@@ -278,5 +278,5 @@ def test_float64_and_tables_with_a_gradient_are_refused():
         rope_triton_tables(q, k, cos.detach().double(), sin.double())
     with pytest.raises(ValueError, match="rotary_offset must be an int in"):
         rope_triton(q, k, torch.arange(4), inv_freq(4), rotary_offset=6)
-    with pytest.raises(TypeError, match="cu_seqlens must be a int tensor"):
+    with pytest.raises(TypeError, match="cu_seqlens must be an integer tensor"):
         varlen_positions(torch.tensor([0.0, 3.0]), 3)

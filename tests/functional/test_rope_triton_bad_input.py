@@ -94,9 +94,9 @@ def test_cache_write_refuses_caches_it_cannot_write():
     q, k, v, cos, sin = step()
     cache = torch.zeros(2, 1, 6, 8, device=DEVICE)
     slots = torch.arange(4)
-    with pytest.raises(TypeError, match="k_cache must be a float tensor"):
+    with pytest.raises(TypeError, match="k_cache must be a floating-point tensor"):
         rope_cache_write(q, k, v, cos, sin, cache.long(), cache.clone(), slots)
-    with pytest.raises(TypeError, match="v_cache must be a float tensor"):
+    with pytest.raises(TypeError, match="v_cache must be a floating-point tensor"):
         rope_cache_write(q, k, v, cos, sin, cache.clone(), cache.long(), slots)
     with pytest.raises(TypeError, match="k_cache must be float32, bfloat16 or float16"):
         rope_cache_write(q, k, v, cos, sin, cache.double(), cache.clone(), slots)
@@ -116,8 +116,8 @@ def test_cache_write_refuses_caches_it_cannot_write():
     [
         ([0, 1, 2, 3], TypeError, "slots must be a torch.Tensor"),
         ("0123", TypeError, "slots must be a torch.Tensor"),
-        (torch.arange(4.0), TypeError, "slots must be a int tensor"),
-        (torch.ones(4, dtype=torch.bool), TypeError, "slots must be a int tensor"),
+        (torch.arange(4.0), TypeError, "slots must be an integer tensor"),
+        (torch.ones(4, dtype=torch.bool), TypeError, "slots must be an integer tensor"),
         (torch.arange(0), ValueError, r"slots must be \[seq = 4\]"),
         (torch.arange(4).view(2, 2), ValueError, "slots must be 1-D"),
         (torch.arange(4, device="meta"), ValueError, "slots is on the meta device"),
@@ -158,7 +158,7 @@ ROPE_ARGS = {
         (
             {"positions": torch.ones(5, dtype=torch.bool)},
             TypeError,
-            "positions must be a int tensor",
+            "positions must be an integer tensor",
         ),
         ({"positions": torch.arange(0)}, ValueError, "positions must be integer"),
         ({"positions": torch.tensor(3)}, ValueError, "positions must be integer"),
@@ -264,8 +264,8 @@ def test_the_cpu_without_the_interpreter_is_named(monkeypatch):
         (torch.tensor([0, -2, 6]), 6, ValueError, "cu_seqlens must run .* decreasing"),
         (torch.tensor([0, 3, 4]), 6, ValueError, "cu_seqlens must run .* c_n = 4"),
         (torch.tensor([0, 3, 7]), 6, ValueError, "cu_seqlens must run .* c_n = 7"),
-        (torch.tensor([False, True]), 1, TypeError, "cu_seqlens must be a int tensor"),
-        (torch.tensor([0.0, 3.0]), 3, TypeError, "cu_seqlens must be a int tensor"),
+        (torch.tensor([False, True]), 1, TypeError, "cu_seqlens must be an integer tensor"),
+        (torch.tensor([0.0, 3.0]), 3, TypeError, "cu_seqlens must be an integer tensor"),
         ([0, 3], 3, TypeError, "cu_seqlens must be a torch.Tensor"),
         (torch.tensor([0]), 0, ValueError, r"cu_seqlens must be \[n \+ 1\]"),
         (torch.tensor([[0, 3]]), 3, ValueError, "cu_seqlens must be 1-D"),
@@ -287,7 +287,7 @@ def test_cu_seqlens_of_rope_triton_are_checked_the_same_way():
     q, k = torch.randn(6, 2, 8, device=DEVICE), torch.randn(6, 1, 8, device=DEVICE)
     with pytest.raises(ValueError, match=r"cu_seqlens must run .* c_n = 4"):
         rope_triton(q, k, None, FREQ, cu_seqlens=torch.tensor([0, 3, 4]))
-    with pytest.raises(TypeError, match="cu_seqlens must be a int tensor"):
+    with pytest.raises(TypeError, match="cu_seqlens must be an integer tensor"):
         rope_triton(q, k, None, FREQ, cu_seqlens=torch.tensor([False, True]))
     with pytest.raises(ValueError, match="with the same total and head_dim"):
         rope_triton(q, k[:5], None, FREQ, cu_seqlens=torch.tensor([0, 6]))
@@ -298,7 +298,7 @@ def test_value_checks_off_skip_the_read_but_not_the_shape_checks():
     formula gives), while a bool tensor or a float total is still refused."""
     with validation(False):
         assert varlen_positions(torch.tensor([0, 3, 4]), 6).tolist() == [0, 1, 2, 0, 1, 2]
-        with pytest.raises(TypeError, match="cu_seqlens must be a int tensor"):
+        with pytest.raises(TypeError, match="cu_seqlens must be an integer tensor"):
             varlen_positions(torch.tensor([False, True]), 1)
         with pytest.raises(TypeError, match="total must be an int"):
             varlen_positions(torch.tensor([0, 3]), 3.0)

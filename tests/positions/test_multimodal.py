@@ -446,7 +446,7 @@ def test_the_good_input_works():
         (
             {"attention_mask": torch.ones_like(GOOD, dtype=torch.complex64)},
             TypeError,
-            "attention_mask must be a bool or int or float tensor",
+            "attention_mask must be a bool, integer or floating-point tensor",
         ),
     ],
 )

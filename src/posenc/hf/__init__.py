@@ -19,6 +19,8 @@ One module per concept:
   vLLM and SGLang run it;
 - :mod:`~posenc.hf.keys`: reading a config's keys, object or dict, strictly
   (:class:`~posenc.hf.keys.ConfigKeys`);
+- :mod:`~posenc.hf.deepseek_v4`: a DeepSeek-V4 config's flat RoPE keys folded into its
+  ``main`` and ``compress`` RoPEs, as transformers' config class folds them;
 - :mod:`~posenc.hf.layer_plan`: :func:`layer_plan`, a config's positional plan layer by
   layer (windows, chunks, NoPE layers, sinks, softcaps, Llama 4's temperature), with
   :func:`score_scale` and :func:`is_causal` for what a plan does not hold;
