@@ -104,6 +104,8 @@ class Encoding(nn.Module):
 
     def _device(self) -> torch.device | None:
         """The device of this encoding's parameters and buffers, or None when it has none."""
+        if not (self._parameters or self._buffers or self._modules):
+            return None  # nothing placed (RoPE): three dict tests, not a walk of the tree
         tensor = next(itertools.chain(self.parameters(), self.buffers()), None)
         return None if tensor is None else tensor.device
 

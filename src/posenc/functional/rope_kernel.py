@@ -45,6 +45,7 @@ __all__ = [
     "apply_rope_fast",
     "check_rope_kernel",
     "compiled_rope_failed",
+    "rotate_checked",
     "rotate_with_triton",
 ]
 
@@ -108,6 +109,25 @@ def apply_rope_fast(
     """
     check_rope_inputs(x, cos, sin, layout, offset)
     check_choice("kernel", kernel, ROPE_KERNELS)  # Triton's presence: checked where chosen
+    return rotate_checked(x, cos, sin, layout, kernel, offset)
+
+
+def rotate_checked(
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    layout: str,
+    kernel: str = "auto",
+    offset: int = 0,
+) -> torch.Tensor:
+    """:func:`apply_rope_fast` of inputs already checked: a rotary encoding's ``rotate``,
+    which checked ``x`` against its own tables (:func:`posenc.rotary.inputs.check_rotate`)
+    and took ``layout``, ``kernel`` and ``offset`` from its validated config, so a layer's
+    call checks once, not twice.
+
+    Shapes:
+        as :func:`apply_rope_fast`.
+    """
     if kernel != "auto":
         return rotate_with_triton(x, None, cos, sin, layout, offset)[0]
     return _rotate(x, cos, sin, layout, offset)

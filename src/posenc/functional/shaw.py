@@ -31,19 +31,7 @@ def shaw_index(relative_position: torch.Tensor, max_distance: int) -> torch.Tens
     Shapes:
         relative_position ``[...]`` (integer) -> ``[...]`` in ``[0, 2 * max_distance]``
     """
-    if not isinstance(relative_position, torch.Tensor):
-        raise TypeError(
-            f"relative_position must be a torch.Tensor, got {type(relative_position).__name__}"
-        )
-    if (
-        relative_position.is_floating_point()
-        or relative_position.is_complex()
-        or (relative_position.dtype == torch.bool)
-    ):
-        raise TypeError(
-            "relative_position must be an integer tensor (Shaw's tables are indexed by integer "
-            f"distances), got {relative_position.dtype}"
-        )
+    check_tensor("relative_position", relative_position, kinds=("int",))
     check_int("max_distance", max_distance, minimum=0)
     return relative_position.clamp(-max_distance, max_distance) + max_distance
 

@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from ..arguments import check_bool, check_int
+from ..arguments import check_bool, check_int, check_tensor
 
 __all__ = ["check_t5_buckets", "t5_relative_bucket"]
 
@@ -77,19 +77,7 @@ def t5_relative_bucket(
     Shapes:
         relative_position ``[...]`` -> ``[...]``
     """
-    if not isinstance(relative_position, torch.Tensor):
-        raise TypeError(
-            f"relative_position must be a torch.Tensor, got {type(relative_position).__name__}"
-        )
-    if (
-        relative_position.is_floating_point()
-        or relative_position.is_complex()
-        or (relative_position.dtype == torch.bool)
-    ):
-        raise TypeError(
-            f"relative_position must be an integer tensor (buckets index a table), "
-            f"got {relative_position.dtype}"
-        )
+    check_tensor("relative_position", relative_position, kinds=("int",))
     half = check_t5_buckets(num_buckets, max_distance, bidirectional)
     relative_position = relative_position.long()
     if bidirectional:

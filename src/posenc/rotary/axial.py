@@ -33,7 +33,7 @@ from ..functional.axial_rope import (
     rope_mixed_freqs,
 )
 from ..functional.rope import ROPE_LAYOUTS
-from ..functional.rope_kernel import apply_rope_fast
+from ..functional.rope_kernel import rotate_checked
 from ..positions import GridMixin, check_grid_config
 from ..registry import register
 from .inputs import check_rotate
@@ -161,7 +161,7 @@ class RoPE2D(_GridRotary):
         cos, sin = check_rotate(
             self, x, rotation, key, width=self.head_dim // 2, heads=(None, None)
         )
-        return apply_rope_fast(x, cos, sin, self.config.layout)
+        return rotate_checked(x, cos, sin, self.config.layout)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -303,4 +303,4 @@ class RoPEMixed(_GridRotary):
         if heads != n_kv_heads:  # query heads: the set of each one's key head
             group = c.n_heads // n_kv_heads
             cos, sin = cos.repeat_interleave(group, 1), sin.repeat_interleave(group, 1)
-        return apply_rope_fast(x, cos, sin, c.layout)
+        return rotate_checked(x, cos, sin, c.layout)

@@ -16,7 +16,7 @@ from ..base import RotaryConfig, RotaryEncoding
 from ..config import check_choice, check_float, check_int
 from ..functional.fope import fope_cos_sin, fope_inv_freq
 from ..functional.rope import ROPE_LAYOUTS
-from ..functional.rope_kernel import apply_rope_fast
+from ..functional.rope_kernel import rotate_checked
 from ..registry import register
 from .inputs import check_rotate
 from .rope import check_seq_len
@@ -173,4 +173,4 @@ class FoPE(RotaryEncoding):
                 cos.repeat_interleave(heads // sets, 1),
                 sin.repeat_interleave(heads // sets, 1),
             )
-        return apply_rope_fast(x, cos, sin, self.config.layout)
+        return rotate_checked(x, cos, sin, self.config.layout)

@@ -15,7 +15,7 @@ import torch
 from ..base import RotaryConfig, RotaryEncoding
 from ..config import MAX_POSITION, check_choice, check_device, check_float, check_int
 from ..functional.rope import ROPE_LAYOUTS, ROTARY_AT, rope_cos_sin, rotary_offset
-from ..functional.rope_kernel import apply_rope_fast, check_rope_kernel, rotate_with_triton
+from ..functional.rope_kernel import check_rope_kernel, rotate_checked, rotate_with_triton
 from ..registry import register
 from .inputs import check_rotate
 from .scaling import ScalingConfig, parse_scaling
@@ -264,7 +264,7 @@ class RoPE(RotaryEncoding):
         """``x``'s rotary channels (the first or the last ``2 · cos.shape[-1]``) turned."""
         c = self.config
         offset = rotary_offset(c.rotary_at, x.shape[-1], cos.shape[-1])
-        return apply_rope_fast(x, cos, sin, c.layout, c.kernel, offset)
+        return rotate_checked(x, cos, sin, c.layout, c.kernel, offset)
 
     def rotate_pair(
         self, q: torch.Tensor, k: torch.Tensor, rotation: tuple[torch.Tensor, ...]

@@ -19,7 +19,7 @@ from ..base import RotaryConfig, RotaryEncoding
 from ..config import MAX_FLOAT, check_choice, check_device, check_float, check_int
 from ..functional.mrope import mrope_axis, mrope_cos_sin
 from ..functional.rope import ROPE_LAYOUTS
-from ..functional.rope_kernel import apply_rope_fast
+from ..functional.rope_kernel import rotate_checked
 from ..functional.video_rope import video_axes_dim, video_rope_inv_freq
 from ..positions.video import video_grid
 from ..registry import register
@@ -195,4 +195,4 @@ class RoPE3D(RotaryEncoding):
         """
         width = self.head_dim // 2
         cos, sin = check_rotate(self, x, rotation, key, width=width, heads=(None, None))
-        return apply_rope_fast(x, cos, sin, self.config.layout)
+        return rotate_checked(x, cos, sin, self.config.layout)

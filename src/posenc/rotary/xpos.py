@@ -16,7 +16,7 @@ import torch
 
 from ..base import RotaryEncoding
 from ..config import check_float
-from ..functional.rope_kernel import apply_rope_fast
+from ..functional.rope_kernel import rotate_checked
 from ..functional.xpos import (
     DEFAULT_SCALE_BASE,
     apply_xpos,
@@ -159,7 +159,7 @@ class XPos(RoPE):
         self, x: torch.Tensor, rotation: tuple[torch.Tensor, ...], key: bool = False
     ) -> torch.Tensor:
         cos, sin, scale = self._check_rotate(x, rotation, key)
-        kernel = partial(apply_rope_fast, kernel=self.config.kernel)
+        kernel = partial(rotate_checked, kernel=self.config.kernel)
         return apply_xpos(x, cos, sin, scale, self.config.layout, key=key, kernel=kernel)
 
     #: queries and keys scale apart: one tensor at a time, each through :meth:`rotate`
