@@ -203,3 +203,11 @@ def test_read_names_what_it_cannot_read(reader, values, then, error, match):
             reader(values, then)
         read(torch.tensor([True, False]), got.append)
     assert got == [[1, 0]]
+
+
+def test_validation_checks_its_argument_at_the_call():
+    """``posenc.validation("no")`` is refused where it is written, not when (or if) a
+    ``with`` enters the block: a switch built and kept for later is checked too."""
+    with pytest.raises(TypeError, match="enabled must be a bool"):
+        posenc.validation("no")
+    assert posenc.validation_enabled()

@@ -82,11 +82,15 @@ def validation_enabled() -> bool:
     return _STATE.enabled
 
 
-@contextmanager
-def validation(enabled: bool) -> Iterator[None]:
+def validation(enabled: bool) -> AbstractContextManager[None]:
     """Value checks on or off inside a ``with`` block (:func:`set_validation`), restored
-    after it."""
+    after it. ``enabled`` is checked at the call, not when the block is entered."""
     _check_enabled(enabled)
+    return _validation(enabled)
+
+
+@contextmanager
+def _validation(enabled: bool) -> Iterator[None]:
     before = _STATE.enabled
     _STATE.enabled = enabled
     try:
