@@ -262,10 +262,6 @@ example(
     "posenc.StaticKVCache.ring_keys",
     lambda: call(cache(True).ring_keys, torch.tensor([[3]]), torch.tensor([[True]])),
 )
-EXEMPT["posenc.KVCache.shift_checked"] = EXEMPT["posenc.StaticKVCache.shift_checked"] = (
-    "shift_positions and rerotate after their checks of delta (an int, or [1 | batch, 1] "
-    "int64) and of the positions it moves; users call those (to become private)"
-)
 EXEMPT["posenc.StaticKVCache.update_rotated"] = (
     "SelfAttention.forward's fused write of a kernel='triton' RoPE layer, with the rotation "
     "it computed; its layer, k and v are update's checks (probed there), q and the rotation "

@@ -376,9 +376,9 @@ class KVCache:
 
         delta = check_delta(delta, self.positions.shape[0], self.positions.device)
         check_moved(self, delta)
-        self.shift_checked(delta)
+        self._shift_checked(delta)
 
-    def shift_checked(self, delta: int | torch.Tensor) -> None:
+    def _shift_checked(self, delta: int | torch.Tensor) -> None:
         """:meth:`shift_positions` of a ``delta`` checked already (an int or ``[1 | batch,
         1]`` int64)."""
         if (isinstance(delta, int) and delta == 0) or not self.length:

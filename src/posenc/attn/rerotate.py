@@ -111,4 +111,4 @@ def rerotate_cache(
         if keys.shape[2]:
             c = old.config
             keys.copy_(rerotate_keys(keys, positions, before, after, delta, c.layout, c.rotary_at))
-    cache.shift_checked(delta)
+    cache._shift_checked(delta)

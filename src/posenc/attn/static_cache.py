@@ -163,7 +163,7 @@ class StaticKVCache(KVCache):
             return self.keys[layer], self.positions
         return self.keys[layer], self.ring_positions[ring]
 
-    def shift_checked(self, delta: int | torch.Tensor) -> None:
+    def _shift_checked(self, delta: int | torch.Tensor) -> None:
         """Add ``delta`` (an int, or ``[1 | batch, 1]``, checked) to the position of every
         written slot (rings too; no host read): the unwritten ones stay 0."""
         if (isinstance(delta, int) and delta == 0) or not self.started:
