@@ -7,16 +7,9 @@ from __future__ import annotations
 import functools
 
 import torch
-from tests.contract.registry import EXEMPT, call, example
+from tests.contract.registry import EXEMPT, B, D, H, P, S, call, example, gen, heads
 
 import posenc
-
-B, H, S, D = 2, 2, 4, 8
-P = torch.tensor([0, 3, 1, 2])
-
-
-def gen(*shape: int, seed: int = 0) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
 
 @functools.cache
@@ -24,10 +17,6 @@ def enc(name: str, **config):
     key = posenc.registry.get(name).size_key
     size = {} if key is None else {key: {"head_dim": D, "n_heads": H, "dim": D}[key]}
     return posenc.create(name, **size, **config)
-
-
-def heads(seed: int = 0, d: int = D) -> torch.Tensor:
-    return gen(B, H, S, d, seed=seed)
 
 
 GRID = torch.stack((P // 2, P % 2), dim=-1)  # [seq, 2] (row, column) of a 2 x 2 grid

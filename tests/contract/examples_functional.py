@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import torch
-from tests.contract.registry import call, example
+from tests.contract.registry import P, call, example
 
 import posenc
 
 __all__: list[str] = []
 
 F = posenc.functional
-P = torch.tensor([0, 3, 1, 2])
 
 
 def _rot() -> tuple[torch.Tensor, torch.Tensor]:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import torch
-from tests.contract.registry import EXEMPT, call, example
+from tests.contract.registry import EXEMPT, P, call, example
 
 import posenc
 from posenc import positions as pos
 
 __all__: list[str] = []
 
-P = torch.tensor([0, 3, 1, 2])
 CPU = torch.device("cpu")
 GRID = pos.grid(2, 2)  # [4, 2] (row, column) of a 2 x 2 grid
 MASK = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 0]])  # [batch, seq] 0/1: left and right padding

@@ -6,27 +6,14 @@ tests/contract/registry.py): :class:`~posenc.rotary.rope.RoPE`,
 from __future__ import annotations
 
 import torch
-from tests.contract.registry import EXEMPT, call, example
+from tests.contract.registry import CPU, EXEMPT, LABEL, B, D, H, P, S, call, example, gen, heads
 
 import posenc
 
 __all__: list[str] = []
 
-B, H, S, D = 2, 2, 4, 8
-P = torch.tensor([0, 3, 1, 2])
-CPU = torch.device("cpu")
 # [seq, 3] (t, h, w) coordinates of a 1 x 2 x 2 video grid
 VIDEO = posenc.positions.video_grid(1, 2, 2)
-# labels: any string names the argument in messages (an unknown label is still a label)
-LABEL = ("choice",)
-
-
-def gen(*shape: int, seed: int = 0) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
-
-
-def heads(seed: int = 0) -> torch.Tensor:
-    return gen(B, H, S, D, seed=seed)
 
 
 def rope() -> posenc.RotaryEncoding:

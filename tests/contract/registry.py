@@ -14,6 +14,8 @@ import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import torch
+
 import posenc
 
 #: the modules whose ``__all__`` is the public surface
@@ -108,3 +110,22 @@ EXEMPT: dict[str, str] = {}
 
 def example(name: str, make: Callable[[], Call], **expect: Any) -> None:
     EXAMPLES[name] = Example(make, **expect)
+
+
+# the sizes and inputs every area's examples share
+B, H, S, D = 2, 2, 4, 8
+#: positions out of order, so a result that ignored them would differ
+P = torch.tensor([0, 3, 1, 2])
+CPU = torch.device("cpu")
+#: a label names the argument in messages: an unknown string is still a label
+LABEL = ("choice",)
+
+
+def gen(*shape: int, seed: int = 0) -> torch.Tensor:
+    """A seeded normal tensor of ``shape``."""
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def heads(seed: int = 0, d: int = D) -> torch.Tensor:
+    """Queries or keys ``[B, H, S, d]``."""
+    return gen(B, H, S, d, seed=seed)
