@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ..arguments import check_size
 from ..config import check_bool, check_device, check_int
 from .cache_checks import (
-    check_count,
     check_delta,
     check_growing,
     check_key_masks,
@@ -199,7 +199,7 @@ class KVCache:
         """How many keys :meth:`update` of ``layer`` returns with ``n`` new ones: the last
         of them, the new tokens' keys included."""
         self._check_layer(layer)
-        check_count("n", n, self.max_seq_len)
+        check_size("n", n, maximum=self.max_seq_len)
         keep = self.keep[layer]
         return (self.length if keep is None else min(self.length, keep)) + n
 
@@ -225,7 +225,7 @@ class KVCache:
         self._end(n)
 
     def _check_layer(self, layer: int) -> None:
-        check_count("layer", layer, len(self.keys) - 1)
+        check_size("layer", layer, maximum=len(self.keys) - 1)
 
     def last_clock(self, layer: int) -> torch.Tensor | None:
         """The forget clock of ``layer``'s last cached token (FoX, :meth:`update_clock`),
@@ -325,7 +325,7 @@ class KVCache:
     def next_positions(self, n: int) -> torch.Tensor:
         """The positions of ``n`` tokens after the last cached one, ``[batch, n]``: what a
         call without positions continues from once the cache holds explicit ones."""
-        check_count("n", n, self.max_seq_len)
+        check_size("n", n, maximum=self.max_seq_len)
         if not self.length:
             raise ValueError("the cache holds no token: there is no position to continue from")
         last = self.positions[:, self.length - 1 : self.length]  # [batch, 1]

@@ -18,7 +18,6 @@ from ..positions.checks import check_positions
 from ..positions.padding import check_padding_mask, check_segment_ids
 
 __all__ = [
-    "check_count",
     "check_delta",
     "check_growing",
     "check_key_masks",
@@ -27,13 +26,6 @@ __all__ = [
     "check_new_positions",
     "per_layer",
 ]
-
-
-def check_count(name: str, n: Any, maximum: int = MAX_INT, minimum: int = 0) -> None:
-    """Raise unless ``n`` is an int in ``[minimum, maximum]`` (a count of tokens, a layer);
-    a symbolic size (``torch.export`` of a dynamic length) passes."""
-    if not isinstance(n, torch.SymInt):
-        check_int(name, n, minimum=minimum, maximum=maximum)
 
 
 def check_delta(delta: Any, batch: int, device: torch.device) -> int | torch.Tensor:

@@ -24,10 +24,11 @@ from functools import partial
 
 import torch
 
+from ..arguments import check_size
 from ..config import check_bool, check_int
 from ..host_reads import read, reads_values
 from .cache import KVCache
-from .cache_checks import check_count, check_growing, check_key_masks, check_new_positions
+from .cache_checks import check_growing, check_key_masks, check_new_positions
 
 __all__ = ["StaticKVCache"]
 
@@ -102,13 +103,13 @@ class StaticKVCache(KVCache):
 
     def slots(self, n: int) -> torch.Tensor:
         """The slots of ``n`` new tokens, ``filled + arange(n)``, ``[n]`` int64."""
-        check_count("n", n, self.max_seq_len)
+        check_size("n", n, maximum=self.max_seq_len)
         return self.filled + torch.arange(n, device=self.filled.device)
 
     def visible(self, layer: int, n: int) -> int:
         """Every slot (the ones not written yet are masked), or a ring and the new ones."""
         self._check_layer(layer)
-        check_count("n", n, self.max_seq_len)
+        check_size("n", n, maximum=self.max_seq_len)
         ring = self.keep[layer]
         return self.max_seq_len if ring is None else ring + n
 
@@ -183,7 +184,7 @@ class StaticKVCache(KVCache):
     def next_positions(self, n: int) -> torch.Tensor:
         """The positions of ``n`` tokens after the last written slot's, ``[batch, n]`` (no
         host read)."""
-        check_count("n", n, self.max_seq_len)
+        check_size("n", n, maximum=self.max_seq_len)
         last = self.positions.index_select(1, (self.filled - 1).clamp(min=0).view(1))
         return last + torch.arange(1, n + 1, device=last.device)  # [batch, n]
 
@@ -302,7 +303,7 @@ class StaticKVCache(KVCache):
     def written(self, n: int) -> torch.Tensor:
         """Which slots hold a token once ``n`` new ones are written, ``[max_seq_len]``
         bool: the padding mask of the keys."""
-        check_count("n", n, self.max_seq_len)
+        check_size("n", n, maximum=self.max_seq_len)
         return torch.arange(self.max_seq_len, device=self.filled.device) < self.filled + n
 
     def advance(self, n: int) -> None:
@@ -326,7 +327,7 @@ class StaticKVCache(KVCache):
         ``max_seq_len``; the count :attr:`host_filled`, where known and not compiling),
         else a value check (:func:`~posenc.host_reads.read`, with a forward's other
         checks; skipped where values are not read)."""
-        check_count("n", n)
+        check_size("n", n)
         if not self._room_known(n) and reads_values(self.filled):
             read((self.filled + n).view(1), partial(_check_room, self.max_seq_len, n))
 
