@@ -50,6 +50,7 @@ CASE_TITLES = {
     "rolling": "Decode step with a sliding window: rolling KV cache against the full cache",
     "compiled": "torch.compile: a decode step over a static KV cache and a training step",
     "rerotate": "Shifting a KV cache's RoPE keys by one position: re-rotated against recomputed",
+    "host": "Host time per call (tiny tensors, one thread): posenc against the peer doing the same",
 }
 
 

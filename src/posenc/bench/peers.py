@@ -10,6 +10,9 @@ inputs, with their tables (cos/sin or angles) computed once when built, as posen
 (a model computes them once per forward and shares them across layers).
 Bias adapters return ``attend(q, k, v) -> out``: the peer's bias, materialised for the
 causal ``[heads, L, L]`` scores each call, handed to SDPA.
+The host-time case (:mod:`~posenc.bench.host`) builds whole calls: transformers' rotation
+with its tables computed in the call (:func:`transformers_rotary_call`), and a Hugging Face
+``LlamaForCausalLM`` of a given size (:func:`hf_llama`).
 
 Peers: transformers (Llama's ``LlamaRotaryEmbedding`` + ``apply_rotary_pos_emb``, BLOOM's
 ``build_alibi_tensor``, T5's ``T5Attention.compute_bias``), x-transformers (its
@@ -27,7 +30,15 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-__all__ = ["BIAS_PEERS", "ROPE_PEERS", "Unsupported", "resolve", "versions"]
+__all__ = [
+    "BIAS_PEERS",
+    "ROPE_PEERS",
+    "Unsupported",
+    "hf_llama",
+    "resolve",
+    "transformers_rotary_call",
+    "versions",
+]
 
 #: the distribution behind each peer name
 DISTRIBUTIONS = {
@@ -238,3 +249,55 @@ BIAS_PEERS: dict[str, Callable[..., Callable[..., Any]]] = {
     "transformers (T5)": t5_bias,
     "x-transformers": x_transformers_bias,
 }
+
+
+# Host time per call: the whole call, as a user of the peer makes it
+
+
+def transformers_rotary_call(seq: int, head_dim: int, **_: Any):
+    """``rotate(q, k)`` as a Llama layer does it: ``LlamaRotaryEmbedding`` (a tiny
+    LlamaConfig) computes cos/sin in the call, ``apply_rotary_pos_emb`` rotates q and k; the
+    position ids are made once, as the model makes them once per forward."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import (
+        LlamaRotaryEmbedding,
+        apply_rotary_pos_emb,
+    )
+
+    config = LlamaConfig(
+        hidden_size=head_dim, num_attention_heads=1, max_position_embeddings=max(seq, 2)
+    )
+    rotary = LlamaRotaryEmbedding(config)
+    position_ids = torch.arange(seq)[None]
+
+    def rotate(q, k):
+        cos, sin = rotary(q, position_ids)
+        return apply_rotary_pos_emb(q, k, cos, sin)
+
+    return rotate
+
+
+def hf_llama(vocab_size: int, dim: int, n_layers: int, n_heads: int, mlp_ratio: int, **_: Any):
+    """``(model, new_cache, cache_kwarg)``: a randomly initialised ``LlamaForCausalLM`` in eval
+    mode with the widths of a :class:`~posenc.models.TransformerLM` (hidden ``dim``, MLP
+    ``mlp_ratio * dim``, untied head, no GQA; SDPA attention), a maker of empty
+    ``DynamicCache`` objects, and the name its forward takes a cache by (``cache`` in recent
+    releases, ``past_key_values`` before)."""
+    import inspect
+
+    from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=dim,
+        intermediate_size=mlp_ratio * dim,
+        num_hidden_layers=n_layers,
+        num_attention_heads=n_heads,
+        num_key_value_heads=n_heads,
+        max_position_embeddings=4096,
+        tie_word_embeddings=False,
+    )
+    model = LlamaForCausalLM(config).eval()
+    params = inspect.signature(model.forward).parameters
+    kwarg = "cache" if "cache" in params else "past_key_values"
+    return model, lambda: DynamicCache(config=config), kwarg

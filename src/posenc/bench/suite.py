@@ -7,7 +7,8 @@ against full causal, :mod:`~posenc.bench.patterns`), ``rolling`` (a decode step 
 rolling KV cache, :mod:`~posenc.bench.rolling`), ``compiled`` (a decode step and a
 training step, eager against ``torch.compile``, :mod:`~posenc.bench.compiled`) and
 ``rerotate`` (a cache's RoPE keys shifted in place against recomputed,
-:mod:`~posenc.bench.rerotate`). Sizes:
+:mod:`~posenc.bench.rerotate`) and ``host`` (the host time of one call on tiny tensors
+against the peer doing the same work, :mod:`~posenc.bench.host`). Sizes:
 
 - ``tiny``: seconds; what the tests run (the numbers mean nothing);
 - ``small``: about ten minutes on two cores; a quick look at every case (patterns L
@@ -33,6 +34,7 @@ from . import (
     bias_attention,
     compiled,
     decode,
+    host,
     markdown,
     patterns,
     peers,
@@ -46,7 +48,17 @@ from .machine import cpu_slug, machine
 __all__ = ["CASES", "FORMAT", "PRESETS", "SIZES", "file_stem", "run", "write"]
 
 FORMAT = "posenc-bench/1"
-CASES = ("rope", "decode", "bias", "training", "patterns", "rolling", "compiled", "rerotate")
+CASES = (
+    "rope",
+    "decode",
+    "bias",
+    "training",
+    "patterns",
+    "rolling",
+    "compiled",
+    "rerotate",
+    "host",
+)
 SIZES = ("tiny", "small", "full")
 DEFAULT_OUT = "benchmarks/results"
 
@@ -59,6 +71,7 @@ RUNNERS: dict[str, Callable[..., list[dict[str, Any]]]] = {
     "rolling": rolling.run,
     "compiled": compiled.run,
     "rerotate": rerotate.run,
+    "host": host.run,
 }
 
 #: the keyword arguments of each case's ``run`` at each size
@@ -125,6 +138,18 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             "repeat": 2,
             "warmup": 1,
         },
+        "host": {
+            "encodings": ["alibi"],
+            "kinds": ["rope"],
+            "head_dim": 8,
+            "length": 4,
+            "dim": 16,
+            "n_layers": 1,
+            "prefix": 2,
+            "calls": 2,
+            "repeat": 2,
+            "warmup": 1,
+        },
     },
     "small": {
         # posenc compiles its RoPE kernel once per shape class: a warm-up of ~10 s each
@@ -141,6 +166,8 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "rolling": {"lengths": [2048, 8192, 32768], "repeat": 15, "warmup": 3},
         "compiled": {"lengths": [256], "repeat": 15, "warmup": 3},
         "rerotate": {"lengths": [4096, 32768], "repeat": 15, "warmup": 2},
+        # one call per round: the fastest of 200 rounds is a call the host did undisturbed
+        "host": {"repeat": 200, "warmup": 20},
     },
     "full": {
         "rope": {"seqs": [128, 512, 2048, 8192], "head_dims": [64, 128], "repeat": 15, "warmup": 3},
@@ -155,6 +182,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "rolling": {"lengths": [2048, 8192, 32768, 131072], "repeat": 30, "warmup": 5},
         "compiled": {"lengths": [256, 1024], "repeat": 30, "warmup": 5},
         "rerotate": {"lengths": [4096, 32768, 131072], "repeat": 30, "warmup": 3},
+        "host": {"repeat": 1000, "warmup": 50},
     },
 }
 

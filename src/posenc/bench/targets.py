@@ -5,7 +5,11 @@ Every ratio is measured in one process, so a target holds on a machine or it doe
 whatever that machine's absolute speed; the Markdown report states each target under its
 table (:func:`verdicts`), and ``scripts/bench_isas.py`` puts the verdicts of several vector
 ISAs side by side. The bounds are those of the project's speed work (forward+backward
-including the gradients of the encoding's own parameters, as training computes them).
+including the gradients of the encoding's own parameters, as training computes them), and
+of a call's host time (issue 53; the ``host`` case, whose floor is the peer doing the same
+work: ``enc(q, k)`` at most half of transformers' rotation, ``posenc.attention`` at most 10x
+a bare SDPA call, 25x with a bias, a model's forward and decode step at most 0.7x Hugging
+Face Llama's).
 
 A target reads the ratio of the fastest rounds (``x_floor_min``), the median ratio
 (``x_floor``) beside it. On the 2-core VMs the project is measured on, interference from
@@ -37,7 +41,7 @@ class Target:
     configuration has every key of ``where`` at one of its values.
 
     Attributes:
-        case: the suite case (``bias``, ``training``).
+        case: the suite case (``bias``, ``training``, ``host``).
         where: configuration key -> the values a row may have (e.g. ``{"encoding":
             ("t5", "kerple")}``).
         bound: the largest ratio to the row's floor that meets it.
@@ -73,6 +77,8 @@ class Verdict:
         c = self.config
         if self.target.case == "training":
             return f"{self.target.implementation} training step, length {c.get('length')}"
+        if self.target.case == "host":
+            return f"{c.get('call')}, {c.get('encoding')}"
         return f"{c.get('encoding')} {c.get('pass')}, L {c.get('L')}"
 
     def measured(self) -> str:
@@ -99,6 +105,11 @@ TARGETS: tuple[Target, ...] = (
     Target("bias", {"encoding": ("fire",), "pass": FWD}, 2.0),
     Target("bias", {"encoding": ("fire",), "pass": BOTH}, 2.5),
     Target("training", {}, 1.2, implementation="alibi"),
+    # host time per call against the peer (issue 53), with validation on
+    Target("host", {"call": ("enc(q, k)",)}, 0.5),
+    Target("host", {"call": ("attention",)}, 10.0),
+    Target("host", {"call": ("attention, bias",)}, 25.0),
+    Target("host", {"call": ("forward, 1 token", "decode step")}, 0.7),
 )
 
 

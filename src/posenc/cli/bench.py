@@ -15,7 +15,17 @@ from .app import example
 
 __all__ = ["bench_command", "register"]
 
-CASES = ("rope", "decode", "bias", "training", "patterns", "rolling", "compiled", "rerotate")
+CASES = (
+    "rope",
+    "decode",
+    "bias",
+    "training",
+    "patterns",
+    "rolling",
+    "compiled",
+    "rerotate",
+    "host",
+)
 
 
 def _cases(values: list[str] | None) -> list[str]:
@@ -44,7 +54,8 @@ def bench_command(
             help="Cases to run, repeated or comma-separated: rope, decode, bias, training, "
             "patterns (window and chunk against full causal), rolling (a decode step with a "
             "rolling KV cache), compiled (eager against torch.compile), rerotate (a cache's "
-            "RoPE keys shifted in place against recomputed). Omitted: all eight.",
+            "RoPE keys shifted in place against recomputed), host (the host time of one call "
+            "against the peer doing the same work). Omitted: all nine.",
         ),
     ] = None,
     out: Annotated[
@@ -59,8 +70,8 @@ def bench_command(
     ] = False,
 ) -> None:
     """Time RoPE, a decode step, bias attention, a training step, sliding-window and
-    chunked attention and a rolling-cache decode step against their floors and the
-    installed peers; write the results as JSON and Markdown."""
+    chunked attention, a rolling-cache decode step and the host time of a call against their
+    floors and the installed peers; write the results as JSON and Markdown."""
     from ..bench import markdown, suite
 
     chosen = _cases(cases)
