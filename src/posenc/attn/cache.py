@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..arguments import check_size
+from ..arguments import check_dtype, check_size
 from ..config import check_bool, check_device, check_int
 from .cache_checks import (
     check_delta,
@@ -148,8 +148,7 @@ class KVCache:
             )
         key_dims = per_layer("key_dims", key_dims, len(key_dims), 1, minimum=1, optional=False)
         keep = per_layer("keep", keep, len(key_dims), None, minimum=0, optional=True)
-        if not isinstance(dtype, torch.dtype):
-            raise TypeError(f"dtype must be a torch.dtype, got {dtype!r}")
+        check_dtype("dtype", dtype, floating=False)
         if not isinstance(device, torch.device):
             raise TypeError(f"device must be a torch.device, got {device!r}")
         fix = "make one with model.new_cache(batch, max_seq_len)"
