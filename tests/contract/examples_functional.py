@@ -55,14 +55,6 @@ example(
     lambda: call(F.xpos_max_distance, 512.0, dtype=torch.float32),
 )
 example(
-    "posenc.functional.check_xpos_positions",
-    lambda: call(F.check_xpos_positions, P, scale_base=512.0, center=0.0, dtype=torch.float32),
-    # center: a centre before position 0 is as valid as one after it; positions on the
-    # meta device have no values to check (value checks are skipped there, as
-    # posenc.host_reads documents): the check passes, it returns None
-    ok={"center": ("negative",), "positions": ("meta",)},
-)
-example(
     "posenc.functional.apply_xpos",
     lambda: call(
         F.apply_xpos,
@@ -185,12 +177,6 @@ S = torch.tensor([0, 86400 * 40 + 3600 * 5, 1_700_000_000])
 example(
     "posenc.functional.calendar_fields",
     lambda: call(F.calendar_fields, S),
-)
-example(
-    "posenc.functional.calendar_features",
-    lambda: call(F.calendar_features, S),
-    # times: unix seconds may come as a list of numbers (an array-like), as documented
-    ok={"times": ("list",)},
 )
 example(
     "posenc.functional.calendar_sinusoidal",

@@ -9,13 +9,13 @@ import torch
 from posenc.functional import (
     apply_rope,
     apply_xpos,
-    check_xpos_positions,
     rope_cos_sin,
     rope_inv_freq,
     xpos_max_distance,
     xpos_scale,
     xpos_zeta,
 )
+from posenc.functional import xpos as xpos_math
 
 
 @pytest.mark.parametrize("rotary_dim", [2, 8, 64, 128])
@@ -63,14 +63,6 @@ def test_max_distance(dtype, expected):
     assert xpos_max_distance(1024.0, dtype) == pytest.approx(2 * xpos_max_distance(512.0, dtype))
 
 
-def test_positions_past_the_window_raise():
-    limit = xpos_max_distance(512.0, torch.float32)
-    check_xpos_positions(torch.tensor([0, int(limit)]), 512.0, 0.0)
-    with pytest.raises(ValueError, match="center"):
-        check_xpos_positions(torch.tensor([0, int(limit) + 1]), 512.0, 0.0)
-    check_xpos_positions(torch.tensor([int(limit) + 1]), 512.0, 10.0)
-
-
 @pytest.mark.parametrize("key", [False, True])
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 def test_apply_is_rope_times_the_factor(key, layout, tol):
@@ -87,9 +79,28 @@ def test_apply_is_rope_times_the_factor(key, layout, tol):
     torch.testing.assert_close(got.double(), expected, **tol(n=4, scale=2 * x.abs().max()))
 
 
-def test_apply_in_float16_names_factors_it_cannot_hold():
+def test_factor_bound_is_the_max_distance_in_powers_of_two():
+    """xpos_factor_bound(dtype) * scale_base / log2(7/2) is xpos_max_distance."""
+    assert xpos_math.xpos_factor_bound(torch.float32) == 119
+    assert xpos_math.xpos_factor_bound(torch.bfloat16) == 119
+    assert xpos_math.xpos_factor_bound(torch.float16) == 7
+    for dtype in (torch.float32, torch.float16):
+        bound = xpos_math.xpos_factor_bound(dtype) * 512.0 / math.log2(3.5)
+        assert xpos_max_distance(512.0, dtype) == pytest.approx(bound)
+    with pytest.raises(TypeError, match=r"dtype must be a floating torch\.dtype"):
+        xpos_math.xpos_factor_bound(torch.int64)
+
+
+def test_the_math_reads_no_value():
+    """Pure math: no host read, whatever the factors (a float16 factor past its range is
+    refused by XPos.rotate, the module's entry: tests/rotary/test_xpos.py)."""
+    from tests.test_host_reads import reads
+
     x = torch.randn(1, 1, 1, 4, dtype=torch.float16)
     positions = torch.tensor([5000])
     cos, sin = rope_cos_sin(positions, rope_inv_freq(4)[0])
-    with pytest.raises(ValueError, match="float16"):
-        apply_xpos(x, cos, sin, xpos_scale(positions, xpos_zeta(4)))
+    scale = xpos_scale(positions, xpos_zeta(4))
+    out = []
+    assert reads(lambda: out.append(apply_xpos(x, cos, sin, scale, key=True))) == []
+    assert not torch.isfinite(out[0]).all()  # 2^17.6 is past float16's largest value
+    assert reads(lambda: xpos_scale(torch.arange(3), xpos_zeta(4))) == []

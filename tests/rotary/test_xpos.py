@@ -6,12 +6,20 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.test_host_reads import reads
 from torch.testing import assert_close
 
 import posenc
 import posenc.rotary.xpos  # registers "xpos"
+from posenc.functional import rope_cos_sin, rope_inv_freq
 from posenc.models import TransformerLM
-from posenc.rotary.xpos import XPos, xpos_max_distance, xpos_scale, xpos_zeta
+from posenc.rotary.xpos import (
+    XPos,
+    check_xpos_positions,
+    xpos_max_distance,
+    xpos_scale,
+    xpos_zeta,
+)
 
 
 def naive_xpos(
@@ -235,6 +243,37 @@ def test_float16_inputs_have_a_narrower_range():
     for dtype in (torch.bfloat16, torch.float32):  # the float32 window
         q2, k2 = xpos(q.to(dtype), q.to(dtype), positions=torch.tensor([0, 30_000]))
         assert torch.isfinite(q2).all() and torch.isfinite(k2).all()
+
+
+def test_check_xpos_positions_reads_once_and_names_the_window():
+    limit = xpos_max_distance(512.0, torch.float32)
+    assert len(reads(lambda: check_xpos_positions(torch.tensor([0, int(limit)]), 512.0))) == 1
+    with pytest.raises(ValueError, match="center"):
+        check_xpos_positions(torch.tensor([0, int(limit) + 1]), 512.0, 0.0)
+    check_xpos_positions(torch.tensor([int(limit) + 1]), 512.0, 10.0)
+    with posenc.validation(False):  # no read: nothing refused
+        assert reads(lambda: check_xpos_positions(torch.tensor([0, 10**6]), 512.0)) == []
+    with pytest.raises(TypeError, match=r"dtype must be a floating torch\.dtype"):
+        check_xpos_positions(torch.tensor([0]), 512.0, 0.0, torch.int64)
+
+
+def test_rotate_in_float16_names_factors_it_cannot_hold():
+    """The factor check left the pure math for the module's rotate: one read, refused by
+    name before anything is computed; none with validation off."""
+    xpos = XPos(head_dim=4)
+    x = torch.randn(1, 1, 1, 4, dtype=torch.float16)
+    positions = torch.tensor([5000])
+    cos, sin = rope_cos_sin(positions, rope_inv_freq(4)[0])
+    rotation = (cos, sin, xpos_scale(positions, xpos_zeta(4)))
+    with pytest.raises(ValueError, match=r"float16 inputs hold 2\^±7\.0"):
+        xpos.rotate(x, rotation, key=True)
+    with posenc.validation(False):
+        assert reads(lambda: xpos.rotate(x, rotation, key=True)) == []
+    near = torch.tensor([100])
+    cos, sin = rope_cos_sin(near, rope_inv_freq(4)[0])
+    rotation = (cos, sin, xpos_scale(near, xpos_zeta(4)))
+    assert len(reads(lambda: xpos.rotate(x, rotation, key=True))) == 1
+    assert reads(lambda: xpos.rotate(x.float(), rotation)) == []  # float32 holds the table's
 
 
 def test_config_and_info():

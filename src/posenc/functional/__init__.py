@@ -32,14 +32,13 @@ from .t5 import t5_relative_bucket
 from .temporal import (
     CALENDAR_FIELDS,
     CALENDAR_SIZES,
-    calendar_features,
     calendar_fields,
     calendar_sinusoidal,
     time2vec,
     timestamp_encoding,
     timestamp_inv_freq,
 )
-from .xpos import apply_xpos, check_xpos_positions, xpos_max_distance, xpos_scale, xpos_zeta
+from .xpos import apply_xpos, xpos_max_distance, xpos_scale, xpos_zeta
 
 __all__ = [
     "AXIS_ORDERS",
@@ -61,11 +60,9 @@ __all__ = [
     "apply_xpos",
     "axial_rope_cos_sin",
     "axial_rope_inv_freq",
-    "calendar_features",
     "calendar_fields",
     "calendar_sinusoidal",
     "check_mrope_section",
-    "check_xpos_positions",
     "clamp_straight_through",
     "default_mrope_section",
     "fire_input",

@@ -7,13 +7,18 @@ query at position n is multiplied by ζ_i^((n - c)/scale_base) and a key at m by
 centre c. Positions farther than :func:`xpos_max_distance` from c raise instead of
 overflowing. Why a fixed centre, and how the window is derived: ``docs/design-notes.md``,
 "xPos: the centre and the window". The module :class:`posenc.rotary.XPos` holds the config.
+
+Pure math: these functions check shapes, dtypes and devices, never a tensor's values (no
+host read). The range checks that read values live with the module that takes positions
+from a user: :func:`posenc.rotary.xpos.check_xpos_positions` (the window, in
+``XPos.check_positions``) and ``XPos.rotate`` (the factors a float16 input holds), both
+bounded by :func:`xpos_max_distance` and :func:`xpos_factor_bound`.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from functools import partial
 
 import torch
 
@@ -27,7 +32,6 @@ from ..arguments import (
     check_movable,
     check_tensor,
 )
-from ..host_reads import read, reads_values
 from .dtypes import math_dtype, wide_dtype
 from .rope import apply_rope, check_rope_inputs
 
@@ -36,7 +40,7 @@ __all__ = [
     "GAMMA",
     "HEADROOM_BITS",
     "apply_xpos",
-    "check_xpos_positions",
+    "xpos_factor_bound",
     "xpos_max_distance",
     "xpos_scale",
     "xpos_zeta",
@@ -74,8 +78,8 @@ def xpos_scale(
     """The query factors ζ_i^((n - center)/scale_base) of each position (keys use 1/them).
 
     Computed in float64 (float32 on MPS) and rounded once to float32, or kept in float64 for
-    float64 positions, as RoPE's cos/sin are. Range checks are in
-    :func:`check_xpos_positions`; this function does not clamp.
+    float64 positions, as RoPE's cos/sin are. It reads no value and does not clamp: the
+    range check is :func:`posenc.rotary.xpos.check_xpos_positions`.
 
     Shapes:
         positions ``[...]`` (``[seq]`` or ``[batch, seq]``), zeta ``[n]`` -> ``[..., n]``
@@ -103,7 +107,7 @@ def xpos_max_distance(
     """
     check_float("scale_base", scale_base)
     _check_float_dtype(dtype)
-    return _max_log2_factor(dtype) * scale_base / _LOG2_INV_ZETA_0
+    return xpos_factor_bound(dtype) * scale_base / _LOG2_INV_ZETA_0
 
 
 def _check_window(scale_base: float, center: float) -> None:
@@ -116,46 +120,14 @@ def _check_float_dtype(dtype: torch.dtype) -> None:
         raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
 
 
-def _max_log2_factor(dtype: torch.dtype) -> float:
-    # in whole powers of two, so that float32 and bfloat16 (same exponent range) agree
+def xpos_factor_bound(dtype: torch.dtype) -> float:
+    """The largest ``|log2|`` of an xPos factor that ``dtype`` holds: a normal number at least
+    ``2**HEADROOM_BITS`` below the largest finite value, in whole powers of two (so float32
+    and bfloat16, of one exponent range, agree): 119 for float32 and bfloat16, 7 for
+    float16."""
+    _check_float_dtype(dtype)
     info = torch.finfo(dtype)
     return min(math.floor(math.log2(info.max)) - HEADROOM_BITS, -math.log2(info.tiny))
-
-
-def check_xpos_positions(
-    positions: torch.Tensor,
-    scale_base: float = DEFAULT_SCALE_BASE,
-    center: float = 0.0,
-    dtype: torch.dtype = torch.float32,
-) -> None:
-    """Raise ``ValueError`` if a position lies farther from ``center`` than
-    :func:`xpos_max_distance` allows for ``dtype`` (skipped under ``torch.compile``).
-
-    Shapes:
-        positions ``[seq]`` or ``[batch, seq]``
-    """
-    check_tensor("positions", positions, kinds=("int", "float"))
-    _check_window(scale_base, center)
-    _check_float_dtype(dtype)
-    if reads_values(positions):
-        read(
-            torch.stack(torch.aminmax(positions)),
-            partial(_check_distance, scale_base, center, dtype),
-        )
-
-
-def _check_distance(scale_base: float, center: float, dtype: torch.dtype, values: list) -> None:
-    low, high = (float(v) for v in values)
-    worst = high if abs(high - center) >= abs(low - center) else low
-    limit = xpos_max_distance(scale_base, dtype)
-    if abs(worst - center) > limit:
-        raise ValueError(
-            f"xPos position {worst:g} is {abs(worst - center):g} from center={center:g}, "
-            f"past the {limit:.0f} positions either side that {dtype} holds at "
-            f"scale_base={scale_base:g} (the factor ζ^((n - center)/scale_base) would "
-            f"overflow or underflow): keep positions within [{center - limit:.0f}, "
-            f"{center + limit:.0f}] or set center near the middle of the positions in use"
-        )
 
 
 def apply_xpos(
@@ -174,8 +146,9 @@ def apply_xpos(
     the factor is folded into cos and sin: the result is
     :func:`~posenc.functional.apply_rope` with ``(cos·f, sin·f)``, computed in float32
     (float64 for float64 input) and rounded once to ``x.dtype``. Dimensions past the rotary
-    ones pass through unchanged. When ``x.dtype`` holds a narrower range than the table
-    (float16), a factor it cannot hold raises ``ValueError`` (skipped under compile).
+    ones pass through unchanged. Pure math: it reads no value, so a factor that ``x.dtype``
+    cannot hold (float16 past :func:`xpos_factor_bound`) is not refused here but by
+    ``XPos.rotate``, the module's entry, which reads the factors once.
     ``kernel`` rotates: :func:`~posenc.functional.apply_rope` (the default) or an equal,
     faster one (:func:`~posenc.functional.rope_kernel.apply_rope_fast`).
 
@@ -195,18 +168,5 @@ def apply_xpos(
         )
     check_bool("key", key)
     check_callable("kernel", kernel)
-    allowed = _max_log2_factor(x.dtype)
-    if allowed < _max_log2_factor(scale.dtype) and reads_values(scale):
-        read(scale.log2().abs().amax().view(1), partial(_check_factor, allowed, x.dtype))
     factor = 1 / scale if key else scale
     return kernel(x, cos * factor, sin * factor, layout)
-
-
-def _check_factor(allowed: float, dtype: torch.dtype, values: list[float]) -> None:
-    worst = values[0]
-    if worst > allowed:
-        raise ValueError(
-            f"xPos factors reach 2^±{worst:.1f} but {dtype} inputs hold 2^±{allowed:.1f} "
-            f"(positions within xpos_max_distance(scale_base, {dtype}) of the centre): "
-            "use bfloat16 or float32, or a center nearer the positions in use"
-        )

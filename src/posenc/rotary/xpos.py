@@ -3,8 +3,11 @@
 RoPE plus a per-pair decay of the scores with distance: queries are multiplied by
 ζ_i^((n - c)/scale_base), keys by ζ_i^(-(m - c)/scale_base), around a fixed centre c (the
 config's ``center``, default 0), so that a KV cache keeps every key's factor. The math is in
-:mod:`posenc.functional.xpos`; the derivation of the centre and of the window of
-representable positions is in ``docs/design-notes.md``.
+:mod:`posenc.functional.xpos` (pure: it reads no value); the range checks that read values
+on the host are here, through :mod:`posenc.host_reads` (one read each, none with
+``posenc.validation(False)``): the window of positions (:func:`check_xpos_positions`) and
+the factors a float16 input holds (:meth:`XPos.rotate`). The derivation of the centre and
+of the window of representable positions is in ``docs/design-notes.md``.
 """
 
 from __future__ import annotations
@@ -14,17 +17,19 @@ from functools import partial
 
 import torch
 
+from ..arguments import check_tensor
 from ..base import RotaryEncoding
 from ..config import check_float
 from ..functional.rope_kernel import rotate_checked
 from ..functional.xpos import (
     DEFAULT_SCALE_BASE,
     apply_xpos,
-    check_xpos_positions,
+    xpos_factor_bound,
     xpos_max_distance,
     xpos_scale,
     xpos_zeta,
 )
+from ..host_reads import read, reads_values
 from ..registry import register
 from .rope import RoPE, RopeConfig
 
@@ -37,6 +42,63 @@ __all__ = [
     "xpos_scale",
     "xpos_zeta",
 ]
+
+
+def check_xpos_positions(
+    positions: torch.Tensor,
+    scale_base: float = DEFAULT_SCALE_BASE,
+    center: float = 0.0,
+    dtype: torch.dtype = torch.float32,
+) -> None:
+    """Raise ``ValueError`` if a position lies farther from ``center`` than
+    :func:`~posenc.functional.xpos.xpos_max_distance` allows for ``dtype``: one host read
+    (:mod:`posenc.host_reads`; skipped with validation off, under ``torch.compile`` and
+    on the meta device).
+
+    Shapes:
+        positions ``[seq]`` or ``[batch, seq]``
+    """
+    check_tensor("positions", positions, kinds=("int", "float"))
+    check_float("scale_base", scale_base)
+    check_float("center", center, positive=False)
+    xpos_max_distance(scale_base, dtype)  # checks dtype
+    if reads_values(positions):
+        read(
+            torch.stack(torch.aminmax(positions)),
+            partial(_check_distance, scale_base, center, dtype),
+        )
+
+
+def _check_distance(scale_base: float, center: float, dtype: torch.dtype, values: list) -> None:
+    low, high = (float(v) for v in values)
+    worst = high if abs(high - center) >= abs(low - center) else low
+    limit = xpos_max_distance(scale_base, dtype)
+    if abs(worst - center) > limit:
+        raise ValueError(
+            f"xPos position {worst:g} is {abs(worst - center):g} from center={center:g}, "
+            f"past the {limit:.0f} positions either side that {dtype} holds at "
+            f"scale_base={scale_base:g} (the factor ζ^((n - center)/scale_base) would "
+            f"overflow or underflow): keep positions within [{center - limit:.0f}, "
+            f"{center + limit:.0f}] or set center near the middle of the positions in use"
+        )
+
+
+def _check_factors(scale: torch.Tensor, dtype: torch.dtype) -> None:
+    """Raise ``ValueError`` (one host read) if an xPos factor of ``scale`` is past what
+    inputs of ``dtype`` hold, when ``dtype`` holds less than ``scale``'s (float16)."""
+    allowed = xpos_factor_bound(dtype)
+    if allowed < xpos_factor_bound(scale.dtype) and reads_values(scale):
+        read(scale.log2().abs().amax().view(1), partial(_check_factor, allowed, dtype))
+
+
+def _check_factor(allowed: float, dtype: torch.dtype, values: list[float]) -> None:
+    worst = values[0]
+    if worst > allowed:
+        raise ValueError(
+            f"xPos factors reach 2^±{worst:.1f} but {dtype} inputs hold 2^±{allowed:.1f} "
+            f"(positions within xpos_max_distance(scale_base, {dtype}) of the centre): "
+            "use bfloat16 or float32, or a center nearer the positions in use"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,7 +220,11 @@ class XPos(RoPE):
     def rotate(
         self, x: torch.Tensor, rotation: tuple[torch.Tensor, ...], key: bool = False
     ) -> torch.Tensor:
+        """:func:`~posenc.functional.xpos.apply_xpos` of ``x`` by ``rotation``, after one
+        host read when ``x``'s dtype holds less range than the tables (float16): a factor
+        it cannot hold raises ``ValueError`` (:mod:`posenc.host_reads`)."""
         cos, sin, scale = self._check_rotate(x, rotation, key)
+        _check_factors(scale, x.dtype)
         kernel = partial(rotate_checked, kernel=self.config.kernel)
         return apply_xpos(x, cos, sin, scale, self.config.layout, key=key, kernel=kernel)
 
