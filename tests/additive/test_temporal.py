@@ -9,15 +9,13 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.test_host_reads import reads
 
 import posenc
 import posenc.additive.temporal  # registers the encodings
+from posenc.additive.temporal import calendar_features
 from posenc.functional import sinusoidal
-from posenc.functional.temporal import (
-    CALENDAR_SIZES,
-    calendar_features,
-    timestamp_encoding,
-)
+from posenc.functional.temporal import CALENDAR_SIZES, calendar_fields, timestamp_encoding
 
 # timestamp ---------------------------------------------------------------------------------
 
@@ -254,3 +252,29 @@ def test_calendar_learned_tables_are_looked_up_and_trained():
         posenc.create("calendar", dim=5)
     with pytest.raises(ValueError, match="mode must be one of"):
         posenc.create("calendar", dim=8, mode="trained")
+
+
+def test_calendar_features_read_datetime64_and_reject_nat():
+    dates = [dt.datetime(1969, 12, 31, 23, 59, 59), dt.datetime(2000, 2, 29, 12, 14, 59)]
+    array = np.array([np.datetime64(d) for d in dates], dtype="datetime64[s]")
+    epoch = dt.datetime(1970, 1, 1)
+    seconds = torch.tensor([int((d - epoch).total_seconds()) for d in dates])
+    assert torch.equal(calendar_features(array), calendar_fields(seconds))
+    with pytest.raises(ValueError, match="NaT"):
+        calendar_features(np.array(["NaT"], dtype="datetime64[s]"))
+    with pytest.raises(ValueError, match="finite"):
+        calendar_features(torch.tensor([float("nan")]))
+    with pytest.raises(TypeError, match="numeric"):
+        calendar_features(torch.tensor([True]))
+
+
+def test_calendar_features_finite_check_follows_validation():
+    """The finiteness check reads the values through posenc.host_reads (one read): off with
+    validation, and skipped for the meta device (no values)."""
+    assert len(reads(lambda: calendar_features(torch.tensor([0.0, 1e9])))) == 1
+    assert reads(lambda: calendar_features(torch.tensor([0, 10**9]))) == []  # integers
+    with posenc.validation(False):
+        assert calendar_features(torch.tensor([0.0, float("nan")])).shape == (2, 5)
+    assert calendar_features(torch.zeros(3, device="meta")).is_meta
+    with pytest.raises(TypeError, match="times must be datetime64 or numeric, got str"):
+        calendar_features("2024-01-01")

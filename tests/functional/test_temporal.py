@@ -4,13 +4,11 @@ calendar fields, against loops and Python's datetime."""
 import datetime
 import math
 
-import numpy as np
 import pytest
 import torch
 
 from posenc.functional import (
     CALENDAR_FIELDS,
-    calendar_features,
     calendar_fields,
     calendar_sinusoidal,
     sinusoidal,
@@ -86,19 +84,6 @@ def test_calendar_fields_match_datetime():
     assert calendar_fields(seconds).shape[-1] == len(CALENDAR_FIELDS)
 
 
-def test_calendar_features_read_datetime64_and_reject_nat():
-    array = np.array([np.datetime64(d) for d in DATES], dtype="datetime64[s]")
-    epoch = datetime.datetime(1970, 1, 1)
-    seconds = torch.tensor([int((d - epoch).total_seconds()) for d in DATES])
-    assert torch.equal(calendar_features(array), calendar_fields(seconds))
-    with pytest.raises(ValueError, match="NaT"):
-        calendar_features(np.array(["NaT"], dtype="datetime64[s]"))
-    with pytest.raises(ValueError, match="finite"):
-        calendar_features(torch.tensor([float("nan")]))
-    with pytest.raises(TypeError, match="numeric"):
-        calendar_features(torch.tensor([True]))
-
-
 def test_calendar_sinusoidal_sums_the_fields_rows(tol):
     fields = torch.tensor([[3, 14, 2, 9, 1], [12, 31, 6, 23, 3]])
     expected = torch.stack([sinusoidal(row, 8).sum(0) for row in fields])
@@ -106,16 +91,15 @@ def test_calendar_sinusoidal_sums_the_fields_rows(tol):
     torch.testing.assert_close(calendar_sinusoidal(fields, 8), expected, **tol(n=5, scale=5))
 
 
-def test_calendar_features_finite_check_follows_validation():
-    """The finiteness check reads the values through posenc.host_reads: off with
-    validation, and skipped for the meta device (no values)."""
-    import posenc
+def test_the_math_reads_no_value():
+    """Pure math: no host read (the finite check of a user's seconds is
+    posenc.additive.temporal.calendar_features')."""
+    from tests.test_host_reads import reads
 
-    with posenc.validation(False):
-        assert calendar_features(torch.tensor([0.0, float("nan")])).shape == (2, 5)
-    assert calendar_features(torch.zeros(3, device="meta")).is_meta
-    with pytest.raises(TypeError, match="times must be datetime64 or numeric, got str"):
-        calendar_features("2024-01-01")
+    seconds = torch.tensor([0.0, float("nan"), 1e9])
+    assert reads(lambda: calendar_fields(seconds)) == []
+    assert reads(lambda: calendar_sinusoidal(calendar_fields(seconds[:1]), 8)) == []
+    assert reads(lambda: timestamp_encoding(seconds, 8, 1.0, 100.0)) == []
 
 
 def test_time2vec_parameters_must_match():

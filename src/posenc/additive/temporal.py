@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -30,9 +32,10 @@ from ..functional.temporal import (
     time2vec,
     timestamp_encoding,
 )
+from ..host_reads import read, reads_values
 from ..registry import register
 
-__all__ = ["Calendar", "Time2Vec", "Timestamp"]
+__all__ = ["Calendar", "Time2Vec", "Timestamp", "calendar_features"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -233,7 +236,7 @@ class Calendar(AdditiveEncoding):
     ``month``, ``day``, ``weekday``, ``hour``, ``minute`` ``[rows, dim]``. Seconds within a
     quarter hour share a vector. Pass integer or float64 seconds: float32 has a spacing of
     128 s near today's timestamps. Times before 1970 (negative) are rejected like any
-    negative position; :func:`~posenc.functional.temporal.calendar_features` turns numpy
+    negative position; :func:`calendar_features` turns numpy
     ``datetime64`` dates into the fields.
 
     Shapes:
@@ -263,3 +266,47 @@ class Calendar(AdditiveEncoding):
         for j, name in enumerate(CALENDAR_FIELDS[1:], start=1):
             out = out + F.embedding(fields[..., j], self.get_parameter(name)).to(dtype)
         return out
+
+
+def calendar_features(times: Any) -> torch.Tensor:
+    """The integer calendar fields of dates given as a numpy ``datetime64`` array (naive,
+    read as UTC) or as unix seconds (a tensor, array or number, integer or float).
+
+    Float seconds are checked finite with one host read (:mod:`posenc.host_reads`; none with
+    ``posenc.validation(False)``), so this conversion of a user's input lives with the
+    encoding rather than in :mod:`posenc.functional.temporal`, whose math reads no value.
+
+    Raises:
+        ValueError: a NaT date or a non-finite number of seconds.
+        TypeError: anything else (booleans, strings, objects).
+
+    Shapes:
+        times ``[...]`` -> returns ``[..., 5]`` int64, fields as in :data:`CALENDAR_FIELDS`
+    """
+    if isinstance(times, (np.ndarray, np.datetime64)) and np.asarray(times).dtype.kind == "M":
+        array = np.asarray(times)
+        if np.isnat(array).any():
+            raise ValueError("times contains NaT (not a time): every date must be valid")
+        seconds = torch.from_numpy(array.astype("datetime64[s]").astype(np.int64))
+        return calendar_fields(seconds)
+    if not isinstance(times, torch.Tensor):
+        if isinstance(times, np.ndarray) and times.dtype.kind not in "iuf":
+            raise TypeError(f"times must be datetime64 or numeric, got numpy {times.dtype}")
+        if times is None or isinstance(times, (str, bytes)):
+            raise TypeError(f"times must be datetime64 or numeric, got {type(times).__name__}")
+        try:
+            times = torch.as_tensor(times)
+        except (TypeError, ValueError, RuntimeError):
+            raise TypeError(
+                f"times must be datetime64 or numeric, got {type(times).__name__}"
+            ) from None
+    if times.dtype == torch.bool or times.is_complex():
+        raise TypeError(f"times must be datetime64 or numeric, got {times.dtype}")
+    if times.is_floating_point() and reads_values(times):
+        read(torch.isfinite(times).all().view(1), _check_finite)
+    return calendar_fields(times)
+
+
+def _check_finite(values: list) -> None:
+    if not values[0]:
+        raise ValueError("times must be finite unix seconds, got NaN or infinite values")

@@ -6,14 +6,16 @@
   the time with learned frequencies and phases.
 - calendar fields (Informer, Zhou et al. 2021, arXiv:2012.07436): month, day, weekday, hour
   and quarter-hour of a UTC timestamp, as integers for embedding tables.
+
+Pure math: shapes, dtypes and devices are checked, no tensor value is read on the host.
+Turning a user's dates (numpy ``datetime64``, numbers) into checked unix seconds is the
+calendar encoding's (:func:`posenc.additive.temporal.calendar_features`).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
 
-import numpy as np
 import torch
 
 from ..arguments import (
@@ -25,13 +27,11 @@ from ..arguments import (
     check_int,
     check_tensor,
 )
-from ..host_reads import read, reads_values
 from .sinusoidal import SINUSOIDAL_LAYOUTS, sin_cos_encoding, sinusoidal
 
 __all__ = [
     "CALENDAR_FIELDS",
     "CALENDAR_SIZES",
-    "calendar_features",
     "calendar_fields",
     "calendar_sinusoidal",
     "time2vec",
@@ -188,46 +188,6 @@ def calendar_fields(seconds: torch.Tensor) -> torch.Tensor:
     day = doy - torch.div(153 * mp + 2, 5, rounding_mode="floor") + 1
     month = torch.where(mp < 10, mp + 3, mp - 9)
     return torch.stack((month, day, weekday, hour, minute), dim=-1)
-
-
-def calendar_features(times: Any) -> torch.Tensor:
-    """The integer calendar fields of dates given as a numpy ``datetime64`` array (naive,
-    read as UTC) or as unix seconds (a tensor, array or number, integer or float).
-
-    Raises:
-        ValueError: a NaT date or a non-finite number of seconds.
-        TypeError: anything else (booleans, strings, objects).
-
-    Shapes:
-        times ``[...]`` -> returns ``[..., 5]`` int64, fields as in :data:`CALENDAR_FIELDS`
-    """
-    if isinstance(times, (np.ndarray, np.datetime64)) and np.asarray(times).dtype.kind == "M":
-        array = np.asarray(times)
-        if np.isnat(array).any():
-            raise ValueError("times contains NaT (not a time): every date must be valid")
-        seconds = torch.from_numpy(array.astype("datetime64[s]").astype(np.int64))
-        return calendar_fields(seconds)
-    if not isinstance(times, torch.Tensor):
-        if isinstance(times, np.ndarray) and times.dtype.kind not in "iuf":
-            raise TypeError(f"times must be datetime64 or numeric, got numpy {times.dtype}")
-        if times is None or isinstance(times, (str, bytes)):
-            raise TypeError(f"times must be datetime64 or numeric, got {type(times).__name__}")
-        try:
-            times = torch.as_tensor(times)
-        except (TypeError, ValueError, RuntimeError):
-            raise TypeError(
-                f"times must be datetime64 or numeric, got {type(times).__name__}"
-            ) from None
-    if times.dtype == torch.bool or times.is_complex():
-        raise TypeError(f"times must be datetime64 or numeric, got {times.dtype}")
-    if times.is_floating_point() and reads_values(times):
-        read(torch.isfinite(times).all().view(1), _check_finite)
-    return calendar_fields(times)
-
-
-def _check_finite(values: list) -> None:
-    if not values[0]:
-        raise ValueError("times must be finite unix seconds, got NaN or infinite values")
 
 
 def calendar_sinusoidal(
