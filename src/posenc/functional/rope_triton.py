@@ -32,6 +32,12 @@ flipped.
 The kernel needs Triton; on a machine without a GPU it runs under Triton's interpreter
 (``TRITON_INTERPRET=1``, set before Triton is imported), which is how the tests check it.
 float64 inputs are refused (the torch path computes them in float64).
+
+These entries check every shape, dtype and device and read no value on the host (pure:
+no sync, nothing that depends on ``posenc.validation``); the kernel writes nothing outside
+its tensors whatever the values. The same entries with the value checks a user's
+offsets and slots need (one host read each, through :mod:`posenc.host_reads`) are in
+:mod:`posenc.rotary.triton_checks`.
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ from .rope_triton_launch import TritonRope, launch, triton_available
 
 __all__ = [
     "TritonRope",
+    "check_cache_write",
     "rope_cache_write",
     "rope_triton",
     "rope_triton_tables",
@@ -66,8 +73,9 @@ __all__ = [
 def varlen_positions(cu_seqlens: torch.Tensor, total: int) -> torch.Tensor:
     """Each token's position in its own sequence, for sequences packed one after another
     (flash-attention's varlen layout): ``t - cu_seqlens[i]`` for token ``t`` of sequence
-    ``i``. Its values (starting at 0, never decreasing, ending at ``total``) are checked
-    by one host read (:mod:`posenc.host_reads`; none with ``posenc.validation(False)``).
+    ``i``. Its values are not read: offsets that do not run ``0 = c_0 <= ... <= c_n =
+    total`` give positions of no meaning, never an index outside ``cu_seqlens``
+    (:func:`posenc.rotary.triton_checks.varlen_positions` reads and refuses them).
 
     Shapes:
         cu_seqlens ``[n + 1]`` integers, ``0 = c_0 <= ... <= c_n = total`` -> ``[total]``
@@ -78,7 +86,7 @@ def varlen_positions(cu_seqlens: torch.Tensor, total: int) -> torch.Tensor:
         [0, 1, 2, 0, 1]
     """
     check_int("total", total, minimum=0)
-    cu = check_cu_seqlens(cu_seqlens, total).long()
+    cu = check_cu_seqlens(cu_seqlens).long()
     tokens = torch.arange(total, device=cu.device)
     which = torch.searchsorted(cu[1:], tokens, right=True)  # [total]
     return tokens - cu.gather(0, which.clamp(max=cu.numel() - 2))
@@ -116,7 +124,7 @@ def rope_triton(
             outside are copied through.
         inverse: rotate by the opposite angles (undo a rotation; a bool).
         cu_seqlens: ``[n + 1]`` integers: packed sequences, positions restarting at each
-            (checked as :func:`varlen_positions` checks them).
+            (its shape checked, its values not read: :func:`varlen_positions`).
 
     Returns:
         ``(q, k)`` rotated, in their dtypes and shapes.
@@ -220,10 +228,12 @@ def rope_cache_write(
     decoding; no gradient). Returns the rotated q; the caches are written in place, in
     their dtype (a key rounded to its own dtype first, as the unfused path does).
 
-    More new tokens than the caches have rows is refused (a shape fact). With value
-    checks on (:mod:`posenc.host_reads`), a slot outside ``[0, max_seq_len)`` is refused
-    before anything is written; with them off, the kernel writes no such slot (it never
-    writes outside the caches) and the other tokens land as asked.
+    More new tokens than the caches have rows is refused (a shape fact). The slots' values
+    are not read: the kernel writes no slot outside ``[0, max_seq_len)`` (never outside
+    the caches) and the other tokens land as asked. A caller that makes its own slots
+    (:class:`~posenc.StaticKVCache`) knows them in range;
+    :func:`posenc.rotary.triton_checks.rope_cache_write` refuses a user's by one read,
+    before anything is written.
 
     Shapes:
         q ``[batch, heads, seq, head_dim]``; k, v ``[batch, kv_heads, seq, head_dim]``;
@@ -232,17 +242,37 @@ def rope_cache_write(
         (the same rows for the batch, as :class:`~posenc.StaticKVCache` writes them) ->
         ``[batch, heads, seq, head_dim]``.
     """
+    cos, sin = check_cache_write(q, k, v, cos, sin, k_cache, v_cache, slots, layout)
+    with torch.no_grad():
+        q_out, _ = launch(
+            q, k, (cos, sin), layout, 1.0, cache=(v, k_cache, v_cache, slots.to(q.device))
+        )
+    return q_out
+
+
+def check_cache_write(
+    q: object,
+    k: object,
+    v: object,
+    cos: object,
+    sin: object,
+    k_cache: object,
+    v_cache: object,
+    slots: object,
+    layout: object,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The checks of :func:`rope_cache_write`'s arguments (shapes, dtypes, devices; no
+    value read): raise a ``TypeError`` or ``ValueError`` naming the first bad one, or
+    return ``cos`` and ``sin`` as the kernel reads them (``[batch or 1, seq, n]``)."""
     check_layout(layout)
     check_heads(q, k)
     check_heads(v, k, names=("v", "k"))
+    assert isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor)  # checked above
+    assert isinstance(v, torch.Tensor)
     check_runs_here(q, "q", "rope_cache_write")
     k_cache = check_cache("k_cache", k_cache, k, q)
     v_cache = check_cache("v_cache", v_cache, v, q)
     cos, sin = check_tables(cos, sin, q)
     check_offset(0, 2 * cos.shape[-1], q.shape[-1], "cos and sin")
     check_slots(slots, q.shape[2], k_cache, v_cache)
-    with torch.no_grad():
-        q_out, _ = launch(
-            q, k, (cos, sin), layout, 1.0, cache=(v, k_cache, v_cache, slots.to(q.device))
-        )
-    return q_out
+    return cos, sin

@@ -3,21 +3,20 @@ before the kernel runs: a bad argument is a ``TypeError`` (a list, a string, a b
 dtype the kernel does not take) or a ``ValueError`` (a shape, a device, a value) that
 names the parameter, never Triton's or torch's own error, never a silent cast.
 
-Shapes, dtypes and devices are checked on every call (no host read). The values that
-only a host read sees (the offsets of packed sequences, the slots of a cache) are read
-through :mod:`posenc.host_reads`, so ``posenc.validation(False)`` turns them off; the
-kernel stays inside its tensors either way (a slot outside the cache is never written).
+Shapes, dtypes and devices are checked on every call; no value is read on the host here
+(this is :mod:`posenc.functional`: pure, no sync). The values that only a host read sees
+(the offsets of packed sequences, the slots of a cache) are checked by the entries that
+take them from a user, :mod:`posenc.rotary.triton_checks`; the kernel stays inside its
+tensors either way (a slot outside the cache is never written).
 """
 
 from __future__ import annotations
 
 import os
-from functools import partial
 
 import torch
 
 from ..arguments import check_int, check_tensor, check_values
-from ..host_reads import read, read_now, reads_values
 from .rope_triton_launch import DTYPES, triton_available
 
 __all__ = [
@@ -169,28 +168,17 @@ def check_tables(cos: object, sin: object, x: torch.Tensor) -> tuple[torch.Tenso
     return cos, sin
 
 
-def check_cu_seqlens(cu_seqlens: object, total: int) -> torch.Tensor:
-    """``cu_seqlens`` if it is ``[n + 1]`` integers; with value checks on, its values are
-    read too: ``0 = c_0 <= ... <= c_n = total``."""
+def check_cu_seqlens(cu_seqlens: object) -> torch.Tensor:
+    """``cu_seqlens`` if it is ``[n + 1]`` integers (``n >= 1``), or raise. Its values
+    (``0 = c_0 <= ... <= c_n = total``) are not read here:
+    :func:`posenc.rotary.triton_checks.check_cu_seqlens_values` reads them."""
     cu = check_kernel_tensor("cu_seqlens", cu_seqlens, "int", (1,))
     if cu.numel() < 2:
         raise ValueError(
             "cu_seqlens must be [n + 1] integers (0, then the ends of the n sequences), got "
             f"shape {tuple(cu.shape)}"
         )
-    if reads_values(cu):  # first, last, the smallest step: one read
-        ends = cu[[0, -1]].long()
-        read(torch.cat([ends, cu.long().diff().min()[None]]), partial(_check_ends, total))
     return cu
-
-
-def _check_ends(total: int, values: list[int]) -> None:
-    first, last, step = values
-    if first != 0 or step < 0 or last != total:
-        raise ValueError(
-            f"cu_seqlens must run 0 = c_0 <= c_1 <= ... <= c_n = total = {total}, got "
-            f"c_0 = {first}, c_n = {last}" + (", decreasing" if step < 0 else "")
-        )
 
 
 def check_cache(name: str, cache: object, new: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -214,9 +202,10 @@ def check_cache(name: str, cache: object, new: torch.Tensor, q: torch.Tensor) ->
 
 
 def check_slots(slots: object, seq: int, k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
-    """Raise unless ``slots`` are ``[seq]`` integers, ``seq`` new rows fit the caches
-    (a shape fact), and, with value checks on, every slot is a row of them (read at
-    once, before anything is written: a refused call leaves the caches as they were)."""
+    """Raise unless ``slots`` are ``[seq]`` integers and ``seq`` new rows fit the caches
+    (shape facts). Whether every slot is a row of them is a value, not read here (the
+    kernel writes no other row): :func:`posenc.rotary.triton_checks.check_slot_values`
+    reads it."""
     t = check_kernel_tensor("slots", slots, "int", (1,))
     if t.shape[0] != seq:
         raise ValueError(f"slots must be [seq = {seq}] integers, got shape {tuple(t.shape)}")
@@ -230,15 +219,4 @@ def check_slots(slots: object, seq: int, k_cache: torch.Tensor, v_cache: torch.T
     if k_cache.numel() and k_cache.data_ptr() == v_cache.data_ptr():
         raise ValueError(
             "k_cache and v_cache must be two tensors: the values would overwrite the keys"
-        )
-    if seq and reads_values(t):
-        read_now(torch.stack(torch.aminmax(t.long())), partial(_check_rows, rows))
-
-
-def _check_rows(rows: int, values: list[int]) -> None:
-    low, high = values
-    if low < 0 or high >= rows:
-        raise ValueError(
-            f"slots must be rows of k_cache and v_cache, in [0, {rows - 1}], got values in "
-            f"[{low}, {high}]"
         )
