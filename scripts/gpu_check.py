@@ -14,8 +14,11 @@ nothing else, and the results rewritten after each:
    its failures (the whole output in OUTDIR/pytest.txt), killed past ``--tests-timeout``
    seconds;
 3. the timed sections of ``scripts/gpu_timing.py``: the copy floor, RoPE, bias encodings
-   through flex against SDPA, host reads and syncs per forward, a decode step. A section
-   that would start past ``--budget`` seconds of the run is skipped and says so.
+   through flex against SDPA, host reads and syncs per forward, a decode step (eager,
+   compiled, CUDA graphs, transformers' Llama); then ``scripts/gpu_host.py``'s: the host
+   time and the GPU time of each call of ``posenc bench --cases host``, eager and
+   compiled. A section that would start past ``--budget`` seconds of the run is skipped and
+   says so; ``--sections decode,host --no-tests`` runs issue 53's rows alone.
 
 The dry run (``--dry-run``) runs every step on the CPU with tiny shapes, compiled rows with
 dynamo's ``eager`` backend and the bias rows on posenc's ``math`` backend (compiling on two
@@ -56,6 +59,7 @@ TITLES = {
     "bias": "Bias encodings through flex attention, against causal SDPA (bf16, forward)",
     "syncs": "Host reads and CUDA syncs per call (2-layer TransformerLM)",
     "decode": "Decode step (greedy, KV cache, batch 1)",
+    "host": "Host µs and GPU µs of a call (posenc bench --cases host's calls)",
 }
 PEERS = ("triton", "transformers", "liger-kernel", "pytest", "pytest-xdist", "numpy")
 
@@ -147,6 +151,7 @@ TESTS = (
     "tests/functional/test_rope_triton.py",
     "tests/functional/test_rope_triton_bad_input.py",
     "tests/rotary/test_triton_kernel.py",
+    "tests/rotary/test_triton_checks.py",
 )
 SUMMARY = re.compile(r"\b\d+ (passed|failed|skipped|errors?|xfailed|xpassed|deselected)\b")
 SHORT = ("FAILED", "ERROR", "XPASS", "XFAIL")
@@ -193,14 +198,14 @@ def run_tests(out: Path, workers: int, timeout_s: float, only: str | None = None
     }
 
 
-def run_section(name: str, timing: Any, ctx: Any) -> dict[str, Any]:
-    """One timed section of the module ``timing`` (gpu_timing), its failure caught:
-    ``status`` ok, error or skipped."""
+def run_section(name: str, sections: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    """One timed section (a function of ``sections``: gpu_timing's and gpu_host's), its
+    failure caught: ``status`` ok, error or skipped."""
     if ctx.past():
         return {"status": "skipped", "why": "past the run's time budget", "rows": [], "seconds": 0}
     start = time.monotonic()
     try:
-        result = {"status": "ok", **timing.SECTIONS[name](ctx)}
+        result = {"status": "ok", **sections[name](ctx)}
     except Exception as e:
         lines = traceback.format_exc().strip().splitlines()
         result = {"status": "error", "error": f"{type(e).__name__}: {e}", "trace": lines[-12:]}
@@ -332,7 +337,10 @@ def main(argv: list[str] | None = None) -> int:
             ok = False
         write(out, results, start)
     try:  # posenc, and the sections with it (a posenc that does not import: every one errs)
+        import gpu_host
         import gpu_timing as timing
+
+        sections = {**timing.SECTIONS, **gpu_host.SECTIONS}
     except Exception as e:
         error = {"status": "error", "error": f"{type(e).__name__}: {e}", "rows": []}
         results["sections"] = {name: {**error, "seconds": 0.0} for name in TITLES}
@@ -346,10 +354,10 @@ def main(argv: list[str] | None = None) -> int:
         compile_backend="eager" if args.dry_run else "inductor",
         bias_backend="math" if args.dry_run else "flex",
     )
-    chosen = list(timing.SECTIONS) if args.sections is None else args.sections.split(",")
+    chosen = list(sections) if args.sections is None else args.sections.split(",")
     for name in chosen:
         print(f"\n{name} ...", flush=True)
-        section = results["sections"][name] = run_section(name, timing, ctx)
+        section = results["sections"][name] = run_section(name, sections, ctx)
         ok = ok and section["status"] == "ok"
         print(f"{section['status']} in {section['seconds']:.1f} s", flush=True)
         write(out, results, start)

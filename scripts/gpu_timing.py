@@ -1,5 +1,7 @@
 """The timed sections of ``scripts/gpu_check.py``: the copy floor, RoPE, bias encodings
-through flex attention, host reads and syncs per forward, a decode step eager and compiled.
+through flex attention, host reads and syncs per forward, a decode step eager, compiled
+and with CUDA graphs, against transformers' Llama (the host section, whether the GPU
+waits on a call's host work, is ``scripts/gpu_host.py``).
 
 Each section is a function of a :class:`Context` returning ``{"rows": [...], "notes":
 [...]}``; a row is a flat dict (one line of the section's Markdown table). Timed rows
@@ -13,6 +15,7 @@ compile) is timed apart as ``first_s``.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import statistics
 import time
 import warnings
@@ -532,8 +535,10 @@ def _steps(
 
 def decode(ctx: Context) -> dict[str, Any]:
     """Greedy decoding of one sequence with a KV cache (a RoPE TransformerLM): tokens/s of a
-    one-token step, eager and under ``torch.compile`` (steps that compiled left out of the
-    steady rate; the compiles counted with dynamo's counters)."""
+    one-token step, eager, over a static cache, with the Triton kernel, transformers'
+    Llama of the same widths eager, under ``torch.compile`` (steps that compiled left out of
+    the steady rate; the compiles counted with dynamo's counters) and with CUDA graphs
+    (``mode="reduce-overhead"``)."""
     sizes = ctx.sizes
     model = TransformerLM(**sizes.decode, encoding="rope").to(ctx.device).eval()
     prompt = torch.randint(0, sizes.decode["vocab_size"], (1, sizes.prompt), device=ctx.device)
@@ -543,12 +548,12 @@ def decode(ctx: Context) -> dict[str, Any]:
     eager = _steps(ctx, model, model, prompt, sizes.steps, until=ctx.deadline)
     if not eager["times"]:
         return {"rows": rows, "notes": ["past the time budget: no decode step ran"]}
-    step_s = statistics.median(eager["times"][1:] or eager["times"])  # the first: warm-up
+    step_s = _steady(eager["times"])  # the first: warm-up
     rows.append({"mode": "eager", **config, "steps": len(eager["times"]), "ms": step_s * 1e3})
     rows[-1]["tokens/s"] = 1 / step_s
     fixed = _steps(ctx, model, model, prompt, sizes.steps, until=ctx.deadline, static=True)
     if fixed["times"]:
-        fixed_s = statistics.median(fixed["times"][1:] or fixed["times"])
+        fixed_s = _steady(fixed["times"])
         rows.append({"mode": "eager, static cache", **config, "steps": len(fixed["times"])})
         rows[-1].update({"ms": fixed_s * 1e3, "tokens/s": 1 / fixed_s})
         rows[-1]["tokens = eager"] = fixed["tokens"] == eager["tokens"][: len(fixed["tokens"])]
@@ -558,13 +563,14 @@ def decode(ctx: Context) -> dict[str, Any]:
         fast.load_state_dict(model.state_dict())
         fused = _steps(ctx, fast, fast, prompt, sizes.steps, until=ctx.deadline, static=True)
         if fused["times"]:
-            fused_s = statistics.median(fused["times"][1:] or fused["times"])
+            fused_s = _steady(fused["times"])
             rows.append({"mode": "eager, static cache, kernel='triton'", **config})
             rows[-1].update({"steps": len(fused["times"]), "ms": fused_s * 1e3})
             rows[-1]["tokens/s"] = 1 / fused_s
             rows[-1]["tokens = eager"] = fused["tokens"] == eager["tokens"][: len(fused["tokens"])]
     except Exception as e:  # no Triton, or its failure: a row that says so
         rows.append({"mode": "eager, static cache, kernel='triton'", "error": f"{e}"[:300]})
+    rows.append(_hf_decode(ctx, prompt, config))
     mode = f"torch.compile ({ctx.compile_backend}, fullgraph), static cache"
     row: dict[str, Any] = {"mode": mode, **config}
     before, reasons = _dynamo_counters(), len(_guard_failures())
@@ -583,8 +589,10 @@ def decode(ctx: Context) -> dict[str, Any]:
         row["tokens = eager"] = run["tokens"] == eager["tokens"][:n]
         if len(run["times"]) < sizes.compiled_steps:
             notes.append(f"compiled decode stopped after {n} steps: its time budget")
-        config = torch._dynamo.config
-        limit = getattr(config, "recompile_limit", getattr(config, "cache_size_limit", 8))
+        dynamo_config = torch._dynamo.config
+        limit = getattr(
+            dynamo_config, "recompile_limit", getattr(dynamo_config, "cache_size_limit", 8)
+        )
         if row["compiling steps"] >= limit:
             notes.append(f"{limit} compiles: dynamo's recompile limit; later steps ran eagerly")
     except Exception as e:  # a compile failure is a result, never the end of the run
@@ -596,7 +604,110 @@ def decode(ctx: Context) -> dict[str, Any]:
     rows.append(row)
     recompiles = list(dict.fromkeys(r.split(": ", 1)[-1] for r in _guard_failures()[reasons:]))
     notes += [f"recompiled on `{' '.join(r.split())[:300]}`" for r in recompiles[:6]]
+    graphs = _graphed_decode(ctx, model, prompt, config, eager["tokens"])
+    rows.append(graphs)
+    if not ctx.cuda:
+        notes.append(
+            f"dry run: the CUDA graphs row compiles with {ctx.compile_backend!r}, no graph"
+        )
     return {"rows": rows, "notes": notes, "dynamo": dynamo, "recompiles": recompiles}
+
+
+def _steady(times: list[float]) -> float:
+    """Seconds of a steady step: the median of the steps after the first (a warm-up)."""
+    return statistics.median(times[1:] or times)
+
+
+def _hf_decode(ctx: Context, prompt: torch.Tensor, config: dict[str, Any]) -> dict[str, Any]:
+    """Greedy decoding of ``prompt`` by transformers' ``LlamaForCausalLM`` of the decode
+    model's widths (:func:`posenc.bench.peers.hf_llama`, built on the device), eager, with
+    its ``DynamicCache``: the peer's tokens/s (its weights are its own: no token check)."""
+    from posenc.bench.peers import hf_llama
+
+    row: dict[str, Any] = {"mode": "transformers LlamaForCausalLM eager, DynamicCache", **config}
+    sizes = {"mlp_ratio": _MLP_RATIO, **ctx.sizes.decode}
+    try:
+        with torch.device(ctx.device):
+            llama, new_cache, kwarg = hf_llama(**sizes)
+        cache = {kwarg: new_cache(), "use_cache": True}
+        times = []
+        with torch.no_grad():
+            token = llama(input_ids=prompt, **cache).logits[:, -1:].argmax(-1)
+            for _ in range(ctx.sizes.steps):
+                if ctx.past():
+                    break
+                ctx.sync()
+                start = time.perf_counter()
+                token = llama(input_ids=token, **cache).logits[:, -1:].argmax(-1)
+                ctx.sync()
+                times.append(time.perf_counter() - start)
+        row["steps"] = len(times)
+        if times:
+            row["ms"] = _steady(times) * 1e3
+            row["tokens/s"] = 1e3 / row["ms"]
+    except ImportError as e:
+        row["skipped"] = f"not installed ({e.name or e})"
+    except Exception as e:  # the peer's failure is a row, never the end of the section
+        row["error"] = f"{type(e).__name__}: {e}"[:300]
+    return row
+
+
+#: TransformerLM's default MLP width, as a multiple of dim (the decode sizes give none)
+_MLP_RATIO = inspect.signature(TransformerLM).parameters["mlp_ratio"].default
+
+
+def _graphed_decode(
+    ctx: Context, model, prompt: torch.Tensor, config: dict[str, Any], eager: list[int]
+) -> dict[str, Any]:
+    """The one-token step with CUDA graphs: ``torch.compile(mode="reduce-overhead")`` of a
+    :class:`~posenc.models.DecodeStep` (the model and its static cache as one module whose
+    buffers are the cache's tensors, so the graphs may write them in place), after an
+    eager prompt; tokens/s of the steps after the first two (compiling, recording), whether
+    its tokens equal eager's, and inductor's count of CUDA graphs it skipped (with why,
+    where torch logged it)."""
+    from posenc.models import DecodeStep
+
+    mode = "torch.compile (reduce-overhead: CUDA graphs), DecodeStep, static cache"
+    if not ctx.cuda:
+        mode = f"torch.compile ({ctx.compile_backend}), DecodeStep, static cache"
+    row: dict[str, Any] = {"mode": mode, **config}
+    n = ctx.sizes.compiled_steps + 2  # the first two compile and record
+    skips_before = _dynamo_counters().get("inductor", {}).get("cudagraph_skips", 0)
+    start = time.monotonic()
+    until = start + (60 if ctx.cuda else 30)
+    try:
+        cache = model.new_cache(1, prompt.shape[1] + n + 1, static=True)
+        with torch.no_grad():
+            token = model(prompt, cache=cache)[:, -1:].argmax(-1)
+            step = DecodeStep(model, cache)
+            if ctx.cuda:
+                graphed = torch.compile(step, mode="reduce-overhead", fullgraph=True)
+            else:
+                graphed = torch.compile(step, backend=ctx.compile_backend, fullgraph=True)
+            tokens, times = [], []
+            for _ in range(n):
+                if ctx.past(until):
+                    break
+                torch.compiler.cudagraph_mark_step_begin()
+                ctx.sync()
+                begin = time.perf_counter()
+                token = graphed(token)[:, -1:].argmax(-1)
+                ctx.sync()
+                times.append(time.perf_counter() - begin)
+                tokens.append(int(token))
+        row["steps"] = len(times)
+        if len(times) > 2:
+            row["ms"] = statistics.median(times[2:]) * 1e3
+            row["tokens/s"] = 1e3 / row["ms"]
+        row["first_s"] = sum(times[:2])
+        row["tokens = eager"] = tokens == eager[: len(tokens)]
+    except Exception as e:  # a capture failure is a result, never the end of the run
+        row["error"] = f"{type(e).__name__}: {e}"[:500]
+    row["compile_s"] = time.monotonic() - start
+    if ctx.cuda:
+        skips = _dynamo_counters().get("inductor", {}).get("cudagraph_skips", 0)
+        row["cudagraph skips"] = skips - skips_before
+    return row
 
 
 SECTIONS: dict[str, Callable[[Context], dict[str, Any]]] = {

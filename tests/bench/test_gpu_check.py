@@ -19,6 +19,7 @@ SECTIONS = {
     "bias": ("ms", "x SDPA"),
     "syncs": ("forward reads", "train reads", "decode step reads"),
     "decode": ("steps",),
+    "host": ("host µs", "call µs", "first_s"),
 }
 
 
@@ -76,7 +77,7 @@ def test_every_section_has_numbers(dry_run, name):
 
 def test_decode_times_eager_and_counts_the_compiles(dry_run):
     section = json.loads((dry_run[1] / "results.json").read_text())["sections"]["decode"]
-    eager, static, fused, compiled = section["rows"]
+    eager, static, fused, hf, compiled, graphs = section["rows"]
     assert eager["mode"] == "eager" and eager["tokens/s"] > 0 and eager["ms"] > 0
     assert static["mode"] == "eager, static cache" and static["tokens = eager"]
     # RoPE + cache write in one Triton launch, under the interpreter here
@@ -84,6 +85,54 @@ def test_decode_times_eager_and_counts_the_compiles(dry_run):
     # dynamo's eager backend on the CPU; the step over a static cache compiles once
     assert compiled["mode"] == "torch.compile (eager, fullgraph), static cache"
     assert compiled["graphs"] == 1 and compiled["compile_s"] > 0 and compiled["tokens = eager"]
+    # transformers' Llama of the same widths, eager: the peer's rate
+    assert hf["mode"] == "transformers LlamaForCausalLM eager, DynamicCache"
+    assert hf["steps"] == eager["steps"] and hf["tokens/s"] > 0
+    # the CUDA graphs row (reduce-overhead on CUDA; dynamo's eager backend here): the steps
+    # after the two that compile and record, the eager tokens
+    assert graphs["mode"] == "torch.compile (eager), DecodeStep, static cache"
+    assert graphs["steps"] >= 3 and graphs["tokens/s"] > 0 and graphs["tokens = eager"]
+
+
+def test_host_times_the_calls_of_the_bench_case_eager_and_compiled(dry_run):
+    """Every call of posenc bench --cases host, with its peer, eager; the first compiled
+    ones; the ratio to the peer on posenc's rows; no GPU column on the CPU."""
+    section = json.loads((dry_run[1] / "results.json").read_text())["sections"]["host"]
+    rows = section["rows"]
+    eager = {(r["call"], r["encoding"], r["impl"]) for r in rows if r["mode"] == "eager"}
+    assert {
+        ("enc(q, k)", "rope", "posenc"),
+        ("enc(q, k)", "rope", "transformers rotary + apply"),
+        ("attention", "none", "SDPA, causal"),
+        ("attention", "none", "posenc"),
+        ("attention", "alibi", "posenc"),
+        ("attention", "t5", "posenc"),
+        ("forward, 1 token", "rope", "posenc"),
+        ("forward, 1 token", "alibi", "posenc"),
+        ("forward, 1 token", "rope", "transformers Llama"),
+        ("decode step", "rope", "posenc"),
+        ("decode step", "alibi", "posenc"),
+        ("decode step, static cache", "rope", "posenc"),
+        ("decode step", "rope", "transformers Llama"),
+    } <= eager
+    compiled = [(r["call"], r["impl"]) for r in rows if r["mode"] == "compiled"]
+    assert compiled[:2] == [("enc(q, k)", "posenc"), ("enc(q, k)", "transformers rotary + apply")]
+    for row in rows:
+        assert "GPU µs" not in row and "kernel µs" not in row, row  # CUDA only
+        assert row["call µs"] >= row["host µs"] > 0, row
+        has_peer = row["impl"] == "posenc" and (row["call"], row["mode"]) != (
+            "decode step, static cache",
+            "compiled",
+        )
+        if has_peer:
+            peer = next(
+                p
+                for p in rows
+                if p["impl"] != "posenc"
+                and p["mode"] == row["mode"]
+                and p["call"] == row["call"].removesuffix(", static cache")
+            )
+            assert row["x peer"] == pytest.approx(row["host µs"] / peer["host µs"]), row
 
 
 def test_rope_rows_agree_with_posenc(dry_run):
