@@ -73,7 +73,7 @@ HOST_GPU = HostSizes(
     model={k: BENCH[k] for k in ("vocab_size", "dim", "n_layers", "n_heads", "mlp_ratio")},
     prefix=BENCH["prefix"],
     calls=30,
-    compile_s=40.0,
+    compile_s=35.0,
     budget_s=60.0,
 )
 HOST_DRY = HostSizes(
