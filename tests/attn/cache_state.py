@@ -8,8 +8,9 @@ from typing import Any
 import torch
 
 #: what ``update_positions`` checked and ``advance`` has not stored yet: the next call
-#: replaces it, and a refused call never reaches ``advance``
-NOT_STATE = ("_pending", "_pending_rings")
+#: replaces it, and a refused call never reaches ``advance`` (``_ahead``: the positions it
+#: checked, past the cached ones, in a scratch copy of them)
+NOT_STATE = ("_pending", "_pending_rings", "_ahead")
 
 
 def state(cache: Any) -> dict[str, Any]:

@@ -62,6 +62,23 @@ def test_positions_are_stored_per_sequence():
         cache.update_positions(torch.arange(3))
 
 
+def test_positions_so_far_are_one_buffer_written_past_the_cached_ones():
+    """Each step writes its new positions only (O(n) a step, not a copy of every cached
+    one): what update_positions returns is a view of one buffer, and a refused or
+    unadvanced step leaves the cache's positions as they were."""
+    cache = KVCache(n_layers=1, batch=1, kv_heads=1, head_dim=2, max_seq_len=6)
+    first = cache.update_positions(torch.tensor([4, 5]))
+    cache.advance(2)
+    unadvanced = cache.update_positions(torch.tensor([9]))  # never advanced
+    assert unadvanced.tolist() == [[4, 5, 9]] and cache.positions.tolist()[0][2] == 0
+    second = cache.update_positions(torch.tensor([6]))  # replaces it
+    assert second.tolist() == [[4, 5, 6]] and second.data_ptr() == first.data_ptr()
+    cache.advance(1)
+    assert cache.positions.tolist() == [[4, 5, 6, 0, 0, 0]]
+    cache.shift_positions(10)  # moves the cached positions: the next call copies them
+    assert cache.update_positions(torch.tensor([17])).tolist() == [[14, 15, 16, 17]]
+
+
 def test_dtype_device_and_batch_check():
     cache = KVCache(1, 2, 1, 4, 8, device="cpu", dtype=torch.bfloat16)
     assert cache.keys[0].dtype == cache.values[0].dtype == torch.bfloat16

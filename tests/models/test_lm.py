@@ -230,3 +230,30 @@ def test_xpos_positions_past_its_range_are_refused_in_a_model():
     assert cache.length == 0 and not cache.explicit_positions
     edge = torch.arange(8) + int(enc.max_distance()) - 7  # the last 8 it holds
     assert torch.isfinite(model(ids, positions=edge)).all()
+
+
+@pytest.mark.parametrize("encoding", ["rope", "alibi", {"name": "learned", "max_positions": 6}])
+def test_default_positions_read_only_the_token_ids(encoding, monkeypatch):
+    """A forward and a cached decode step with default positions read one value check on
+    the host, the token ids': the positions the model counts itself are checked from the
+    shapes (a learned table's limit too), not read again."""
+    import posenc.host_reads as host_reads
+
+    batches: list[int] = []
+    read_all = host_reads._read_all
+
+    def counted(items):
+        batches.append(len(items))
+        read_all(items)
+
+    monkeypatch.setattr(host_reads, "_read_all", counted)
+    model = TransformerLM(32, 16, 2, 2, encoding).eval()
+    cache = model.new_cache(1, 8)
+    model(torch.zeros(1, 3, dtype=torch.long), cache=cache)
+    model(torch.zeros(1, 1, dtype=torch.long), cache=cache)
+    model(torch.zeros(1, 4, dtype=torch.long))
+    assert batches == [1, 1, 1]
+    if isinstance(encoding, dict):  # positions 4 .. 6 past the table's 6 rows
+        with pytest.raises(posenc.PositionOutOfRangeError, match="6"):
+            model(torch.zeros(1, 3, dtype=torch.long), cache=cache)
+        assert cache.length == 4

@@ -120,6 +120,11 @@ class KVCache:
         #: what :meth:`update_positions` checked, stored by :meth:`advance`: the positions
         #: to store, how many tokens they are, and the flags they set
         self._pending: tuple[torch.Tensor, int, bool, bool] | None = None
+        #: scratch, not state: the cached positions (``[:, :length]``, as
+        #: :attr:`positions`) and past them the new ones :meth:`update_positions` checked
+        #: last, so that it returns every position as a view, ``O(n)`` a step rather than a
+        #: copy of them all; made at its first call, dropped when the cached positions move
+        self._ahead: torch.Tensor | None = None
 
     @property
     def rolling(self) -> bool:
@@ -270,8 +275,8 @@ class KVCache:
         end = self._end(n)
         keep = self.keep[layer]
         if keep is None:
-            buffer[:, :, self.length : end] = new
-            return buffer[:, :, :end]
+            buffer.narrow(2, self.length, n).copy_(new)
+            return buffer.narrow(2, 0, end)
         kept = min(self.length, keep)  # the buffer's last `kept` slots hold them
         seen = torch.cat((buffer[:, :, keep - kept :], new), dim=2)
         m = min(keep, seen.shape[2])
@@ -306,9 +311,13 @@ class KVCache:
         check_bool("given", given)
         batch, device = self.positions.shape[0], self.positions.device
         new = check_new_positions(positions, batch, device)
-        end = self._end(new.shape[-1])
+        n = new.shape[-1]
+        end = self._end(n)
         real, segments = check_key_masks(real, segments, batch, end, device)
-        seen = torch.cat((self.positions[:, : self.length], new), dim=1)  # [batch, end]
+        if self._ahead is None:
+            self._ahead = self.positions.clone()
+        self._ahead.narrow(1, self.length, n).copy_(new)  # past length: not state
+        seen = self._ahead.narrow(1, 0, end)  # [batch, end]
         if self.rolling:
             start = max(self.length - 1, 0)  # the last cached token and the new ones
             linked = None
@@ -353,7 +362,7 @@ class KVCache:
 
     def _store_positions(self, new: torch.Tensor) -> None:
         """Write the new tokens' positions ``[batch, n]`` after the cached ones."""
-        self.positions[:, self.length : self.length + new.shape[-1]] = new
+        self.positions.narrow(1, self.length, new.shape[-1]).copy_(new)
 
     def stored_keys(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The keys ``layer`` holds, as a view of its buffer (writable in place), and their
@@ -383,6 +392,7 @@ class KVCache:
         if (isinstance(delta, int) and delta == 0) or not self.length:
             return  # a switch of frequencies alone: the positions stay the defaults
         self.positions[:, : self.length] += delta
+        self._ahead = None  # copied again at the next update_positions
         self.explicit_positions = self.given_positions = True
 
     def held_positions(self) -> tuple[torch.Tensor, torch.Tensor | None]:

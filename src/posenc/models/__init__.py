@@ -13,6 +13,8 @@ One module per concept:
   once per distinct spec;
 - :mod:`~posenc.models.blocks`: :class:`SelfAttention` (grouped-query heads) and the
   pre-norm :class:`Block`;
+- :mod:`~posenc.models.calls`: a block's torch layers run as their functional ops where
+  a module call would add only host time (no hooks, torch's own class);
 - :mod:`~posenc.models.init`: the standard deviations the weights start from;
 - :mod:`~posenc.models.inputs`: the checks on token ids and on the padding and document
   masks;

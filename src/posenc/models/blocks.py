@@ -22,6 +22,7 @@ from ..attn.planner import ScoreTraits
 from ..base import Encoding, InputBias, RotaryEncoding
 from ..config import check_int
 from ..rotary import RoPE, XPos
+from .calls import call, linear, mlp, norm
 from .spec import LayerSpec
 
 __all__ = ["Block", "SelfAttention", "check_layer_args"]
@@ -135,10 +136,10 @@ class SelfAttention(nn.Module):
         """
         b, s, _ = x.shape
         fused = writes_rotated(encoding, rotation, cache, layer)
-        q, k, v = self.project(x, encoding, None if fused else rotation)  # rotated, then cached
         # no host read per layer: a token's NaN key or value is zeroed, so that it cannot
-        # reach the rows that may not see it (its own row carries the NaN)
-        k, v = zero_nonfinite(k), zero_nonfinite(v)
+        # reach the rows that may not see it (its own row carries the NaN); keys as they
+        # are cached (rotated), values and keys no rotation turns in one pass
+        q, k, v = self._project(x, encoding, None if fused else rotation, finite=True)
         if fused:  # rotated while written into the cache, in one launch
             static, rope = cast(StaticKVCache, cache), cast(RoPE, encoding)
             pair = cast(tuple[torch.Tensor, torch.Tensor], rotation)
@@ -165,7 +166,7 @@ class SelfAttention(nn.Module):
             scale=check_scale(self.scale, self.head_dim),  # of the heads before PoPE widens them
         )
         # [b, h, s, hd] -> [b, s, h * hd]
-        return self.out(out.transpose(1, 2).reshape(b, s, self.n_heads * self.head_dim))
+        return linear(self.out, out.transpose(1, 2).reshape(b, s, self.n_heads * self.head_dim))
 
     @staticmethod
     def clock(
@@ -198,17 +199,32 @@ class SelfAttention(nn.Module):
             ``(q, k, v)``: q ``[batch, n_heads, seq, head_dim]``, k and v
             ``[batch, n_kv_heads, seq, head_dim]`` (key heads not repeated).
         """
+        return self._project(x, encoding, rotation, finite=False)
+
+    def _project(
+        self,
+        x: torch.Tensor,
+        encoding: Encoding,
+        rotation: tuple[torch.Tensor, ...] | None,
+        *,
+        finite: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`project`, with ``finite``: keys and values through
+        :func:`~posenc.attn.checks.zero_nonfinite` (keys after their rotation; both in one
+        call where no rotation turns them)."""
         b, s, _ = x.shape
-        hd = self.head_dim
-        q, k, v = self.qkv(x).split(
-            [self.n_heads * hd, self.n_kv_heads * hd, self.n_kv_heads * hd], dim=-1
-        )
-        q = q.view(b, s, self.n_heads, hd).transpose(1, 2)  # [b, h, s, hd]
-        k = k.view(b, s, self.n_kv_heads, hd).transpose(1, 2)  # [b, kv_h, s, hd]
-        v = v.view(b, s, self.n_kv_heads, hd).transpose(1, 2)  # [b, kv_h, s, hd]
+        hd, heads, kv_heads = self.head_dim, self.n_heads, self.n_kv_heads
+        q, kv = linear(self.qkv, x).split([heads * hd, 2 * kv_heads * hd], dim=-1)
+        if finite and rotation is None:
+            kv = zero_nonfinite(kv)
+        q = q.view(b, s, heads, hd).transpose(1, 2)  # [b, h, s, hd]
+        # [b, s, 2 * kv_h * hd] -> [b, 2 * kv_h, s, hd] -> k, v [b, kv_h, s, hd]
+        k, v = kv.view(b, s, 2 * kv_heads, hd).transpose(1, 2).split(kv_heads, dim=1)
         if rotation is not None:
             rotary = cast(RotaryEncoding, encoding)  # only rotary encodings give a rotation
             q, k = rotary.rotate_pair(q, k, rotation)
+            if finite:
+                k, v = zero_nonfinite(k), zero_nonfinite(v)
         return q, k, v
 
     def temper(self, q: torch.Tensor, context: AttentionContext) -> torch.Tensor:
@@ -303,8 +319,9 @@ class Block(nn.Module):
         bias: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """``x`` through the block; the keywords are those of :meth:`SelfAttention.forward`."""
-        x = x + self.attn(
-            self.attn_norm(x),
+        x = x + call(
+            self.attn,
+            norm(self.attn_norm, x),
             encoding=encoding,
             rotation=rotation,
             context=context,
@@ -313,7 +330,7 @@ class Block(nn.Module):
             layer=layer,
             bias=bias,
         )
-        return x + self.mlp(self.mlp_norm(x))
+        return x + mlp(self.mlp, norm(self.mlp_norm, x))
 
     def projections(self) -> tuple[tuple[nn.Linear, nn.Linear], tuple[nn.Linear, nn.Linear]]:
         """``((qkv, mlp in), (attention out, mlp out))``: the linears that read the residual

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..attn import AttentionContext, KVCache, StaticKVCache
+from ..attn import KVCache
 from ..attn.checks import check_scale
 from ..attn.planner import AttnShape
 from ..base import Encoding, InputBias
@@ -26,6 +26,7 @@ from ..config import check_bool, check_int
 from ..host_reads import batched, checked, traced
 from .blocks import Block, check_layer_args
 from .caching import CacheLayout
+from .calls import call, norm
 from .generation import generate
 from .init import init_weights
 from .inputs import check_input_ids
@@ -35,6 +36,7 @@ from .shared import (
     ForwardInputs,
     check_plan_positions,
     forward_inputs,
+    layer_contexts,
     layer_tables,
     rotations_of,
 )
@@ -144,6 +146,7 @@ class TransformerLM(nn.Module):
         self.norm = nn.RMSNorm(dim)
         check_bool("tie_embeddings", tie_embeddings)
         self.head = None if tie_embeddings else nn.Linear(dim, vocab_size, bias=False)
+        self._layout: CacheLayout | None = None  # cache_layout(), built once per dtype, device
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -188,8 +191,17 @@ class TransformerLM(nn.Module):
 
     def cache_layout(self) -> CacheLayout:
         """What this model's cache holds per layer (:meth:`new_cache` builds it, the forward
-        checks a given cache against it)."""
-        layers = [self.encodings[e] for e in self._layer_encoding]
+        checks a given cache against it); built once per dtype and device of the weights."""
+        weight = self.embed.weight
+        layout = self._layout
+        if layout is None or layout.dtype != weight.dtype or layout.device != weight.device:
+            layout = self._layout = self._build_layout()
+        return layout
+
+    def _build_layout(self) -> CacheLayout:
+        """:meth:`cache_layout`, built from the plan and the weights."""
+        encodings = self.encodings
+        layers = [encodings[e] for e in self._layer_encoding]
         widths = [getattr(enc, "width_factor", 1) for enc in layers]
         clocks = [self.n_heads if isinstance(enc, InputBias) else None for enc in layers]
         patterns = [cast(Block, block).attn.pattern for block in self.blocks]
@@ -235,34 +247,40 @@ class TransformerLM(nn.Module):
         Returns:
             ``[batch, seq, vocab_size]``. Logits of pad tokens are not meaningful.
         """
+        encodings = self.encodings
         with traced(batched):  # every value check of the inputs in one host read
             input_ids = check_input_ids(input_ids, self.vocab_size, self.embed.weight.device)
             if cache is not None and not torch.compiler.is_compiling():  # shapes only
                 self.cache_layout().check(cache)
             inputs = forward_inputs(
-                self.encodings, input_ids, positions, cache, attention_mask, segment_ids
+                encodings, input_ids, positions, cache, attention_mask, segment_ids
             )
         with traced(checked):  # checked above: the layers read no value on the host
-            return self._layers(input_ids, inputs, cache)
+            return self._layers(input_ids, inputs, cache, encodings)
 
     def _layers(
-        self, input_ids: torch.Tensor, inputs: ForwardInputs, cache: KVCache | None
+        self,
+        input_ids: torch.Tensor,
+        inputs: ForwardInputs,
+        cache: KVCache | None,
+        encodings: tuple[Encoding, ...],
     ) -> torch.Tensor:
         """The logits of :meth:`forward`, from its checked inputs."""
         b, s = input_ids.shape
-        encodings = self.encodings
         x = self.embed(input_ids) * math.sqrt(self.dim)
         if self._input_encoding is not None:
             x = encodings[self._input_encoding](x, inputs.positions)
-        rotations = rotations_of(encodings, self._layer_encoding, inputs)
+        layers = self._layer_encoding
+        rotations = rotations_of(encodings, layers, inputs)
         trains = torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
         shape = AttnShape(
             b, self.n_heads, self.n_kv_heads, s, inputs.context.positions.k_len, self.head_dim
         )
-        traits = [cast(Block, block).attn.score_traits for block in self.blocks]
+        blocks = cast(Sequence[Block], self.blocks)
+        traits = [block.attn.score_traits for block in blocks]
         tables = layer_tables(
             encodings,
-            self._layer_encoding,
+            layers,
             traits,
             inputs.context,
             shape,
@@ -270,32 +288,24 @@ class TransformerLM(nn.Module):
             training=trains,
             cached=cache is not None,
         )
-        contexts: dict[int, AttentionContext] = {}  # a rolling cache's layers: last keys only
-        for i, block in enumerate(cast(Iterable[Block], self.blocks)):
-            e, attn = self._layer_encoding[i], block.attn
-            context = inputs.context  # no cache: every key (a length export keeps symbolic)
-            ring = cache.keep[i] if isinstance(cache, StaticKVCache) else None
-            if ring is not None:  # the ring before this call, then the new keys
-                context = inputs.rings[ring]
-            elif cache is not None:
-                seen = cache.visible(i, s)
-                if seen not in contexts:
-                    contexts[seen] = inputs.context.last_keys(seen)
-                context = contexts[seen]
-            x = block(
+        contexts = layer_contexts(inputs, cache, len(layers), s)
+        for i, block in enumerate(blocks):
+            e = layers[i]
+            x = call(
+                block,
                 x,
                 encoding=encodings[e],
                 rotation=rotations.get(e),
-                context=context,
+                context=contexts[i],
                 causal=self.causal,
                 cache=cache,
                 layer=i,
-                bias=tables.get((e, attn.score_traits)),
+                bias=tables.get((e, traits[i])),
             )
         if cache is not None:
             cache.advance(s)
         head = self.embed.weight if self.head is None else self.head.weight
-        return F.linear(self.norm(x), head)
+        return F.linear(norm(self.norm, x), head)
 
     @torch.no_grad()
     def generate(

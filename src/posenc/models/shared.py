@@ -14,6 +14,7 @@ encoding's parameters (autograd sums every layer's gradient into it).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import cast
 
@@ -23,6 +24,7 @@ from ..attn import AttentionContext, KVCache
 from ..attn.planner import PLAIN_TRAITS, AttnShape, ScoreTraits, plan, shares_table
 from ..attn.static_cache import StaticKVCache
 from ..base import BiasEncoding, Encoding, InputBias, RotaryEncoding
+from ..host_reads import checked
 from ..positions import arange, document_starts, from_padding, from_segments, query_offset
 from .inputs import check_mask, check_masks
 
@@ -31,6 +33,7 @@ __all__ = [
     "check_plan_positions",
     "continued_positions",
     "forward_inputs",
+    "layer_contexts",
     "layer_tables",
     "rotations_of",
     "shared_bias",
@@ -126,15 +129,20 @@ def forward_inputs(
         positions, order = check_plan_positions(encodings, positions, seq_len=s, batch=b)
     ordered = order is not None
     if order is None:
-        order = arange(s, device=device, offset=query_offset(s, past + s))
-        if not explicit:  # checked here, in the forward's one read, not by each layer
-            check_plan_positions(encodings, order, seq_len=s, batch=b)
+        offset = query_offset(s, past + s)
+        order = arange(s, device=device, offset=offset)
+        if not explicit:  # each encoding's limit, from the shapes: no value is read
+            for enc in encodings:
+                enc.default_positions(s, device, offset=offset)
     q_pos = k_pos = None  # None: attention's default, the fastest causal mask
     if cache is not None:
         real, ids = (None, None) if masks is None else masks  # for a rolling cache's check
-        k_positions = cache.update_positions(
-            order, real=real, segments=ids, explicit=ordered, given=given and ordered
-        )
+        # the default count after default ones: >= 0 and growing, nothing to read
+        made = not explicit and not cache.explicit_positions
+        with checked() if made else nullcontext():
+            k_positions = cache.update_positions(
+                order, real=real, segments=ids, explicit=ordered, given=given and ordered
+            )
         if ordered or cache.explicit_positions:
             q_pos, k_pos = (order if order.dim() == 2 else order.expand(b, s)), k_positions
     elif ordered:
@@ -235,6 +243,30 @@ def continued_positions(cache: KVCache, s: int, masked: bool) -> torch.Tensor | 
     if cache.explicit_positions and not masked:
         return cache.next_positions(s)
     return None
+
+
+def layer_contexts(
+    inputs: ForwardInputs, cache: KVCache | None, n_layers: int, s: int
+) -> list[AttentionContext]:
+    """Each layer's attention context in one forward of ``s`` tokens: the forward's
+    (every key; also with no cache, where a length export keeps it symbolic), a rolling
+    cache's layer its last keys only (one context per number of keys), a
+    :class:`~posenc.attn.StaticKVCache` ring's layer the ring before this call and the
+    new keys."""
+    if cache is None:
+        return [inputs.context] * n_layers
+    rings = cache.keep if isinstance(cache, StaticKVCache) else [None] * n_layers
+    by_keys: dict[int, AttentionContext] = {}
+    contexts = []
+    for layer, ring in enumerate(rings):
+        if ring is not None:
+            contexts.append(inputs.rings[ring])
+            continue
+        seen = cache.visible(layer, s)
+        if seen not in by_keys:
+            by_keys[seen] = inputs.context.last_keys(seen)
+        contexts.append(by_keys[seen])
+    return contexts
 
 
 def rotations_of(

@@ -1,0 +1,77 @@
+"""posenc.models.calls: a block's torch layers run as their functional ops only where the
+module call would add nothing (no hook, torch's own class), with bit-equal results."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from posenc.models import TransformerLM
+from posenc.models.calls import call, linear, mlp, norm, plain
+
+
+def test_the_functional_ops_equal_the_module_calls_bit_for_bit():
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 16)
+    rms, lin = nn.RMSNorm(16), nn.Linear(16, 8)
+    seq = nn.Sequential(nn.Linear(16, 32, bias=False), nn.GELU("tanh"), nn.Linear(32, 16))
+    assert torch.equal(norm(rms, x), rms(x))
+    assert torch.equal(linear(lin, x), lin(x))
+    assert torch.equal(mlp(seq, x), seq(x))
+
+
+def test_a_layer_with_a_hook_is_called_as_a_module():
+    layer = nn.Linear(4, 4)
+    assert plain(layer)
+    seen = []
+    handle = layer.register_forward_hook(lambda module, args, out: seen.append(out))
+    assert not plain(layer)
+    out = linear(layer, torch.randn(1, 4))
+    assert len(seen) == 1 and seen[0] is out
+    handle.remove()
+    assert plain(layer)
+
+
+def test_a_global_hook_makes_every_layer_a_module_call():
+    layer = nn.RMSNorm(4)
+    seen = []
+    handle = nn.modules.module.register_module_forward_hook(lambda m, a, o: seen.append(m))
+    try:
+        assert not plain(layer)
+        norm(layer, torch.randn(1, 4))
+    finally:
+        handle.remove()
+    assert seen == [layer] and plain(layer)
+
+
+def test_a_replaced_layer_runs_its_own_forward():
+    class Doubled(nn.Linear):  # a LoRA-like wrapper: another class, its own forward
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return 2 * super().forward(x)
+
+    layer = Doubled(4, 4)
+    x = torch.randn(1, 4)
+    assert torch.equal(linear(layer, x), 2 * nn.functional.linear(x, layer.weight, layer.bias))
+    seq = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), Doubled(8, 4))
+    assert torch.equal(mlp(seq, x), seq(x))
+
+
+def test_call_runs_forward_or_the_module_with_its_hooks():
+    seen = []
+    model = TransformerLM(32, 16, 2, 4, "rope", n_kv_heads=2).eval()
+    model.blocks[1].attn.register_forward_pre_hook(
+        lambda m, args, kwargs: seen.append(kwargs["layer"]), with_kwargs=True
+    )
+    model(torch.zeros(1, 3, dtype=torch.long))
+    assert seen == [1]  # the hooked layer was called as a module, with its keywords
+    assert call(nn.Identity(), 5) == 5
+
+
+@pytest.mark.parametrize("name", ["rope", "alibi"])
+def test_a_hook_on_the_final_norm_sees_the_hidden_states(name):
+    model = TransformerLM(32, 16, 2, 4, name).eval()
+    got = {}
+    model.norm.register_forward_hook(lambda m, args, out: got.setdefault("h", out))
+    logits = model(torch.zeros(1, 3, dtype=torch.long))
+    assert torch.equal(logits, nn.functional.linear(got["h"], model.head.weight))
