@@ -117,6 +117,20 @@ example(
         posenc.create("fope", head_dim=D).rotation(P),
     ),
 )
+example(  # a length-dependent RoPE: its total_len counts, no table serves
+    "posenc.RotaryEncoding.default_rotation",
+    lambda: call(
+        posenc.create(
+            "rope",
+            head_dim=D,
+            scaling={"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 4},
+        ).default_rotation,
+        S,
+        "cpu",
+        offset=2,
+        total_len=8,
+    ),
+)
 example(
     "posenc.RotaryEncoding.causal_positions",
     lambda: call(posenc.create("rope", head_dim=D).causal_positions, P),

@@ -7,8 +7,9 @@ from typing import ClassVar
 
 import torch
 
-from ..arguments import check_tensor
-from ..config import EncodingConfig, check_int
+from ..arguments import check_device, check_size, check_tensor
+from ..config import MAX_POSITION, EncodingConfig, check_int
+from ..host_reads import checked
 from ..positions import query_offset
 from .encoding import Encoding, check_float_tensor
 
@@ -102,6 +103,61 @@ class RotaryEncoding(Encoding):
             )
         self._check_device(name, t)
 
+    def default_rotation(
+        self,
+        seq_len: int,
+        device: torch.device | str | None = None,
+        *,
+        offset: int = 0,
+        total_len: int | None = None,
+    ) -> tuple[torch.Tensor, ...]:
+        """:meth:`rotation` of the default positions ``offset .. offset + seq_len - 1``
+        (:meth:`default_positions`; a grid encoding's configured grid), what :meth:`forward`
+        rotates by when no positions are given. They are in range by construction, so no
+        value is read to check them; RoPE serves them from tables made once per device
+        (:mod:`posenc.rotary.tables`).
+
+        ``total_len`` is the current total length for the encodings whose frequencies
+        depend on it (:attr:`depends_on_length`; :meth:`rotation`'s ``seq_len``), by
+        default ``offset + seq_len``.
+
+        Shapes:
+            returns :meth:`rotation`'s tables for ``[seq_len]`` positions.
+        """
+        check_size("seq_len", seq_len)
+        check_size("offset", offset, maximum=MAX_POSITION)
+        if total_len is not None:
+            check_int("total_len", total_len, maximum=MAX_POSITION)
+        return self._default_rotation(seq_len, check_device(device), offset, total_len)
+
+    def _default_rotation(
+        self, seq_len: int, device: torch.device | None, offset: int, total_len: int | None
+    ) -> tuple[torch.Tensor, ...]:
+        """:meth:`default_rotation` of checked arguments (a subclass's table goes here)."""
+        positions = self.default_positions(seq_len, device, offset=offset)
+        if total_len is None and self.depends_on_length and seq_len:  # none: any length
+            total_len = offset + seq_len
+        with checked():  # made here, in range: nothing to read
+            return self.rotation(positions, total_len)
+
+    def _rotate_default(
+        self, q: torch.Tensor, k: torch.Tensor, offset: int, total_len: int | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`forward` of checked q and k at the default positions, the queries from
+        ``offset`` (RoPE turns both in one pass by its table)."""
+        k_rot = self._default_rotation(k.shape[2], q.device, 0, total_len)
+        if not offset:
+            return self._rotate_pair(q, k, k_rot)
+        q_rot = self._default_rotation(q.shape[2], q.device, offset, total_len)
+        return self.rotate(q, q_rot), self.rotate(k, k_rot, key=True)
+
+    def _rotate_pair(
+        self, q: torch.Tensor, k: torch.Tensor, rotation: tuple[torch.Tensor, ...]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`rotate_pair` of q and k that :meth:`forward` checked, by a ``rotation``
+        it made for them: RoPE skips the checks; other encodings run :meth:`rotate_pair`."""
+        return self.rotate_pair(q, k, rotation)
+
     def forward(
         self,
         q: torch.Tensor,
@@ -113,8 +169,9 @@ class RotaryEncoding(Encoding):
         """Rotate queries by ``positions`` and keys by ``k_positions``.
 
         By default the queries are the last ``q_len`` of the ``k_len`` keys
-        (:func:`~posenc.positions.query_offset`); given ``positions`` alone serve both when
-        the lengths agree.
+        (:func:`~posenc.positions.query_offset`), rotated by :meth:`default_rotation`
+        (no value read); given ``positions`` alone serve both when the lengths agree and
+        are checked once.
 
         Returns:
             ``(q_rotated, k_rotated)`` with the shapes and dtypes of ``q`` and ``k``, their
@@ -133,9 +190,10 @@ class RotaryEncoding(Encoding):
         if positions is None:
             if k_positions is not None:
                 raise ValueError("k_positions given without positions: pass both")
-            offset = query_offset(q_len, k_len, given="positions")
-            positions = self.default_positions(q_len, q.device, offset=offset)
-            k_positions = self.default_positions(k_len, k.device)
+            offset = k_len - q_len
+            if offset < 0:
+                query_offset(q_len, k_len, given="positions")  # raises, saying what to pass
+            return self._rotate_default(q, k, offset, seq_len)
         positions = self.check_positions(
             positions, seq_len=q_len, batch=q.shape[0], device=q.device
         )
@@ -156,7 +214,10 @@ class RotaryEncoding(Encoding):
         ):
             # one length for queries and keys, so length-dependent frequencies agree
             seq_len = int(torch.cat((positions.flatten(), k_positions.flatten())).max()) + 1
-        if k_positions is positions:
-            return self.rotate_pair(q, k, self.rotation(positions, seq_len))
-        q_rot, k_rot = self.rotation(positions, seq_len), self.rotation(k_positions, seq_len)
+        with checked():  # checked above: the rotations read nothing again
+            q_rot = self.rotation(positions, seq_len)
+            same = k_positions is positions
+            k_rot = q_rot if same else self.rotation(k_positions, seq_len)
+        if same:
+            return self._rotate_pair(q, k, q_rot)
         return self.rotate(q, q_rot), self.rotate(k, k_rot, key=True)

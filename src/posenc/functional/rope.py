@@ -40,12 +40,15 @@ __all__ = [
     "check_angle_inputs",
     "check_rope_inputs",
     "check_scaling_params",
+    "narrow_tables",
     "rope_angles",
     "rope_cos_sin",
     "rope_inv_freq",
     "rotary_offset",
     "rotate_pairs",
+    "rotate_qk",
     "split_rope_parameters",
+    "widen_tables",
 ]
 
 ROPE_LAYOUTS = ("half", "interleaved")
@@ -269,31 +272,108 @@ def check_rope_inputs(
 
 
 def rotate_pairs(
-    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str = "half"
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    layout: str = "half",
+    *,
+    wide: bool = False,
 ) -> torch.Tensor:
     """:func:`apply_rope` of inputs :func:`check_rope_inputs` passed: the math alone, for
     the kernels that compile it and the callers that checked once.
 
+    A pair ``(a, b)`` turns into ``(a·cos − b·sin, b·cos + a·sin)``, computed on whole
+    rows as ``x·cos_w + swap(x)·sin_w`` with the tables widened to the channels
+    (:func:`widen_tables`: ``cos_w = (cos, cos)``, ``sin_w = (−sin, sin)`` on each
+    pair's channels) and ``swap`` exchanging each pair's channels: each product rounded
+    before the sum as in the formula, the signs exact, so the values are the formula's to
+    the bit. ``wide=True``: ``cos`` and ``sin`` are widened already (a table made once).
+
     Shapes:
-        as :func:`apply_rope`.
+        as :func:`apply_rope`; with ``wide``, cos and sin ``[..., 2n]``.
     """
-    n = cos.shape[-1]
     if cos.dim() == 3:  # [b, s, n] -> [b, 1, s, n]: one rotation for every head
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
     dtype = math_dtype(x.dtype, cos.dtype)
-    cos, sin = cos.to(dtype), sin.to(dtype)
-    rot = x[..., : 2 * n].to(dtype)
-    # each half is rounded to x.dtype before it is joined (the same roundings as after):
-    # then the join moves x.dtype, not float32, and one cat joins the halves and the
-    # dimensions that do not rotate (torch.compile fuses it all into one pass)
+    if cos.dtype != dtype:  # (no-op casts are spared: a small call's time is its host's)
+        cos, sin = cos.to(dtype), sin.to(dtype)
+    if not wide:
+        cos, sin = widen_tables(cos, sin, layout)
+    channels = cos.shape[-1]
+    partial = channels < x.shape[-1]
+    rot = x[..., :channels] if partial else x
+    if rot.dtype != dtype:
+        rot = rot.to(dtype)
+    if layout == "half":  # pair i is channels (i, i + n): swap the halves
+        swapped = rot.roll(channels // 2, -1)
+    else:  # pair i is channels (2i, 2i + 1)
+        swapped = rot.unflatten(-1, (channels // 2, 2)).flip(-1).flatten(-2)
+    turned = rot * cos + swapped * sin
+    if turned.dtype != x.dtype:
+        turned = turned.to(x.dtype)
+    # the channels that do not turn join in x.dtype (torch.compile fuses it all in one pass)
+    return torch.cat((turned, x[..., channels:]), dim=-1) if partial else turned
+
+
+def widen_tables(
+    cos: torch.Tensor, sin: torch.Tensor, layout: str = "half"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin on the channels they turn: each pair's ``(cos, cos)`` and ``(−sin,
+    sin)``, at channels ``(i, i + n)`` for ``"half"`` and ``(2i, 2i + 1)`` for
+    ``"interleaved"`` (:func:`rotate_pairs` with ``wide=True`` takes them;
+    :func:`narrow_tables` gives cos and sin back).
+
+    Shapes:
+        cos, sin ``[..., n]`` -> ``[..., 2n]``
+    """
     if layout == "half":
-        x1, x2 = rot[..., :n], rot[..., n:]
-        parts = [(x1 * cos - x2 * sin).to(x.dtype), (x2 * cos + x1 * sin).to(x.dtype)]
-    else:
-        pairs = rot.unflatten(-1, (n, 2))  # [b, h, s, n, 2]
-        x1, x2 = pairs[..., 0], pairs[..., 1]
-        first, second = (x1 * cos - x2 * sin).to(x.dtype), (x2 * cos + x1 * sin).to(x.dtype)
-        parts = [torch.stack((first, second), dim=-1).flatten(-2)]
-    if 2 * n < x.shape[-1]:
-        parts.append(x[..., 2 * n :])
-    return torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0]
+        return torch.cat((cos, cos), dim=-1), torch.cat((-sin, sin), dim=-1)
+    return torch.stack((cos, cos), dim=-1).flatten(-2), torch.stack((-sin, sin), dim=-1).flatten(-2)
+
+
+def narrow_tables(
+    cos: torch.Tensor, sin: torch.Tensor, layout: str = "half"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The inverse of :func:`widen_tables`: cos and sin of each pair, as views.
+
+    Shapes:
+        cos, sin ``[..., 2n]`` -> ``[..., n]``
+    """
+    if layout == "half":
+        n = cos.shape[-1] // 2
+        return cos[..., :n], sin[..., n:]
+    return cos[..., 0::2], sin[..., 1::2]
+
+
+def rotate_qk(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    layout: str = "half",
+    *,
+    wide: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rotate_pairs(q, ...), rotate_pairs(k, ...))`` in one pass: the heads of q and k
+    (of one dtype) stacked, rotated once, split. For small tensors, whose cost is the
+    kernels' launches and not their bytes, this halves the launches; the values are those
+    of :func:`rotate_pairs` (the same operations on the same elements), the results
+    contiguous.
+
+    Shapes:
+        q ``[batch, heads, seq, head_dim]``, k ``[batch, kv_heads, seq, head_dim]``; cos,
+        sin ``[seq, n]`` or ``[1, seq, n]``, one rotation for every row of the batch
+        (``2n`` wide with ``wide``, as :func:`rotate_pairs`) -> q, k rotated, their shapes.
+    """
+    if cos.dim() == 3:  # [1, seq, n]: the rows below have no batch axis
+        cos, sin = cos.squeeze(0), sin.squeeze(0)
+    if q.shape[0] == 1:  # the heads of q and k side by side, split back without a copy
+        rows = torch.cat((q, k), dim=1)
+        turned = rotate_pairs(rows, cos, sin, layout, wide=wide)
+        q_out, k_out = turned.split_with_sizes((q.shape[1], k.shape[1]), dim=1)
+        return q_out, k_out
+    batch, heads, seq, dim = q.shape
+    sizes = (batch * heads, batch * k.shape[1])
+    rows = torch.cat((q.reshape(sizes[0], seq, dim), k.reshape(sizes[1], seq, dim)))
+    q_out, k_out = rotate_pairs(rows, cos, sin, layout, wide=wide).split_with_sizes(sizes)
+    return q_out.view(q.shape), k_out.view(k.shape)

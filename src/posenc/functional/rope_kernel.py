@@ -32,12 +32,13 @@ than the compiled path on the shapes it would win (``docs/gpu.md``).
 from __future__ import annotations
 
 import importlib.util
+from typing import cast
 
 import torch
 
 from ..arguments import check_choice
 from .compiled import CompiledFunction, tracing
-from .rope import check_rope_inputs, rotate_pairs
+from .rope import check_rope_inputs, narrow_tables, rotate_pairs, rotate_qk
 
 __all__ = [
     "COMPILE_MIN_NUMEL",
@@ -46,6 +47,7 @@ __all__ = [
     "check_rope_kernel",
     "compiled_rope_failed",
     "rotate_checked",
+    "rotate_pair_checked",
     "rotate_with_triton",
 ]
 
@@ -131,6 +133,46 @@ def rotate_checked(
     if kernel != "auto":
         return rotate_with_triton(x, None, cos, sin, layout, offset)[0]
     return _rotate(x, cos, sin, layout, offset)
+
+
+def rotate_pair_checked(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    layout: str,
+    kernel: str = "auto",
+    offset: int = 0,
+    *,
+    wide: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`rotate_checked` of q and k at the same positions, checked as it requires:
+    one launch of the Triton kernel for both (``kernel="triton"``); one pass over both
+    (:func:`~posenc.functional.rope.rotate_qk`) where their cost is the host's (small
+    tensors of one dtype, one rotation for every row of the batch, outside a compiled
+    graph, which fuses each rotation as it stands); each by the compiled kernel otherwise,
+    whose cost is their bytes (stacking them would copy them). ``wide``: cos and sin are
+    widened (:func:`~posenc.functional.rope.widen_tables`).
+
+    Shapes:
+        q ``[batch, heads, seq, head_dim]``, k ``[batch, kv_heads, seq, head_dim]``, cos,
+        sin as :func:`apply_rope_fast` (``[..., 2n]`` with ``wide``) -> q, k rotated.
+    """
+    if (
+        kernel == "auto"
+        and not offset
+        and q.dtype == k.dtype
+        and (cos.dim() == 2 or (cos.dim() == 3 and cos.shape[0] == 1))
+        and q.numel() + k.numel() < COMPILE_MIN_NUMEL
+        and not torch.compiler.is_compiling()
+    ):
+        return rotate_qk(q, k, cos, sin, layout, wide=wide)
+    if wide:
+        cos, sin = narrow_tables(cos, sin, layout)
+    if kernel != "auto":
+        q_out, k_out = rotate_with_triton(q, k, cos, sin, layout, offset)
+        return q_out, cast(torch.Tensor, k_out)
+    return _rotate(q, cos, sin, layout, offset), _rotate(k, cos, sin, layout, offset)
 
 
 def _rotate(

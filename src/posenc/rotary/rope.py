@@ -8,17 +8,25 @@ The scaling is a Hugging Face ``rope_parameters`` dict, accepted verbatim
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar
 
 import torch
 
 from ..base import RotaryConfig, RotaryEncoding
 from ..config import MAX_POSITION, check_choice, check_device, check_float, check_int
-from ..functional.rope import ROPE_LAYOUTS, ROTARY_AT, rope_cos_sin, rotary_offset
-from ..functional.rope_kernel import check_rope_kernel, rotate_checked, rotate_with_triton
+from ..functional.rope import (
+    ROPE_LAYOUTS,
+    ROTARY_AT,
+    narrow_tables,
+    rope_cos_sin,
+    rotary_offset,
+    widen_tables,
+)
+from ..functional.rope_kernel import check_rope_kernel, rotate_checked, rotate_pair_checked
 from ..registry import register
 from .inputs import check_rotate
 from .scaling import ScalingConfig, parse_scaling
+from .tables import RopeTables, cacheable
 
 __all__ = ["RoPE"]
 
@@ -149,9 +157,11 @@ class RopeConfig(RotaryConfig):
 class RoPE(RotaryEncoding):
     """Rotary position embedding, with optional context-extension scaling.
 
-    No tables are stored: the frequencies are derived from the config and the cos/sin of
-    the angles from the positions (in float64, rounded once to float32), once per forward,
-    so no cache can go stale and ``model.to(torch.bfloat16)`` cannot round them.
+    The cos/sin of the angles are computed from the positions in float64, rounded once to
+    float32. Those of the default positions (none given) come from a table made once per
+    device by that same computation and grown by length (:mod:`posenc.rotary.tables`):
+    kept out of the ``state_dict``, so ``model.to(torch.bfloat16)`` cannot round it, and
+    dropped by ``.to()`` or a new config, so it cannot go stale.
 
     Shapes:
         q ``[batch, heads, seq, head_dim]``, k ``[batch, kv_heads, seq, head_dim]``,
@@ -178,6 +188,17 @@ class RoPE(RotaryEncoding):
         #: sin (``rotary_dim // 2``; ``head_dim // 2`` for ``proportional`` scaling), known
         #: once here so that checking a rotation reads no table (nor breaks a compiled graph)
         self._pairs = int(self.inv_freq(device="cpu").numel())
+        self._tables = RopeTables()
+        #: whether :meth:`rotation` is RoPE's own (xPos adds a table, M-RoPE and DCA place
+        #: positions their way): only then do the cached tables serve default positions
+        self._tabled = type(self).rotation is RoPE.rotation
+        #: whether :meth:`rotate` is RoPE's own (xPos scales queries and keys apart): only
+        #: then are q and k turned in one pass
+        self._paired = type(self).rotate is RoPE.rotate
+
+    def _apply(self, fn, recurse=True):
+        self._tables.clear()  # .to(), .cuda(), .half(): the next call makes its table there
+        return super()._apply(fn, recurse)
 
     @property
     def scaling(self) -> ScalingConfig:
@@ -214,8 +235,55 @@ class RoPE(RotaryEncoding):
             if torch.compiler.is_compiling():
                 raise ValueError(f"{self.scaling.rope_type!r} scaling needs seq_len under compile")
             seq_len = int(positions.max()) + 1 if positions.numel() else 1  # none: any length
+        return self._cos_sin(positions, seq_len)
+
+    def _cos_sin(
+        self, positions: torch.Tensor, seq_len: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`rotation` of checked ``positions`` (``seq_len`` resolved)."""
         inv_freq, attention_factor = self._frequencies(seq_len, positions.device)
         return rope_cos_sin(positions, inv_freq, attention_factor)
+
+    def _default_rotation(
+        self, seq_len: int, device: torch.device | None, offset: int, total_len: int | None
+    ) -> tuple[torch.Tensor, ...]:
+        """``(cos, sin)`` of positions ``offset .. offset + seq_len - 1`` (checked): views of
+        this RoPE's table on ``device`` (read them, do not write them), made once
+        (:mod:`posenc.rotary.tables`) and equal to :meth:`rotation` of those positions;
+        computed as :meth:`rotation` computes where no table serves."""
+        wide = self._table_rows(offset, seq_len, device)
+        if wide is None:
+            return super()._default_rotation(seq_len, device, offset, total_len)
+        return narrow_tables(*wide, self.config.layout)
+
+    def _table_rows(
+        self, offset: int, seq_len: int, device: torch.device | None
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Rows ``offset .. offset + seq_len - 1`` of the widened table
+        (:func:`~posenc.functional.rope.widen_tables`), or None where no table serves: a
+        length-dependent scaling, past ``TABLE_LIMIT``, a trace, a subclass's own
+        rotation."""
+        if not self._tabled or self.config.scaling.depends_on_length or not cacheable():
+            return None
+        place = torch.device("cpu") if device is None else device
+        return self._tables.rows(self.config, offset, seq_len, place, self._wide_cos_sin)
+
+    def _wide_cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:func:`~posenc.functional.rope.widen_tables` of :meth:`rotation` of checked
+        ``positions`` (what the table holds)."""
+        return widen_tables(*self._cos_sin(positions), self.config.layout)
+
+    def _rotate_default(
+        self, q: torch.Tensor, k: torch.Tensor, offset: int, total_len: int | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """q and k of a forward at the default positions, turned by the widened table's
+        rows in one pass where it serves."""
+        wide = None if offset or not self._paired else self._table_rows(0, k.shape[2], q.device)
+        if wide is None:
+            return super()._rotate_default(q, k, offset, total_len)
+        c = self.config
+        start = rotary_offset(c.rotary_at, q.shape[-1], wide[0].shape[-1] // 2)
+        return rotate_pair_checked(q, k, *wide, c.layout, c.kernel, start, wide=True)
 
     def rotate(
         self, x: torch.Tensor, rotation: tuple[torch.Tensor, ...], key: bool = False
@@ -270,14 +338,25 @@ class RoPE(RotaryEncoding):
         self, q: torch.Tensor, k: torch.Tensor, rotation: tuple[torch.Tensor, ...]
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """q and k turned by the same tables: one launch of the Triton kernel for both with
-        ``kernel="triton"``, :meth:`rotate` of each otherwise; checked as :meth:`rotate`
-        checks, q and k by their names."""
+        ``kernel="triton"``, one pass over both for small tensors, the compiled kernel on
+        each otherwise; checked as :meth:`rotate` checks, q and k by their names."""
         self._check_heads("q", q)
         self._check_heads("k", k)
-        if self.config.kernel != "triton":
-            return super().rotate_pair(q, k, rotation)
-        cos, sin = self._check_rotate(q, rotation, False)
+        if q.device != k.device:
+            raise ValueError(f"q is on {q.device} but k on {k.device}: they share positions")
+        self._check_rotate(q, rotation, False)
         self._check_rotate(k, rotation, True)
-        offset = rotary_offset(self.config.rotary_at, q.shape[-1], cos.shape[-1])
-        q, k_out = rotate_with_triton(q, k, cos, sin, self.config.layout, offset)
-        return q, cast(torch.Tensor, k_out)
+        return self._rotate_pair(q, k, rotation)
+
+    def _rotate_pair(
+        self, q: torch.Tensor, k: torch.Tensor, rotation: tuple[torch.Tensor, ...]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """q and k turned by ``rotation`` (this RoPE's tables for their positions), checked:
+        one pass over both where that pays
+        (:func:`~posenc.functional.rope_kernel.rotate_pair_checked`)."""
+        if not self._paired:
+            return self.rotate(q, rotation), self.rotate(k, rotation, key=True)
+        cos, sin = rotation
+        c = self.config
+        offset = rotary_offset(c.rotary_at, q.shape[-1], cos.shape[-1])
+        return rotate_pair_checked(q, k, cos, sin, c.layout, c.kernel, offset)
