@@ -213,13 +213,14 @@ class SelfAttention(nn.Module):
         :func:`~posenc.attn.checks.zero_nonfinite` (keys after their rotation; both in one
         call where no rotation turns them)."""
         b, s, _ = x.shape
-        hd, heads, kv_heads = self.head_dim, self.n_heads, self.n_kv_heads
-        q, kv = linear(self.qkv, x).split([heads * hd, 2 * kv_heads * hd], dim=-1)
+        heads, kv_heads = self.n_heads, self.n_kv_heads
+        # [b, s, (h + 2 kv_h) * hd] -> [b, h + 2 kv_h, s, hd]: q, k, v heads in a row
+        qkv = linear(self.qkv, x).view(b, s, heads + 2 * kv_heads, self.head_dim).transpose(1, 2)
         if finite and rotation is None:
-            kv = zero_nonfinite(kv)
-        q = q.view(b, s, heads, hd).transpose(1, 2)  # [b, h, s, hd]
-        # [b, s, 2 * kv_h * hd] -> [b, 2 * kv_h, s, hd] -> k, v [b, kv_h, s, hd]
-        k, v = kv.view(b, s, 2 * kv_heads, hd).transpose(1, 2).split(kv_heads, dim=1)
+            q, kv = qkv.split_with_sizes([heads, 2 * kv_heads], dim=1)
+            k, v = zero_nonfinite(kv).split_with_sizes([kv_heads, kv_heads], dim=1)
+            return q, k, v
+        q, k, v = qkv.split_with_sizes([heads, kv_heads, kv_heads], dim=1)
         if rotation is not None:
             rotary = cast(RotaryEncoding, encoding)  # only rotary encodings give a rotation
             q, k = rotary.rotate_pair(q, k, rotation)
