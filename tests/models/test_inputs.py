@@ -32,6 +32,15 @@ def test_bad_ids_are_named(ids, error, named):
         check_input_ids(ids, vocab_size=10)
 
 
+@pytest.mark.parametrize("bad", [2**53 + 1, 2**62 + 3, -(2**60) - 1, 10, -1])
+def test_an_id_out_of_range_is_named_exactly_at_any_magnitude(bad):
+    """The bounds are read as float64 (one cast); an id that float64 rounds is read
+    again, exactly, for the message."""
+    with pytest.raises(ValueError, match=rf"vocab_size=10\), got {bad}$"):
+        check_input_ids(torch.tensor([[0, bad, 3]]), vocab_size=10)
+    assert check_input_ids(torch.tensor([[0, 9]]), vocab_size=10).tolist() == [[0, 9]]
+
+
 def test_ids_on_the_meta_device_are_not_read():
     ids = torch.empty(2, 3, dtype=torch.long, device="meta")
     assert check_input_ids(ids, vocab_size=10).device.type == "meta"

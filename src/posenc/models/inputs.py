@@ -50,14 +50,20 @@ def check_input_ids(
         )
     input_ids = input_ids.long()  # uint16/32 have no min() on the CPU
     if reads_values(input_ids):  # one pass; one host read (or one of the forward's)
-        read(torch.stack(torch.aminmax(input_ids)), partial(_check_ids, vocab_size))
+        bounds = torch.stack(torch.aminmax(input_ids))  # [2] int64: the least, the largest
+        # read as float64, which orders every int64 as it is (the conversion rounds
+        # monotonically and keeps every id below 2**53): one cast, not the two exact halves
+        read(bounds.double(), partial(_check_ids, vocab_size, bounds))
     return input_ids
 
 
-def _check_ids(vocab_size: int, values: list[int]) -> None:
+def _check_ids(vocab_size: int, bounds: torch.Tensor, values: list[float]) -> None:
     low, high = values
     if low < 0 or high >= vocab_size:
-        bad = low if low < 0 else high
+        bad = int(low if low < 0 else high)
+        if abs(bad) >= 2**53:  # rounded: the exact id, read on the way to the error
+            exact = bounds.tolist()
+            bad = exact[0] if low < 0 else exact[1]
         raise ValueError(f"input_ids must be in [0, vocab_size={vocab_size}), got {bad}")
 
 
