@@ -368,10 +368,10 @@ def test_one_rotation_per_distinct_encoding_per_forward(monkeypatch):
     from posenc.rotary.rope import RoPE
 
     calls = []
-    real = RoPE.rotation
-    monkeypatch.setattr(
-        RoPE, "rotation", lambda self, *a, **kw: calls.append(self) or real(self, *a, **kw)
-    )
+    for method in ("rotation", "default_rotation"):  # given positions, default ones
+        real = getattr(RoPE, method)
+        counted = lambda self, *a, _real=real, **kw: calls.append(self) or _real(self, *a, **kw)  # noqa: E731
+        monkeypatch.setattr(RoPE, method, counted)
     plan = [
         LayerSpec("rope", window=3),
         LayerSpec("rope"),
@@ -380,8 +380,11 @@ def test_one_rotation_per_distinct_encoding_per_forward(monkeypatch):
         LayerSpec(None),
     ]
     model = TransformerLM(VOCAB, DIM, 5, HEADS, plan=plan)
-    model(torch.randint(0, VOCAB, (2, 9)))
-    assert len(calls) == 2 and calls == list(model.encodings[:2])
+    ids = torch.randint(0, VOCAB, (2, 9))
+    for positions in (None, torch.arange(9) * 2):
+        calls.clear()
+        model(ids, positions)
+        assert len(calls) == 2 and calls == list(model.encodings[:2])
 
 
 def test_one_bias_table_per_encoding_pattern_softcap_and_sinks(monkeypatch):

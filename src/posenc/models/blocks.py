@@ -139,7 +139,7 @@ class SelfAttention(nn.Module):
         # no host read per layer: a token's NaN key or value is zeroed, so that it cannot
         # reach the rows that may not see it (its own row carries the NaN); keys as they
         # are cached (rotated), values and keys no rotation turns in one pass
-        q, k, v = self._project(x, encoding, None if fused else rotation, finite=True)
+        q, k, v = self._project(x, encoding, None if fused else rotation, own=True)
         if fused:  # rotated while written into the cache, in one launch
             static, rope = cast(StaticKVCache, cache), cast(RoPE, encoding)
             pair = cast(tuple[torch.Tensor, torch.Tensor], rotation)
@@ -199,7 +199,7 @@ class SelfAttention(nn.Module):
             ``(q, k, v)``: q ``[batch, n_heads, seq, head_dim]``, k and v
             ``[batch, n_kv_heads, seq, head_dim]`` (key heads not repeated).
         """
-        return self._project(x, encoding, rotation, finite=False)
+        return self._project(x, encoding, rotation, own=False)
 
     def _project(
         self,
@@ -207,26 +207,30 @@ class SelfAttention(nn.Module):
         encoding: Encoding,
         rotation: tuple[torch.Tensor, ...] | None,
         *,
-        finite: bool,
+        own: bool,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """:meth:`project`, with ``finite``: keys and values through
-        :func:`~posenc.attn.checks.zero_nonfinite` (keys after their rotation; both in one
-        call where no rotation turns them)."""
+        """:meth:`project`; with ``own`` (:meth:`forward`'s call, whose ``rotation`` the
+        model made for these heads' positions) q and k turned without checking them again,
+        and keys and values through :func:`~posenc.attn.checks.zero_nonfinite` (keys after
+        their rotation; both in one call where no rotation turns them)."""
         b, s, _ = x.shape
         heads, kv_heads = self.n_heads, self.n_kv_heads
         # [b, s, (h + 2 kv_h) * hd] -> [b, h + 2 kv_h, s, hd]: q, k, v heads in a row
         qkv = linear(self.qkv, x).view(b, s, heads + 2 * kv_heads, self.head_dim).transpose(1, 2)
-        if finite and rotation is None:
+        if own and rotation is None:
             q, kv = qkv.split_with_sizes([heads, 2 * kv_heads], dim=1)
             k, v = zero_nonfinite(kv).split_with_sizes([kv_heads, kv_heads], dim=1)
             return q, k, v
         q, k, v = qkv.split_with_sizes([heads, kv_heads, kv_heads], dim=1)
-        if rotation is not None:
-            rotary = cast(RotaryEncoding, encoding)  # only rotary encodings give a rotation
-            q, k = rotary.rotate_pair(q, k, rotation)
-            if finite:
-                k, v = zero_nonfinite(k), zero_nonfinite(v)
-        return q, k, v
+        if rotation is None:
+            return q, k, v
+        rotary = cast(RotaryEncoding, encoding)  # only rotary encodings give a rotation
+        if not own:
+            return (*rotary.rotate_pair(q, k, rotation), v)
+        # the model's heads, of the encoding's head_dim (the model built it or checked it),
+        # by the rotation made for their positions: nothing to check again
+        q, k = rotary._rotate_pair(q, k, rotation)
+        return q, zero_nonfinite(k), zero_nonfinite(v)
 
     def temper(self, q: torch.Tensor, context: AttentionContext) -> torch.Tensor:
         """``q`` scaled by this layer's query temperature of the queries' positions (the

@@ -274,13 +274,21 @@ def rotations_of(
 ) -> dict[int, tuple[torch.Tensor, ...]]:
     """The rotary tables of one forward, once per rotary encoding that a layer uses, by its
     index in ``encodings`` (``layers``: each layer's index). One that turns its queries per
-    region of keys (``merges_attention``: ``dca``) has none: attention turns q and k."""
-    length = None if inputs.explicit else inputs.context.positions.k_len
-    return {
-        e: enc.rotation(inputs.positions, length)
+    region of keys (``merges_attention``: ``dca``) has none: attention turns q and k.
+    Default positions (the queries after the cached keys) are rotated by
+    :meth:`~posenc.base.RotaryEncoding.default_rotation`: RoPE's rows of a table made
+    once, no position tensor."""
+    rotary = [
+        (e, enc)
         for e, enc in enumerate(encodings)
         if isinstance(enc, RotaryEncoding) and not enc.merges_attention and e in layers
-    }
+    ]
+    if inputs.explicit:
+        return {e: enc.rotation(inputs.positions) for e, enc in rotary}
+    p = inputs.context.positions
+    offset, device = p.k_len - p.q_len, inputs.positions.device
+    # the current total length, offset + q_len, is k_len: default_rotation's own default
+    return {e: enc.default_rotation(p.q_len, device, offset=offset) for e, enc in rotary}
 
 
 def shared_bias(
