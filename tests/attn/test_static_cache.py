@@ -66,6 +66,18 @@ def test_static_cache_shapes_never_change_and_slots_fill_in_place():
     assert cache.written(1).tolist() == [True, True, True, False, False, False]
 
 
+def test_every_tensor_a_step_writes_is_marked_as_a_static_address():
+    """What lets a CUDA graph replay a step's in-place writes (``torch.compile`` with
+    ``mode="reduce-overhead"``): every tensor of the cache, made at its creation or with a
+    clock, is marked static (unguarded: another cache re-records, never recompiles)."""
+    cache = StaticKVCache(3, 1, 2, 4, max_seq_len=8, keep=[None, 3, 5])
+    cache.add_clock(1, heads=2)
+    held = cache.tensors()
+    assert len(held) == 3 + 3 + 2 + 2 + 2 * 2  # keys, values, clock, last, count, rings
+    assert {id(t) for t in held} >= {id(cache.positions), id(cache.filled)}
+    assert all(t._dynamo_static_input_type == "unguarded" for t in held)
+
+
 def test_static_cache_refuses_what_it_cannot_hold():
     model = TransformerLM(VOCAB, 16, 1, 2, encoding="rope")
     cache = model.new_cache(1, 4, static=True)

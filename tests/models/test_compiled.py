@@ -123,3 +123,83 @@ def test_attention_compiles_with_a_bias_encoding(backend, tol):
     expected = posenc.attention(q, k, v, alibi, backend="math")
     # 16 keys × 8 channels summed, in another order than the float32 math backend's
     assert_close(out, expected, **tol(torch.float32, n=16 * 8 * 4, scale=v.abs().max().item()))
+
+
+def written_inputs(step, *args, **kwargs) -> tuple[int, list[torch.Tensor]]:
+    """The graphs ``torch.compile(step, fullgraph=True)`` makes for one call, and every
+    input tensor their run writes in place (its version counter moves)."""
+    graphs, written = [], []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+
+        def run(*inputs):
+            before = [t._version if isinstance(t, torch.Tensor) else None for t in inputs]
+            out = gm(*inputs)
+            written.extend(
+                t for t, v in zip(inputs, before, strict=True) if v is not None and t._version != v
+            )
+            return out
+
+        return run
+
+    dynamo.reset()
+    with torch.no_grad():
+        torch.compile(step, backend=backend, fullgraph=True)(*args, **kwargs)
+    return len(graphs), written
+
+
+@pytest.mark.parametrize("name", marked(["rope", "fox", "plan"], {"rope"}))
+def test_a_decode_step_writes_only_the_static_caches_tensors(name):
+    """What a CUDA graph needs to replay a step (inductor skips a graph that writes any
+    other input): one graph, and every tensor it writes in place is one of the cache's,
+    marked as a static address (FoX's clocks and a plan's rings too)."""
+    model = (lm(plan=PLAN) if name == "plan" else lm(name)).eval()
+    ids = torch.randint(0, VOCAB, (2, 9))
+    cache = model.new_cache(2, 16, static=True)
+    with torch.no_grad():
+        model(ids[:, :8], cache=cache)
+    count, written = written_inputs(model, ids[:, 8:], cache=cache)
+    held = {id(t) for t in cache.tensors()}
+    assert count == 1 and written
+    assert all(id(t) in held for t in written)
+    assert all(getattr(t, "_dynamo_static_input_type", None) for t in cache.tensors())
+    assert int(cache.filled) == 9
+
+
+def test_generate_with_cuda_graphs_compiles_once_and_gives_the_eager_tokens():
+    """compile="reduce-overhead" (CUDA graphs on a GPU; on the CPU torch compiles it as
+    the default mode): the prompt and the step, two graphs for the whole decode, no graph
+    break in the step, and the eager tokens, padded prompts too."""
+    model = lm("rope").eval()
+    ids = torch.randint(0, VOCAB, (2, 6))
+    mask = torch.ones(2, 6, dtype=torch.long)
+    mask[0, :2] = 0
+    dynamo.reset()
+    counters.clear()
+    tokens = model.generate(ids, 6, attention_mask=mask, compile="reduce-overhead")
+    assert counters["stats"]["unique_graphs"] == 2
+    assert torch.equal(tokens, model.generate(ids, 6, attention_mask=mask))
+    cache = model.new_cache(2, 12, static=True)
+    with torch.no_grad():
+        model(ids, cache=cache)
+        step = lambda token: model(token, cache=cache)  # noqa: E731
+        assert graphs(step, tokens[:, 6:7]) == (1, [])
+
+
+@pytest.mark.parametrize(
+    ("compile", "error", "match"),
+    [
+        ("fast", ValueError, r"compile must be True, False or one of \['default'"),
+        (1, TypeError, "compile must be a bool or a torch.compile mode"),
+        (None, TypeError, "compile must be a bool"),
+    ],
+)
+def test_generate_names_a_bad_compile_mode(compile, error, match):
+    model = lm("rope").eval()
+    with pytest.raises(error, match=match):
+        model.generate(torch.zeros(1, 2, dtype=torch.long), 1, compile=compile)
+    with pytest.raises(ValueError, match="'reduce-overhead' decodes over a static KV cache"):
+        model.generate(
+            torch.zeros(1, 2, dtype=torch.long), 1, use_cache=False, compile="reduce-overhead"
+        )

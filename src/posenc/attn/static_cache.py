@@ -100,6 +100,27 @@ class StaticKVCache(KVCache):
         sizes = sorted({n for n in self.keep if n is not None})
         self.ring_positions = {n: self.positions.new_zeros(batch, n) for n in sizes}
         self.ring_real = {n: torch.zeros(batch, n, dtype=torch.bool, device=device) for n in sizes}
+        for t in self.tensors():
+            _mark_static(t)
+
+    def tensors(self) -> list[torch.Tensor]:
+        """Every tensor this cache holds and a step writes in place: keys, values, forget
+        clocks and their last, positions, the count, the rings' positions and flags. Each
+        keeps its address for the cache's life, and is marked so
+        (``torch._dynamo.mark_static_address``, unguarded): a CUDA graph of a decode step
+        (``torch.compile(mode="reduce-overhead")``) replays its writes in place rather
+        than being skipped for mutating its inputs, and a new cache is re-recorded, not
+        recompiled."""
+        return [
+            *self.keys,
+            *self.values,
+            *self.clocks.values(),
+            *self.last_clocks.values(),
+            self.positions,
+            self.filled,
+            *self.ring_positions.values(),
+            *self.ring_real.values(),
+        ]
 
     def slots(self, n: int) -> torch.Tensor:
         """The slots of ``n`` new tokens, ``filled + arange(n)``, ``[n]`` int64."""
@@ -212,6 +233,8 @@ class StaticKVCache(KVCache):
         if layer not in self.last_clocks:
             clocks = self.clocks[layer]  # [batch, heads, slots, 1]; a ring may have none
             self.last_clocks[layer] = clocks.new_zeros(clocks.shape[0], heads, 1)
+            _mark_static(clocks)
+            _mark_static(self.last_clocks[layer])
 
     def _keep_last_clock(self, layer: int, last: torch.Tensor) -> None:
         self.last_clocks[layer].copy_(last)  # [batch, heads, 1], made by add_clock
@@ -343,6 +366,13 @@ class StaticKVCache(KVCache):
                 "do not fit"
             )
         return False
+
+
+def _mark_static(t: torch.Tensor) -> None:
+    """Mark ``t`` as an input whose address never changes (see
+    :meth:`StaticKVCache.tensors`); unguarded: a compiled step is not recompiled for
+    another cache's tensors."""
+    torch._dynamo.mark_static_address(t, guard=False)
 
 
 def _check_room(max_seq_len: int, n: int, values: list[int]) -> None:

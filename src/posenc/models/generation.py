@@ -21,7 +21,9 @@ from ..positions import from_padding
 from .inputs import check_input_ids, check_mask
 
 __all__ = [
+    "COMPILE_MODES",
     "Decoder",
+    "check_compile",
     "check_sampling",
     "check_temperature",
     "generate",
@@ -81,7 +83,7 @@ def generate(
     *,
     attention_mask: torch.Tensor | None = None,
     positions: torch.Tensor | None = None,
-    compile: bool = False,
+    compile: bool | str = False,
 ) -> torch.Tensor:
     """Continue ``input_ids`` by ``max_new_tokens`` tokens of ``model``.
 
@@ -107,10 +109,14 @@ def generate(
             token takes the next one after the largest (for M-RoPE on every axis, as
             text: :func:`next_positions`). Default: ``arange``, or counted over real
             tokens with ``attention_mask``.
-        compile: decode with ``torch.compile(model)`` over a
+        compile: decode with ``torch.compile(model, fullgraph=True)`` over a
             :class:`~posenc.attn.StaticKVCache` (needs ``use_cache``): the prompt and the
             one-token step are compiled once each, whatever the number of tokens; the
-            tokens are those of the eager decode.
+            tokens are those of the eager decode. True, or a ``torch.compile`` mode
+            (:data:`COMPILE_MODES`): ``"reduce-overhead"`` replays each step as a CUDA
+            graph on a GPU (the cache's tensors keep their addresses: the step writes
+            them in place), so the step's host work is one launch; on a CPU it compiles
+            as ``"default"``.
 
     Returns:
         the prompts followed by the new tokens.
@@ -122,9 +128,11 @@ def generate(
         raise ValueError("generate() needs a causal model (causal=True)")
     check_int("max_new_tokens", max_new_tokens, minimum=0)
     check_bool("use_cache", use_cache)
-    check_bool("compile", compile)
-    if compile and not use_cache:
-        raise ValueError("compile=True decodes over a static KV cache: it needs use_cache=True")
+    mode = check_compile(compile)
+    if mode is not None and not use_cache:
+        raise ValueError(
+            f"compile={compile!r} decodes over a static KV cache: it needs use_cache=True"
+        )
     check_sampling(temperature, top_k, generator)
     input_ids = check_input_ids(input_ids, model.vocab_size)
     b, s = input_ids.shape
@@ -137,25 +145,56 @@ def generate(
         positions = model.check_positions(positions, seq_len=s, batch=b)
     cache = None
     if use_cache:
-        cache = model.new_cache(b, s + max_new_tokens, static=compile)
-    step = cast(Decoder, torch.compile(model, fullgraph=True)) if compile else model
-    if compile and mask is not None:  # one shape for every step: every slot of the cache
+        cache = model.new_cache(b, s + max_new_tokens, static=mode is not None)
+    step = model
+    if mode is not None:
+        step = cast(Decoder, torch.compile(model, fullgraph=True, mode=mode))
+    if mode is not None and mask is not None:  # one shape for every step: every slot
         mask = torch.cat((mask, mask.new_ones(b, max_new_tokens)), dim=1)
     tokens, step_ids, step_positions = input_ids, input_ids, positions
     for _ in range(max_new_tokens):
         if use_cache:
+            if mode is not None:  # a new step: CUDA graphs may reuse the last's outputs
+                torch.compiler.cudagraph_mark_step_begin()
             logits = step(step_ids, step_positions, cache, attention_mask=mask)
         else:
             logits = model(tokens, positions, attention_mask=mask)
         next_token = sample(logits[:, -1], temperature, top_k, generator)  # [b, 1]
         tokens = torch.cat((tokens, next_token), dim=1)
         step_ids = next_token
-        if mask is not None and not compile:
+        if mask is not None and mode is None:
             mask = torch.cat((mask, mask.new_ones(b, 1)), dim=1)
         if positions is not None:
             step_positions = next_positions(positions)
             positions = torch.cat((positions, step_positions), dim=-1)
     return tokens
+
+
+#: the ``compile=`` modes :func:`generate` takes: ``torch.compile``'s
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def check_compile(compile: object) -> str | None:
+    """The ``torch.compile`` mode of :func:`generate`'s ``compile`` (True: ``"default"``),
+    or None for False; a ``TypeError`` or ``ValueError`` naming ``compile`` for anything
+    else than a bool or one of :data:`COMPILE_MODES`.
+
+    Example:
+        >>> check_compile(True), check_compile("reduce-overhead"), check_compile(False)
+        ('default', 'reduce-overhead', None)
+    """
+    if isinstance(compile, bool):
+        return "default" if compile else None
+    if not isinstance(compile, str):
+        raise TypeError(
+            f"compile must be a bool or a torch.compile mode {list(COMPILE_MODES)}, got "
+            f"{type(compile).__name__}"
+        )
+    if compile not in COMPILE_MODES:
+        raise ValueError(
+            f"compile must be True, False or one of {list(COMPILE_MODES)}, got {compile!r}"
+        )
+    return compile
 
 
 def next_positions(positions: torch.Tensor) -> torch.Tensor:

@@ -319,7 +319,7 @@ class TransformerLM(nn.Module):
         *,
         attention_mask: torch.Tensor | None = None,
         positions: torch.Tensor | None = None,
-        compile: bool = False,
+        compile: bool | str = False,
     ) -> torch.Tensor:
         """Continue ``input_ids`` by ``max_new_tokens`` tokens: :func:`generate
         <posenc.models.generation.generate>` with this model, where every argument is
