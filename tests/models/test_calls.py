@@ -75,3 +75,17 @@ def test_a_hook_on_the_final_norm_sees_the_hidden_states(name):
     model.norm.register_forward_hook(lambda m, args, out: got.setdefault("h", out))
     logits = model(torch.zeros(1, 3, dtype=torch.long))
     assert torch.equal(logits, nn.functional.linear(got["h"], model.head.weight))
+
+
+def test_a_layer_compiled_on_its_own_runs_its_compiled_call():
+    """``block.compile()`` sets the call a module call runs: the model goes through it."""
+    model = TransformerLM(32, 16, 2, 4, "rope").eval()
+    block = model.blocks[0]
+    assert plain(block)
+    ran = []
+    block._compiled_call_impl = lambda *args, **kwargs: (
+        ran.append(1) or block.forward(*args, **kwargs)
+    )
+    assert not plain(block)
+    model(torch.zeros(1, 3, dtype=torch.long))
+    assert ran == [1]

@@ -39,7 +39,8 @@ _FORWARD_PRE, _FORWARD, _BACKWARD_PRE, _BACKWARD = (
 
 def plain(layer: nn.Module) -> bool:
     """Whether calling ``layer`` would run its ``forward`` and nothing else: no hook of its
-    own, no global one, not under ``torch.jit.trace`` (which records module calls).
+    own, no global one, not compiled on its own (``layer.compile()``), not under
+    ``torch.jit.trace`` (which records module calls).
 
     Example:
         >>> layer = nn.Linear(2, 2)
@@ -50,7 +51,8 @@ def plain(layer: nn.Module) -> bool:
         False
     """
     return not (
-        layer._forward_hooks
+        layer._compiled_call_impl is not None
+        or layer._forward_hooks
         or layer._forward_pre_hooks
         or layer._backward_hooks
         or layer._backward_pre_hooks
@@ -102,7 +104,8 @@ def mlp(layers: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def call(module: nn.Module, /, *args: Any, **kwargs: Any) -> Any:
-    """``module(*args, **kwargs)``, as ``module.forward(...)`` where :func:`plain`."""
-    if plain(module):
+    """``module(*args, **kwargs)``, as ``module.forward(...)`` where :func:`plain` (and
+    its class calls as ``nn.Module`` does)."""
+    if type(module).__call__ is nn.Module.__call__ and plain(module):
         return module.forward(*args, **kwargs)
     return module(*args, **kwargs)
