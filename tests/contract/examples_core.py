@@ -92,6 +92,11 @@ example(
     "posenc.BiasEncoding.score_mod",
     lambda: call(posenc.create("t5", n_heads=H).score_mod, P, P, q=heads(1), q_offset=0, scale=0.5),
 )
+example(
+    "posenc.BiasEncoding.derived",
+    lambda: call(posenc.create("alibi", n_heads=H).derived, "slopes", lambda: 1.0, host=True),
+    ok={"key": ("none", "int", "choice")},  # any hashable value names what is kept
+)
 # hooks posenc calls with the positions bias() and attention checked, inside every block of
 # rows and every flex score (users call bias(), score_mod() or posenc.attention)
 for hook in (
@@ -100,6 +105,10 @@ for hook in (
     "posenc.BiasEncoding.block_rows",
 ):
     EXEMPT[hook] = "a hook posenc calls with tensors it built and checked (blocks of rows, flex)"
+
+EXEMPT["posenc.BiasEncoding.distance_values"] = (
+    "a hook the distance runner calls with the lengths, device and dtype of a checked call"
+)
 
 # what the rotary kind shares (RoPE's forward; FoPE's rotate_pair is the base one)
 example(

@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from typing import Any, ClassVar
+from collections.abc import Callable, Hashable
+from typing import Any, ClassVar, TypeVar
 
 import torch
 
-from ..arguments import check_float, check_tensor
+from ..arguments import check_callable, check_device, check_float, check_tensor
 from ..config import EncodingConfig, check_int
-from ..positions import check_batch, position_at
+from ..host_reads import checked
+from ..positions import arange, check_batch, position_at
 from .encoding import Encoding
 
 __all__ = ["BiasConfig", "BiasEncoding"]
+
+T = TypeVar("T")
+
+#: the most values :meth:`BiasEncoding.derived` keeps per encoding (the oldest goes first)
+DERIVED_MAX = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,6 +146,38 @@ class BiasEncoding(Encoding):
 
         return rows, [t for t in self.parameters() if t.requires_grad]
 
+    def distance_values(
+        self,
+        n: int,
+        causal: bool,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> torch.Tensor:
+        """The bias by distance over positions ``0..n-1``, for a bias that is one value per
+        distance there (shift-invariant, or FIRE's queries below its threshold):
+        ``w[:, x] = bias(query n - 1, key x)``, that is ``f(x - (n - 1))``, and ``-inf`` for
+        the keys after their query (``x > n - 1``) when ``causal``; in ``dtype`` (None: as
+        :meth:`bias` computes it). Computed once per length, mask, device and dtype while
+        the encoding is unchanged (:meth:`derived`: read the result, do not write to it),
+        and per call where a gradient reaches a parameter. A hook of
+        :mod:`posenc.attn.runners.distance`, with the lengths of a checked call.
+
+        Shapes:
+            -> ``[heads, 2n - 1]``
+        """
+        if not isinstance(device, torch.device):
+            device = check_device(device) or torch.get_default_device()
+
+        def values() -> torch.Tensor:
+            keys = arange(2 * n - 1, device=device)
+            with checked():  # positions of its own, in range by construction: no value read
+                out = self.bias(arange(1, device=device, offset=n - 1), keys)[:, 0]
+            if causal:
+                out = out.masked_fill(keys > n - 1, float("-inf"))
+            return out if dtype is None else out.to(dtype)
+
+        return self.derived(("distance values", n, causal, device, dtype), values)
+
     def score_mod(
         self,
         q_positions: torch.Tensor | None = None,
@@ -164,6 +202,65 @@ class BiasEncoding(Encoding):
             return score + self.bias_at(h, q_pos, k_pos).to(score.dtype)
 
         return mod
+
+    def derived(self, key: Hashable, compute: Callable[[], T], *, host: bool = False) -> T:
+        """``compute()``, kept under ``key`` and given again while this encoding's config,
+        parameters and buffers stay what they were: what a call derives from them alone
+        (ALiBi's slopes, a bias's values per distance, FIRE's threshold read on the host)
+        is computed once, not per call. ``key`` names what is computed and everything
+        else it depends on (lengths, device, dtype).
+
+        Nothing is kept (``compute()`` runs) where a kept value could be wrong: while a
+        gradient would reach a parameter (the value carries the call's graph; not for
+        ``host`` values, Python numbers read on the host, which carry none), while
+        ``torch.compile`` traces, and for tensors of a subclass (a fake tensor mode). A
+        parameter or buffer is the same while it holds the same storage (kept alive here,
+        so it cannot come back at the same address), shape, dtype and device and its
+        version counter has not moved: ``.to()``, ``load_state_dict``, an optimizer's step
+        and ``p.data = ...`` all change one of them. The config is the same object
+        (configs are frozen). Inference mode is part of the key (its tensors cannot be
+        saved for a backward outside it).
+
+        Raises:
+            TypeError: ``key`` not hashable, ``compute`` not callable or ``host`` not a
+                bool, named.
+        """
+        _check_derived(key, compute, host)
+        if torch.compiler.is_compiling():
+            return compute()
+        tensors = self._state_tensors(graph=not host)
+        marks = None if tensors is None else _marks(tensors)
+        if tensors is None or marks is None:
+            return compute()
+        kept = self.__dict__.get("_derived")
+        if kept is None or kept.config is not self.config or kept.marks != marks:
+            kept = _Derived(self.config, tensors, marks)
+            self.__dict__["_derived"] = kept
+        full_key = (key, torch.is_inference_mode_enabled())
+        if full_key in kept.values:
+            return kept.values[full_key]
+        value = compute()
+        if len(kept.values) >= DERIVED_MAX:
+            kept.values.pop(next(iter(kept.values)))
+        kept.values[full_key] = value
+        return value
+
+    def _state_tensors(self, graph: bool = True) -> list[torch.Tensor] | None:
+        """The parameters and buffers a derived value may depend on, or None where a
+        value that may carry a ``graph`` would carry a gradient (grad mode on and a
+        parameter requiring it)."""
+        tensors: list[torch.Tensor] = []
+        _gather(self, tensors)
+        if graph and torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+            return None
+        return tensors
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The module's state without the derived values (:meth:`derived`): a pickle or a
+        copy computes them anew."""
+        state = super().__getstate__()
+        state.pop("_derived", None)
+        return state
 
     @staticmethod
     def _check_query(q: Any, scale: Any) -> None:
@@ -199,3 +296,59 @@ class BiasEncoding(Encoding):
             if batch is not None and positions is not None:
                 check_batch(positions, batch, name)
         return q_positions, k_positions
+
+
+def _check_derived(key: object, compute: object, host: object) -> None:
+    """Raise ``TypeError`` naming the argument of :meth:`BiasEncoding.derived` that is not
+    what it takes."""
+    try:
+        hash(key)
+    except TypeError:
+        raise TypeError(f"key must be hashable, got {type(key).__name__}") from None
+    check_callable("compute", compute)
+    if host is not True and host is not False:
+        raise TypeError(f"host must be a bool, got {type(host).__name__} ({host!r})")
+
+
+def _gather(module: torch.nn.Module, into: list[torch.Tensor]) -> None:
+    """Every parameter and buffer of ``module`` and its children into ``into`` (a shared
+    one may come twice): what ``parameters()`` and ``buffers()`` give, without their
+    generators' bookkeeping (this runs per call)."""
+    for p in module._parameters.values():
+        if p is not None:
+            into.append(p)
+    for t in module._buffers.values():
+        if t is not None:
+            into.append(t)
+    for child in module._modules.values():
+        if child is not None:
+            _gather(child, into)
+
+
+def _marks(tensors: list[torch.Tensor]) -> tuple | None:
+    """Per tensor its address, version, shape, dtype and device; None for a tensor of a
+    subclass (fake, functional or lazy tensors) or one without them (an inference tensor
+    has no version counter): nothing is kept for those."""
+    marks = []
+    try:
+        for t in tensors:
+            if type(t) is not torch.Tensor and type(t) is not torch.nn.Parameter:
+                return None
+            marks.append((t.data_ptr(), t._version, t.shape, t.dtype, t.device))
+    except RuntimeError:
+        return None
+    return tuple(marks)
+
+
+class _Derived:
+    """An encoding's derived values (:meth:`BiasEncoding.derived`) with what they were
+    computed from: the config object, and per parameter and buffer its marks
+    (:func:`_marks`) and a detached alias, which keeps its storage alive so that no other
+    tensor takes its address while the values are kept."""
+
+    __slots__ = ("aliases", "config", "marks", "values")
+
+    def __init__(self, config: object, tensors: list[torch.Tensor], marks: tuple) -> None:
+        self.config, self.marks = config, marks
+        self.aliases = [t.detach() for t in tensors]
+        self.values: dict[Hashable, Any] = {}

@@ -137,7 +137,11 @@ class Fire(InvariantBelow, BiasEncoding):
     def invariant_below(self) -> float:
         """The threshold ``L``: for a query before it the normaliser ``ψ(max(L, i))`` is
         ``ψ(L)``, so its bias ``f_θ(ψ(|i - j|) / ψ(L))`` is one value per distance (and
-        reaches ``L`` through ``ψ(L)``). Read from the parameter: a host sync."""
+        reaches ``L`` through ``ψ(L)``). Read from the parameter (a host sync), once while
+        it is unchanged (:meth:`~posenc.base.BiasEncoding.derived`)."""
+        return self.derived(("invariant_below",), self._read_threshold, host=True)
+
+    def _read_threshold(self) -> float:
         return float(self.threshold(math_dtype(self.c.dtype)).detach())
 
     def _input(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
