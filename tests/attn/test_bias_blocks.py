@@ -4,6 +4,8 @@ attention's use of them for inference and training."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -278,3 +280,25 @@ def test_negligible_flushes_nothing_for_non_finite_inputs():
     values = distance_values(posenc.create("alibi", n_heads=2, slopes=[50.0, 50.0]), 9, True)
     q = torch.full((1, 2, 9, 4), float("nan"))
     assert torch.equal(negligible(values, q, q, 0.5), values)
+
+
+@needs_kernel
+@pytest.mark.parametrize("causal", [True, False])
+def test_a_linear_bias_that_flushes_nothing_skips_negligible_with_the_same_bits(causal):
+    """A bias linear in the distance spreads max|m|·(L - 1) below its value at distance 0,
+    known on the host: where that is short of what negligible flushes, distance_attention
+    skips it, and the result is the same bits; a steep one still flushes."""
+    from posenc.attn.runners.distance import FLUSH_MARGIN, linear_spread
+
+    n = 50
+    q, k, v = (torch.randn(1, 4, n, 8) for _ in "qkv")
+    for slopes, skipped in (([0.5, 0.25, 0.125, 0.0625], True), ([8.0, 2.0, 0.5, 0.01], False)):
+        enc = posenc.create("alibi", n_heads=4, slopes=slopes)
+        spread = linear_spread(enc, n, causal)
+        assert spread == max(slopes) * (n - 1)
+        assert (spread < FLUSH_MARGIN * -math.log(torch.finfo(torch.float32).tiny)) is skipped
+        values = distance_values(enc, n, causal)
+        known = distance_attention(q, k, v, values, 8**-0.5, causal, spread=spread)
+        assert torch.equal(known, distance_attention(q, k, v, values, 8**-0.5, causal))
+    assert linear_spread(posenc.create("t5", n_heads=4), n, causal) is None
+    assert linear_spread(posenc.create("alibi", n_heads=4, symmetric=True), n, False) is None

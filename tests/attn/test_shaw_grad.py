@@ -262,3 +262,23 @@ def test_bad_input_is_refused():
     (gq,) = torch.autograd.grad(out.sum(), q, create_graph=True)
     with pytest.raises(RuntimeError, match=r"once_differentiable|does not require grad"):
         torch.autograd.grad(gq.sum(), q)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize(("q_len", "kd"), [(8, 16), (70, 3)])
+def test_a_forward_with_no_backward_gives_the_same_bits(causal, q_len, kd):
+    """With no gradient to compute the forward builds no autograd node and takes the key
+    table's terms kept by the caller (key_terms); one call over the band alone merges no
+    parts: the same bits as the forward of a call with a backward."""
+    q, k, v, a_k, _ = _inputs(1, 2, 2, q_len, q_len, 8, 2 * kd + 1, torch.float32, False)
+    pos = torch.arange(q_len)
+    args = (q, k, v, a_k, None, kd, pos, pos, 0.3, causal)
+    with_grad = shaw_attention(*args)
+    assert with_grad.grad_fn is not None
+    with torch.no_grad():
+        plain = shaw_attention(*args)
+        terms = shaw_module.key_terms(a_k, 0.3)
+        kept = shaw_attention(*args, terms=terms)
+    assert plain.grad_fn is None
+    assert torch.equal(plain, with_grad.detach())
+    assert torch.equal(kept, with_grad.detach())

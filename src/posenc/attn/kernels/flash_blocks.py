@@ -16,6 +16,7 @@ This is the place a GPU kernel would plug in; the CPU path imports no Triton.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -63,6 +64,7 @@ def after_query(i0: int, i1: int, lo: int, hi: int, device: torch.device) -> tor
     return torch.arange(lo, hi, device=device) > torch.arange(i0, i1, device=device)[:, None]
 
 
+@functools.cache  # the kernels of this torch: asked once
 def bias_flash_available() -> bool:
     """Whether this torch has the CPU flash kernel with a mask and the log-sum-exp
     (``aten._scaled_dot_product_flash_attention_for_cpu``; absent, the callers keep SDPA's
@@ -130,6 +132,12 @@ def flash_forward(
     """
     b, h, q_len, _ = q.shape
     kernel = getattr(torch.ops.aten, FLASH_OP)
+    if q_len <= block and q.is_contiguous():  # one kernel call: its output, not a copy
+        n = keys(0, q_len)
+        k_n, v_n = (t if n == t.shape[2] else t[:, :, :n] for t in (k, v))
+        attn_mask = mask(0, q_len, n)
+        out, lse = kernel(q, k_n, v_n, 0.0, False, attn_mask=attn_mask, scale=scale)[:2]
+        return out.contiguous(), lse
     out = torch.empty_like(q)
     lse = torch.empty(b, h, q_len, dtype=math_dtype(q.dtype), device=q.device)
     for i0 in range(0, q_len, block):

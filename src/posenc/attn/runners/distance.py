@@ -22,15 +22,15 @@ skewed view (:class:`DistanceGrad`). Measured against plain causal SDPA: docs/de
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.autograd.function import once_differentiable
 
-from ...base import BiasEncoding
+from ...base import BiasEncoding, LinearSlopes
 from ...functional.dtypes import math_dtype
-from ...positions import arange
 from ..kernels.flash_blocks import BLOCK as BACKWARD_BLOCK
 from ..kernels.flash_blocks import block_size, check_blockwise, flash_backward, flash_forward
 
@@ -38,7 +38,15 @@ if TYPE_CHECKING:
     from ..call import Call
     from ..planner import Plan
 
-__all__ = ["by_distance", "distance", "distance_attention", "distance_values", "negligible"]
+__all__ = [
+    "FLUSH_MARGIN",
+    "by_distance",
+    "distance",
+    "distance_attention",
+    "distance_values",
+    "linear_spread",
+    "negligible",
+]
 
 
 def distance_values(
@@ -46,7 +54,9 @@ def distance_values(
 ) -> torch.Tensor:
     """The ``2n - 1`` values of a shift-invariant bias over positions ``0..n-1``:
     ``w[:, x] = bias(query n - 1, key x)``, that is ``f(x - (n - 1))``, and ``-inf`` for
-    the keys after their query (``x > n - 1``) when ``causal``. Differentiable.
+    the keys after their query (``x > n - 1``) when ``causal``
+    (:meth:`~posenc.base.BiasEncoding.distance_values`, which keeps them while the encoding
+    is unchanged: read them, do not write to them). Differentiable.
 
     Shapes:
         -> ``[heads, 2n - 1]``
@@ -59,11 +69,7 @@ def distance_values(
         >>> torch.equal(rows, t5.bias(torch.arange(5), torch.arange(5)))
         True
     """
-    keys = arange(2 * n - 1, device=device)
-    values = encoding.bias(arange(1, device=device, offset=n - 1), keys)[:, 0]
-    if causal:
-        values = values.masked_fill(keys > n - 1, float("-inf"))
-    return values
+    return encoding.distance_values(n, causal, device)
 
 
 def distance_attention(
@@ -74,6 +80,8 @@ def distance_attention(
     scale: float,
     causal: bool,
     block: int | None = None,
+    *,
+    spread: float | None = None,
 ) -> torch.Tensor:
     """``softmax(q kᵀ · scale + bias) v`` for the shift-invariant bias of ``values`` over
     positions ``0..L-1``, a block of queries per kernel call, with a blockwise backward.
@@ -88,6 +96,9 @@ def distance_attention(
             mask the rest).
         block: queries per kernel call; default
             :func:`~posenc.attn.kernels.flash_blocks.block_size`.
+        spread: how far below the value at distance 0 any value may lie, where known
+            without reading them (:func:`linear_spread`), else None; a spread well short of
+            what :func:`negligible` flushes skips it (it would flush nothing).
 
     Returns:
         ``[batch, heads, L, d]`` in the dtype of ``q``; the bias and the backward are in
@@ -102,9 +113,14 @@ def distance_attention(
             f"q {tuple(q.shape)}, k {tuple(k.shape)}, values {tuple(values.shape)}"
         )
     k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (k, v))
-    values = negligible(values.to(math_dtype(q.dtype)), q, k, scale)
+    values = values.to(math_dtype(q.dtype))
+    if spread is None or not spread < FLUSH_MARGIN * -_log_tiny(values.dtype):
+        values = negligible(values, q, k, scale)
     values = values.contiguous()  # the kernel reads rows of stride 1
-    return _DistanceFlash.apply(q, k, v, values, float(scale), bool(causal), block)
+    args = (q, k, v, values, float(scale), bool(causal), block)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, values)):
+        return _DistanceFlash.apply(*args)
+    return _forward(*args)[0]  # no backward: no autograd node to build
 
 
 def negligible(
@@ -129,9 +145,63 @@ def negligible(
         norms = [torch.linalg.vector_norm(t, dim=-1, dtype=values.dtype) for t in (q, k)]
         q_max, k_max = (t.amax(dim=(0, 2)) for t in norms)  # [h]
         bound = 2.01 * scale * q_max * k_max  # a hundredth more: the norms' own rounding
-        floor = values[:, n - 1 : n] + math.log(torch.finfo(values.dtype).tiny) - bound[:, None]
+        floor = values[:, n - 1 : n] + _log_tiny(values.dtype) - bound[:, None]
         far = values < floor  # NaN or inf in q, k: an inf or NaN bound flushes nothing
     return values.masked_fill(far, float("-inf"))
+
+
+#: :func:`distance_attention` skips :func:`negligible` for values that spread below their
+#: value at distance 0 by less than this fraction of ``-log(tiny)`` (the rest covers their
+#: rounding): none of them can be flushed
+FLUSH_MARGIN = 0.5
+
+
+def linear_spread(encoding: BiasEncoding, n: int, causal: bool) -> float | None:
+    """How far below its value at distance 0 (zero) a bias linear in the distance
+    (:class:`~posenc.base.LinearSlopes`: ``-m_h (i - j)``) lies over ``n`` positions:
+    ``max |m_h| · (n - 1)``, from the slopes known on the host; None for other biases (or
+    where the slopes do not apply)."""
+    slopes = encoding.linear_slopes(causal) if isinstance(encoding, LinearSlopes) else None
+    if slopes is None:
+        return None
+    return max(map(abs, slopes), default=0.0) * (n - 1)
+
+
+@functools.cache
+def _log_tiny(dtype: torch.dtype) -> float:
+    """``log`` of the smallest normal number of ``dtype``."""
+    return math.log(torch.finfo(dtype).tiny)
+
+
+def _forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    values: torch.Tensor,
+    scale: float,
+    causal: bool,
+    block: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The blockwise kernel calls over reversed queries: ``(out, q_r, out_r, lse_r)``, the
+    output and what the backward reads (the reversed queries, their output and
+    log-sum-exp)."""
+    n = q.shape[2]
+    rows = values.unfold(-1, n, 1).unsqueeze(0)  # [1, h, n, n], row r: query n-1-r
+    q_r = q.flip(2)  # reversed queries, a copy
+
+    def mask(r0: int, r1: int, keys: int) -> torch.Tensor:
+        return rows if r1 - r0 == keys == n else rows[:, :, r0:r1, :keys]
+
+    out_r, lse_r = flash_forward(
+        q_r,
+        k,
+        v,
+        mask,
+        scale,
+        block=block,
+        keys=(lambda r0, r1: n - r0) if causal else (lambda r0, r1: n),
+    )
+    return out_r.flip(2), q_r, out_r, lse_r
 
 
 class _DistanceFlash(torch.autograd.Function):
@@ -148,21 +218,10 @@ class _DistanceFlash(torch.autograd.Function):
         causal: bool,
         block: int,
     ) -> torch.Tensor:
-        n = q.shape[2]
-        rows = values.unfold(-1, n, 1).unsqueeze(0)  # [1, h, n, n], row r: query n-1-r
-        q_r = q.flip(2)  # reversed queries, a copy
-        out_r, lse_r = flash_forward(
-            q_r,
-            k,
-            v,
-            lambda r0, r1, keys: rows[:, :, r0:r1, :keys],
-            scale,
-            block=block,
-            keys=(lambda r0, r1: n - r0) if causal else (lambda r0, r1: n),
-        )
+        out, q_r, out_r, lse_r = _forward(q, k, v, values, scale, causal, block)
         ctx.save_for_backward(q_r, k, v, values, out_r, lse_r)
         ctx.scale, ctx.causal = scale, causal
-        return out_r.flip(2)
+        return out
 
     @staticmethod
     @once_differentiable  # a second derivative would need the backward's own graph
@@ -243,6 +302,10 @@ def by_distance(
     block: int | None = None,
 ) -> torch.Tensor:
     """:func:`distance_attention` over the encoding's distance values for these ``q_len``
-    queries and keys (``rows`` runs FIRE's first queries on it too)."""
-    values = distance_values(encoding, q.shape[2], causal, q.device)
-    return distance_attention(q, k, v, values, scale, causal, block)
+    queries and keys (``rows`` runs FIRE's first queries on it too), which the encoding
+    computes once per length, mask, device and dtype while it is unchanged
+    (:meth:`~posenc.base.BiasEncoding.distance_values`)."""
+    n = q.shape[2]
+    spread = linear_spread(encoding, n, causal)
+    values = encoding.distance_values(n, causal, q.device, math_dtype(q.dtype))
+    return distance_attention(q, k, v, values, scale, causal, block, spread=spread)

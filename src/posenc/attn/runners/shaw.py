@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.autograd.function import once_differentiable
 
-from ...base import RelativeTables
+from ...base import BiasEncoding, RelativeTables
 from ...functional.dtypes import math_dtype
 from ..kernels.flash_blocks import FLASH_OP, bias_flash_available, block_size, check_blockwise
 from ..kernels.shaw_bins import (
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from ..call import Call
     from ..planner import Plan
 
-__all__ = ["BLOCK", "shaw", "shaw_attention"]
+__all__ = ["BLOCK", "key_terms", "shaw", "shaw_attention"]
 
 #: queries per block: the forward and the backward hold ``[batch, heads, BLOCK, k_len]``
 BLOCK = 64
@@ -59,6 +59,8 @@ def shaw_attention(
     causal: bool,
     block: int = BLOCK,
     shift: int | EllipsisType | None = ...,
+    *,
+    terms: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """``softmax(q kᵀ · scale + q a^K[r]ᵀ · scale) (v + a^V[r])`` blockwise, forward and backward.
 
@@ -78,6 +80,9 @@ def shaw_attention(
         shift: ``k_position - q_position - (j - i)`` when the positions are consecutive
             ``[len]`` each, None when not (:meth:`AttnPositions.shift
             <posenc.positions.record.AttnPositions.shift>`); default (``...``): read here.
+        terms: :func:`key_terms` of ``key_table`` in the math dtype and ``scale``, where the
+            caller keeps them from one call to the next (read with no value table and
+            consecutive positions, where no backward follows), or None: computed here.
 
     Returns:
         ``[batch, heads, q_len, d]`` in the dtype of ``q``.
@@ -117,7 +122,29 @@ def shaw_attention(
     if shift is ...:
         shift = consecutive_shift(q_positions, k_positions)
     meta = (max_distance, shift, float(scale), bool(causal), block)
-    return _ShawFlash.apply(q, k, v, key_table, value_table, qp, kp, meta)
+    args = (q, k, v, key_table, value_table, qp, kp, meta)
+    tensors = (q, k, v, key_table, value_table)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+        return _ShawFlash.apply(*args)
+    return _ShawFlash.forward(_NoBackward(), *args, terms)  # no autograd node to build
+
+
+def key_terms(key_table: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """What the kernel path takes of the key table: the first bin's row ``a^K[0] · scale``
+    (the reference every score is taken against) and each bin over it,
+    ``((a^K - a^K[0]) · scale)ᵀ``.
+
+    Shapes:
+        key_table ``[2k + 1, d]`` -> ``([d], [d, 2k + 1])``
+    """
+    return key_table[0] * scale, ((key_table - key_table[:1]) * scale).T
+
+
+class _NoBackward:
+    """The context of a forward no backward will follow: it keeps nothing."""
+
+    def save_for_backward(self, *tensors: torch.Tensor | None) -> None:
+        pass
 
 
 class _ShawFlash(torch.autograd.Function):
@@ -134,6 +161,7 @@ class _ShawFlash(torch.autograd.Function):
         qp: torch.Tensor,
         kp: torch.Tensor,
         meta: tuple[int, int | None, float, bool, int],
+        terms: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         max_distance, shift, scale, causal, block = meta
         tables = (key_table, value_table)
@@ -144,7 +172,7 @@ class _ShawFlash(torch.autograd.Function):
         a_v = None if value_table is None else value_table.to(dtype)
         if a_v is None and shift is not None and bias_flash_available():
             out, lse = _kernel_forward(
-                q3.view(q.shape), k3.view(k.shape), v3.view(v.shape), a_k, meta
+                q3.view(q.shape), k3.view(k.shape), v3.view(v.shape), a_k, meta, terms
             )
             ctx.save_for_backward(q, k, v, key_table, value_table, qp, kp, out, lse)
             ctx.meta = meta
@@ -210,7 +238,7 @@ class _ShawFlash(torch.autograd.Function):
         )
 
 
-def _kernel_forward(q, k, v, a_k, meta):
+def _kernel_forward(q, k, v, a_k, meta, terms=None):
     """The forward over consecutive positions without a value table on the CPU flash kernel,
     a block of :func:`~posenc.attn.kernels.flash_blocks.block_size` queries at a time, in up
     to three calls: the keys farther left than ``max_distance`` from every query of the
@@ -229,13 +257,19 @@ def _kernel_forward(q, k, v, a_k, meta):
     max_distance, shift, scale, causal, _ = meta
     kernel = getattr(torch.ops.aten, FLASH_OP)
     b, h, q_len, d = q.shape
-    left = q @ (a_k[0] * scale)  # [b, h, q_len]: every key before lo, the reference
-    bins = q @ ((a_k - a_k[:1]) * scale).T  # [b, h, q_len, 2k + 1]: each bin over it
+    first, over_first = key_terms(a_k, scale) if terms is None else terms
+    left = q @ first  # [b, h, q_len]: every key before lo, the reference
+    bins = q @ over_first  # [b, h, q_len, 2k + 1]: each bin over it
+    blocks = list(block_bounds(shift, q_len, k.shape[2], max_distance, causal, block_size(q_len)))
+    masks = band_masks(bins, blocks, shift, max_distance, causal)
+    (_, _, n, lo, hi), *more = blocks
+    if not more and lo == 0 and hi == n:  # one call over the band alone: no parts to merge
+        kb, vb = (t if n == t.shape[2] else t[:, :, :n] for t in (k, v))
+        o, lse = kernel(q, kb, vb, 0.0, False, attn_mask=next(masks), scale=scale)[:2]
+        return o.reshape(b * h, q_len, d), (lse + left).reshape(b * h, q_len, 1)
     parts = 2 if causal else 3  # the band, the keys farther left, farther right
     outs = q.new_empty(parts, b, h, q_len, d)
     lses = q.new_full((parts, b, h, q_len), float("-inf"))
-    blocks = list(block_bounds(shift, q_len, k.shape[2], max_distance, causal, block_size(q_len)))
-    masks = band_masks(bins, blocks, shift, max_distance, causal)
     for (i0, i1, n, lo, hi), mask in zip(blocks, masks, strict=True):
         calls = ((lo, hi, mask), (0, lo, None), (hi, n, None))
         for part, (k0, k1, part_mask) in enumerate(calls[:parts]):
@@ -268,11 +302,19 @@ def _scores(qb, kn, a_k, band, scale, causal, i0):
 
 
 def shaw(call: Call, plan: Plan) -> torch.Tensor:
-    """The runner: :func:`shaw_attention` over the encoding's relative tables."""
+    """The runner: :func:`shaw_attention` over the encoding's relative tables, with the
+    key table's :func:`key_terms` computed once per scale, dtype and device while the
+    encoding is unchanged (:meth:`~posenc.base.BiasEncoding.derived`)."""
     enc = call.encoding
     assert isinstance(enc, RelativeTables), "the plan gives 'shaw' to RelativeTables"
+    assert isinstance(enc, BiasEncoding), "RelativeTables is a bias encoding's protocol"
     key_table, value_table, max_distance = enc.relative_tables()
     p = call.context.positions
+    terms = None
+    if value_table is None:
+        dtype, scale = math_dtype(call.q.dtype, key_table.dtype), call.scale
+        key = ("shaw key terms", scale, dtype, key_table.device)
+        terms = enc.derived(key, lambda: key_terms(key_table.to(dtype), scale))
     return shaw_attention(
         call.q,
         call.k,
@@ -285,4 +327,5 @@ def shaw(call: Call, plan: Plan) -> torch.Tensor:
         call.scale,
         call.causal,
         shift=p.shift(),  # read with the positions' other facts
+        terms=terms,
     )
