@@ -199,3 +199,30 @@ def test_cuda_runs_flex_with_no_cpu_only_runner(name, masked):
             if name == "fire" and grad:
                 expected = "sdpa"
             assert runner == expected, (name, masked, grad, runner)
+
+
+def test_a_plan_is_decided_once_per_encoding_shapes_and_flags():
+    """posenc.attention's plan over the default positions is kept (with the encoding, or for
+    plain attention in the planner) and decided anew for other shapes, a new config or a
+    call with a backward."""
+    import dataclasses
+
+    from posenc.attn.call import PLAIN, Call
+
+    q = torch.randn(1, 2, 8, 16)
+    enc = posenc.create("alibi", n_heads=2)
+
+    def call_of(encoding, q=q, causal=True):
+        context = AttentionContext.default(q.shape[2], q.shape[2], 1, q.device)
+        return Call(q, q, q, encoding, context, causal, 0.25, "auto", None, PLAIN, True)
+
+    with torch.no_grad():
+        first = plan_module.plan_of(call_of(enc))
+        assert plan_module.plan_of(call_of(enc)) is first
+        assert plan_module.plan_of(call_of(enc, causal=False)) is not first
+        assert plan_module.plan_of(call_of(None)) is plan_module.plan_of(call_of(None))
+        enc.config = dataclasses.replace(enc.config, symmetric=True)
+        again = plan_module.plan_of(call_of(enc))
+        assert again is not first and again == first  # decided anew, the same decision
+    grad = q.clone().requires_grad_(True)
+    assert plan_module.plan_of(call_of(enc, grad)) is not plan_module.plan_of(call_of(enc, grad))

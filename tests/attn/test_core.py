@@ -167,3 +167,90 @@ def test_bias_attention_checks_heads_and_batch():
     positions = torch.arange(5).expand(2, 5)
     with pytest.raises(ValueError, match="q_positions has batch size 2 but the input has 1"):
         posenc.attention(q, k, v, q_positions=positions, k_positions=torch.arange(5))
+
+
+# -- the cost of a call (issue 53): what does not change between calls is done once, every
+# check stays on, and a call reads the host once at most (none with validation off)
+
+READS = {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "nonzero"}
+BIAS_NAMES = ["alibi", "fire", "kerple", "shaw", "t5"]
+
+
+class CountReads(torch.overrides.TorchFunctionMode):
+    """Host reads (as tests/test_host_reads.py counts them), but FIRE's pruning of its MLP to
+    its inputs' range, a read on the CPU in eager mode only (where no stream stalls)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in READS:
+            import traceback
+
+            self.count += not any(f.name == "_within" for f in traceback.extract_stack())
+        return func(*args, **(kwargs or {}))
+
+
+def host_reads(fn) -> int:
+    with CountReads() as counter:
+        fn()
+    return counter.count
+
+
+def _encoding(name: str | None):
+    if name is None:
+        return None
+    return posenc.create(name, n_heads=2, **({"head_dim": 16} if name == "shaw" else {}))
+
+
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("name", [None, *BIAS_NAMES])
+def test_a_call_reads_the_host_once_and_not_at_all_with_validation_off(name, grad):
+    """Default positions need no read of their own, the encoding's derived values are
+    kept: one read (whether q, k, v are finite), none with validation off, from the second
+    call on (FIRE reads its threshold once, at the first)."""
+    q, k, v = qkv(b=1, h=2, kv_h=2, lq=8, lk=8, d=16)
+    enc = _encoding(name)
+    with torch.set_grad_enabled(grad):
+        posenc.attention(q, k, v, enc)
+        assert host_reads(lambda: posenc.attention(q, k, v, enc)) == 1
+        with posenc.validation(False):
+            assert host_reads(lambda: posenc.attention(q, k, v, enc)) == 0
+            fresh = _encoding(name)
+            expected = 0 if name != "fire" else 1  # its threshold, read once
+            assert host_reads(lambda: posenc.attention(q, k, v, fresh)) == expected
+
+
+@pytest.mark.parametrize("name", [None, *BIAS_NAMES])
+def test_positions_and_padding_are_checked_in_the_one_read(name):
+    """Explicit positions (their checks and the facts the kernels choose by) and a padding
+    mask are read with the finiteness of q, k, v: one read, and a bad one still raises."""
+    q, k, v = qkv(b=2, h=2, kv_h=2, lq=8, lk=8, d=16)
+    enc = _encoding(name)
+    pad = torch.ones(2, 8, dtype=torch.bool)
+    pad[0, :2] = False
+    positions = {"q_positions": torch.arange(8), "k_positions": torch.arange(8)}
+    assert host_reads(lambda: posenc.attention(q, k, v, enc, **positions)) == 1
+    assert host_reads(lambda: posenc.attention(q, k, v, enc, key_padding_mask=pad)) == 1
+    with pytest.raises(ValueError, match="q_positions must be >= 0"):
+        posenc.attention(q, k, v, enc, q_positions=torch.arange(8) - 1, k_positions=torch.arange(8))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name", BIAS_NAMES)
+def test_kept_work_gives_the_same_bits(name, dtype):
+    """The first call (computing what is kept), the next ones (reading it) and a call with
+    a backward (keeping nothing, on the autograd paths) give the same result, bit for
+    bit."""
+    q, k, v = qkv(b=1, h=2, kv_h=2, lq=8, lk=8, d=16, dtype=dtype)
+    enc = _encoding(name).to(dtype)
+    with torch.no_grad():
+        first = posenc.attention(q, k, v, enc)
+        again = posenc.attention(q, k, v, enc)
+    q.requires_grad_(True)
+    with_grad = posenc.attention(q, k, v, enc)
+    with_grad.sum().backward()
+    assert torch.equal(first, again)
+    assert torch.equal(first, with_grad.detach())
+    assert q.grad is not None and torch.isfinite(q.grad).all()

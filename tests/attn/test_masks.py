@@ -289,3 +289,31 @@ def test_masks_on_the_meta_device_and_on_another_device():
     with pytest.raises(ValueError, match="key_padding_mask is on meta but k is on cpu"):
         x = torch.randn(1, HEADS, 6, HEAD_DIM)
         posenc.attention(x, x, x, key_padding_mask=real)
+
+
+def test_the_default_context_is_built_once_per_shape():
+    """A call with no positions or masks takes the context of the last such call of its
+    lengths, batch and device (its dense mask, once built, with it); inference mode keeps
+    its own, and a large call builds its own each time."""
+    from posenc.attn import masks as masks_module
+    from posenc.attn.masks import DEFAULT_CONTEXT_SCORES, AttentionContext
+
+    cpu = torch.device("cpu")
+    first = AttentionContext.default(3, 5, 2, cpu)
+    assert AttentionContext.default(3, 5, 2, cpu) is first
+    assert AttentionContext.default(3, 5, 1, cpu) is not first
+    built = AttentionContext.build(3, 5, 2, cpu)
+    assert torch.equal(first.positions.q, built.positions.q)
+    assert torch.equal(first.positions.k, built.positions.k)
+    assert first.masks is None and not first.positions.explicit
+    assert first.allowed(causal=True) is AttentionContext.default(3, 5, 2, cpu).allowed(True)
+    with torch.inference_mode():
+        inside = AttentionContext.default(3, 5, 2, cpu)
+    assert inside is not first and inside.positions.q.is_inference()
+    n = int(DEFAULT_CONTEXT_SCORES**0.5) + 1
+    assert AttentionContext.default(n, n, 1, cpu) is not AttentionContext.default(n, n, 1, cpu)
+    for k_len in range(6, 6 + 2 * masks_module.DEFAULT_CONTEXTS):  # decoding: bounded
+        AttentionContext.default(1, k_len, 1, cpu)
+    assert len(masks_module._DEFAULTS) <= masks_module.DEFAULT_CONTEXTS
+    with pytest.raises(ValueError, match="pass q_positions and k_positions"):
+        AttentionContext.default(6, 5, 1, cpu)

@@ -7,6 +7,7 @@ host), which decides where a call may run."""
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 
@@ -16,7 +17,12 @@ from ..functional.dtypes import math_dtype
 from ..host_reads import reads_values, validation_enabled
 from .masks import AttentionContext
 
+#: the backends a caller may ask for
+BACKENDS = ("auto", "flex", "sdpa", "math")
+
 __all__ = [
+    "BACKENDS",
+    "check_call",
     "check_context",
     "check_encoding",
     "check_heads",
@@ -26,6 +32,7 @@ __all__ = [
     "check_softcap",
     "check_table",
     "finite",
+    "finite_sums",
     "zero_nonfinite",
 ]
 
@@ -118,10 +125,11 @@ def check_table(
 def check_heads(encoding: BiasEncoding, q: torch.Tensor) -> None:
     """Raise unless ``q`` has the encoding's heads and, where the encoding reads ``q``
     through tables of a width of its own (Shaw, CoPE: ``head_dim``), that width."""
-    if q.shape[1] != encoding.n_heads:
+    heads = encoding.config.n_heads  # what the n_heads property reads, with no call
+    if q.shape[1] != heads:
         raise ValueError(
             f"q has {q.shape[1]} heads but the encoding {type(encoding).__name__} has "
-            f"n_heads={encoding.n_heads}"
+            f"n_heads={heads}"
         )
     width = getattr(encoding, "head_dim", None)
     if width is not None and q.shape[-1] != width:
@@ -145,6 +153,35 @@ def check_encoding(encoding: Encoding | None) -> str | None:
     if encoding.kind not in ("none", "rotary", "bias", "additive"):
         raise ValueError(f"unknown encoding kind {encoding.kind!r}")
     return encoding.kind
+
+
+def check_call(
+    encoding: Encoding | None,
+    kind: str | None,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    table: torch.Tensor | None,
+    sinks: torch.Tensor | None,
+    backend: str,
+    reads_input: bool,
+) -> None:
+    """Raise, naming the argument, unless the backend is known and the encoding of
+    ``kind`` (its heads), the bias ``table`` (FoX's clock where the encoding
+    ``reads_input``) and the sinks suit q and k; an additive encoding is refused (it acts
+    at the input)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
+    if kind == "bias":
+        check_heads(cast(BiasEncoding, encoding), q)
+    if table is not None or reads_input:
+        check_table(table, encoding, q, k.shape[2])
+    check_sinks(sinks, q.shape[1], q.device)
+    if kind == "additive":
+        assert encoding is not None, "an additive kind is an encoding's"
+        raise ValueError(
+            f"{encoding.info.name!r} is an additive encoding: add it to the token embeddings "
+            "(enc(x)) before the first layer instead of passing it to attention"
+        )
 
 
 def check_context(context, q, k, *given) -> None:
@@ -201,17 +238,30 @@ def finite(*tensors: torch.Tensor | None) -> bool:
     them as a zero row (their online softmax drops a NaN maximum) rather than NaN.
 
     Each tensor's sum is one strided pass, no copy of a cache's slice (``isfinite(v).all()``
-    and ``aminmax`` cost 15-50x more on the CPU, torch 2.13); NaN and infinities reach the
-    sum, and a sum that overflows only sends the call to the explicit path, which is exact
-    too. True where values are not read (:func:`~posenc.host_reads.reads_values`: while
-    compiling, where the kernels' own behaviour is kept rather than a graph break; with
-    validation off; inside a model's layers, whose keys and values
-    :func:`zero_nonfinite` made finite) and on the meta device, which holds no values."""
+    and ``aminmax`` cost 15-50x more on the CPU, torch 2.13), and the sums are read together,
+    as they are; NaN and infinities reach the sum, and a sum that overflows only sends the
+    call to the explicit path, which is exact too. True where values are not read
+    (:func:`~posenc.host_reads.reads_values`: while compiling, where the kernels' own
+    behaviour is kept rather than a graph break; with validation off; inside a model's
+    layers, whose keys and values :func:`zero_nonfinite` made finite) and on the meta
+    device, which holds no values."""
+    sums = finite_sums(*tensors)
+    return sums is None or all(map(math.isfinite, sums.tolist()))
+
+
+def finite_sums(*tensors: torch.Tensor | None) -> torch.Tensor | None:
+    """What :func:`finite` reads: each tensor's sum (None skipped), ``[n]``, all of them
+    finite exactly when the tensors are (unless one overflows); None where values are not
+    read. For a caller that reads them with other checks
+    (:func:`~posenc.host_reads.batched`)."""
     present = [t for t in tensors if t is not None and t.device.type != "meta"]
     if not present or not reads_values(*present):
-        return True
-    sums = [t.sum(dtype=math_dtype(t.dtype)).to(torch.float64) for t in present]
-    return bool(torch.isfinite(torch.stack(sums).sum()))
+        return None
+    sums = [t.sum(dtype=math_dtype(t.dtype)) for t in present]
+    if any(s.dtype != sums[0].dtype for s in sums):
+        sums = [s.to(torch.float64) for s in sums]
+    # each sum read as it is: no sum of the sums to overflow
+    return torch.stack(sums)
 
 
 def zero_nonfinite(x: torch.Tensor) -> torch.Tensor:

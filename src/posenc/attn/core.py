@@ -11,28 +11,29 @@ and the CPU kernels of bias encodings).
 
 from __future__ import annotations
 
+import math
+from contextlib import nullcontext
 from typing import cast
 
 import torch
 
 from ..base import BiasEncoding, Encoding, InputBias, RotaryEncoding
 from ..config import check_bool
+from ..host_reads import batched, read
 from ..rotary.dca import DualChunkRoPE
 from .call import Call, ScoreOptions
 from .checks import (
+    check_call,
     check_context,
     check_encoding,
-    check_heads,
     check_qkv,
     check_scale,
-    check_sinks,
     check_softcap,
-    check_table,
-    finite,
+    finite_sums,
 )
 from .dual_chunk import dual_chunk_attention
 from .masks import AttentionContext, AttnPattern
-from .planner import BACKENDS, run
+from .planner import run
 
 __all__ = ["attention"]
 
@@ -136,6 +137,9 @@ def attention(
     kind = check_encoding(encoding)
     scale = check_scale(scale, q.shape[-1])  # of the input width (PoPE widens q and k)
     merged = kind == "rotary" and cast(RotaryEncoding, encoding).merges_attention
+    reads_input = isinstance(encoding, InputBias)
+    if not merged:  # dca refuses what it cannot take by name (_merged)
+        check_call(encoding, kind, q, k, bias, sinks, backend, reads_input)
     if merged:  # dca: q and k turned in its own attention, per region of keys
         refused = {"causal=False": not causal, "bias": bias is not None,
                    "window": window is not None, "chunk": chunk is not None,
@@ -145,35 +149,12 @@ def attention(
         if context is not None:
             raise ValueError("context is for encodings that do not rotate: rotate q and k first")
         q, k, q_positions, k_positions = _rotate(encoding, q, k, q_positions, k_positions)
-    if context is None:
-        context = AttentionContext.build(
-            q.shape[2],
-            k.shape[2],
-            q.shape[0],
-            q.device,
-            q_positions=q_positions,
-            k_positions=k_positions,
-            key_padding_mask=key_padding_mask,
-            segment_ids=segment_ids,
-        )
-    else:
-        check_context(context, q, k, q_positions, k_positions, key_padding_mask, segment_ids)
+    given = (q_positions, k_positions, key_padding_mask, segment_ids)
+    clock = bias if reads_input else None  # a FoX clock carries a token's NaN to later ones
+    context, finite = _context(q, k, v, context, given, clock, merged)
     if merged:
         dca = cast(DualChunkRoPE, encoding)
         return dual_chunk_attention(q, k, v, dca, context, scale, explicit=backend == "math")
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
-    reads_input = isinstance(encoding, InputBias)
-    if kind == "bias":
-        check_heads(cast(BiasEncoding, encoding), q)
-    if bias is not None or reads_input:
-        check_table(bias, encoding, q, k.shape[2])
-    check_sinks(sinks, q.shape[1], q.device)
-    if kind == "additive":
-        raise ValueError(
-            f"{cast(Encoding, encoding).info.name!r} is an additive encoding: add it to the "
-            "token embeddings (enc(x)) before the first layer instead of passing it to attention"
-        )
     options = ScoreOptions(AttnPattern(window, chunk), check_softcap(softcap), sinks)
     call = Call(
         q,
@@ -186,10 +167,42 @@ def attention(
         backend,
         bias,
         options,
-        # a FoX clock carries a token's NaN to every later token (on fused kernels, to all)
-        finite(q, k, v, bias if reads_input else None),
+        finite,
     )
     return run(call)
+
+
+def _context(q, k, v, context, given, clock, merged):
+    """The call's context (built from the ``given`` positions and masks, the default one,
+    or the caller's ``context`` checked) and whether q, k, v and FoX's ``clock`` are all
+    finite (not asked of an encoding that runs its own attention: ``merged``), their
+    value checks read together: one host read."""
+    defaults = all(g is None for g in given)
+    gather = context is None and not defaults
+    sums: list[float] = []
+    with batched() if gather else nullcontext():
+        if context is None and defaults and type(q) is torch.Tensor:
+            context = AttentionContext.default(q.shape[2], k.shape[2], q.shape[0], q.device)
+        elif context is None:
+            q_positions, k_positions, key_padding_mask, segment_ids = given
+            context = AttentionContext.build(
+                q.shape[2],
+                k.shape[2],
+                q.shape[0],
+                q.device,
+                q_positions=q_positions,
+                k_positions=k_positions,
+                key_padding_mask=key_padding_mask,
+                segment_ids=segment_ids,
+            )
+        else:
+            check_context(context, q, k, *given)
+        values = None if merged else finite_sums(q, k, v, clock)
+        if values is not None and gather:
+            read(values, sums.extend)  # with the block's other reads, as it ends
+        elif values is not None:
+            sums = values.tolist()
+    return context, all(map(math.isfinite, sums))
 
 
 def _merged(encoding, backend, refused, q_positions, k_positions):

@@ -399,6 +399,23 @@ class AttentionContext:
         masks = Masks.build(key_padding_mask, segment_ids, batch, q_len, k_len, device)
         return cls(positions, masks)
 
+    @classmethod
+    def default(cls, q_len: int, k_len: int, batch: int, device: torch.device) -> AttentionContext:
+        """:meth:`build` with no positions or masks: the queries the last ``q_len`` of the
+        ``k_len`` keys. Built once per lengths, batch, device and inference mode and given
+        again (with the dense and block masks it has built since) while its scores are few
+        (:data:`DEFAULT_CONTEXT_SCORES`), where a call's host time is what counts; the
+        :data:`DEFAULT_CONTEXTS` most recent are kept. Not while ``torch.compile`` traces
+        (the graph builds it)."""
+        if torch.compiler.is_compiling() or q_len * k_len > DEFAULT_CONTEXT_SCORES:
+            return cls.build(q_len, k_len, batch, device)
+        key = (q_len, k_len, batch, device, torch.is_inference_mode_enabled())
+        if key not in _DEFAULTS:
+            if len(_DEFAULTS) >= DEFAULT_CONTEXTS:
+                _DEFAULTS.pop(next(iter(_DEFAULTS)))
+            _DEFAULTS[key] = cls.build(q_len, k_len, batch, device)
+        return _DEFAULTS[key]
+
     def last_keys(self, n: int) -> AttentionContext:
         """This context over its last ``n`` keys only (a rolling KV cache's layer sees no
         older one): the same queries, the keys' positions and masks cut to the last ``n``,
@@ -473,3 +490,11 @@ class AttentionContext:
         if not compiling:
             self._blocks[key] = built
         return built
+
+
+#: :meth:`AttentionContext.default` keeps the contexts of calls of at most this many scores
+#: per head (``q_len * k_len``)
+DEFAULT_CONTEXT_SCORES = 1 << 16
+#: the most default contexts kept (the oldest dropped first)
+DEFAULT_CONTEXTS = 32
+_DEFAULTS: dict[tuple, AttentionContext] = {}

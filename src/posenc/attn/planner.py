@@ -53,7 +53,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Literal
+from functools import partial
+from typing import Any, Literal
 
 import torch
 
@@ -65,8 +66,10 @@ from ..base import (
     ScoreBias,
     ShiftInvariant,
 )
+from ..host_reads import checked, traced
 from ..positions import AttnPositions
 from .call import PLAIN, PLAIN_TRAITS, AttnShape, Call, ScoreOptions, ScoreTraits
+from .checks import BACKENDS
 from .forget import forget_call
 from .kernels.flash_blocks import bias_flash_available
 from .runners import RUNNERS
@@ -91,8 +94,6 @@ __all__ = [
     "shares_table",
 ]
 
-#: the backends a caller may ask for
-BACKENDS = ("auto", "flex", "sdpa", "math")
 #: the number of scores per head (q_len * k_len) from which ``auto`` uses flex attention
 FLEX_MIN_SCORES = 256 * 256
 
@@ -423,31 +424,51 @@ def run(call: Call) -> torch.Tensor:
         -> ``[batch, heads, q_len, v's head_dim]`` in the dtype of ``q``.
     """
     chosen = plan_of(call)
-    if chosen.forget:
-        out = RUNNERS[chosen.runner](forget_call(call), chosen)
-        return out[..., : call.q.shape[-1]].to(call.q.dtype)
-    return RUNNERS[chosen.runner](call, chosen)
+    # the call's positions were checked: a runner's bias reads none of their values again
+    with traced(checked):
+        if chosen.forget:
+            out = RUNNERS[chosen.runner](forget_call(call), chosen)
+            return out[..., : call.q.shape[-1]].to(call.q.dtype)
+        return RUNNERS[chosen.runner](call, chosen)
 
 
 def plan_of(call: Call) -> Plan:
-    """:func:`plan` of a checked call; a backward will run when grad mode is on and an
-    input, a sink, the table or a parameter of the encoding requires grad."""
+    """:func:`plan` of a checked call; a backward will run when grad mode is on and the
+    call :attr:`~posenc.attn.call.Call.requires_grad`.
+
+    Decided once per encoding, shapes, flags and device: a call with no backward over the
+    default positions (whose facts follow from the lengths) takes the plan of the first
+    such call, kept with the encoding (:meth:`~posenc.base.BiasEncoding.derived`: a new
+    config or parameters decide again) or, for plain attention, in :data:`_PLAIN_PLANS`.
+    Nothing is kept while ``torch.compile`` traces."""
     context, enc = call.context, call.encoding
-    tensors = [call.q, call.k, call.v, call.options.sinks, call.table]
-    tensors += [] if enc is None else list(enc.parameters())
-    grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
-    return plan(
-        enc,
-        AttnShape.of(call.q, call.k),
-        context.positions,
-        masked=context.masks is not None,
-        causal=call.causal,
-        needs_grad=grad,
-        device=call.q.device,
-        backend=call.backend,
-        traits=call.options.traits(call.finite),
-        table_given=call.table is not None,
-    )
+    grad = torch.is_grad_enabled() and call.requires_grad
+    flags: dict[str, Any] = {
+        "masked": context.masks is not None,
+        "causal": call.causal,
+        "device": call.q.device,
+        "backend": call.backend,
+        "traits": call.options.traits(call.finite),
+        "table_given": call.table is not None,
+    }
+    shape = AttnShape.of(call.q, call.k)
+    decide = partial(plan, enc, shape, context.positions, needs_grad=grad, **flags)
+    if grad or context.positions.explicit or torch.compiler.is_compiling():
+        return decide()
+    key = (shape, *flags.values())
+    if enc is not None:
+        return enc.derived(("plan", key), decide)
+    if key not in _PLAIN_PLANS:
+        if len(_PLAIN_PLANS) >= PLAIN_PLANS_MAX:
+            _PLAIN_PLANS.pop(next(iter(_PLAIN_PLANS)))
+        _PLAIN_PLANS[key] = decide()
+    return _PLAIN_PLANS[key]
+
+
+#: plain attention's plans by what decides them (:func:`plan_of`), the oldest dropped first
+_PLAIN_PLANS: dict[tuple, Plan] = {}
+#: the most plans :data:`_PLAIN_PLANS` keeps
+PLAIN_PLANS_MAX = 64
 
 
 def _check_flex(f: Facts) -> None:
