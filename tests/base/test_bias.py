@@ -155,3 +155,27 @@ def test_distance_values_are_the_bias_by_distance_and_kept(name, causal):
         grad = enc.distance_values(n, causal, "cpu")
         assert grad.grad_fn is not None and grad is not enc.distance_values(n, causal, "cpu")
         assert torch.equal(grad.detach(), expected)
+
+
+def test_inside_an_unchanged_block_the_state_is_compared_once(monkeypatch):
+    """One attention call asks several derived values of one encoding (its plan, its values
+    by distance, FIRE's threshold): inside UNCHANGED its state is compared at the first
+    only; outside, at each; after the block a change is seen again."""
+    from posenc.base import bias as bias_module
+
+    walks = []
+    gather = bias_module._gather
+    monkeypatch.setattr(bias_module, "_gather", lambda m, into: walks.append(m) or gather(m, into))
+    enc = posenc.create("fire", n_heads=2)
+    with torch.no_grad():
+        with bias_module.UNCHANGED:
+            for key in ("a", "b", "c"):
+                enc.derived(key, lambda: torch.ones(1))
+        assert walks.count(enc) == 1
+        for key in ("a", "b", "c"):
+            enc.derived(key, lambda: torch.ones(1))
+        assert walks.count(enc) == 4
+        kept = enc.derived("a", lambda: torch.zeros(1))
+        enc.c.add_(1.0)
+        with bias_module.UNCHANGED:
+            assert enc.derived("a", lambda: torch.zeros(1)) is not kept

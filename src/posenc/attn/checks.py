@@ -25,6 +25,7 @@ __all__ = [
     "check_call",
     "check_context",
     "check_encoding",
+    "check_flex",
     "check_heads",
     "check_qkv",
     "check_scale",
@@ -131,7 +132,9 @@ def check_heads(encoding: BiasEncoding, q: torch.Tensor) -> None:
             f"q has {q.shape[1]} heads but the encoding {type(encoding).__name__} has "
             f"n_heads={heads}"
         )
-    width = getattr(encoding, "head_dim", None)
+    # asked where it is (a miss on a module builds and catches an AttributeError)
+    known = hasattr(type(encoding), "head_dim") or "head_dim" in encoding.__dict__
+    width = getattr(encoding, "head_dim", None) if known else None
     if width is not None and q.shape[-1] != width:
         raise ValueError(
             f"q has head_dim={q.shape[-1]} but the encoding {type(encoding).__name__} has "
@@ -181,6 +184,23 @@ def check_call(
         raise ValueError(
             f"{encoding.info.name!r} is an additive encoding: add it to the token embeddings "
             "(enc(x)) before the first layer instead of passing it to attention"
+        )
+
+
+def check_flex(cpu_training: bool, refused: BiasEncoding | None) -> None:
+    """Raise unless flex attention, asked for (``backend="flex"``), can run the call: not
+    training on the CPU (compiled flex has no backward there), nor with an encoding whose
+    score_mod it cannot differentiate (``refused``, where a backward runs)."""
+    if cpu_training:
+        raise ValueError(
+            "compiled flex attention has no backward on the CPU: use backend='sdpa' (or "
+            "'auto'), or call under torch.no_grad() with inputs that do not require grad"
+        )
+    if refused is not None:
+        raise ValueError(
+            f"flex attention cannot differentiate {refused.info.name!r}'s score_mod (it indexes "
+            "a parameter more than once): use backend='sdpa' (or 'auto') to train, or call "
+            "under torch.no_grad()"
         )
 
 
@@ -254,10 +274,13 @@ def finite_sums(*tensors: torch.Tensor | None) -> torch.Tensor | None:
     finite exactly when the tensors are (unless one overflows); None where values are not
     read. For a caller that reads them with other checks
     (:func:`~posenc.host_reads.batched`)."""
-    present = [t for t in tensors if t is not None and t.device.type != "meta"]
+    present = [t for t in tensors if t is not None and not t.is_meta]
     if not present or not reads_values(*present):
         return None
-    sums = [t.sum(dtype=math_dtype(t.dtype)) for t in present]
+    dtype = math_dtype(present[0].dtype)
+    sums = [
+        t.sum(dtype=dtype if t.dtype == present[0].dtype else math_dtype(t.dtype)) for t in present
+    ]
     if any(s.dtype != sums[0].dtype for s in sums):
         sums = [s.to(torch.float64) for s in sums]
     # each sum read as it is: no sum of the sums to overflow

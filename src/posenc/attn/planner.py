@@ -66,10 +66,11 @@ from ..base import (
     ScoreBias,
     ShiftInvariant,
 )
-from ..host_reads import checked, traced
+from ..base.bias import UNCHANGED
+from ..host_reads import checked
 from ..positions import AttnPositions
 from .call import PLAIN, PLAIN_TRAITS, AttnShape, Call, ScoreOptions, ScoreTraits
-from .checks import BACKENDS
+from .checks import BACKENDS, check_flex
 from .forget import forget_call
 from .kernels.flash_blocks import bias_flash_available
 from .runners import RUNNERS
@@ -231,7 +232,7 @@ def _explicit(f: Facts) -> Plan | None:
             "use backend='auto', 'math' or 'flex'"
         )
     if f.backend == "flex" and not values:
-        _check_flex(f)
+        check_flex(f.cpu_training, f.bias if not f.flex_grad else None)
         if f.traits.sinks:
             raise ValueError(
                 "sinks join the softmax as a logit without a value, which flex attention has "
@@ -256,7 +257,7 @@ def _values(f: Facts) -> Plan | None:
 def _asked(f: Facts) -> Plan | None:
     """The backend the caller named: ``flex``, ``math``, or ``sdpa`` with a bias."""
     if f.backend == "flex":
-        _check_flex(f)
+        check_flex(f.cpu_training, f.bias if not f.flex_grad else None)
         return Plan("flex")
     if f.backend == "math" or (f.backend == "sdpa" and f.bias is not None):
         return f.full(f.backend)  # type: ignore[arg-type]
@@ -423,13 +424,20 @@ def run(call: Call) -> torch.Tensor:
     Shapes:
         -> ``[batch, heads, q_len, v's head_dim]`` in the dtype of ``q``.
     """
+    if torch.compiler.is_compiling():
+        return _run(call)
+    # the call's positions were checked: a runner's bias reads none of their values again;
+    # no encoding changes during the call: its state is compared once (derived values)
+    with checked(), UNCHANGED:
+        return _run(call)
+
+
+def _run(call: Call) -> torch.Tensor:
     chosen = plan_of(call)
-    # the call's positions were checked: a runner's bias reads none of their values again
-    with traced(checked):
-        if chosen.forget:
-            out = RUNNERS[chosen.runner](forget_call(call), chosen)
-            return out[..., : call.q.shape[-1]].to(call.q.dtype)
-        return RUNNERS[chosen.runner](call, chosen)
+    if chosen.forget:
+        out = RUNNERS[chosen.runner](forget_call(call), chosen)
+        return out[..., : call.q.shape[-1]].to(call.q.dtype)
+    return RUNNERS[chosen.runner](call, chosen)
 
 
 def plan_of(call: Call) -> Plan:
@@ -469,21 +477,6 @@ def plan_of(call: Call) -> Plan:
 _PLAIN_PLANS: dict[tuple, Plan] = {}
 #: the most plans :data:`_PLAIN_PLANS` keeps
 PLAIN_PLANS_MAX = 64
-
-
-def _check_flex(f: Facts) -> None:
-    if f.cpu_training:
-        raise ValueError(
-            "compiled flex attention has no backward on the CPU: use backend='sdpa' (or "
-            "'auto'), or call under torch.no_grad() with inputs that do not require grad"
-        )
-    if not f.flex_grad:
-        assert f.bias is not None, "only a bias encoding's score_mod is refused"
-        raise ValueError(
-            f"flex attention cannot differentiate {f.bias.info.name!r}'s score_mod (it indexes a "
-            "parameter more than once): use backend='sdpa' (or 'auto') to train, or call "
-            "under torch.no_grad()"
-        )
 
 
 def shares_table(

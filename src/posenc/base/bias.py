@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Callable, Hashable
 from typing import Any, ClassVar, TypeVar
 
@@ -14,7 +15,7 @@ from ..host_reads import checked
 from ..positions import arange, check_batch, position_at
 from .encoding import Encoding
 
-__all__ = ["BiasConfig", "BiasEncoding"]
+__all__ = ["UNCHANGED", "BiasConfig", "BiasEncoding", "Unchanged"]
 
 T = TypeVar("T")
 
@@ -228,14 +229,9 @@ class BiasEncoding(Encoding):
         _check_derived(key, compute, host)
         if torch.compiler.is_compiling():
             return compute()
-        tensors = self._state_tensors(graph=not host)
-        marks = None if tensors is None else _marks(tensors)
-        if tensors is None or marks is None:
+        kept = self._kept()
+        if kept is None or (not host and kept.grad and torch.is_grad_enabled()):
             return compute()
-        kept = self.__dict__.get("_derived")
-        if kept is None or kept.config is not self.config or kept.marks != marks:
-            kept = _Derived(self.config, tensors, marks)
-            self.__dict__["_derived"] = kept
         full_key = (key, torch.is_inference_mode_enabled())
         if full_key in kept.values:
             return kept.values[full_key]
@@ -245,15 +241,25 @@ class BiasEncoding(Encoding):
         kept.values[full_key] = value
         return value
 
-    def _state_tensors(self, graph: bool = True) -> list[torch.Tensor] | None:
-        """The parameters and buffers a derived value may depend on, or None where a
-        value that may carry a ``graph`` would carry a gradient (grad mode on and a
-        parameter requiring it)."""
+    def _kept(self) -> _Derived | None:
+        """The derived values of this encoding's present state (a new, empty record when it
+        changed), or None where its tensors cannot be compared (:func:`_marks`). Checked
+        once inside an :data:`UNCHANGED` block."""
+        kept = self.__dict__.get("_derived")
+        block = _BLOCK.token
+        if kept is not None and block is not None and kept.block is block:
+            return kept
         tensors: list[torch.Tensor] = []
         _gather(self, tensors)
-        if graph and torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        marks = _marks(tensors)
+        if marks is None:
             return None
-        return tensors
+        if kept is None or kept.config is not self.config or kept.marks != marks:
+            kept = _Derived(self.config, tensors, marks)
+            self.__dict__["_derived"] = kept
+        kept.grad = any(t.requires_grad for t in tensors)
+        kept.block = block
+        return kept
 
     def __getstate__(self) -> dict[str, Any]:
         """The module's state without the derived values (:meth:`derived`): a pickle or a
@@ -340,15 +346,46 @@ def _marks(tensors: list[torch.Tensor]) -> tuple | None:
     return tuple(marks)
 
 
+class _Block(threading.local):
+    """The :data:`UNCHANGED` block a thread is in (a fresh token per block), or None."""
+
+    def __init__(self) -> None:
+        self.token: object | None = None
+        self.outer: list[object | None] = []
+
+
+_BLOCK = _Block()
+
+
+class Unchanged:
+    """``with UNCHANGED:``, a block in which no bias encoding's config, parameters or
+    buffers change (the plan and the runner of one attention call): there
+    :meth:`BiasEncoding.derived` compares an encoding's state with its kept one at the
+    first value it is asked for, not at every one."""
+
+    def __enter__(self) -> None:
+        _BLOCK.outer.append(_BLOCK.token)
+        _BLOCK.token = object()
+
+    def __exit__(self, *exc: object) -> None:
+        _BLOCK.token = _BLOCK.outer.pop()
+
+
+#: the one :class:`Unchanged` block manager
+UNCHANGED = Unchanged()
+
+
 class _Derived:
     """An encoding's derived values (:meth:`BiasEncoding.derived`) with what they were
     computed from: the config object, and per parameter and buffer its marks
     (:func:`_marks`) and a detached alias, which keeps its storage alive so that no other
     tensor takes its address while the values are kept."""
 
-    __slots__ = ("aliases", "config", "marks", "values")
+    __slots__ = ("aliases", "block", "config", "grad", "marks", "values")
 
     def __init__(self, config: object, tensors: list[torch.Tensor], marks: tuple) -> None:
         self.config, self.marks = config, marks
         self.aliases = [t.detach() for t in tensors]
         self.values: dict[Hashable, Any] = {}
+        #: whether a parameter requires grad; the UNCHANGED block it was checked in
+        self.grad, self.block = False, None

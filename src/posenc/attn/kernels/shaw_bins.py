@@ -83,8 +83,10 @@ def band_masks(bins, blocks, shift, max_distance, causal):
     # the columns a block writes: its bins from ``first``, up to the query (causal) or on
     end = min(1 - rel_min, width) if causal else width
     top = min(max(first, -max_distance - shift - rel_min + rows), end)  # past the last bin
-    buf[..., :first] = 0.0
-    buf[..., end:] = float("-inf")
+    if first > 0:
+        buf[..., :first] = 0.0
+    if end < width:
+        buf[..., end:] = float("-inf")
     skip = first + max_distance + shift + rel_min  # bins before column ``first``
     for i0, i1, _, lo, hi in blocks:
         blk = i1 - i0

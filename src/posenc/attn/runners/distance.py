@@ -140,14 +140,22 @@ def negligible(
         values ``[h, 2L - 1]``, q ``[b, h, L, d]``, k ``[b, h, L, d]`` (heads repeated) ->
         ``[h, 2L - 1]``
     """
-    n = q.shape[2]
-    with torch.no_grad():
-        norms = [torch.linalg.vector_norm(t, dim=-1, dtype=values.dtype) for t in (q, k)]
-        q_max, k_max = (t.amax(dim=(0, 2)) for t in norms)  # [h]
-        bound = 2.01 * scale * q_max * k_max  # a hundredth more: the norms' own rounding
-        floor = values[:, n - 1 : n] + _log_tiny(values.dtype) - bound[:, None]
-        far = values < floor  # NaN or inf in q, k: an inf or NaN bound flushes nothing
+    if torch.is_grad_enabled():
+        with torch.no_grad():
+            far = _far(values, q, k, scale)
+    else:  # no grad mode to enter and leave
+        far = _far(values, q, k, scale)
     return values.masked_fill(far, float("-inf"))
+
+
+def _far(values: torch.Tensor, q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
+    """Where :func:`negligible` flushes ``values``: ``[h, 2L - 1]`` bool."""
+    n = q.shape[2]
+    norms = [torch.linalg.vector_norm(t, dim=-1, dtype=values.dtype) for t in (q, k)]
+    q_max, k_max = (t.amax(dim=(0, 2)) for t in norms)  # [h]
+    bound = 2.01 * scale * q_max * k_max  # a hundredth more: the norms' own rounding
+    floor = values[:, n - 1 : n] + _log_tiny(values.dtype) - bound[:, None]
+    return values < floor  # NaN or inf in q, k: an inf or NaN bound flushes nothing
 
 
 #: :func:`distance_attention` skips :func:`negligible` for values that spread below their

@@ -167,16 +167,15 @@ class _ShawFlash(torch.autograd.Function):
         tables = (key_table, value_table)
         dtype = math_dtype(q.dtype, *(t.dtype for t in tables if t is not None))
         b, h, q_len, d = q.shape
-        q3, k3, v3 = (t.to(dtype).reshape(b * h, -1, d) for t in (q, k, v))
         a_k = key_table.to(dtype)
         a_v = None if value_table is None else value_table.to(dtype)
         if a_v is None and shift is not None and bias_flash_available():
-            out, lse = _kernel_forward(
-                q3.view(q.shape), k3.view(k.shape), v3.view(v.shape), a_k, meta, terms
-            )
+            q4, k4, v4 = (_dense(t.to(dtype)) for t in (q, k, v))
+            out, lse = _kernel_forward(q4, k4, v4, a_k, meta, terms)
             ctx.save_for_backward(q, k, v, key_table, value_table, qp, kp, out, lse)
             ctx.meta = meta
             return out.view(b, h, q_len, d).to(q.dtype)
+        q3, k3, v3 = (t.to(dtype).reshape(b * h, -1, d) for t in (q, k, v))
         out = torch.empty(b * h, q_len, d, dtype=dtype, device=q.device)
         lse = torch.empty(b * h, q_len, 1, dtype=dtype, device=q.device)
         for i0, i1, n, band in bin_blocks(qp, kp, shift, q_len, max_distance, causal, block, b, h):
@@ -236,6 +235,13 @@ class _ShawFlash(torch.autograd.Function):
             None if ga_v is None or not need[4] else ga_v.to(value_table.dtype),
             *(None,) * 3,
         )
+
+
+def _dense(t: torch.Tensor) -> torch.Tensor:
+    """``t`` laid out as ``[b·h, len, d]`` and back gives it (a contiguous ``t`` as it is, no
+    view taken): the layout the kernel path reads."""
+    b, h, _, d = t.shape
+    return t if t.is_contiguous() else t.reshape(b * h, -1, d).view(t.shape)
 
 
 def _kernel_forward(q, k, v, a_k, meta, terms=None):
