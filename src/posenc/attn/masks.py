@@ -404,17 +404,18 @@ class AttentionContext:
         """:meth:`build` with no positions or masks: the queries the last ``q_len`` of the
         ``k_len`` keys. Built once per lengths, batch, device and inference mode and given
         again (with the dense and block masks it has built since) while its scores are few
-        (:data:`DEFAULT_CONTEXT_SCORES`), where a call's host time is what counts; the
-        :data:`DEFAULT_CONTEXTS` most recent are kept. Not while ``torch.compile`` traces
+        (:data:`DEFAULT_CONTEXT_SCORES`), where a call's host time is what counts; at most
+        :data:`DEFAULT_CONTEXTS` are kept. Not while ``torch.compile`` traces
         (the graph builds it)."""
         if torch.compiler.is_compiling() or q_len * k_len > DEFAULT_CONTEXT_SCORES:
             return cls.build(q_len, k_len, batch, device)
         key = (q_len, k_len, batch, device, torch.is_inference_mode_enabled())
-        if key not in _DEFAULTS:
+        kept = _DEFAULTS.get(key)
+        if kept is None:
             if len(_DEFAULTS) >= DEFAULT_CONTEXTS:
-                _DEFAULTS.pop(next(iter(_DEFAULTS)))
-            _DEFAULTS[key] = cls.build(q_len, k_len, batch, device)
-        return _DEFAULTS[key]
+                _DEFAULTS.popitem()  # one atomic step: safe across threads
+            kept = _DEFAULTS[key] = cls.build(q_len, k_len, batch, device)
+        return kept
 
     def last_keys(self, n: int) -> AttentionContext:
         """This context over its last ``n`` keys only (a rolling KV cache's layer sees no
@@ -454,8 +455,7 @@ class AttentionContext:
         pattern = FULL if pattern is None else pattern  # not a default: dynamo 2.11
         if self.masks is None and not causal and not pattern.local:
             return None
-        compiling = torch.compiler.is_compiling()
-        key = (causal, pattern)
+        compiling, key = torch.compiler.is_compiling(), (causal, pattern)
         if key in self._dense and not compiling:
             return self._dense[key]
         q, k = self.positions.q, self.positions.k
@@ -495,6 +495,6 @@ class AttentionContext:
 #: :meth:`AttentionContext.default` keeps the contexts of calls of at most this many scores
 #: per head (``q_len * k_len``)
 DEFAULT_CONTEXT_SCORES = 1 << 16
-#: the most default contexts kept (the oldest dropped first)
+#: the most default contexts kept (once full, the latest kept one makes room)
 DEFAULT_CONTEXTS = 32
 _DEFAULTS: dict[tuple, AttentionContext] = {}

@@ -466,14 +466,16 @@ def plan_of(call: Call) -> Plan:
     key = (shape, *flags.values())
     if enc is not None:
         return enc.derived(("plan", key), decide)
-    if key not in _PLAIN_PLANS:
+    chosen = _PLAIN_PLANS.get(key)
+    if chosen is None:
         if len(_PLAIN_PLANS) >= PLAIN_PLANS_MAX:
-            _PLAIN_PLANS.pop(next(iter(_PLAIN_PLANS)))
-        _PLAIN_PLANS[key] = decide()
-    return _PLAIN_PLANS[key]
+            _PLAIN_PLANS.popitem()  # one atomic step: safe across threads
+        chosen = _PLAIN_PLANS[key] = decide()
+    return chosen
 
 
-#: plain attention's plans by what decides them (:func:`plan_of`), the oldest dropped first
+#: plain attention's plans by what decides them (:func:`plan_of`); once full, the latest
+#: kept one makes room
 _PLAIN_PLANS: dict[tuple, Plan] = {}
 #: the most plans :data:`_PLAIN_PLANS` keeps
 PLAIN_PLANS_MAX = 64

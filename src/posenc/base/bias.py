@@ -19,7 +19,8 @@ __all__ = ["UNCHANGED", "BiasConfig", "BiasEncoding", "Unchanged"]
 
 T = TypeVar("T")
 
-#: the most values :meth:`BiasEncoding.derived` keeps per encoding (the oldest goes first)
+#: the most values :meth:`BiasEncoding.derived` keeps per encoding (once full, the latest
+#: kept one makes room)
 DERIVED_MAX = 16
 
 
@@ -233,11 +234,13 @@ class BiasEncoding(Encoding):
         if kept is None or (not host and kept.grad and torch.is_grad_enabled()):
             return compute()
         full_key = (key, torch.is_inference_mode_enabled())
-        if full_key in kept.values:
+        try:  # a lookup, not a test and a read: another thread may drop it between
             return kept.values[full_key]
+        except KeyError:
+            pass
         value = compute()
         if len(kept.values) >= DERIVED_MAX:
-            kept.values.pop(next(iter(kept.values)))
+            kept.values.popitem()  # one atomic step: safe across threads
         kept.values[full_key] = value
         return value
 
