@@ -208,3 +208,21 @@ def test_transformer_lm_kv_cache_generation_equals_recomputation(
     assert isinstance(model.encoding, ALiBi)
     sharpen(model, std=0.3)
     check_cached_decoding(model, torch.randint(0, 41, (2, 40)), 6)
+
+
+def test_head_slopes_are_computed_once_per_device_and_dtype():
+    """Every head's slope is computed once per device and dtype (issue 53) and read by
+    index, the same bits as the formula per index; a new config computes them anew."""
+    import dataclasses
+
+    enc = posenc.create("alibi", n_heads=6, alibi_heads=5)
+    head = torch.arange(6).view(-1, 1, 1)
+    for dtype in (torch.float32, torch.float64, torch.bfloat16):
+        assert torch.equal(enc.head_slopes(head, dtype), enc._head_slopes(head, dtype))
+    table = enc.derived(("slopes", torch.device("cpu"), torch.float32), lambda: None)
+    assert table is not None and enc.head_slopes(torch.arange(6)).data_ptr() != table.data_ptr()
+    assert enc.derived(("slopes", torch.device("cpu"), torch.float32), lambda: None) is table
+    enc.config = dataclasses.replace(enc.config, slopes=[1.0, 2.0, 3.0, 4.0, 5.0])
+    assert enc.head_slopes(torch.arange(6)).tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 0.0]
+    floats = torch.arange(6.0)  # not an index: the formula
+    assert torch.equal(enc.head_slopes(floats), enc._head_slopes(floats, torch.float32))

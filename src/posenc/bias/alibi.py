@@ -118,7 +118,21 @@ class ALiBi(ShiftInvariant, LinearSlopes, BiasEncoding):
             self._float64_slopes = self.slopes("cpu", torch.float64).tolist()
 
     def head_slopes(self, head: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """The slope of each head index in ``head`` (elementwise, rounded once to ``dtype``)."""
+        """The slope of each head index in ``head`` (elementwise, rounded once to ``dtype``):
+        read from every head's slope, computed once per device and dtype while the config
+        is the same (:meth:`~posenc.base.BiasEncoding.derived`); computed per index while
+        ``torch.compile`` traces (flex attention's score_mod builds no tensor)."""
+        if torch.compiler.is_compiling() or head.dtype not in (torch.int64, torch.int32):
+            return self._head_slopes(head, dtype)  # not an index (or a trace): the formula
+        device = head.device
+
+        def every() -> torch.Tensor:
+            return self._head_slopes(torch.arange(self.config.n_heads, device=device), dtype)
+
+        return self.derived(("slopes", device, dtype), every)[head]
+
+    def _head_slopes(self, head: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """:meth:`head_slopes` by its formula, elementwise."""
         c = self.config
         h = head.to(wide_dtype(head.device))
         if c.slopes is None:
