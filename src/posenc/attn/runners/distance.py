@@ -165,7 +165,7 @@ FLUSH_MARGIN = 0.5
 
 
 def linear_spread(encoding: BiasEncoding, n: int, causal: bool) -> float | None:
-    """How far below its value at distance 0 (zero) a bias linear in the distance
+    """How far below its value at distance 0 a bias linear in the distance
     (:class:`~posenc.base.LinearSlopes`: ``-m_h (i - j)``) lies over ``n`` positions:
     ``max |m_h| · (n - 1)``, from the slopes known on the host; None for other biases (or
     where the slopes do not apply)."""
