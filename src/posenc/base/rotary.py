@@ -127,7 +127,7 @@ class RotaryEncoding(Encoding):
         check_size("seq_len", seq_len)
         check_size("offset", offset, maximum=MAX_POSITION)
         if total_len is not None:
-            check_int("total_len", total_len, maximum=MAX_POSITION)
+            check_size("total_len", total_len, minimum=1, maximum=MAX_POSITION)
         return self._default_rotation(seq_len, check_device(device), offset, total_len)
 
     def _default_rotation(
