@@ -167,3 +167,25 @@ def test_cope_counts_no_gate_a_row_cannot_see(backend):
 def _size(name: str) -> dict:
     sizes = {"rope": {"head_dim": DIM}, "shaw": {"n_heads": HEADS, "head_dim": DIM}}
     return sizes.get(name, {"n_heads": HEADS})
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_zero_nonfinite_zeroes_exactly_the_nonfinite_values(dtype):
+    """NaN, +inf and -inf become +0; every finite value, -0.0 and the largest included,
+    passes bit for bit; with validation off nothing changes."""
+    from posenc.attn.checks import zero_nonfinite
+
+    big = torch.finfo(dtype).max
+    x = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, 0.0, 1.5, -big, big])
+    x = x.to(dtype)
+    want = torch.where(torch.isfinite(x), x, torch.zeros((), dtype=dtype))
+    got = zero_nonfinite(x)
+    assert got.dtype == dtype
+    assert torch.equal(got.view(_bits(dtype)), want.view(_bits(dtype)))
+    with posenc.validation(False):
+        assert zero_nonfinite(x) is x
+
+
+def _bits(dtype: torch.dtype) -> torch.dtype:
+    """The integer dtype of ``dtype``'s width: bit-for-bit comparisons (-0.0 is not +0.0)."""
+    return {2: torch.int16, 4: torch.int32, 8: torch.int64}[dtype.itemsize]
