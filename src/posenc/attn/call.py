@@ -122,16 +122,6 @@ class Call:
     options: ScoreOptions
     finite: bool
 
-    @property
-    def requires_grad(self) -> bool:
-        """Whether an input, a sink, the table or a parameter of the encoding requires
-        grad (a backward will run where grad mode is on)."""
-        tensors = (self.q, self.k, self.v, self.options.sinks, self.table)
-        if any(t is not None and t.requires_grad for t in tensors):
-            return True
-        enc = self.encoding
-        return enc is not None and any(p.requires_grad for p in enc.parameters())
-
     def bias_table(self) -> torch.Tensor:
         """The materialised bias: the caller's table, FoX's ``c_i - c_j`` of its clock, or
         ``encoding.bias`` of the positions. Shapes: -> ``[(b,) h, q_len, k_len]``."""

@@ -51,6 +51,7 @@ plain attention carries from one vector ISA to the next (docs/design-notes.md,
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
@@ -441,8 +442,8 @@ def _run(call: Call) -> torch.Tensor:
 
 
 def plan_of(call: Call) -> Plan:
-    """:func:`plan` of a checked call; a backward will run when grad mode is on and the
-    call :attr:`~posenc.attn.call.Call.requires_grad`.
+    """:func:`plan` of a checked call; a backward will run when grad mode is on and an
+    input, a sink, the table or a parameter of the encoding requires grad.
 
     Decided once per encoding, shapes, flags and device: a call with no backward over the
     default positions (whose facts follow from the lengths) takes the plan of the first
@@ -450,7 +451,7 @@ def plan_of(call: Call) -> Plan:
     config or parameters decide again) or, for plain attention, in :data:`_PLAIN_PLANS`.
     Nothing is kept while ``torch.compile`` traces."""
     context, enc = call.context, call.encoding
-    grad = torch.is_grad_enabled() and call.requires_grad
+    grad = torch.is_grad_enabled() and _requires_grad(call)
     flags: dict[str, Any] = {
         "masked": context.masks is not None,
         "causal": call.causal,
@@ -472,6 +473,12 @@ def plan_of(call: Call) -> Plan:
             _PLAIN_PLANS.popitem()  # one atomic step: safe across threads
         chosen = _PLAIN_PLANS[key] = decide()
     return chosen
+
+
+def _requires_grad(call: Call) -> bool:
+    enc, tensors = call.encoding, (call.q, call.k, call.v, call.options.sinks, call.table)
+    params = () if enc is None else enc.parameters()  # walked only if no tensor requires it
+    return any(t is not None and t.requires_grad for t in itertools.chain(tensors, params))
 
 
 #: plain attention's plans by what decides them (:func:`plan_of`); once full, the latest
