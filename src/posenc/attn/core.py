@@ -35,7 +35,7 @@ from .dual_chunk import dual_chunk_attention
 from .masks import AttentionContext, AttnPattern
 from .planner import run
 
-__all__ = ["attention"]
+__all__ = ["attend", "attention"]
 
 
 def attention(
@@ -239,3 +239,31 @@ def _rotate(encoding, q, k, q_positions, k_positions):
     if q_order is None or k_order is None:
         return q, k, None, None
     return q, k, q_order, k_order
+
+
+def attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    encoding: BiasEncoding | None,
+    context: AttentionContext,
+    *,
+    causal: bool,
+    scale: float,
+    options: ScoreOptions,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """:func:`attention` of inputs a model made and checked once per forward: a
+    :class:`~posenc.models.TransformerLM` layer's q, k, v (turned already by a rotary
+    encoding), its forward's ``context``, its own ``options`` and ``scale``, the bias table
+    the forward made. Nothing is checked again and no value is read (inside the forward's
+    :func:`~posenc.host_reads.checked` block the finiteness check of :func:`attention`
+    reads nothing either: the layers zero non-finite keys and values instead); the call
+    goes straight to the planner (:func:`~posenc.attn.planner.run`). An encoding that runs
+    its own attention (``dca``) goes through :func:`attention`.
+
+    Shapes:
+        as :func:`attention`.
+    """
+    call = Call(q, k, v, encoding, context, causal, scale, "auto", bias, options, True)
+    return run(call)

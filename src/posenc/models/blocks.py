@@ -17,9 +17,11 @@ import torch
 from torch import nn
 
 from ..attn import AttentionContext, KVCache, StaticKVCache, attention
+from ..attn.call import ScoreOptions
 from ..attn.checks import check_scale, zero_nonfinite
+from ..attn.core import attend
 from ..attn.planner import ScoreTraits
-from ..base import Encoding, InputBias, RotaryEncoding
+from ..base import BiasEncoding, Encoding, InputBias, RotaryEncoding
 from ..config import check_int
 from ..rotary import RoPE, XPos
 from .calls import call, linear, mlp, norm
@@ -149,22 +151,27 @@ class SelfAttention(nn.Module):
         q = self.temper(q, context)
         if isinstance(encoding, InputBias):
             bias = self.clock(encoding, x, cache, layer)
-        # a bias encoding, or one that turns q and k in attention (dca: they come unrotated)
-        attends = encoding.kind == "bias" or getattr(encoding, "merges_attention", False)
-        out = attention(
-            q,
-            k,
-            v,
-            encoding if attends else None,
-            causal=causal,
-            bias=bias,
-            context=context,
-            window=self.pattern.window,
-            chunk=self.pattern.chunk,
-            sinks=self.sinks,
-            softcap=self.softcap,
-            scale=check_scale(self.scale, self.head_dim),  # of the heads before PoPE widens them
-        )
+        scale = check_scale(self.scale, self.head_dim)  # of the heads before PoPE widens them
+        if getattr(encoding, "merges_attention", False):  # dca: q and k come unrotated
+            out = attention(
+                q,
+                k,
+                v,
+                encoding,
+                causal=causal,
+                context=context,
+                window=self.pattern.window,
+                chunk=self.pattern.chunk,
+                sinks=self.sinks,
+                softcap=self.softcap,
+                scale=scale,
+            )
+        else:  # the forward checked every input once: straight to the planner
+            biased = cast(BiasEncoding, encoding) if encoding.kind == "bias" else None
+            options = ScoreOptions(self.pattern, self.softcap, self.sinks)
+            out = attend(
+                q, k, v, biased, context, causal=causal, scale=scale, options=options, bias=bias
+            )
         # [b, h, s, hd] -> [b, s, h * hd]
         return linear(self.out, out.transpose(1, 2).reshape(b, s, self.n_heads * self.head_dim))
 
