@@ -282,8 +282,9 @@ class RoPE(RotaryEncoding):
         if wide is None:
             return super()._rotate_default(q, k, offset, total_len)
         c = self.config
-        start = rotary_offset(c.rotary_at, q.shape[-1], wide[0].shape[-1] // 2)
-        return rotate_pair_checked(q, k, *wide, c.layout, c.kernel, start, wide=True)
+        cos, sin = wide
+        start = 0 if c.rotary_at == "start" else q.shape[-1] - cos.shape[-1]  # rotary_offset
+        return rotate_pair_checked(q, k, cos, sin, c.layout, c.kernel, start, wide=True)
 
     def rotate(
         self, x: torch.Tensor, rotation: tuple[torch.Tensor, ...], key: bool = False

@@ -11,9 +11,9 @@ that call computes (:func:`~posenc.functional.rope.rope_cos_sin`, elementwise).
 The table lives beside its encoding, not in its ``state_dict``: ``model.to(torch.bfloat16)``
 cannot round it, a checkpoint does not carry it, and :meth:`RopeTables.clear` drops it
 (``RoPE._apply``, hence ``.to()``, ``.cuda()``, ``.half()``, calls it). It is keyed by the
-configuration it was made for, so assigning another config makes a new one. Traces and
-transforms (``torch.compile``, ``torch.export``, ``torch.func``) and fake-tensor modes
-never read or fill it: they compute the rows in their graph instead.
+configuration it was made for, so assigning another config makes a new one. ``torch.compile``
+and ``torch.export`` and fake-tensor modes never read or fill it: they compute the rows
+in their graph instead.
 """
 
 from __future__ import annotations
@@ -21,8 +21,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-
-from ..functional.compiled import tracing
 
 __all__ = ["TABLE_LIMIT", "RopeTables", "cacheable"]
 
@@ -37,9 +35,11 @@ _FAKE = torch._C._TorchDispatchModeKey.FAKE
 
 
 def cacheable() -> bool:
-    """Whether a call may read and fill a table: outside any trace or transform and any
-    fake-tensor mode (which would store fake tables)."""
-    return not tracing() and torch._C._get_dispatch_mode(_FAKE) is None
+    """Whether a call may read and fill a table: outside ``torch.compile`` (whose graph
+    computes the rows, fused with their use) and any fake-tensor mode (which would store
+    fake tables). ``torch.jit.trace`` and ``torch.func`` transforms take the rows as the
+    constants they are."""
+    return not torch.compiler.is_compiling() and torch._C._get_dispatch_mode(_FAKE) is None
 
 
 class RopeTables:
