@@ -299,6 +299,7 @@ def test_the_default_context_is_built_once_per_shape():
     from posenc.attn.masks import DEFAULT_CONTEXT_SCORES, AttentionContext
 
     cpu = torch.device("cpu")
+    masks_module._DEFAULTS.clear()  # kept ones of earlier tests: a full store evicts its latest
     first = AttentionContext.default(3, 5, 2, cpu)
     assert AttentionContext.default(3, 5, 2, cpu) is first
     assert AttentionContext.default(3, 5, 1, cpu) is not first
