@@ -368,7 +368,7 @@ def test_one_rotation_per_distinct_encoding_per_forward(monkeypatch):
     from posenc.rotary.rope import RoPE
 
     calls = []
-    for method in ("rotation", "default_rotation"):  # given positions, default ones
+    for method in ("rotation", "_layer_rotation"):  # given positions, default ones
         real = getattr(RoPE, method)
         counted = lambda self, *a, _real=real, **kw: calls.append(self) or _real(self, *a, **kw)  # noqa: E731
         monkeypatch.setattr(RoPE, method, counted)

@@ -33,7 +33,7 @@ from .checks import (
 )
 from .dual_chunk import dual_chunk_attention
 from .masks import AttentionContext, AttnPattern
-from .planner import run
+from .planner import run, run_within
 
 __all__ = ["attend", "attention"]
 
@@ -259,11 +259,12 @@ def attend(
     the forward made. Nothing is checked again and no value is read (inside the forward's
     :func:`~posenc.host_reads.checked` block the finiteness check of :func:`attention`
     reads nothing either: the layers zero non-finite keys and values instead); the call
-    goes straight to the planner (:func:`~posenc.attn.planner.run`). An encoding that runs
-    its own attention (``dca``) goes through :func:`attention`.
+    goes straight to the planner (:func:`~posenc.attn.planner.run_within`: the forward's
+    ``checked`` and ``UNCHANGED`` blocks span its layers). An encoding that runs its own
+    attention (``dca``) goes through :func:`attention`.
 
     Shapes:
         as :func:`attention`.
     """
     call = Call(q, k, v, encoding, context, causal, scale, "auto", bias, options, True)
-    return run(call)
+    return run_within(call)

@@ -93,6 +93,7 @@ __all__ = [
     "plan_bias",
     "plan_of",
     "run",
+    "run_within",
     "shares_table",
 ]
 
@@ -426,14 +427,22 @@ def run(call: Call) -> torch.Tensor:
         -> ``[batch, heads, q_len, v's head_dim]`` in the dtype of ``q``.
     """
     if torch.compiler.is_compiling():
-        return _run(call)
+        return run_within(call)
     # the call's positions were checked: a runner's bias reads none of their values again;
     # no encoding changes during the call: its state is compared once (derived values)
     with checked(), UNCHANGED:
-        return _run(call)
+        return run_within(call)
 
 
-def _run(call: Call) -> torch.Tensor:
+def run_within(call: Call) -> torch.Tensor:
+    """:func:`run` of a call made inside blocks that hold for it already: a model's
+    forward, whose :func:`~posenc.host_reads.checked` and
+    :data:`~posenc.base.bias.UNCHANGED` blocks span every layer (entered once per forward,
+    not once per layer).
+
+    Shapes:
+        as :func:`run`.
+    """
     chosen = plan_of(call)
     if chosen.forget:
         out = RUNNERS[chosen.runner](forget_call(call), chosen)

@@ -140,6 +140,15 @@ class RotaryEncoding(Encoding):
         with checked():  # made here, in range: nothing to read
             return self.rotation(positions, total_len)
 
+    def _layer_rotation(
+        self, seq_len: int, device: torch.device | None, offset: int
+    ) -> tuple[torch.Tensor, ...]:
+        """The rotation of the default positions ``offset .. offset + seq_len - 1`` that a
+        model hands each of its layers for :meth:`_rotate_pair` (arguments checked): the
+        tables of :meth:`default_rotation`, in the form the encoding turns q and k by
+        fastest (RoPE: its table's widened rows)."""
+        return self._default_rotation(seq_len, device, offset, None)
+
     def _rotate_default(
         self, q: torch.Tensor, k: torch.Tensor, offset: int, total_len: int | None
     ) -> tuple[torch.Tensor, torch.Tensor]:

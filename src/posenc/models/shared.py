@@ -275,9 +275,9 @@ def rotations_of(
     """The rotary tables of one forward, once per rotary encoding that a layer uses, by its
     index in ``encodings`` (``layers``: each layer's index). One that turns its queries per
     region of keys (``merges_attention``: ``dca``) has none: attention turns q and k.
-    Default positions (the queries after the cached keys) are rotated by
-    :meth:`~posenc.base.RotaryEncoding.default_rotation`: RoPE's rows of a table made
-    once, no position tensor."""
+    Default positions (the queries after the cached keys) are rotated by the tables of
+    :meth:`~posenc.base.RotaryEncoding.default_rotation` in the form the layers turn by
+    (``_layer_rotation``): RoPE's widened rows of a table made once, no position tensor."""
     rotary = [
         (e, enc)
         for e, enc in enumerate(encodings)
@@ -288,7 +288,7 @@ def rotations_of(
     p = inputs.context.positions
     offset, device = p.k_len - p.q_len, inputs.positions.device
     # the current total length, offset + q_len, is k_len: default_rotation's own default
-    return {e: enc.default_rotation(p.q_len, device, offset=offset) for e, enc in rotary}
+    return {e: enc._layer_rotation(p.q_len, device, offset) for e, enc in rotary}
 
 
 def shared_bias(

@@ -26,7 +26,7 @@ from ..functional.rope_kernel import check_rope_kernel, rotate_checked, rotate_p
 from ..registry import register
 from .inputs import check_rotate
 from .scaling import ScalingConfig, parse_scaling
-from .tables import RopeTables, cacheable
+from .tables import RopeTables, WideTables, cacheable
 
 __all__ = ["RoPE"]
 
@@ -273,6 +273,19 @@ class RoPE(RotaryEncoding):
         ``positions`` (what the table holds)."""
         return widen_tables(*self._cos_sin(positions), self.config.layout)
 
+    def _layer_rotation(
+        self, seq_len: int, device: torch.device | None, offset: int
+    ) -> tuple[torch.Tensor, ...]:
+        """The table's widened rows (:class:`~posenc.rotary.tables.WideTables`) where they
+        serve and :meth:`_rotate_pair` turns by them (``kernel="auto"``, RoPE's own
+        rotation); :meth:`default_rotation`'s ``(cos, sin)`` elsewhere (the Triton kernel
+        that writes a static cache takes those)."""
+        if self._paired and self.config.kernel == "auto":
+            wide = self._table_rows(offset, seq_len, device)
+            if wide is not None:
+                return WideTables(*wide)
+        return super()._layer_rotation(seq_len, device, offset)
+
     def _rotate_default(
         self, q: torch.Tensor, k: torch.Tensor, offset: int, total_len: int | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -326,6 +339,8 @@ class RoPE(RotaryEncoding):
         is what :meth:`rotation` returns for its positions (``(cos, sin)``, xPos's ``(cos,
         sin, scale)``: each ``[seq, n]`` or ``[batch or 1, seq, n]``): shapes only, no
         table is read, so it costs nothing on the hot path nor breaks a compiled graph."""
+        if type(rotation) is WideTables:  # a model's layer rotation: its (cos, sin) as views
+            rotation = narrow_tables(*rotation, self.config.layout)
         tables = (None,) * self.rotation_tables
         return check_rotate(self, x, rotation, key, width=self._pairs, heads=tables)
 
@@ -359,5 +374,7 @@ class RoPE(RotaryEncoding):
             return self.rotate(q, rotation), self.rotate(k, rotation, key=True)
         cos, sin = rotation
         c = self.config
-        offset = rotary_offset(c.rotary_at, q.shape[-1], cos.shape[-1])
-        return rotate_pair_checked(q, k, cos, sin, c.layout, c.kernel, offset)
+        wide = type(rotation) is WideTables
+        pairs = cos.shape[-1] // 2 if wide else cos.shape[-1]
+        offset = rotary_offset(c.rotary_at, q.shape[-1], pairs)
+        return rotate_pair_checked(q, k, cos, sin, c.layout, c.kernel, offset, wide=wide)

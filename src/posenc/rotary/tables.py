@@ -19,10 +19,11 @@ in their graph instead.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
-__all__ = ["TABLE_LIMIT", "RopeTables", "cacheable"]
+__all__ = ["TABLE_LIMIT", "RopeTables", "WideTables", "cacheable"]
 
 #: the most positions a table holds (``2**16``: 32 MiB of float32 cos and sin for a
 #: 128-wide head); a call reaching past it computes its rows directly
@@ -32,6 +33,20 @@ _MIN_ROWS = 64
 
 Tables = tuple[torch.Tensor, torch.Tensor]
 _FAKE = torch._C._TorchDispatchModeKey.FAKE
+
+
+class WideTables(NamedTuple):
+    """Rows of a table as it is kept, widened to the channels they turn
+    (:func:`~posenc.functional.rope.widen_tables`): the rotation a model hands its layers
+    (``RotaryEncoding._layer_rotation``), which RoPE's ``_rotate_pair`` turns q and k by
+    without widening cos and sin again in every layer. Only posenc's own layers see it.
+
+    Shapes:
+        cos, sin ``[seq, 2n]``
+    """
+
+    cos: torch.Tensor
+    sin: torch.Tensor
 
 
 def cacheable() -> bool:
