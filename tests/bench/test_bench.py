@@ -208,7 +208,8 @@ def test_interleaved_runs_round_robin_after_untimed_warmup():
         {"a": [100.0, 5.0, 1.0, 3.0, 2.0], "b": [100.0, 1.0, 1.0, 1.0, 9.0], "c": [100.0] * 5}
     )
     stats = timing.interleaved(impls, repeat=4, warmup=1, clock=clock)
-    assert "".join(order) == "abc" * 5
+    # the warm-up, then rounds in the order turned by the round: each follows each other
+    assert "".join(order) == "abc" + "abc" + "bca" + "cab" + "abc"
     a = stats["a"]  # the warm-up's 100 is not counted
     assert (a.n, a.median_s, a.min_s, a.max_s) == (4, 2.5, 1.0, 5.0)
     assert (a.q1_s, a.q3_s) == (1.75, 3.5)
@@ -226,7 +227,8 @@ def test_rows_are_timed_a_round_of_every_row_at_a_time():
     )
     rows = [{"a": impls["a"], "b": impls["b"]}, {"c": impls["c"]}]
     first, second = timing.interleaved_rows(rows, repeat=3, warmup=1, clock=clock)
-    assert "".join(order) == "abc" * 4  # warm-ups (each row's), then rounds across rows
+    # warm-ups (each row's), then rounds across rows, each row's order turned by the round
+    assert "".join(order) == "abc" + "abc" + "bac" + "abc"
     assert (first["a"].n, first["a"].min_s, first["a"].max_s) == (3, 1.0, 50.0)
     assert first["b"].min_s == 2.0 and list(second) == ["c"] and second["c"].median_s == 3.0
 

@@ -1,9 +1,10 @@
 """The runner of every benchmark: interleaved repetitions, medians and spreads.
 
 The implementations of one case (the floor, posenc, the peers) are timed in the same
-process and the same run, in turns: ``A B C A B C ...``, so a slow minute of the machine
-(another process, a frequency change) falls on all of them alike instead of on whichever
-ran then. Each implementation is called ``warmup`` times first (untimed: allocations,
+process and the same run, in turns: ``A B C, B C A, C A B, ...`` (each round's order
+turned by one, so that each follows each of the others alike: a call runs on the caches
+the one before it left), so a slow minute of the machine (another process, a frequency
+change) falls on all of them alike instead of on whichever ran then. Each implementation is called ``warmup`` times first (untimed: allocations,
 lazy initialisation, compilation), then once per round for ``repeat`` rounds.
 
 A result is the median of the rounds with the quartiles and the extremes as its spread;
@@ -19,7 +20,7 @@ Example:
     >>> impls = {"a": lambda: order.append("a"), "b": lambda: order.append("b")}
     >>> stats = interleaved(impls, repeat=3, warmup=1, clock=lambda: float(next(ticks)))
     >>> "".join(order)  # one untimed warm-up round, then three timed ones
-    'abababab'
+    'ababbaab'
     >>> stats["a"].median_s, stats["a"].n
     (1.0, 3)
 """
@@ -103,8 +104,8 @@ def interleaved(
 
     Args:
         impls: name -> a callable with no arguments doing one repetition of the work.
-        repeat: timed rounds (>= 1); each round calls every implementation once, in the
-            order of ``impls``.
+        repeat: timed rounds (>= 1); each round calls every implementation once, round
+            ``r`` in the order of ``impls`` turned by ``r`` (:func:`interleaved_rows`).
         warmup: untimed calls of each implementation before the first round (>= 0), in
             the same interleaved order.
         clock: seconds, monotonic (a fake one in tests).
@@ -135,10 +136,15 @@ def interleaved_rows(
     >>> order = []
     >>> rows = [{n: (lambda n=n: order.append(n)) for n in names} for names in ("ab", "c")]
     >>> stats = interleaved_rows(rows, repeat=2, warmup=1, clock=lambda: float(next(ticks)))
-    >>> "".join(order)  # the warm-ups, then two rounds of both rows
-    'abcabcabc'
+    >>> "".join(order)  # the warm-ups, then two rounds of both rows, "ab" turned once
+    'abcabcbac'
     >>> [sorted(s) for s in stats]
     [['a', 'b'], ['c']]
+
+    Round ``r`` calls a row's implementations in their order turned by ``r``, so each
+    follows each of the others equally often: a call right after another
+    implementation's runs on the caches that one left (its code, its tensors), and in a
+    fixed order the same one would always pay for them.
     """
     if not isinstance(repeat, int) or repeat < 1:
         raise ValueError(f"repeat must be an int >= 1, got {repeat!r}")
@@ -153,9 +159,11 @@ def interleaved_rows(
     if sync is not None:
         sync()
     times: list[dict[str, list[float]]] = [{name: [] for name in impls} for impls in rows]
-    for _ in range(repeat):
+    for r in range(repeat):
         for impls, row_times in zip(rows, times, strict=True):
-            for name, fn in impls.items():
+            turns = list(impls.items())
+            turns = turns[r % len(turns) :] + turns[: r % len(turns)]
+            for name, fn in turns:
                 start = clock()
                 fn()
                 if sync is not None:
