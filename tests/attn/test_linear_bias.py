@@ -216,3 +216,40 @@ def test_fused_float32_error_stays_flat_with_length(length):
                 positions,
             )
             torch.testing.assert_close(out[:, h : h + 1].double(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_models_layers_share_one_small_call_bias(monkeypatch):
+    """A decode step's linear bias (one query) is made by the first layer and kept on the
+    forward's context for the others: once per step, not once per layer, and the tokens are
+    those of the full forward."""
+    from posenc.attn.runners import linear as linear_module
+    from posenc.models import TransformerLM
+
+    made = []
+    real = linear_module._small_bias
+    monkeypatch.setattr(
+        linear_module, "_small_bias", lambda *a, **k: made.append(1) or real(*a, **k)
+    )
+    torch.manual_seed(0)
+    model = TransformerLM(32, 16, 3, 2, "alibi").eval()
+    ids = torch.randint(0, 32, (1, 6))
+    cache = model.new_cache(1, 6)
+    with torch.no_grad():
+        model(ids[:, :5], cache=cache)
+        made.clear()
+        step = model(ids[:, 5:], cache=cache)
+        full = model(ids)
+    assert len(made) == 1  # three layers, one bias
+    torch.testing.assert_close(step[:, -1], full[:, -1], rtol=1e-5, atol=1e-5)
+
+
+def test_context_derived_keeps_by_key_and_inference_mode():
+    from posenc.attn.masks import AttentionContext
+
+    ctx = AttentionContext.build(1, 4, 1, torch.device("cpu"))
+    first = ctx.derived("k", lambda: torch.ones(2))
+    assert ctx.derived("k", lambda: torch.zeros(2)) is first
+    assert torch.equal(ctx.derived("other", lambda: torch.zeros(2)), torch.zeros(2))
+    with torch.inference_mode():
+        inside = ctx.derived("k", lambda: torch.full((2,), 3.0))
+    assert inside.is_inference() and not first.is_inference()

@@ -30,6 +30,7 @@ key has its row opened and zeroed after (:func:`open_dead_rows`, :func:`zero_dea
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -375,6 +376,8 @@ class AttentionContext:
     )
     #: flex block masks already built, by ``(batch, causal, pattern)``
     _blocks: dict[tuple[int, bool, AttnPattern], Any] = field(default_factory=dict, repr=False)
+    #: other values of these positions and masks a runner keeps (:meth:`derived`)
+    _derived: dict[Any, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
     def build(
@@ -437,6 +440,18 @@ class AttentionContext:
                 None if masks.k_segments is None else masks.k_segments[:, -n:],
             )
         return AttentionContext(positions, masks)
+
+    def derived(self, key: Any, make: Callable[[], Any]) -> Any:
+        """``make()``, a value of these positions and masks alone (a small call's linear
+        bias): made at the first layer that asks and kept, by ``key`` and inference mode,
+        for the others (made anew while compiling: the graph computes it)."""
+        if torch.compiler.is_compiling():
+            return make()
+        key = (key, torch.is_inference_mode_enabled())
+        value = self._derived.get(key)
+        if value is None:
+            value = self._derived[key] = make()
+        return value
 
     def allowed(
         self, causal: bool, pattern: AttnPattern | None = None

@@ -12,6 +12,8 @@ measurements: docs/design-notes.md, "Fused ALiBi on CPU SDPA".
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 import torch
@@ -138,6 +140,7 @@ def linear_bias_sdpa(
     mask: torch.Tensor | None = None,
     q_range: tuple[float, float] | None = None,
     order: tuple[bool, bool] | None = None,
+    kept: Callable[[Callable[[], torch.Tensor]], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Attention with a bias linear in the distance, ``softmax(q kᵀ · scale - m_h (i - j))
     v``, inside fused SDPA: ALiBi (Press et al. 2022, arXiv:2108.12409) on the CPU kernels.
@@ -165,6 +168,9 @@ def linear_bias_sdpa(
         order: whether the positions are the same increasing ones for queries and keys,
             and whether every key is at or before every query, if known; default: read
             here.
+        kept: ``kept(make)`` -> the materialised bias of fewer than ``SMALL_Q`` queries,
+            ``make()`` or the one kept from a call with the same positions, slopes, mask
+            and dtype (a model's layers: :meth:`AttentionContext.derived`); None: made.
 
     Shapes:
         returns ``[batch, heads, q_len, d]`` in the dtype of ``q``.
@@ -173,9 +179,16 @@ def linear_bias_sdpa(
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     group = heads // kv_heads
     work = math_dtype(q.dtype)
-    qpos, kpos = q_positions.to(torch.float64), k_positions.to(torch.float64)
     if q.shape[2] < SMALL_Q:
-        return _biased_sdpa(q, k, v, slopes, qpos, kpos, causal, scale, work, mask)
+
+        def make() -> torch.Tensor:
+            return _small_bias(slopes, q_positions, k_positions, causal, work, mask)
+
+        bias = make() if kept is None else kept(make)
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=bias, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
+        )
+    qpos, kpos = q_positions.to(torch.float64), k_positions.to(torch.float64)
     low, high = (qpos.min().item(), qpos.max().item()) if q_range is None else q_range
     if blocks is None:
         blocks = linear_bias_blocks(slopes, high - low + 1)
@@ -224,11 +237,12 @@ def linear_bias_sdpa(
     return out.to(q.dtype)
 
 
-def _biased_sdpa(q, k, v, slopes, qpos, kpos, causal, scale, work, mask=None):
-    """Few queries: SDPA with the materialised bias, ``[(b,) heads, q_len, k_len]`` in
-    ``work`` dtype (a 4-D float mask: the CPU kernel takes bfloat16 q, k, v with it), and
-    ``mask`` (bool, True = may attend) if given."""
-    m = torch.tensor(slopes, dtype=torch.float64, device=q.device).view(-1, 1, 1)
+def _small_bias(slopes, q_positions, k_positions, causal, work, mask=None):
+    """Few queries: the materialised bias, ``[(b,) heads, q_len, k_len]`` in ``work`` dtype
+    (a 4-D float mask: the CPU kernel takes bfloat16 q, k, v with it), ``-inf`` where
+    ``causal`` hides a key or ``mask`` (bool, True = may attend) does."""
+    qpos, kpos = q_positions.to(torch.float64), k_positions.to(torch.float64)
+    m = torch.tensor(slopes, dtype=torch.float64, device=qpos.device).view(-1, 1, 1)
     distance = qpos.unsqueeze(-1) - kpos.unsqueeze(-2)  # [(b,) q_len, k_len]
     if distance.dim() == 3:
         distance = distance.unsqueeze(1)  # [b, 1, q_len, k_len]
@@ -237,11 +251,7 @@ def _biased_sdpa(q, k, v, slopes, qpos, kpos, causal, scale, work, mask=None):
         bias = bias.masked_fill(distance < 0, float("-inf"))
     if mask is not None:
         bias = bias.masked_fill(~mask, float("-inf"))  # [b, heads, q_len, k_len]
-    if bias.dim() == 3:
-        bias = bias.unsqueeze(0)
-    return F.scaled_dot_product_attention(
-        q, k, v, attn_mask=bias, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
-    )
+    return bias.unsqueeze(0) if bias.dim() == 3 else bias
 
 
 def _extend(q, k, v, slopes, qpos, kpos, low, high, n):
@@ -275,7 +285,8 @@ def linear(call: Call, plan: Plan) -> torch.Tensor:
     segments and the window or chunk reach it as the dense mask, which holds the causal
     part."""
     assert plan.slopes is not None, "the plan gives 'linear' its slopes"
-    context, causal = call.context, call.causal
+    context, causal, pattern = call.context, call.causal, call.options.pattern
+    work = math_dtype(call.q.dtype)
     mask = dead = None
     if context.masks is not None or call.options.pattern.local:
         allowed = context.allowed(causal, call.options.pattern)
@@ -295,5 +306,6 @@ def linear(call: Call, plan: Plan) -> torch.Tensor:
         mask,
         q_range=p.q_range(),  # read with the positions' other facts
         order=(p.index_ordered(), p.keys_first()),
+        kept=partial(context.derived, ("linear", tuple(plan.slopes), causal, pattern, work)),
     )
     return zero_dead_rows(out, dead)
