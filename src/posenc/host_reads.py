@@ -193,7 +193,8 @@ def _read_all(items: list[tuple[torch.Tensor, Callable[[list], None]]]) -> None:
     decoded: dict[int, list] = {}
     for indices in by_device.values():
         rows = [_as_float64(items[i][0]) for i in indices]
-        flat = torch.cat(rows).tolist()  # the one host read of this device
+        # the one host read of this device (one row: no copy to join them)
+        flat = (rows[0] if len(rows) == 1 else torch.cat(rows)).tolist()
         start = 0
         for i, row in zip(indices, rows, strict=True):
             chunk, start = flat[start : start + row.numel()], start + row.numel()
@@ -204,6 +205,8 @@ def _read_all(items: list[tuple[torch.Tensor, Callable[[list], None]]]) -> None:
 
 def _as_float64(values: torch.Tensor) -> torch.Tensor:
     """``values`` flattened to float64 exactly: an integer as its two halves."""
+    if values.dtype == torch.float64 and values.dim() == 1:
+        return values  # read as it is (tolist reads no gradient)
     values = values.detach().reshape(-1)
     if values.is_floating_point():
         return values.to(torch.float64)
