@@ -4,8 +4,9 @@ The implementations of one case (the floor, posenc, the peers) are timed in the 
 process and the same run, in turns: ``A B C, B C A, C A B, ...`` (each round's order
 turned by one, so that each follows each of the others alike: a call runs on the caches
 the one before it left), so a slow minute of the machine (another process, a frequency
-change) falls on all of them alike instead of on whichever ran then. Each implementation is called ``warmup`` times first (untimed: allocations,
-lazy initialisation, compilation), then once per round for ``repeat`` rounds.
+change) falls on all of them alike instead of on whichever ran then. Each implementation
+is called ``warmup`` times first (untimed: allocations, lazy initialisation, compilation),
+then once per round for ``repeat`` rounds.
 
 A result is the median of the rounds with the quartiles and the extremes as its spread;
 the ratio to the floor divides medians from the same run (``x_floor``), and fastest rounds
