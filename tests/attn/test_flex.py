@@ -4,7 +4,8 @@ layout, per call for explicit positions and mask_mods), and the CPU head-size pa
 import pytest
 import torch
 
-from posenc.attn.masks import FULL, AttnPattern, _default_mask
+from posenc.attn.flex_masks import _default_mask
+from posenc.attn.masks import FULL, AttnPattern
 from posenc.attn.runners.flex import CPU_MIN_HEAD_DIM, flex_attention, flex_available
 
 needs_flex = pytest.mark.skipif(

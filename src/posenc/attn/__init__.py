@@ -8,8 +8,10 @@ positions and masks (:mod:`~posenc.attn.masks`) into one :class:`~posenc.attn.ca
 (:mod:`~posenc.attn.runners`: one file per runner, one signature).
 
 - :mod:`~posenc.attn.masks`: the causal order, windows and chunks
-  (:class:`AttnPattern`), padding and packed documents (:class:`Masks`), flex block masks,
-  and :class:`AttentionContext`, what the layers of one forward share;
+  (:class:`AttnPattern`), padding and packed documents (:class:`Masks`), and
+  :class:`AttentionContext`, what the layers of one forward share;
+  :mod:`~posenc.attn.flex_masks` builds their flex block masks and
+  :mod:`~posenc.attn.dead_rows` opens and zeroes the query rows that see no key;
 - :mod:`~posenc.attn.forget`: FoX's forget bias as extra key coordinates of a plain call;
 - :mod:`~posenc.attn.dual_chunk`: Dual Chunk Attention (``dca``), whose queries turn per
   region of keys, one explicit softmax over the regions;

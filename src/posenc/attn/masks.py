@@ -29,7 +29,6 @@ key has its row opened and zeroed after (:func:`open_dead_rows`, :func:`zero_dea
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +43,8 @@ from ..positions import (
     position_at,
     query_offset,
 )
+from .dead_rows import open_dead_rows, zero_dead_rows
+from .flex_masks import flex_block_mask
 
 __all__ = [
     "FULL",
@@ -254,30 +255,6 @@ class Masks:
         return mask_mod
 
 
-def open_dead_rows(allowed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Let query rows that may see no key see every key, and say which they were.
-
-    A row with no key (a pad query, or a query before every key) has no softmax: kernels
-    give NaN or zeros depending on the version and the device. Opened, it gives finite
-    values, which the caller replaces by zeros (:func:`zero_dead_rows`); its gradient is
-    then exactly zero, never NaN. No value is read (no device sync, fine on meta).
-
-    Shapes:
-        allowed ``[..., q_len | 1, k_len]`` -> (the same, dead ``[..., q_len | 1, 1]``).
-    """
-    dead = ~allowed.any(dim=-1, keepdim=True)
-    return allowed | dead, dead
-
-
-def zero_dead_rows(out: torch.Tensor, dead: torch.Tensor | None) -> torch.Tensor:
-    """Zeros in the output rows of queries that see no key (see :func:`open_dead_rows`).
-
-    Shapes:
-        out ``[batch, heads, q_len, d]``; dead ``[batch | 1, 1, q_len, 1]`` or None.
-    """
-    return out if dead is None else out.masked_fill(dead, 0.0)
-
-
 def _check_size(
     name: str, t: torch.Tensor, batch: int, length: int, of: str, device: torch.device | None
 ) -> None:
@@ -287,71 +264,6 @@ def _check_size(
         )
     if device is not None and t.device != device:
         raise ValueError(f"{name} is on {t.device} but {of} is on {device}: move {name} there")
-
-
-@functools.lru_cache(maxsize=32)
-def _default_mask(q_len: int, k_len: int, device: torch.device, causal: bool, pattern: AttnPattern):
-    """The block mask of the default positions (queries are the last ``q_len`` keys),
-    cached per shape and pattern."""
-    from torch.nn.attention.flex_attention import create_block_mask
-
-    offset = query_offset(q_len, k_len)
-
-    def by_index(b, h, q_idx, kv_idx):
-        return pattern.visible(q_idx + offset, kv_idx, causal)
-
-    return create_block_mask(by_index, None, None, q_len, k_len, device=device)
-
-
-def _positions_mask(
-    q_positions: torch.Tensor, k_positions: torch.Tensor, causal: bool, pattern: AttnPattern
-):
-    """The block mask of explicit positions (``[len]`` or ``[batch, len]``)."""
-    from torch.nn.attention.flex_attention import create_block_mask
-
-    if q_positions.dim() == 1 and k_positions.dim() == 1:
-
-        def shared(b, h, q_idx, kv_idx):
-            return pattern.visible(q_positions[q_idx], k_positions[kv_idx], causal)
-
-        q_len, k_len = len(q_positions), len(k_positions)
-        return create_block_mask(shared, None, None, q_len, k_len, device=q_positions.device)
-
-    batch = max(p.shape[0] for p in (q_positions, k_positions) if p.dim() == 2)
-    q2, k2 = q_positions.expand(batch, -1), k_positions.expand(batch, -1)  # [b, len]
-
-    def batched(b, h, q_idx, kv_idx):
-        return pattern.visible(q2[b, q_idx], k2[b, kv_idx], causal)
-
-    return create_block_mask(batched, batch, None, q2.shape[1], k2.shape[1], device=q2.device)
-
-
-def flex_block_mask(
-    batch: int,
-    q_len: int,
-    k_len: int,
-    device: torch.device,
-    q_positions: torch.Tensor | None,
-    k_positions: torch.Tensor | None,
-    causal: bool,
-    mask_mod=None,
-    pattern: AttnPattern | None = None,
-):
-    """The block mask of a flex call: ``mask_mod``'s (padding and documents, the causal
-    part and the pattern included), else the causal mask and the pattern (window, chunk)
-    of the positions (of the default positions, None: cached per shape), else None
-    (nothing masked). Blocks the window or chunk hides are skipped: a sliding window costs
-    ``O(L·W)``, not ``O(L²)``."""
-    pattern = FULL if pattern is None else pattern  # not a default: dynamo 2.11
-    if mask_mod is not None:
-        from torch.nn.attention.flex_attention import create_block_mask
-
-        return create_block_mask(mask_mod, batch, None, q_len, k_len, device=device)
-    if not causal and not pattern.local:
-        return None
-    if q_positions is None or k_positions is None:  # given together, or neither
-        return _default_mask(q_len, k_len, device, causal, pattern)
-    return _positions_mask(q_positions, k_positions, causal, pattern)
 
 
 @dataclass(frozen=True, eq=False)

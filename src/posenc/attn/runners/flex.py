@@ -17,7 +17,7 @@ import torch
 from ...functional.compiled import many_graphs
 from ...functional.cpu import cpu_vector_isa
 from ...positions import query_offset
-from ..masks import flex_block_mask
+from ..masks import FULL, flex_block_mask
 
 if TYPE_CHECKING:
     from ..call import Call
@@ -114,7 +114,9 @@ def flex_attention(
         q, k = torch.nn.functional.pad(q, (0, pad)), torch.nn.functional.pad(k, (0, pad))
     if block_mask is None:
         shape = (q.shape[0], q.shape[2], k.shape[2])
-        block_mask = flex_block_mask(*shape, q.device, q_positions, k_positions, causal, mask_mod)
+        block_mask = flex_block_mask(
+            *shape, q.device, q_positions, k_positions, causal, mask_mod, FULL
+        )
     if softcap is not None:
         score_mod = capped(score_mod, softcap)
     with many_graphs():  # one graph per (encoding, shape class), past dynamo's 8
