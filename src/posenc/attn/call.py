@@ -9,16 +9,13 @@ with the plan: ``run(call, plan) -> [batch, heads, q_len, head_dim]``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import torch
 
 from ..base import BiasEncoding, InputBias
 from ..functional.fox import forget_bias
 from .masks import FULL, AttentionContext, AttnPattern
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["PLAIN", "PLAIN_TRAITS", "AttnShape", "Call", "ScoreOptions", "ScoreTraits"]
 

@@ -294,10 +294,7 @@ class RoPE(RotaryEncoding):
         wide = None if offset or not self._paired else self._table_rows(0, k.shape[2], q.device)
         if wide is None:
             return super()._rotate_default(q, k, offset, total_len)
-        c = self.config
-        cos, sin = wide
-        start = 0 if c.rotary_at == "start" else q.shape[-1] - cos.shape[-1]  # rotary_offset
-        return rotate_pair_checked(q, k, cos, sin, c.layout, c.kernel, start, wide=True)
+        return self._rotate_pair(q, k, WideTables(*wide))
 
     def rotate(
         self, x: torch.Tensor, rotation: tuple[torch.Tensor, ...], key: bool = False

@@ -285,11 +285,10 @@ def linear(call: Call, plan: Plan) -> torch.Tensor:
     segments and the window or chunk reach it as the dense mask, which holds the causal
     part."""
     assert plan.slopes is not None, "the plan gives 'linear' its slopes"
-    context, causal, pattern = call.context, call.causal, call.options.pattern
-    work = math_dtype(call.q.dtype)
+    context, causal, pattern, dtype = call.context, call.causal, call.options.pattern, call.q.dtype
     mask = dead = None
-    if context.masks is not None or call.options.pattern.local:
-        allowed = context.allowed(causal, call.options.pattern)
+    if context.masks is not None or pattern.local:
+        allowed = context.allowed(causal, pattern)
         assert allowed is not None, "masks or a window: something is masked"
         mask, dead = allowed
     p = context.positions
@@ -306,6 +305,6 @@ def linear(call: Call, plan: Plan) -> torch.Tensor:
         mask,
         q_range=p.q_range(),  # read with the positions' other facts
         order=(p.index_ordered(), p.keys_first()),
-        kept=partial(context.derived, ("linear", tuple(plan.slopes), causal, pattern, work)),
+        kept=partial(context.derived, ("linear", tuple(plan.slopes), causal, pattern, dtype)),
     )
     return zero_dead_rows(out, dead)
