@@ -18,6 +18,7 @@ from posenc.functional.rope import (
     rope_cos_sin,
     rotate_pairs,
     rotate_qk,
+    rotate_wide,
     widen_tables,
 )
 from posenc.rotary import tables as tables_mod
@@ -93,7 +94,8 @@ def test_rotate_qk_equals_each_tensor_rotated_alone():
 
 def test_rotate_pairs_is_the_pair_formula_to_the_bit():
     """(a, b) -> (a·cos − b·sin, b·cos + a·sin), each product rounded, written out pair by
-    pair: the widened tables and the swap change no bit."""
+    pair: rotate_pairs computes it, and rotate_wide's widened tables and swap change no
+    bit."""
     torch.manual_seed(2)
     cos, sin = torch.randn(5, 4), torch.randn(5, 4)
     x = torch.randn(2, 3, 5, 8)
@@ -101,9 +103,16 @@ def test_rotate_pairs_is_the_pair_formula_to_the_bit():
     pairs = (x[..., 0::2], x[..., 1::2])
     for layout, (a, b) in (("half", halves), ("interleaved", pairs)):
         first, second = a * cos - b * sin, b * cos + a * sin
-        out = rotate_pairs(x, cos, sin, layout)
-        got = (out[..., :4], out[..., 4:]) if layout == "half" else (out[..., 0::2], out[..., 1::2])
-        assert torch.equal(got[0], first) and torch.equal(got[1], second)
+        for out in (
+            rotate_pairs(x, cos, sin, layout),
+            rotate_wide(x, *widen_tables(cos, sin, layout), layout),
+        ):
+            got = (
+                (out[..., :4], out[..., 4:])
+                if layout == "half"
+                else (out[..., 0::2], out[..., 1::2])
+            )
+            assert torch.equal(got[0], first) and torch.equal(got[1], second)
 
 
 def test_the_table_is_made_once_and_grown_by_length():

@@ -47,6 +47,7 @@ __all__ = [
     "rotary_offset",
     "rotate_pairs",
     "rotate_qk",
+    "rotate_wide",
     "split_rope_parameters",
     "widen_tables",
 ]
@@ -272,33 +273,55 @@ def check_rope_inputs(
 
 
 def rotate_pairs(
-    x: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    layout: str = "half",
-    *,
-    wide: bool = False,
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str = "half"
 ) -> torch.Tensor:
     """:func:`apply_rope` of inputs :func:`check_rope_inputs` passed: the math alone, for
     the kernels that compile it and the callers that checked once.
 
-    A pair ``(a, b)`` turns into ``(a·cos − b·sin, b·cos + a·sin)``, computed on whole
-    rows as ``x·cos_w + swap(x)·sin_w`` with the tables widened to the channels
-    (:func:`widen_tables`: ``cos_w = (cos, cos)``, ``sin_w = (−sin, sin)`` on each
-    pair's channels) and ``swap`` exchanging each pair's channels: each product rounded
-    before the sum as in the formula, the signs exact, so the values are the formula's to
-    the bit. ``wide=True``: ``cos`` and ``sin`` are widened already (a table made once).
-
     Shapes:
-        as :func:`apply_rope`; with ``wide``, cos and sin ``[..., 2n]``.
+        as :func:`apply_rope`.
     """
+    n = cos.shape[-1]
     if cos.dim() == 3:  # [b, s, n] -> [b, 1, s, n]: one rotation for every head
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
     dtype = math_dtype(x.dtype, cos.dtype)
+    cos, sin = cos.to(dtype), sin.to(dtype)
+    rot = x[..., : 2 * n].to(dtype)
+    # each half is rounded to x.dtype before it is joined (the same roundings as after):
+    # then the join moves x.dtype, not float32, and one cat joins the halves and the
+    # dimensions that do not rotate (torch.compile fuses it all into one pass)
+    if layout == "half":
+        x1, x2 = rot[..., :n], rot[..., n:]
+        parts = [(x1 * cos - x2 * sin).to(x.dtype), (x2 * cos + x1 * sin).to(x.dtype)]
+    else:
+        pairs = rot.unflatten(-1, (n, 2))  # [b, h, s, n, 2]
+        x1, x2 = pairs[..., 0], pairs[..., 1]
+        first, second = (x1 * cos - x2 * sin).to(x.dtype), (x2 * cos + x1 * sin).to(x.dtype)
+        parts = [torch.stack((first, second), dim=-1).flatten(-2)]
+    if 2 * n < x.shape[-1]:
+        parts.append(x[..., 2 * n :])
+    return torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0]
+
+
+def rotate_wide(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str = "half"
+) -> torch.Tensor:
+    """:func:`rotate_pairs` by tables widened to the channels (:func:`widen_tables`:
+    ``cos_w = (cos, cos)``, ``sin_w = (−sin, sin)`` on each pair's channels), computed on
+    whole rows as ``x·cos_w + swap(x)·sin_w``, ``swap`` exchanging each pair's channels:
+    each product rounded before the sum as in the formula, the signs exact, so the values
+    are :func:`rotate_pairs`'s to the bit. Four kernels where :func:`rotate_pairs` takes
+    nine: the eager form for small tensors, whose cost is their launches (compiled,
+    :func:`rotate_pairs` fuses into one loop: inductor vectorises it, not this one's
+    swap).
+
+    Shapes:
+        x ``[..., heads, seq, head_dim]``; cos, sin ``[seq, 2n]`` or ``[..., seq, 2n]``
+        broadcasting over the heads, ``2n <= head_dim`` -> x's shape and dtype.
+    """
+    dtype = math_dtype(x.dtype, cos.dtype)
     if cos.dtype != dtype:  # (no-op casts are spared: a small call's time is its host's)
         cos, sin = cos.to(dtype), sin.to(dtype)
-    if not wide:
-        cos, sin = widen_tables(cos, sin, layout)
     channels = cos.shape[-1]
     partial = channels < x.shape[-1]
     rot = x[..., :channels] if partial else x
@@ -311,7 +334,6 @@ def rotate_pairs(
     turned = rot * cos + swapped * sin
     if turned.dtype != x.dtype:
         turned = turned.to(x.dtype)
-    # the channels that do not turn join in x.dtype (torch.compile fuses it all in one pass)
     return torch.cat((turned, x[..., channels:]), dim=-1) if partial else turned
 
 
@@ -320,7 +342,7 @@ def widen_tables(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin on the channels they turn: each pair's ``(cos, cos)`` and ``(−sin,
     sin)``, at channels ``(i, i + n)`` for ``"half"`` and ``(2i, 2i + 1)`` for
-    ``"interleaved"`` (:func:`rotate_pairs` with ``wide=True`` takes them;
+    ``"interleaved"`` (:func:`rotate_wide` takes them;
     :func:`narrow_tables` gives cos and sin back).
 
     Shapes:
@@ -363,17 +385,18 @@ def rotate_qk(
     Shapes:
         q ``[batch, heads, seq, head_dim]``, k ``[batch, kv_heads, seq, head_dim]``; cos,
         sin ``[seq, n]`` or ``[1, seq, n]``, one rotation for every row of the batch
-        (``2n`` wide with ``wide``, as :func:`rotate_pairs`) -> q, k rotated, their shapes.
+        (``2n`` wide with ``wide``: :func:`widen_tables`) -> q, k rotated, their shapes.
     """
     if cos.dim() == 3:  # [1, seq, n]: the rows below have no batch axis
         cos, sin = cos.squeeze(0), sin.squeeze(0)
+    if not wide:
+        cos, sin = widen_tables(cos, sin, layout)
     if q.shape[0] == 1:  # the heads of q and k side by side, split back without a copy
-        rows = torch.cat((q, k), dim=1)
-        turned = rotate_pairs(rows, cos, sin, layout, wide=wide)
+        turned = rotate_wide(torch.cat((q, k), dim=1), cos, sin, layout)
         q_out, k_out = turned.split_with_sizes((q.shape[1], k.shape[1]), dim=1)
         return q_out, k_out
     batch, heads, seq, dim = q.shape
     sizes = (batch * heads, batch * k.shape[1])
     rows = torch.cat((q.reshape(sizes[0], seq, dim), k.reshape(sizes[1], seq, dim)))
-    q_out, k_out = rotate_pairs(rows, cos, sin, layout, wide=wide).split_with_sizes(sizes)
+    q_out, k_out = rotate_wide(rows, cos, sin, layout).split_with_sizes(sizes)
     return q_out.view(q.shape), k_out.view(k.shape)
