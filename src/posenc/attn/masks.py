@@ -143,16 +143,20 @@ def pattern_mask(
 
 @dataclass(frozen=True)
 class Masks:
-    """The padding and segment masks of one attention call.
+    """The padding, segment and given masks of one attention call.
 
     Shapes:
         key_padding_mask ``[batch, k_len]`` bool (True = a real token) or None;
-        q_segments ``[batch, q_len]`` and k_segments ``[batch, k_len]`` integers, or None.
+        q_segments ``[batch, q_len]`` and k_segments ``[batch, k_len]`` integers, or None;
+        attn_mask ``[batch, 1, q_len, k_len]`` bool (True = the query may see the key, as
+        SDPA's boolean ``attn_mask``; a mask made by another library, transformers'), or
+        None.
     """
 
     key_padding_mask: torch.Tensor | None = None
     q_segments: torch.Tensor | None = None
     k_segments: torch.Tensor | None = None
+    attn_mask: torch.Tensor | None = None
 
     @classmethod
     def build(
@@ -163,15 +167,20 @@ class Masks:
         q_len: int,
         k_len: int,
         device: torch.device | None = None,
+        attn_mask: torch.Tensor | None = None,
     ) -> Masks | None:
-        """Validate the arguments of :func:`posenc.attention` (None when both are None).
+        """Validate the arguments of :func:`posenc.attention` (None when all are None).
 
         ``segment_ids`` is ``[batch, seq]`` when queries and keys are the same tokens, or
         a pair ``(q_segment_ids, k_segment_ids)`` (a KV cache: the keys include the cached
         tokens); a single tensor with ``q_len != k_len`` is refused rather than guessed.
+        ``attn_mask`` is ``[batch | 1, 1, q_len, k_len]`` bool; a batch of one is expanded
+        (a view).
         """
-        if key_padding_mask is None and segment_ids is None:
+        if key_padding_mask is None and segment_ids is None and attn_mask is None:
             return None
+        if attn_mask is not None:
+            attn_mask = _check_attn_mask(attn_mask, batch, q_len, k_len, device)
         if key_padding_mask is not None:
             if isinstance(key_padding_mask, torch.Tensor) and key_padding_mask.dtype != torch.bool:
                 raise TypeError(
@@ -200,7 +209,7 @@ class Masks:
             check_segment_ids(k_ids, "segment_ids (keys)")
             _check_size("segment_ids (queries)", q_ids, batch, q_len, "q", device)
             _check_size("segment_ids (keys)", k_ids, batch, k_len, "k", device)
-        return cls(key_padding_mask, q_ids, k_ids)
+        return cls(key_padding_mask, q_ids, k_ids, attn_mask)
 
     def dense(
         self,
@@ -225,6 +234,8 @@ class Masks:
         if self.q_segments is not None and self.k_segments is not None:  # set together
             same = self.q_segments[:, None, :, None] == self.k_segments[:, None, None, :]
             allowed = same if allowed is None else allowed & same  # [b, 1, q, k]
+        if self.attn_mask is not None:
+            allowed = self.attn_mask if allowed is None else allowed & self.attn_mask
         assert allowed is not None, "build() makes Masks only with a mask in it"
         return allowed
 
@@ -240,6 +251,7 @@ class Masks:
         are the default layout (``q_idx + q_offset`` and ``kv_idx``)."""
         pattern = FULL if pattern is None else pattern  # not a default: dynamo 2.11
         kpm, q_ids, k_ids = self.key_padding_mask, self.q_segments, self.k_segments
+        given = self.attn_mask
 
         def mask_mod(b, h, q_idx, kv_idx):
             k_pos = position_at(k_positions, b, kv_idx)
@@ -250,9 +262,37 @@ class Masks:
             if q_ids is not None:
                 same = q_ids[b, q_idx] == k_ids[b, kv_idx]
                 allowed = same if allowed is None else allowed & same
+            if given is not None:
+                seen = given[b, 0, q_idx, kv_idx]
+                allowed = seen if allowed is None else allowed & seen
             return allowed
 
         return mask_mod
+
+
+def _check_attn_mask(
+    mask: torch.Tensor, batch: int, q_len: int, k_len: int, device: torch.device | None
+) -> torch.Tensor:
+    """``attn_mask`` checked (a bool tensor ``[batch | 1, 1, q_len, k_len]`` on ``device``)
+    and expanded to ``batch``."""
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise TypeError(f"attn_mask must be a bool tensor (True = may attend), got {got}")
+    if mask.dim() != 4 or mask.shape[0] not in (1, batch) or mask.shape[1] != 1:
+        raise ValueError(
+            f"attn_mask must be [batch | 1, 1, q_len, k_len] = [{batch} | 1, 1, {q_len}, "
+            f"{k_len}], got {tuple(mask.shape)}"
+        )
+    if tuple(mask.shape[2:]) != (q_len, k_len):
+        raise ValueError(
+            f"attn_mask must be [batch | 1, 1, q_len, k_len] = [{batch} | 1, 1, {q_len}, "
+            f"{k_len}], got {tuple(mask.shape)}"
+        )
+    if device is not None and mask.device != device:
+        raise ValueError(
+            f"attn_mask is on {mask.device} but q is on {device}: move attn_mask there"
+        )
+    return mask.expand(batch, 1, q_len, k_len)
 
 
 def _check_size(
@@ -303,15 +343,21 @@ class AttentionContext:
         k_positions: torch.Tensor | None = None,
         key_padding_mask: torch.Tensor | None = None,
         segment_ids: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None,
+        attn_mask: torch.Tensor | None = None,
     ) -> AttentionContext:
-        """Check and default the arguments of :func:`posenc.attention` of those names.
+        """Check and default the arguments of :func:`posenc.attention` of those names, and
+        ``attn_mask``, a boolean mask made elsewhere (transformers' for its attention
+        functions: :mod:`posenc.hf.backend`), ANDed with the others.
 
         Shapes:
             positions ``[len]`` or ``[1 | batch, len]``; key_padding_mask ``[batch, k_len]``;
-            segment_ids ``[batch, seq]`` or ``([batch, q_len], [batch, k_len])``.
+            segment_ids ``[batch, seq]`` or ``([batch, q_len], [batch, k_len])``;
+            attn_mask ``[batch | 1, 1, q_len, k_len]``.
         """
         positions = AttnPositions.build(q_len, k_len, batch, device, q_positions, k_positions)
-        masks = Masks.build(key_padding_mask, segment_ids, batch, q_len, k_len, device)
+        masks = Masks.build(
+            key_padding_mask, segment_ids, batch, q_len, k_len, device, attn_mask=attn_mask
+        )
         return cls(positions, masks)
 
     @classmethod
@@ -350,6 +396,7 @@ class AttentionContext:
                 None if kpm is None else kpm[:, -n:],
                 masks.q_segments,
                 None if masks.k_segments is None else masks.k_segments[:, -n:],
+                None if masks.attn_mask is None else masks.attn_mask[..., -n:],
             )
         return AttentionContext(positions, masks)
 

@@ -25,6 +25,14 @@ One module per concept:
   layer (windows, chunks, NoPE layers, sinks, softcaps, Llama 4's temperature), with
   :func:`score_scale` and :func:`is_causal` for what a plan does not hold;
 - :mod:`~posenc.hf.families`: how each family's layers read, one file per family;
+- :mod:`~posenc.hf.apply`: :func:`apply`, posenc inside a loaded transformers model in one
+  call (exact rotary, posenc's attention, another encoding in place of RoPE), and
+  :func:`undo`;
+- :mod:`~posenc.hf.exact_rotary`: :class:`~posenc.hf.exact_rotary.ExactRotaryEmbedding`, a
+  model's rotary embedding computed from float64 angles, checked against the module it
+  replaces;
+- :mod:`~posenc.hf.backend`: ``attn_implementation="posenc"``, :func:`posenc.attention` as a
+  transformers attention function (:func:`register_attention`);
 - :mod:`~posenc.hf.extend`: :func:`extend_context`, a loaded model (a causal LM of the
   Llama family, GPT-NeoX, Qwen-VL, Gemma 3, ...) rewritten for a longer context with one
   of the published scalings its config class takes, in a config that saves and loads;
@@ -41,6 +49,8 @@ Every function duck-types the config and the model. Import the names from ``pose
 """
 
 from ..rotary.layouts import permute_for_layout
+from .apply import apply, undo
+from .backend import register as register_attention
 from .extend import EXTEND_METHODS, extend_context, extension_updates
 from .inspect.checkpoint import CheckpointReport, inspect_checkpoint
 from .inspect.view import frequencies_figure, render_report
@@ -51,6 +61,7 @@ from .rope import rope_from_hf_config
 __all__ = [
     "EXTEND_METHODS",
     "CheckpointReport",
+    "apply",
     "extend_context",
     "extension_updates",
     "frequencies_figure",
@@ -59,7 +70,9 @@ __all__ = [
     "latent_rope_from_hf_config",
     "layer_plan",
     "permute_for_layout",
+    "register_attention",
     "render_report",
     "rope_from_hf_config",
     "score_scale",
+    "undo",
 ]

@@ -1,0 +1,220 @@
+"""posenc inside a loaded transformers model, in one call: :func:`apply`, and :func:`undo`.
+
+The ecosystem's convention for running other code inside a loaded model is Liger-Kernel's
+(``apply_liger_kernel_to_llama(model)`` patches it in place) and transformers' own
+(``AttentionInterface`` and ``attn_implementation=``). :func:`apply` follows both:
+
+- ``rotary="exact"`` replaces each rotary embedding of the model by
+  :class:`~posenc.hf.exact_rotary.ExactRotaryEmbedding` (float64 angles, checked against the
+  module it replaces);
+- ``attention="posenc"`` runs the model's attention through :func:`posenc.attention`
+  (:mod:`posenc.hf.backend`);
+- ``encoding=`` swaps RoPE for another posenc encoding in every layer or in ``layers``
+  (``"nope"``, or a bias encoding: ALiBi, FIRE, KERPLE, T5, ...), with the new parameters
+  trainable, for research on pretrained models.
+
+:func:`undo` puts the model's own modules back (the same objects: bit-exact) and its
+attention implementation. The model's config is not changed: a patched model saves a config
+transformers loads without posenc.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..base import Encoding
+from ..builder import build
+from .backend import ENCODING, NAME, register
+from .exact_rotary import ExactRotaryEmbedding
+
+__all__ = ["ROTARY", "apply", "undo"]
+
+#: the rotary choices of :func:`apply`
+ROTARY = ("exact", None)
+#: the attribute a patched model keeps what :func:`undo` needs in
+_STATE = "_posenc_applied"
+
+
+@dataclass
+class _Applied:
+    """What :func:`apply` changed in a model, for :func:`undo`."""
+
+    rotary: list[tuple[nn.Module, str, nn.Module]] = field(default_factory=list)
+    hooks: list[Any] = field(default_factory=list)
+    encoded: list[nn.Module] = field(default_factory=list)
+    attention: str | None = None
+
+
+def apply(
+    model: Any,
+    *,
+    rotary: str | None = "exact",
+    attention: str | None = None,
+    encoding: str | dict[str, Any] | Encoding | None = None,
+    layers: Iterable[int] | Callable[[int], bool] | None = None,
+) -> Any:
+    """Run posenc inside ``model`` (a loaded transformers model), in place.
+
+    Args:
+        model: a transformers model (``LlamaForCausalLM``, ``Gemma3ForConditionalGeneration``,
+            ...), not patched already (:func:`undo` first).
+        rotary: ``"exact"``: its rotary embeddings computed by posenc (float64 angles, the
+            same scaling), each checked against the module it replaces on its first
+            positions; None: kept.
+        attention: ``"posenc"``: the model's attention runs :func:`posenc.attention`
+            (``attn_implementation="posenc"``, :mod:`posenc.hf.backend`); None: kept, unless
+            ``encoding`` is a bias encoding, which needs it.
+        encoding: another posenc encoding in place of RoPE in ``layers`` (a name, a dict
+            with ``"name"``, or an instance; built for the model's heads): ``"nope"`` (no
+            rotation), or a bias encoding (``"alibi"``, ``"fire"``, ``"kerple"``, ``"t5"``,
+            ...; one per layer, its parameters trainable). None: RoPE stays.
+        layers: the layers ``encoding`` replaces RoPE in: indices, or a predicate of the
+            index (``lambda i: i % 4 == 3``: NoPE every 4th layer); None: every layer.
+
+    Returns:
+        ``model``, patched.
+
+    Raises:
+        ValueError: a bad argument, a model patched already, a rotary embedding posenc does
+            not reproduce, an attention layer that takes no ``position_embeddings``, an
+            encoding that is neither ``none`` nor ``bias`` (each named).
+
+    Example:
+        >>> apply(model, rotary="exact")  # doctest: +SKIP
+        >>> apply(model, encoding="alibi", layers=range(0, 32, 2))  # doctest: +SKIP
+    """
+    if rotary not in ROTARY:
+        raise ValueError(f"rotary must be one of {ROTARY}, got {rotary!r}")
+    if attention not in (NAME, None):
+        raise ValueError(f"attention must be {NAME!r} or None, got {attention!r}")
+    if getattr(model, _STATE, None) is not None:
+        raise ValueError("the model is patched already: posenc.hf.undo(model) first")
+    state = _Applied()
+    try:
+        if rotary == "exact":
+            state.rotary = _exact_rotary(model)
+        chosen = _attention_layers(model, layers) if encoding is not None else []
+        for module in chosen:
+            needs_backend = _swap(module, encoding, state)
+            attention = NAME if needs_backend else attention
+        if attention == NAME:
+            state.attention = model.config._attn_implementation
+            model.set_attn_implementation(register())
+    except Exception:
+        _restore(model, state)
+        raise
+    setattr(model, _STATE, state)
+    return model
+
+
+def undo(model: Any) -> Any:
+    """Put back what :func:`apply` changed in ``model``: its own rotary modules (the same
+    objects), no posenc encodings or hooks, its attention implementation.
+
+    Raises:
+        ValueError: the model is not patched.
+    """
+    if getattr(model, _STATE, None) is None:
+        raise ValueError("the model is not patched by posenc.hf.apply")
+    _restore(model, getattr(model, _STATE))
+    delattr(model, _STATE)
+    return model
+
+
+def _restore(model: Any, state: _Applied) -> None:
+    for parent, name, original in reversed(state.rotary):
+        setattr(parent, name, original)
+    for handle in state.hooks:
+        handle.remove()
+    for module in state.encoded:
+        delattr(module, ENCODING)
+    if state.attention is not None:
+        model.set_attn_implementation(state.attention)
+
+
+def _exact_rotary(model: Any) -> list[tuple[nn.Module, str, nn.Module]]:
+    """Every rotary embedding of ``model``'s language model (of its text config, not a
+    vision tower's) replaced by its exact one: ``(parent, name, original)`` of each."""
+    replaced = []
+    text = model.config.get_text_config()
+    found = [
+        (name, module)
+        for name, module in model.named_modules()
+        if name
+        and type(module).__name__.endswith("RotaryEmbedding")
+        and getattr(module, "config", text) in (text, model.config)
+    ]
+    if not found:
+        raise ValueError(f"{type(model).__name__} has no rotary embedding module to make exact")
+    for name, module in found:
+        parent_name, _, attr = name.rpartition(".")
+        parent = model.get_submodule(parent_name)
+        config = getattr(module, "config", text)
+        exact = ExactRotaryEmbedding.fit(module, config)
+        setattr(parent, attr, exact)
+        replaced.append((parent, attr, module))
+    return replaced
+
+
+def _attention_layers(
+    model: Any, layers: Iterable[int] | Callable[[int], bool] | None
+) -> list[nn.Module]:
+    """The attention modules of the layers chosen (by their ``layer_idx``)."""
+    found: dict[int, nn.Module] = {
+        module.layer_idx: module
+        for module in model.modules()
+        if type(module).__name__.endswith("Attention")
+        and isinstance(getattr(module, "layer_idx", None), int)
+    }
+    if not found:
+        raise ValueError(f"{type(model).__name__} has no attention modules with a layer_idx")
+    if layers is None:
+        return [found[i] for i in sorted(found)]
+    if callable(layers):
+        return [found[i] for i in sorted(found) if layers(i)]
+    chosen = list(layers)
+    unknown = [i for i in chosen if i not in found]
+    if unknown:
+        raise ValueError(f"layers must be indices in 0..{max(found)}, got {unknown}")
+    return [found[i] for i in chosen]
+
+
+def _swap(module: Any, spec: Any, state: _Applied) -> bool:
+    """RoPE of one attention layer replaced by ``spec``; whether the layer needs posenc's
+    attention backend (a bias encoding)."""
+    config = module.config
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    encoding = build(spec, dim=config.hidden_size, head_dim=head_dim, n_heads=heads)
+    if encoding.kind not in ("none", "bias"):
+        raise ValueError(
+            f"encoding must be 'none' (NoPE) or a bias encoding in place of RoPE, got "
+            f"{encoding.info.name!r} ({encoding.kind})"
+        )
+    if "position_embeddings" not in inspect.signature(module.forward).parameters:
+        raise ValueError(
+            f"{type(module).__name__} takes no position_embeddings: its RoPE cannot be swapped"
+        )
+    state.hooks.append(module.register_forward_pre_hook(_no_rotation, with_kwargs=True))
+    if encoding.kind == "none":
+        return False
+    weight = next(module.parameters())
+    setattr(module, ENCODING, encoding.to(weight.device))
+    state.encoded.append(module)
+    return True
+
+
+def _no_rotation(
+    module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A forward pre-hook: the layer's rotary tables turned into the identity (cos 1, sin
+    0), so its q and k pass unrotated (``q·1 + rotate(q)·0 = q``, bit-exact)."""
+    cos, sin = kwargs["position_embeddings"]
+    kwargs["position_embeddings"] = (torch.ones_like(cos), torch.zeros_like(sin))
+    return args, kwargs
