@@ -125,6 +125,30 @@ example(
     ),
 )
 
+# posenc inside a loaded model
+example(
+    "posenc.hf.apply",
+    lambda: call(
+        hf.apply,
+        tiny_model(),
+        rotary="exact",
+        kernel="auto",
+        attention="posenc",
+        encoding="alibi",
+        layers=[0],
+    ),
+    # None is a choice of rotary and attention (keep the model's own) and of encoding and
+    # layers (RoPE stays; every layer); a set of indices is indices
+    ok={
+        "rotary": ("none",),
+        "attention": ("none",),
+        "encoding": ("none",),
+        "layers": ("none", "set"),
+    },
+)
+example("posenc.hf.undo", lambda: call(hf.undo, hf.apply(tiny_model())))
+example("posenc.hf.register_attention", lambda: call(hf.register_attention))
+
 # a checkpoint's report
 example(
     "posenc.hf.inspect_checkpoint", lambda: call(hf.inspect_checkpoint, checkpoint(), target=8192)

@@ -10,6 +10,7 @@ with room.
 """
 
 import copy
+import sys
 import warnings
 
 import pytest
@@ -27,8 +28,6 @@ from posenc.hf.backend import NAME, posenc_attention, register
 from posenc.hf.exact_rotary import ExactRotaryEmbedding
 
 TOL = 1e-5
-#: the model types whose rotary embedding posenc reads another way: named, not patched
-REFUSED = {"qwen2_5_vl": "MRoPE"}
 #: the model types that run only on transformers' eager attention (softcap, sinks)
 EAGER_ONLY = ("gemma2", "gpt_oss")
 
@@ -45,6 +44,12 @@ def ids_and_mask(batch=2, seq=12, pad=3):
     return ids, mask
 
 
+def modeling_module(model):
+    """The modeling module of ``model``'s attention layers (where its rotation lives)."""
+    attention = next(m for m in model.modules() if type(m).__name__.endswith("Attention"))
+    return sys.modules[type(attention).__module__]
+
+
 def logits(model, ids, mask=None):
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -59,11 +64,6 @@ def test_exact_rotary_gives_transformers_logits_and_undo_gives_them_back(name):
     originals = {
         n: m for n, m in model.named_modules() if type(m).__name__.endswith("RotaryEmbedding")
     }
-    if name in REFUSED:
-        with pytest.raises(ValueError, match=REFUSED[name]):
-            apply(model, rotary="exact")
-        assert torch.equal(logits(model, ids), before)  # nothing was left patched
-        return
     apply(model, rotary="exact")
     assert any(isinstance(m, ExactRotaryEmbedding) for m in model.modules())
     torch.testing.assert_close(logits(model, ids), before, atol=TOL, rtol=TOL)
@@ -87,6 +87,84 @@ def test_the_attention_backend_gives_transformers_logits_with_padding(name):
     torch.testing.assert_close(out[1, 3:], reference[1, 3:], atol=TOL, rtol=TOL)  # real tokens
     undo(model)
     assert model.config._attn_implementation == ("eager" if name in EAGER_ONLY else "sdpa")
+
+
+def test_m_rope_takes_transformers_three_axis_positions():
+    """Qwen2.5-VL's text rotary embedding merges the sections of three position axes: the
+    exact one gives its tables for positions that differ per axis (an image's grid)."""
+    model = model_of("qwen2_5_vl")
+    theirs = model.model.language_model.rotary_emb
+    apply(model, rotary="exact")
+    ours = model.model.language_model.rotary_emb
+    assert isinstance(ours, ExactRotaryEmbedding)
+    grid = torch.stack([torch.arange(10), torch.arange(10) // 3, torch.arange(10) % 3])
+    x = torch.zeros(1, dtype=torch.bfloat16)
+    for positions in (grid[:, None], torch.arange(10)[None]):  # three axes; text
+        expected, got = theirs(x, positions), ours(x, positions)
+        assert got[0].dtype == torch.bfloat16
+        for g, e in zip(got, expected, strict=True):
+            torch.testing.assert_close(g.float(), e.float(), atol=1e-2, rtol=0)  # bf16
+
+
+@pytest.mark.parametrize(
+    "rope_parameters",
+    [
+        {"rope_type": "linear", "factor": 4.0},
+        {"rope_type": "dynamic", "factor": 4.0},
+        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16},
+        {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 16,
+        },
+    ],
+    ids=lambda p: p["rope_type"],
+)
+def test_a_scaled_rope_gives_transformers_logits(rope_parameters):
+    config = F.make("llama")
+    config.rope_parameters = {"rope_theta": 10000.0, **rope_parameters}
+    model = F.build(config)
+    ids, mask = ids_and_mask(seq=24)  # past the original length of 16
+    before = logits(model, ids, mask)
+    apply(model)
+    torch.testing.assert_close(logits(model, ids, mask), before, atol=TOL, rtol=TOL)
+
+
+def test_latent_attention_and_a_bfloat16_model_keep_their_tables():
+    """DeepSeek-V3's decoupled RoPE (latent attention) in bfloat16: the tables come back in
+    the model's dtype and its logits are transformers' (bfloat16 rounding apart)."""
+    config = T.DeepseekV3Config(
+        vocab_size=64, hidden_size=64, intermediate_size=64, moe_intermediate_size=32,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=16,
+        kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8,
+        n_routed_experts=2, num_experts_per_tok=1, first_k_dense_replace=1, n_group=1,
+        topk_group=1, max_position_embeddings=64,
+    )  # fmt: skip
+    model = F.build(config).to(torch.bfloat16)
+    ids, _ = ids_and_mask()
+    before = logits(model, ids)
+    apply(model)
+    cos, _ = model.model.rotary_emb(torch.zeros(1, dtype=torch.bfloat16), torch.arange(4)[None])
+    assert cos.dtype == torch.bfloat16
+    torch.testing.assert_close(logits(model, ids), before, atol=0.05, rtol=0.05)
+
+
+def test_dual_chunk_attention_is_refused_by_name_and_nothing_is_left_patched(tmp_path):
+    config = T.Qwen2Config(
+        hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2,
+        intermediate_size=64, vocab_size=64, max_position_embeddings=4096,
+        dual_chunk_attention_config={
+            "chunk_size": 1024, "local_size": 64, "original_max_position_embeddings": 1024
+        },
+    )  # fmt: skip
+    config.save_pretrained(tmp_path)
+    model = F.build(T.Qwen2Config.from_pretrained(tmp_path))
+    own = model.model.rotary_emb
+    with pytest.raises(ValueError, match="dual chunk attention"):
+        apply(model)
+    assert model.model.rotary_emb is own and not hasattr(model, "_posenc_applied")
 
 
 def test_the_backend_is_called_and_refuses_what_it_cannot_run():
@@ -293,3 +371,63 @@ def test_a_batch_of_one_mask_serves_every_row():
     assert context.masks is not None and context.masks.attn_mask.shape == (2, 1, 1, 3)
     kept = context.last_keys(2).masks  # a rolling cache's layer: the last two keys
     assert kept is not None and kept.attn_mask.tolist() == [[[[False, True]]]] * 2
+
+
+# --- kernel="triton": the rotation by posenc's kernel (Triton's interpreter here) ---------
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen3", "gpt_neox"])
+def test_the_triton_rotation_gives_transformers_logits_and_undo_restores_it(name):
+    pytest.importorskip("triton")
+    from posenc.hf import triton_rotation
+
+    model = model_of(name)
+    ids, mask = ids_and_mask()
+    before = logits(model, ids, mask)
+    module = modeling_module(model)
+    own = module.apply_rotary_pos_emb
+    calls = []
+    kernel = triton_rotation.rotate_with_triton
+    triton_rotation.rotate_with_triton = lambda *a: calls.append(1) or kernel(*a)
+    try:
+        apply(model, rotary="exact", kernel="triton")
+        assert module.apply_rotary_pos_emb is not own
+        out = logits(model, ids, mask)
+    finally:
+        triton_rotation.rotate_with_triton = kernel
+    # the partial rotary of GPT-NeoX keeps the model's own rotation
+    assert bool(calls) == (name != "gpt_neox")
+    torch.testing.assert_close(out[0], before[0], atol=TOL, rtol=TOL)
+    torch.testing.assert_close(out[1, 3:], before[1, 3:], atol=TOL, rtol=TOL)
+    undo(model)
+    assert module.apply_rotary_pos_emb is own
+
+
+def test_the_triton_rotation_refuses_what_it_cannot_run(monkeypatch):
+    pytest.importorskip("triton")
+    from posenc.hf import triton_rotation
+
+    model = model_of("cohere2")  # interleaved pairs
+    module = modeling_module(model)
+    own = module.apply_rotary_pos_emb
+    with pytest.raises(ValueError, match="does not rotate pairs of halves"):
+        apply(model, kernel="triton")
+    assert module.apply_rotary_pos_emb is own and not triton_rotation._PATCHED
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(ValueError, match="kernel='triton' needs Triton and CUDA"):
+        apply(model_of("llama"), kernel="triton")
+    with pytest.raises(ValueError, match="kernel must be"):
+        apply(model, kernel="cuda")
+
+
+def test_two_models_of_one_type_share_the_patch_until_the_last_is_undone():
+    pytest.importorskip("triton")
+    first, second = model_of("llama"), model_of("llama")
+    module = modeling_module(first)
+    own = module.apply_rotary_pos_emb
+    apply(first, kernel="triton")
+    apply(second, kernel="triton")
+    undo(first)
+    assert module.apply_rotary_pos_emb is not own  # the second still rotates by the kernel
+    undo(second)
+    assert module.apply_rotary_pos_emb is own

@@ -16,7 +16,11 @@ the peer (``peer``): a ratio below 1 is posenc faster. The rows:
   token with no cache, and one decode step over its KV cache (after a prompt of
   ``prefix`` tokens; every implementation's cache grows alike, one token a round),
   against Hugging Face's ``LlamaForCausalLM`` of the same widths with its ``DynamicCache``
-  (:func:`~posenc.bench.peers.hf_llama`).
+  (:func:`~posenc.bench.peers.hf_llama`);
+- ``transformers forward, 1 token`` and ``transformers decode step``: that Llama with posenc
+  inside (each of ``hf_patches``: ``posenc bench`` passes :func:`posenc.hf.apply` with exact
+  rotary, and with ``attn_implementation="posenc"``) against the same Llama as
+  transformers runs it.
 
 A round of a RoPE or attention row makes ``calls`` calls of each implementation back to back
 (``calls per round``; the times are per call): a call of microseconds timed right after
@@ -33,6 +37,7 @@ its row has no ratio.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import torch
@@ -198,14 +203,7 @@ def _model_rows(
     prompt = torch.randint(0, vocab_size, (1, prefix), generator=gen)
     token = torch.zeros(1, 1, dtype=torch.long)
 
-    def hf_forward(**config: Any) -> Callable[[], Any]:
-        model, _, _ = peers_mod.hf_llama(**config)
-        return lambda: model(input_ids=token, use_cache=False).logits
-
-    def hf_step(**config: Any) -> Callable[[], Any]:
-        model, new_cache, kwarg = peers_mod.hf_llama(**config)
-        cache = {kwarg: new_cache(), "use_cache": True}
-        return _decoder(lambda ids, **c: model(input_ids=ids, **c).logits, prompt, **cache)
+    hf_step = partial(_peer_step, prompt)
 
     def step(model: TransformerLM, unchecked: bool) -> Callable[[], Any]:
         cache = model.new_cache(1, prefix + steps)
@@ -223,7 +221,7 @@ def _model_rows(
             "peer call": "transformers LlamaForCausalLM",
         }
         peer_sizes = {**sizes, "mlp_ratio": mlp_ratio}
-        rows.append(_with_peer(forward, _forward(model, token), hf_forward, peer_sizes, peers))
+        rows.append(_with_peer(forward, _forward(model, token), _peer_forward, peer_sizes, peers))
         decode = {
             **config,
             "call": "decode step",
@@ -234,6 +232,59 @@ def _model_rows(
         checked, unchecked = step(model, False), step(model, True)
         rows.append(_with_peer(decode, checked, hf_step, peer_sizes, peers, off=unchecked))
     return rows
+
+
+def _patched_rows(
+    patches: Mapping[str, Callable[[Any], Any]],
+    sizes: Mapping[str, int],
+    prefix: int,
+    peers: bool,
+) -> list[Row]:
+    """For each of ``patches`` (label -> a function that patches a transformers model in
+    place): a forward of one token and a decode step of the patched HF Llama against the
+    same Llama unpatched (no rows without peers or transformers)."""
+    if not peers or not patches:
+        return []
+    try:
+        models = {label: peers_mod.hf_llama(**sizes) for label in patches}
+    except ImportError:
+        return []
+    prompt = torch.randint(0, sizes["vocab_size"], (1, prefix), generator=torch.Generator())
+    rows = []
+    for label, patch in patches.items():
+        built = models[label]
+        patch(built[0])
+        config = {"encoding": label, "shape": [1, 1], "model": f"dim {sizes['dim']}"}
+        config |= {"peer call": "transformers LlamaForCausalLM"}
+        forward = {**config, "call": "transformers forward, 1 token"}
+        rows.append(_with_peer(forward, _hf_forward(built), _peer_forward, sizes, peers))
+        decode = {**config, "call": "transformers decode step", "cached": prefix}
+        checked, unchecked = (_hf_step(built, prompt) for _ in range(2))
+        peer = partial(_peer_step, prompt)
+        rows.append(_with_peer(decode, checked, peer, sizes, peers, off=_unchecked(unchecked)))
+    return rows
+
+
+def _hf_forward(built: tuple[Any, ...]) -> Callable[[], Any]:
+    """A forward of one token of :func:`~posenc.bench.peers.hf_llama`'s model, no cache."""
+    model, token = built[0], torch.zeros(1, 1, dtype=torch.long)
+    return lambda: model(input_ids=token, use_cache=False).logits
+
+
+def _hf_step(built: tuple[Any, ...], prompt: torch.Tensor) -> Callable[[], Any]:
+    """A decode step of :func:`~posenc.bench.peers.hf_llama`'s model over a cache of its
+    own, after ``prompt``."""
+    model, new_cache, kwarg = built
+    cache = {kwarg: new_cache(), "use_cache": True}
+    return _decoder(lambda ids, **c: model(input_ids=ids, **c).logits, prompt, **cache)
+
+
+def _peer_forward(**config: Any) -> Callable[[], Any]:
+    return _hf_forward(peers_mod.hf_llama(**config))
+
+
+def _peer_step(prompt: torch.Tensor, **config: Any) -> Callable[[], Any]:
+    return _hf_step(peers_mod.hf_llama(**config), prompt)
 
 
 def _no_grad(calls: Calls) -> Calls:
@@ -264,11 +315,13 @@ def run(
     repeat: int = 200,
     warmup: int = 20,
     peers: bool = True,
+    hf_patches: Mapping[str, Callable[[Any], Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """The records of every row (RoPE, attention plain then with each of ``encodings``,
     default every bias encoding of :func:`~posenc.bench.bias_attention.bias_encodings`,
-    then a forward and a decode step per model encoding of ``kinds``), timed together a
-    round of every row at a time, under ``no_grad`` with ``threads`` torch threads."""
+    then a forward and a decode step per model encoding of ``kinds``, then per patch of
+    ``hf_patches`` of the Llama), timed together a round of every row at a time, under
+    ``no_grad`` with ``threads`` torch threads."""
     names = list(encodings) if encodings is not None else bias_encodings()
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -281,6 +334,9 @@ def run(
             built += _model_rows(
                 kinds, vocab_size, dim, n_layers, n_heads, mlp_ratio, prefix, steps, peers
             )
+            sizes = {"vocab_size": vocab_size, "dim": dim, "n_layers": n_layers}
+            sizes |= {"n_heads": n_heads, "mlp_ratio": mlp_ratio}
+            built += _patched_rows(hf_patches or {}, sizes, prefix, peers)
         timed = interleaved_rows(
             [_no_grad(impls) for _, impls, _ in built], repeat=repeat, warmup=warmup
         )

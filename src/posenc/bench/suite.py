@@ -203,11 +203,16 @@ def run(
     repeat: int | None = None,
     command: str = "posenc bench",
     progress: Callable[[str], None] | None = None,
+    extra: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None,
 ) -> dict[str, Any]:
     """Run ``cases`` at ``size`` (``repeat`` overrides the preset's timed rounds) and
     return the result document: ``format``, ``size``, ``command``, ``machine``, ``peers``
     (versions), ``presets`` (what ran), ``seconds`` (per case) and ``cases`` (case ->
-    records)."""
+    records).
+
+    ``extra`` gives a case more arguments from above the bench layer (case -> argument ->
+    labelled callables: the ``host`` case's ``hf_patches``, :func:`posenc.hf.apply`);
+    ``presets`` records their labels."""
     _check(size, cases, repeat)
     result: dict[str, Any] = {
         "format": FORMAT,
@@ -225,12 +230,13 @@ def run(
         kwargs = dict(PRESETS[size][case])
         if repeat is not None:
             kwargs["repeat"] = repeat
+        given = dict((extra or {}).get(case, {}))
         if progress:
             progress(f"{case} ({size}) ...")
         start = time.perf_counter()
-        result["cases"][case] = RUNNERS[case](**kwargs)
+        result["cases"][case] = RUNNERS[case](**kwargs, **given)
         result["seconds"][case] = time.perf_counter() - start
-        result["presets"][case] = kwargs
+        result["presets"][case] = kwargs | {name: list(value) for name, value in given.items()}
     return result
 
 

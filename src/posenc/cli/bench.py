@@ -7,7 +7,9 @@ Runs the cases at a size preset, prints the Markdown table and writes
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from collections.abc import Callable
+from functools import partial
+from typing import Annotated, Any
 
 import typer
 
@@ -85,11 +87,23 @@ def bench_command(
         repeat=repeat,
         command=command,
         progress=lambda line: print(line, file=sys.stderr, flush=True),
+        extra={"host": {"hf_patches": _hf_patches()}},
     )
     path = suite.write(result, out)
     if not quiet:
         print(markdown.report(result))
     print(f"wrote {path} and {path.with_suffix('.md')}")
+
+
+def _hf_patches() -> dict[str, Callable[[Any], Any]]:
+    """The ``host`` case's patches of a transformers Llama: posenc's exact rotary, and its
+    attention backend (:func:`posenc.hf.apply`)."""
+    from ..hf import apply
+
+    return {
+        "exact rotary": partial(apply, rotary="exact"),
+        "attn posenc": partial(apply, rotary=None, attention="posenc"),
+    }
 
 
 def register(app: typer.Typer) -> None:

@@ -30,7 +30,16 @@ __all__ = [
     "check_slots",
     "check_tables",
     "check_written",
+    "runs_on",
 ]
+
+
+def runs_on(device: torch.device) -> bool:
+    """Whether the Triton kernel runs on ``device``: CUDA, or the CPU under Triton's
+    interpreter (``TRITON_INTERPRET=1``)."""
+    return device.type == "cuda" or (
+        device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
+    )
 
 
 def check_runs_here(t: torch.Tensor, name: str, who: str, advice: str = "") -> None:
@@ -38,9 +47,7 @@ def check_runs_here(t: torch.Tensor, name: str, who: str, advice: str = "") -> N
     CPU under Triton's interpreter (``TRITON_INTERPRET=1``). ``who`` names the caller in
     the message, ``advice`` ends it."""
     device = t.device
-    if device.type == "cuda" or (
-        device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
-    ):
+    if runs_on(device):
         return
     raise ValueError(
         f"{who} rotates CUDA tensors (or CPU ones under TRITON_INTERPRET=1, set before "

@@ -7,6 +7,8 @@ The ecosystem's convention for running other code inside a loaded model is Liger
 - ``rotary="exact"`` replaces each rotary embedding of the model by
   :class:`~posenc.hf.exact_rotary.ExactRotaryEmbedding` (float64 angles, checked against the
   module it replaces);
+- ``kernel="triton"`` rotates q and k with posenc's Triton kernel
+  (:mod:`posenc.hf.triton_rotation`) where it runs;
 - ``attention="posenc"`` runs the model's attention through :func:`posenc.attention`
   (:mod:`posenc.hf.backend`);
 - ``encoding=`` swaps RoPE for another posenc encoding in every layer or in ``layers``
@@ -30,13 +32,18 @@ from torch import nn
 
 from ..base import Encoding
 from ..builder import build
+from ..functional.rope_triton_checks import runs_on
+from ..functional.rope_triton_launch import triton_available
 from .backend import ENCODING, NAME, register
 from .exact_rotary import ExactRotaryEmbedding
+from .triton_rotation import patch, unpatch
 
-__all__ = ["ROTARY", "apply", "undo"]
+__all__ = ["KERNELS", "ROTARY", "apply", "undo"]
 
 #: the rotary choices of :func:`apply`
 ROTARY = ("exact", None)
+#: the kernel choices of :func:`apply`
+KERNELS = ("auto", "triton")
 #: the attribute a patched model keeps what :func:`undo` needs in
 _STATE = "_posenc_applied"
 
@@ -47,6 +54,7 @@ class _Applied:
 
     rotary: list[tuple[nn.Module, str, nn.Module]] = field(default_factory=list)
     hooks: list[Any] = field(default_factory=list)
+    kernel: list[str] = field(default_factory=list)
     encoded: list[nn.Module] = field(default_factory=list)
     attention: str | None = None
 
@@ -55,6 +63,7 @@ def apply(
     model: Any,
     *,
     rotary: str | None = "exact",
+    kernel: str = "auto",
     attention: str | None = None,
     encoding: str | dict[str, Any] | Encoding | None = None,
     layers: Iterable[int] | Callable[[int], bool] | None = None,
@@ -67,6 +76,10 @@ def apply(
         rotary: ``"exact"``: its rotary embeddings computed by posenc (float64 angles, the
             same scaling), each checked against the module it replaces on its first
             positions; None: kept.
+        kernel: ``"triton"``: q and k rotated in one launch of posenc's Triton kernel on
+            CUDA (or the CPU under ``TRITON_INTERPRET=1``), for every model of the same type
+            in the process until the last one is undone (as Liger-Kernel patches);
+            ``"auto"``: the model's own rotation.
         attention: ``"posenc"``: the model's attention runs :func:`posenc.attention`
             (``attn_implementation="posenc"``, :mod:`posenc.hf.backend`); None: kept, unless
             ``encoding`` is a bias encoding, which needs it.
@@ -89,16 +102,23 @@ def apply(
         >>> apply(model, rotary="exact")  # doctest: +SKIP
         >>> apply(model, encoding="alibi", layers=range(0, 32, 2))  # doctest: +SKIP
     """
-    if rotary not in ROTARY:
-        raise ValueError(f"rotary must be one of {ROTARY}, got {rotary!r}")
-    if attention not in (NAME, None):
-        raise ValueError(f"attention must be {NAME!r} or None, got {attention!r}")
+    _check_model(model)
+    _check_choice("rotary", rotary, ROTARY)
+    _check_choice("kernel", kernel, KERNELS)
+    _check_choice("attention", attention, (NAME, None))
+    if encoding is not None and not isinstance(encoding, (str, dict, Encoding)):
+        raise TypeError(
+            "encoding must be a name, a dict with 'name', an Encoding or None, got "
+            f"{type(encoding).__name__}"
+        )
     if getattr(model, _STATE, None) is not None:
-        raise ValueError("the model is patched already: posenc.hf.undo(model) first")
+        raise ValueError("model is patched already: posenc.hf.undo(model) first")
     state = _Applied()
     try:
         if rotary == "exact":
             state.rotary = _exact_rotary(model)
+        if kernel == "triton":
+            state.kernel = _triton_kernel(model)
         chosen = _attention_layers(model, layers) if encoding is not None else []
         for module in chosen:
             needs_backend = _swap(module, encoding, state)
@@ -120,16 +140,31 @@ def undo(model: Any) -> Any:
     Raises:
         ValueError: the model is not patched.
     """
+    _check_model(model)
     if getattr(model, _STATE, None) is None:
-        raise ValueError("the model is not patched by posenc.hf.apply")
+        raise ValueError("model is not patched by posenc.hf.apply")
     _restore(model, getattr(model, _STATE))
     delattr(model, _STATE)
     return model
 
 
+def _check_model(model: Any) -> None:
+    if not isinstance(model, nn.Module) or not hasattr(model, "config"):
+        raise TypeError(
+            f"model must be a transformers model (an nn.Module with a config), got "
+            f"{type(model).__name__}"
+        )
+
+
+def _check_choice(name: str, value: Any, choices: tuple[str | None, ...]) -> None:
+    if not (value is None or isinstance(value, str)) or value not in choices:
+        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
+
+
 def _restore(model: Any, state: _Applied) -> None:
     for parent, name, original in reversed(state.rotary):
         setattr(parent, name, original)
+    unpatch(state.kernel)
     for handle in state.hooks:
         handle.remove()
     for module in state.encoded:
@@ -162,6 +197,19 @@ def _exact_rotary(model: Any) -> list[tuple[nn.Module, str, nn.Module]]:
     return replaced
 
 
+def _triton_kernel(model: Any) -> list[str]:
+    """The rotation of ``model``'s attention classes by the Triton kernel
+    (:func:`~posenc.hf.triton_rotation.patch`), refused where it cannot run."""
+    device = next(model.parameters()).device
+    if not triton_available() or not runs_on(device):
+        raise ValueError(
+            "kernel='triton' needs Triton and CUDA tensors (or the CPU under "
+            f"TRITON_INTERPRET=1), and the model is on {device}: kernel='auto' here"
+        )
+    layers = _attention_layers(model, None)
+    return patch({type(module) for module in layers})
+
+
 def _attention_layers(
     model: Any, layers: Iterable[int] | Callable[[int], bool] | None
 ) -> list[nn.Module]:
@@ -178,8 +226,13 @@ def _attention_layers(
         return [found[i] for i in sorted(found)]
     if callable(layers):
         return [found[i] for i in sorted(found) if layers(i)]
+    if isinstance(layers, (str, bytes)) or not isinstance(layers, Iterable):
+        raise TypeError(
+            f"layers must be layer indices, a predicate of the index or None, got "
+            f"{type(layers).__name__}"
+        )
     chosen = list(layers)
-    unknown = [i for i in chosen if i not in found]
+    unknown = [i for i in chosen if type(i) is not int or i not in found]
     if unknown:
         raise ValueError(f"layers must be indices in 0..{max(found)}, got {unknown}")
     return [found[i] for i in chosen]

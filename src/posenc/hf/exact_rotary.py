@@ -13,7 +13,9 @@ exact at every position.
 Nothing is assumed of the module it replaces: :meth:`ExactRotaryEmbedding.fit` calls it on
 the first positions of every layer type it has and keeps the form of its tables
 (:data:`FORMATS`) that reproduces it, and refuses by name a module that no form reproduces
-(M-RoPE's ``[3, batch, seq]`` positions, a model posenc reads another way).
+(a model posenc reads another way). M-RoPE (Qwen2-VL and its successors) takes transformers'
+``[3, batch, seq]`` positions (or ``[batch, seq]`` text positions, the same on every axis)
+and gives the tables of its sections merged, as transformers' module does.
 
 Shapes:
     x ``[batch, seq, ...]`` (its dtype and device), position_ids ``[batch, seq]`` ->
@@ -84,24 +86,31 @@ class ExactRotaryEmbedding(nn.Module):
         ``original``'s tables on the first positions of every layer type.
 
         Raises:
-            ValueError: posenc reads the config as M-RoPE or dual-chunk attention, or no
-                column order reproduces ``original`` (both named).
+            ValueError: posenc reads the config as dual-chunk attention, or no form of
+                table reproduces ``original`` (both named).
         """
         name = type(original).__name__
         types = list(getattr(original, "layer_types", None) or [None])
         ropes = {t: rope_from_hf_config(config, layer_type=t) for t in types}
         for rope in ropes.values():
-            if isinstance(rope, (MRoPE, DualChunkRoPE)):
+            if isinstance(rope, DualChunkRoPE):
                 raise ValueError(
-                    f"{name}: posenc reads this config as {type(rope).__name__}, whose "
-                    "positions transformers' rotary embedding does not take as it does; exact "
-                    "rotary is offered for one-axis RoPE (apply(model, rotary=None) keeps it)"
+                    f"{name}: posenc reads this config as dual chunk attention, which turns "
+                    "q and k inside its attention, not by tables: exact rotary is not offered "
+                    "(apply(model, rotary=None) keeps the model's own)"
                 )
         limit = getattr(config, "max_position_embeddings", None) or FIT_POSITIONS
         device = next((b.device for b in original.buffers()), torch.device("cpu"))
-        positions = torch.arange(min(FIT_POSITIONS, limit), device=device)[None]
-        x = torch.zeros(1, dtype=torch.float32, device=device)
-        forms = {t: _form(name, original, ropes[t], t, x, positions) for t in types}
+        reference = _as_built(original, config)
+        on = next((b.device for b in reference.buffers()), torch.device("cpu"))
+        n = min(FIT_POSITIONS, limit)
+        x = torch.zeros(1, dtype=torch.float32, device=on)
+        forms = {}
+        for t in types:
+            positions = torch.arange(n, device=on)[None]  # [1, n]
+            if isinstance(ropes[t], MRoPE):  # [3, 1, n], a different position per axis
+                positions = torch.stack([positions * k % n for k in (1, 2, 3)])
+            forms[t] = _form(name, reference, ropes[t], t, x, positions)
         return cls(ropes, forms).to(device)
 
     def forward(
@@ -117,6 +126,8 @@ class ExactRotaryEmbedding(nn.Module):
             raise ValueError(f"layer_type must be one of {self._types}, got {layer_type!r}")
         form = self.forms[layer_type]
         rope = cast(RoPE, self.ropes[self._types.index(layer_type)])
+        if isinstance(rope, MRoPE) and position_ids.dim() == 2:  # text: every axis alike
+            position_ids = position_ids.expand(3, -1, -1)
         cos, sin = rope.rotation(position_ids)[:2]
         tables = widen(cos, sin, form)
         if form == "complex":
@@ -125,6 +136,17 @@ class ExactRotaryEmbedding(nn.Module):
 
     def extra_repr(self) -> str:
         return ", ".join(f"{t or 'every layer'}: {f}" for t, f in self.forms.items())
+
+
+def _as_built(original: nn.Module, config: Any) -> nn.Module:
+    """``original`` as transformers builds it from ``config``, on the CPU in float32: a model
+    moved with ``.to(torch.bfloat16)`` rounds its rotary module's frequency buffers, which
+    the exact tables do not reproduce (nor should); ``original`` itself where its class
+    cannot be built again from the config alone."""
+    try:
+        return type(original)(config)
+    except Exception:  # another constructor: the module as it is
+        return original
 
 
 def _form(
