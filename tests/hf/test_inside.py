@@ -21,6 +21,7 @@ pytest.importorskip("transformers")
 import transformers as T
 from tests.hf import families as F
 
+import posenc
 from posenc.attn import attention
 from posenc.attn.masks import AttentionContext
 from posenc.hf import apply, undo
@@ -231,7 +232,7 @@ def test_at_long_positions_the_exact_rotary_stays_near_a_float64_reference():
     assert far_theirs > 10 * far_ours  # transformers' does
 
 
-@pytest.mark.parametrize("encoding", ["nope", "alibi", "fire", "kerple"])
+@pytest.mark.parametrize("encoding", ["nope", "alibi", "fire", "kerple", "p_rope"])
 def test_a_llama_swapped_to_another_encoding_fine_tunes_and_decodes_as_it_recomputes(encoding):
     model = model_of("llama").train()
     every_other = (lambda i: i % 2 == 1) if encoding == "nope" else None
@@ -311,7 +312,7 @@ def test_bad_arguments_are_refused_by_name():
         undo(model)
     with pytest.raises(ValueError, match="layers must be"):
         apply(model, encoding="alibi", layers=[7])
-    with pytest.raises(ValueError, match="'none' \\(NoPE\\) or a bias"):
+    with pytest.raises(ValueError, match="'none' \\(NoPE\\), a bias encoding"):
         apply(model, encoding="sinusoidal")
     assert not hasattr(model, "_posenc_applied")  # a refused call leaves nothing behind
     assert model.config._attn_implementation == "sdpa"
@@ -431,3 +432,24 @@ def test_two_models_of_one_type_share_the_patch_until_the_last_is_undone():
     assert module.apply_rotary_pos_emb is not own  # the second still rotates by the kernel
     undo(second)
     assert module.apply_rotary_pos_emb is own
+
+
+def test_p_rope_in_place_of_rope_stops_turning_the_lowest_frequencies():
+    model = model_of("llama")
+    ids, _ = ids_and_mask(batch=1)
+    apply(model, rotary=None, encoding={"name": "p_rope", "p": 0.75}, layers=[0])
+    seen = {}
+    model.model.layers[0].self_attn.register_forward_pre_hook(
+        lambda m, a, kw: seen.update(tables=kw["position_embeddings"]), with_kwargs=True
+    )
+    logits(model, ids)
+    cos, sin = seen["tables"]  # [1, 12, 16]: 8 pairs, each frequency twice ("cat")
+    assert torch.equal(cos[..., 6:8], torch.ones_like(cos[..., 6:8]))  # the lowest quarter
+    assert torch.equal(sin[..., 14:16], torch.zeros_like(sin[..., 14:16]))
+    rope = posenc.create("rope", head_dim=16)
+    expected, _ = rope.rotation(torch.arange(12)[None])
+    torch.testing.assert_close(cos[..., :6], expected[..., :6])  # the rest as RoPE's
+    with pytest.raises(ValueError, match="turns 4 pairs"):
+        apply(model_of("llama"), encoding={"name": "rope", "partial_rotary_factor": 0.5})
+    with pytest.raises(ValueError, match="RoPE or p-RoPE"):
+        apply(model_of("llama"), encoding="xpos")

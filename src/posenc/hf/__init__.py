@@ -31,6 +31,8 @@ One module per concept:
 - :mod:`~posenc.hf.exact_rotary`: :class:`~posenc.hf.exact_rotary.ExactRotaryEmbedding`, a
   model's rotary embedding computed from float64 angles, checked against the module it
   replaces;
+- :mod:`~posenc.hf.swap`: another encoding in place of RoPE, layer by layer (NoPE, a bias
+  encoding, RoPE or p-RoPE of other settings);
 - :mod:`~posenc.hf.triton_rotation`: ``kernel="triton"``, a model type's rotation by posenc's
   Triton kernel;
 - :mod:`~posenc.hf.backend`: ``attn_implementation="posenc"``, :func:`posenc.attention` as a

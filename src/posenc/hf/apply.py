@@ -22,20 +22,18 @@ transformers loads without posenc.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 from torch import nn
 
 from ..base import Encoding
-from ..builder import build
 from ..functional.rope_triton_checks import runs_on
 from ..functional.rope_triton_launch import triton_available
 from .backend import ENCODING, NAME, register
 from .exact_rotary import ExactRotaryEmbedding
+from .swap import layer_encoding, model_table, swap
 from .triton_rotation import patch, unpatch
 
 __all__ = ["KERNELS", "ROTARY", "apply", "undo"]
@@ -84,9 +82,11 @@ def apply(
             (``attn_implementation="posenc"``, :mod:`posenc.hf.backend`); None: kept, unless
             ``encoding`` is a bias encoding, which needs it.
         encoding: another posenc encoding in place of RoPE in ``layers`` (a name, a dict
-            with ``"name"``, or an instance; built for the model's heads): ``"nope"`` (no
-            rotation), or a bias encoding (``"alibi"``, ``"fire"``, ``"kerple"``, ``"t5"``,
-            ...; one per layer, its parameters trainable). None: RoPE stays.
+            with ``"name"``, or an instance, shared by the layers; built for the model's
+            heads, :mod:`posenc.hf.swap`): ``"nope"`` (no rotation), a bias encoding
+            (``"alibi"``, ``"fire"``, ``"kerple"``, ``"t5"``, ...; one per layer, its
+            parameters trainable), or RoPE or p-RoPE of other settings (``{"name":
+            "p_rope", "p": 0.75}``, in the model's pair layout). None: RoPE stays.
         layers: the layers ``encoding`` replaces RoPE in: indices, or a predicate of the
             index (``lambda i: i % 4 == 3``: NoPE every 4th layer); None: every layer.
 
@@ -96,7 +96,7 @@ def apply(
     Raises:
         ValueError: a bad argument, a model patched already, a rotary embedding posenc does
             not reproduce, an attention layer that takes no ``position_embeddings``, an
-            encoding that is neither ``none`` nor ``bias`` (each named).
+            encoding that cannot take RoPE's place (each named).
 
     Example:
         >>> apply(model, rotary="exact")  # doctest: +SKIP
@@ -120,9 +120,16 @@ def apply(
         if kernel == "triton":
             state.kernel = _triton_kernel(model)
         chosen = _attention_layers(model, layers) if encoding is not None else []
+        table = None
         for module in chosen:
-            needs_backend = _swap(module, encoding, state)
-            attention = NAME if needs_backend else attention
+            new = layer_encoding(module, encoding)
+            if new.kind == "rotary" and table is None:
+                table = model_table(model, state.rotary)
+            state.hooks.append(swap(module, new, table))
+            if new.kind == "bias":
+                setattr(module, ENCODING, new.to(next(module.parameters()).device))
+                state.encoded.append(module)
+                attention = NAME
         if attention == NAME:
             state.attention = model.config._attn_implementation
             model.set_attn_implementation(register())
@@ -236,38 +243,3 @@ def _attention_layers(
     if unknown:
         raise ValueError(f"layers must be indices in 0..{max(found)}, got {unknown}")
     return [found[i] for i in chosen]
-
-
-def _swap(module: Any, spec: Any, state: _Applied) -> bool:
-    """RoPE of one attention layer replaced by ``spec``; whether the layer needs posenc's
-    attention backend (a bias encoding)."""
-    config = module.config
-    heads = config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    encoding = build(spec, dim=config.hidden_size, head_dim=head_dim, n_heads=heads)
-    if encoding.kind not in ("none", "bias"):
-        raise ValueError(
-            f"encoding must be 'none' (NoPE) or a bias encoding in place of RoPE, got "
-            f"{encoding.info.name!r} ({encoding.kind})"
-        )
-    if "position_embeddings" not in inspect.signature(module.forward).parameters:
-        raise ValueError(
-            f"{type(module).__name__} takes no position_embeddings: its RoPE cannot be swapped"
-        )
-    state.hooks.append(module.register_forward_pre_hook(_no_rotation, with_kwargs=True))
-    if encoding.kind == "none":
-        return False
-    weight = next(module.parameters())
-    setattr(module, ENCODING, encoding.to(weight.device))
-    state.encoded.append(module)
-    return True
-
-
-def _no_rotation(
-    module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """A forward pre-hook: the layer's rotary tables turned into the identity (cos 1, sin
-    0), so its q and k pass unrotated (``q·1 + rotate(q)·0 = q``, bit-exact)."""
-    cos, sin = kwargs["position_embeddings"]
-    kwargs["position_embeddings"] = (torch.ones_like(cos), torch.zeros_like(sin))
-    return args, kwargs
