@@ -278,12 +278,8 @@ def _check_attn_mask(
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
         got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
         raise TypeError(f"attn_mask must be a bool tensor (True = may attend), got {got}")
-    if mask.dim() != 4 or mask.shape[0] not in (1, batch) or mask.shape[1] != 1:
-        raise ValueError(
-            f"attn_mask must be [batch | 1, 1, q_len, k_len] = [{batch} | 1, 1, {q_len}, "
-            f"{k_len}], got {tuple(mask.shape)}"
-        )
-    if tuple(mask.shape[2:]) != (q_len, k_len):
+    shape = tuple(mask.shape)
+    if len(shape) != 4 or shape[0] not in (1, batch) or shape[1:] != (1, q_len, k_len):
         raise ValueError(
             f"attn_mask must be [batch | 1, 1, q_len, k_len] = [{batch} | 1, 1, {q_len}, "
             f"{k_len}], got {tuple(mask.shape)}"
