@@ -453,3 +453,18 @@ def test_p_rope_in_place_of_rope_stops_turning_the_lowest_frequencies():
         apply(model_of("llama"), encoding={"name": "rope", "partial_rotary_factor": 0.5})
     with pytest.raises(ValueError, match="RoPE or p-RoPE"):
         apply(model_of("llama"), encoding="xpos")
+
+
+def test_host_reads_one_per_layer_and_one_for_the_positions_and_none_with_validation_off():
+    """posenc's checks read the host once per layer (whether q, k and v are finite: the NaN
+    rule) and once per forward (the positions of the exact tables); with validation off a
+    patched model reads nothing, as transformers' own (a GPU never waits on the host)."""
+    from tests.attn.test_core import host_reads
+
+    model = apply(model_of("llama"), attention=NAME)  # two layers
+    ids, _ = ids_and_mask(batch=1)
+    with torch.no_grad():
+        model(input_ids=ids)
+        assert host_reads(lambda: model(input_ids=ids)) == 3
+        with posenc.validation(False):
+            assert host_reads(lambda: model(input_ids=ids)) == 0
