@@ -229,3 +229,14 @@ def test_report_renders_in_chromium(tmp_path, html):
     assert all(complete and width > 0 and alt for complete, width, alt in images), images
     assert errors == []
     assert all(url.startswith(("file:", "data:")) for url in requests), requests
+
+
+def test_a_pipeline_check_is_said_under_the_title(fake_results):
+    from posenc.arena.reporting.report import build_report
+
+    assert "A pipeline check" not in build_report(fake_results)
+    for m in fake_results["measurements"]:
+        if m["experiment"] == "extrapolation":
+            m["value"] = 350.0
+    page = build_report(fake_results)
+    assert page.index("A pipeline check, not evidence") < page.index('id="summary"')

@@ -64,3 +64,37 @@ def test_summary_judges_extrapolation_in_chunks_mode(fake_results):
     bad = next(s for s in sentences if s.startswith("Did not extrapolate"))
     assert "(perplexity, chunks mode:" in good and "rope" not in good
     assert "(perplexity, chunks mode)" in bad and "rope (6 at L=64, 27 at 512, ×4.5)" in bad
+
+
+def test_the_leader_names_every_encoding_of_a_tie():
+    """Four encodings at exactly 1.0: a tie, named together, not one of them as the best."""
+    from posenc.arena.reporting.rows import leader
+
+    rows = [
+        {"encoding": name, "mean": mean, "std": 0.0, "n": 3}
+        for name, mean in [("sinusoidal", 1.0), ("rope", 1.0), ("nope", 0.5), ("t5", 1.0)]
+    ]
+    text = leader(rows, lower=False, fmt=lambda x: f"{x:.2f}")
+    assert text.startswith("sinusoidal, rope and t5 tie (1.00)")
+    assert "nope (0.50)" in text
+    alone = leader(rows[:1] + rows[2:3], lower=False, fmt=lambda x: f"{x:.2f}")
+    assert alone.startswith("sinusoidal (1.00), ahead of nope")
+    assert leader(rows[:2], lower=False) == "sinusoidal and rope tie (1)"
+
+
+def test_a_run_whose_models_did_not_learn_is_said_to_be_a_pipeline_check(fake_results):
+    """Perplexities near 350 over 256 bytes (the tiny preset): the report says first that the
+    run is a pipeline check and reads nothing into its language models (the guide's rule,
+    one function), while the retrieval and copy tasks keep their own judgements."""
+    from posenc.arena.reporting.reading import not_learned
+
+    for m in fake_results["measurements"]:
+        if m["experiment"] in ("extrapolation", "context-extension", "nope-needs-causality"):
+            m["value"] = 350.0 + m.get("eval_length", 0) % 7
+    lines = summary(fake_results)
+    assert lines[0].startswith("A pipeline check, not evidence: this run's language models")
+    assert not_learned(fake_results["measurements"]) in lines[0]
+    text = "\n".join(lines)
+    assert "extrapolat" not in text.split("\n", 1)[1].lower()
+    assert "NoPE works causally" not in text and "NoPE fails" not in text
+    assert "Length generalisation" in text  # a task the models may have learned

@@ -9,8 +9,9 @@ import torch
 
 #: what ``update_positions`` checked and ``advance`` has not stored yet: the next call
 #: replaces it, and a refused call never reaches ``advance`` (``_ahead``: the positions it
-#: checked, past the cached ones, in a scratch copy of them)
-NOT_STATE = ("_pending", "_pending_rings", "_ahead")
+#: checked, past the cached ones, in a scratch copy of them; ``_updated``: the layers this
+#: step wrote, begun anew by the next ``update_positions``)
+NOT_STATE = ("_pending", "_pending_rings", "_ahead", "_updated")
 
 
 def state(cache: Any) -> dict[str, Any]:

@@ -321,3 +321,27 @@ def test_a_refused_step_leaves_a_rolling_cache_as_it_was(model_tol):
         assert not cache.explicit_positions
         step = model(ids[:, 4:], cache=cache)
     assert_close(step, full[:, 4:], **model_tol(model, 5, full))
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_a_second_update_of_a_layer_in_one_step_is_refused_and_changes_nothing(static):
+    """Before advance, a second update of one layer would overwrite the first's keys: it is
+    refused by name, the cache as it was; advance, or a new step (update_positions: a
+    forward that failed half way runs again), lets the layer be written again."""
+    make = posenc.StaticKVCache if static else KVCache
+    cache = make(n_layers=2, batch=1, kv_heads=1, head_dim=4, max_seq_len=8)
+    k = torch.randn(1, 1, 2, 4)
+    cache.update_positions(torch.arange(2)[None])
+    cache.update(0, k, k)
+    before = state(cache)
+    with pytest.raises(ValueError, match="layer 0 was updated twice in one step"):
+        cache.update(0, k, k)
+    assert_unchanged(before, cache)
+    cache.update(1, k, k)  # another layer: its first write
+    cache.update_positions(torch.arange(2)[None])  # the step again, from its start
+    cache.update(0, k, k)
+    cache.update(1, k, k)
+    cache.advance(2)
+    cache.update_positions(torch.tensor([[2]]))
+    cache.update(0, k[:, :, :1], k[:, :, :1])  # the next step
+    assert (int(cache.filled) if static else cache.length) == 2

@@ -254,3 +254,14 @@ def test_kept_work_gives_the_same_bits(name, dtype):
     assert torch.equal(first, again)
     assert torch.equal(first, with_grad.detach())
     assert q.grad is not None and torch.isfinite(q.grad).all()
+
+
+def test_q_and_k_in_the_seq_heads_layout_are_named_with_the_fix():
+    """[batch, seq, heads, head_dim] tensors with GQA read as fewer keys than queries: the
+    message names the layout and the transpose, not only the positions."""
+    q, k = torch.randn(1, 8, 4, 16), torch.randn(1, 8, 2, 16)  # seq 8, 4 and 2 heads
+    rope = posenc.create("rope", head_dim=16)
+    with pytest.raises(ValueError, match=r"\[batch, heads, seq, head_dim\].*transpose\(1, 2\)"):
+        posenc.attention(q, k, k)
+    with pytest.raises(ValueError, match=r"transpose\(1, 2\)"):
+        rope(q, k)

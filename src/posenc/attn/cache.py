@@ -117,6 +117,11 @@ class KVCache:
         #: set once positions the caller gave (or a shift) were cached: a mask alone then
         #: implies no positions (they would restart at 0)
         self.given_positions = False
+        #: the layers :meth:`update` wrote in this step: a second write of one before
+        #: :meth:`advance` would overwrite the first's keys, and is refused; a step begins
+        #: at :meth:`update_positions` (a forward's first call: a step that failed half way
+        #: can be run again) or after :meth:`advance`
+        self._updated: set[int] = set()
         #: what :meth:`update_positions` checked, stored by :meth:`advance`: the positions
         #: to store, how many tokens they are, and the flags they set
         self._pending: tuple[torch.Tensor, int, bool, bool] | None = None
@@ -214,6 +219,7 @@ class KVCache:
         the keys and values the new queries may see, ``[batch, kv_heads, visible(layer,
         n), head_dim]`` (all of them in a layer that keeps all)."""
         self._check_new(layer, k, v)
+        self._claim(layer)
         return self._store(self.keys[layer], k, layer), self._store(self.values[layer], v, layer)
 
     def _check_new(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -223,6 +229,23 @@ class KVCache:
         check_new("k", k, self.keys[layer], None, layer)
         check_new("v", v, self.values[layer], k.shape[2], layer)
         self._check_fits(k.shape[2])
+
+    def _claim(self, layer: int) -> None:
+        """Mark ``layer`` written in this step, or raise if it was (before :meth:`advance`,
+        a second :meth:`update` would overwrite the first's keys). Not while compiling: a
+        compiled forward writes each layer once by construction."""
+        if torch.compiler.is_compiling():
+            return
+        if layer in self._updated:
+            raise ValueError(
+                f"layer {layer} was updated twice in one step: call advance(n) once every "
+                "layer has its new keys (a second update would overwrite the first's)"
+            )
+        self._updated.add(layer)
+
+    def _begin_step(self) -> None:
+        """A new step: no layer written yet."""
+        self._updated.clear()
 
     def _check_fits(self, n: int) -> None:
         """Raise unless ``n`` more tokens fit."""
@@ -328,6 +351,7 @@ class KVCache:
                 linked = same if linked is None else linked & same
             check_growing(seen[:, start:end], linked)
         self._pending = (new, new.shape[-1], explicit, given)
+        self._begin_step()
         return seen
 
     def next_positions(self, n: int) -> torch.Tensor:
@@ -350,6 +374,7 @@ class KVCache:
     def _commit_positions(self, n: int) -> None:
         """Store the positions of the last :meth:`update_positions` (``n`` of them), and
         the flags they set."""
+        self._begin_step()
         pending, self._pending = self._pending, None
         if pending is None:
             return

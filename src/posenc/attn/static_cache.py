@@ -169,6 +169,7 @@ class StaticKVCache(KVCache):
             raise TypeError(f"rotation must be RoPE's (cos, sin) pair, got {got}")
         if self.keep[layer] is not None:
             raise ValueError(f"layer {layer} keeps a ring: update_rotated writes full layers")
+        self._claim(layer)
         from ..functional.rope_triton import rope_cache_write  # Triton at the first use
 
         keys, values = self.keys[layer], self.values[layer]
@@ -303,6 +304,7 @@ class StaticKVCache(KVCache):
         if self.ring_positions:
             self._check_growing(new, real)
         self._pending = (merged, n, explicit, given)
+        self._begin_step()
         return merged
 
     def _check_growing(self, new: torch.Tensor, real: torch.Tensor | None) -> None:

@@ -14,12 +14,13 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from ..arena.reporting.reading import LANGUAGE_MODELS
 from .situations import Situation
 
 if TYPE_CHECKING:
     from ..arena import Measurements
 
-__all__ = ["LANGUAGE_MODELS", "NOT_LEARNED", "evidence", "not_learned"]
+__all__ = ["LANGUAGE_MODELS", "evidence", "not_learned"]
 
 
 def _g(value: float) -> str:
@@ -168,30 +169,12 @@ _READERS: dict[str, Callable[[Measurements, Sequence[str]], list[str]]] = {
 }
 
 
-#: the experiments whose models are byte-level language models, judged by their perplexity
-LANGUAGE_MODELS = ("extrapolation", "context-extension", "nope-needs-causality")
-#: a language model whose perplexity at its training length is at least this fraction of
-#: the vocabulary did not learn: a uniform guess over the 256 bytes scores 256 (the tiny
-#: preset, a pipeline check, ends near 350; the standard one near 6)
-NOT_LEARNED = 0.5
-
-
 def not_learned(run: Measurements) -> str | None:
-    """Why the run's language models did not learn, or None when they did: the median of
-    their perplexities at the training length (extrapolation) at or above
-    :data:`NOT_LEARNED` of the vocabulary size. The guide then uses none of the language
-    models' numbers as evidence (lost-in-the-middle judges each retrieval curve itself)."""
-    from ..arena.data.batches import VOCAB_SIZE
-
-    at_l = [e.at_train for e in run.extrapolations() if e.at_train is not None]
-    if not at_l or statistics.median(at_l) < NOT_LEARNED * VOCAB_SIZE:
-        return None
-    median = _g(statistics.median(at_l))
-    return (
-        f"this run's language models did not learn (median perplexity {median} at L, where a "
-        f"uniform guess over the {VOCAB_SIZE} bytes scores {VOCAB_SIZE}: a pipeline check "
-        f"such as --preset tiny), so its perplexities are not used as evidence"
-    )
+    """Why the run's language models did not learn, or None when they did: the arena's own
+    rule (:func:`~posenc.arena.reporting.reading.not_learned`, which the run's report applies
+    too). The guide then uses none of the language models' numbers as evidence
+    (lost-in-the-middle judges each retrieval curve itself)."""
+    return run.not_learned()
 
 
 def evidence(run: Measurements, situation: Situation) -> tuple[str, ...]:

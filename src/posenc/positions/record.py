@@ -33,7 +33,11 @@ def query_offset(q_len: int, k_len: int, given: str = "q_positions and k_positio
     check_size("k_len", k_len)
     check_str("given", given)
     if q_len > k_len:
-        raise ValueError(f"q has {q_len} positions but k only {k_len}: pass {given}")
+        raise ValueError(
+            f"q has {q_len} positions but k only {k_len} (dimension 2 of q and k, "
+            "[batch, heads, seq, head_dim]): a [batch, seq, heads, head_dim] tensor takes "
+            f".transpose(1, 2); for queries that are not the last keys, pass {given}"
+        )
     return k_len - q_len
 
 

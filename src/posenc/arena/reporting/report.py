@@ -24,6 +24,7 @@ from ..files.atomic import atomic_write_bytes, atomic_write_text
 from .figures import figure
 from .panels import Panel, panels
 from .plotting import png_bytes
+from .reading import not_learned
 from .summary import summary
 
 __all__ = ["build_report", "write_report"]
@@ -161,6 +162,7 @@ def build_report(results: Mapping[str, Any]) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n',
         f"<title>{_e(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n",
         f"<h1>{_e(title)}</h1>\n",
+        _pipeline_check(results),
         _header(results),
         '<h2 id="summary">What this run says</h2>\n',
     ]
@@ -179,6 +181,15 @@ def build_report(results: Mapping[str, Any]) -> str:
     parts.append(f'<h2 id="command">Command</h2>\n<pre>{_e(command)}</pre>\n')
     parts.append("</body>\n</html>\n")
     return "".join(parts)
+
+
+def _pipeline_check(results: Mapping[str, Any]) -> str:
+    """A line under the title when the run's language models did not learn (the guide's
+    rule, :func:`~.reading.not_learned`): its numbers check the pipeline, nothing more."""
+    unlearned = not_learned(results["measurements"])
+    if unlearned is None:
+        return ""
+    return f"<p><strong>A pipeline check, not evidence:</strong> {_e(unlearned)}.</p>\n"
 
 
 def write_report(run_dir: str | Path, results: Mapping[str, Any]) -> Path:

@@ -94,15 +94,22 @@ def leader(
 ) -> str:
     """The best of ``rows`` and whether the seeds support it: ``rope (5.1), ahead of alibi
     (5.6) by more than the seed spread``, ``..., not separated from alibi (5.2) at this
-    budget``, or ``..., one seed`` when there is no spread to judge by."""
+    budget``, or ``..., one seed`` when there is no spread to judge by. Rows with the best
+    mean exactly are a tie, named together: ``sinusoidal, rope and t5 tie (1.00), ahead of
+    ...``."""
     ran = _best_first(rows, lower)
     if not ran:
         return ""
     best = ran[0]
-    text = f"{best[key]} ({fmt(best['mean'])})"
-    if len(ran) == 1:
+    tied = [r for r in ran if r["mean"] == best["mean"]]
+    if len(tied) > 1:
+        names = [str(r[key]) for r in tied]
+        text = f"{', '.join(names[:-1])} and {names[-1]} tie ({fmt(best['mean'])})"
+    else:
+        text = f"{best[key]} ({fmt(best['mean'])})"
+    if len(ran) == len(tied):
         return text
-    runner = ran[1]
+    runner = ran[len(tied)]
     if max(best["n"], runner["n"]) <= 1:
         return text + ", one seed"
     gap = "ahead of" if separated(best, runner) else "not separated at this budget from"
