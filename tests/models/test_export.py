@@ -9,9 +9,14 @@ through ``torch.onnx.export(..., dynamo=True)`` and run in ONNX Runtime (CPU) at
 from that one export. A tiny Hugging Face Llama extended by
 :func:`posenc.hf.extend_context` exports too.
 
-Where posenc cannot export today (CoPE's and FoX's row blocks, dynamic NTK's base) the test
-is a strict ``xfail`` naming the cause (file:line and the operation), so it fails, and
-asks for the mark to go, the moment the cause is fixed. Fixed-length exports stay checked
+RoPE's length-dependent scalings (dynamic NTK, LongRoPE) export with a dynamic length and
+give eager's frequencies and logits past the original length, in torch.export and in ONNX
+Runtime (issue 55, item 1: the ONNX export used to run them with the frequencies of the
+example's length, silently).
+
+Where posenc cannot export today (CoPE's and FoX's row blocks) the test is a strict
+``xfail`` naming the cause (file:line and the operation), so it fails, and asks for the
+mark to go, the moment the cause is fixed. Fixed-length exports stay checked
 too (``test_export_at_a_fixed_length_equals_eager``). Exports take seconds each: one of each
 kind runs in ``make test``, the rest are ``slow`` (``make test-slow``).
 """
@@ -26,6 +31,7 @@ from torch.testing import assert_close
 import posenc
 from posenc.hf import extend_context, rope_from_hf_config
 from posenc.models import DecodeStep, LayerPlan, LayerSpec, TransformerLM
+from posenc.rotary.scaling import SCALING_CONFIGS
 
 VOCAB, DIM, LAYERS, HEADS, BATCH = 37, 32, 2, 4, 2
 #: the example the export traces with, and a length it never saw
@@ -152,20 +158,74 @@ def test_layer_plan_exports_at_a_fixed_length(sharpen, model_tol):
     check_exported(program, lm, (EXAMPLE,), model_tol)
 
 
-@pytest.mark.slow
-@refused(
-    [
-        "functional/rope_scaling.py:68 `float(base) ** -exponents` reads the dynamic-NTK "
-        "base, a SymFloat of max(seq, original) (rope_scaling.py:116), as a float: the "
-        "guard specializes the length to <= the original 16",
-    ]
-)
-def test_dynamic_ntk_rope_exports_with_dynamic_length(sharpen, model_tol):
-    """Dynamic NTK is the one RoPE scaling whose frequencies depend on the length."""
-    scaling = {"rope_type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 16}
-    lm = model({"name": "rope", "scaling": scaling}, sharpen)
+#: RoPE's scalings whose frequencies depend on the length, over an original length of 16
+#: (this file's models have head_dim 8: four pairs)
+ORIGINAL = 16
+LENGTH_DEPENDENT = {
+    "dynamic": {"rope_type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 16},
+    "longrope": {
+        "rope_type": "longrope",
+        "short_factor": [1.0, 1.1, 1.5, 2.0],
+        "long_factor": [1.0, 2.0, 4.0, 8.0],
+        "factor": 4.0,
+        "original_max_position_embeddings": 16,
+    },
+}
+#: each one as the example's length sees it: what a program whose length was fixed at the
+#: example's computes at every length
+AT_EXAMPLE = {
+    "dynamic": {"rope_type": "default"},
+    "longrope": {**LENGTH_DEPENDENT["longrope"], "long_factor": [1.0, 1.1, 1.5, 2.0]},
+}
+#: the lengths they run at once exported: the example's (under the original), the original,
+#: one past it, and two well past it (the longest the dimension allows)
+PAST_ORIGINAL = (EXAMPLE, ORIGINAL, ORIGINAL + 1, 40, 64)
+
+
+def test_every_length_dependent_scaling_is_exported_here():
+    """A new scaling whose frequencies depend on the length joins :data:`LENGTH_DEPENDENT`
+    (and so the export tests below)."""
+    depends = {name for name, record in SCALING_CONFIGS.items() if record.depends_on_length}
+    assert depends == set(LENGTH_DEPENDENT)
+
+
+class Frequencies(torch.nn.Module):
+    """``ids -> rope.inv_freq(ids.shape[1])``: the frequencies at the ids' length."""
+
+    def __init__(self, rope) -> None:
+        super().__init__()
+        self.rope = rope
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.rope.inv_freq(ids.shape[1], ids.device)
+
+
+@pytest.mark.parametrize("scaling", LENGTH_DEPENDENT)
+def test_length_dependent_frequencies_export_exactly(scaling):
+    """The exported program computes the frequencies from the length it is given, as eager
+    does, to float64 rounding (the same operations in the same order): below, at and past
+    the original length, far past it too. Before, the base (dynamic) or the factors
+    (longrope) of the example's length were baked in."""
+    rope = posenc.create("rope", head_dim=8, scaling=LENGTH_DEPENDENT[scaling])
+    length = Dim("seq", min=1, max=1 << 20)
+    program = torch.export.export(
+        Frequencies(rope), (tokens(EXAMPLE),), dynamic_shapes=({1: length},)
+    )
+    for n in (1, *PAST_ORIGINAL, 100_000):
+        expected = rope.inv_freq(n)
+        if n > ORIGINAL:  # the case that was wrong: other frequencies than the example's
+            assert not torch.equal(expected, rope.inv_freq(EXAMPLE))
+        assert_close(program.module()(tokens(n)), expected, rtol=1e-15, atol=0, msg=f"{n}")
+
+
+@pytest.mark.parametrize("scaling", LENGTH_DEPENDENT)
+def test_length_dependent_rope_exports_with_dynamic_length(scaling, sharpen, model_tol):
+    """A model with a length-dependent scaling exports with a dynamic length (torch.export
+    refused it before: a guard on the length, which the ONNX exporter's deferred asserts
+    dropped) and gives eager's logits past the original length."""
+    lm = model({"name": "rope", "scaling": LENGTH_DEPENDENT[scaling]}, sharpen)
     program = torch.export.export(lm, (tokens(EXAMPLE),), dynamic_shapes=({1: seq_dim()},))
-    check_exported(program, lm, (EXAMPLE, 40), model_tol)
+    check_exported(program, lm, PAST_ORIGINAL, model_tol)
 
 
 # --- ONNX Runtime ---
@@ -232,6 +292,31 @@ def test_onnx_runtime_equals_eager_at_a_fixed_length(name, sharpen, model_tol, t
     path = tmp_path / f"{name}.onnx"
     torch.onnx.export(lm, (tokens(EXAMPLE),), str(path), dynamo=True)
     check_onnx_runtime(lm, path, (EXAMPLE,), model_tol)
+
+
+@pytest.mark.parametrize("scaling", LENGTH_DEPENDENT)
+def test_onnx_runtime_runs_length_dependent_rope_past_the_original_length(
+    scaling, sharpen, model_tol, tmp_path
+):
+    """Issue 55, item 1: one ``torch.onnx.export(dynamo=True)`` with a dynamic length of a
+    dynamic-NTK (and a LongRoPE) model, run by ONNX Runtime past the original length 16,
+    gives eager's logits. It gave those of the example's length (dynamic NTK: unscaled
+    RoPE's, 0.28 apart at 40 tokens, logits of 3): the ONNX exporter traces with
+    ``prefer_deferred_runtime_asserts_over_guards``, so the guard that fixed the base to
+    the example's length (or, for LongRoPE, the ``Dim(max=16)`` it refines the shapes to)
+    left a program of the example's frequencies that ONNX Runtime runs at any length."""
+    onnx_runtime()
+    lm = model({"name": "rope", "scaling": LENGTH_DEPENDENT[scaling]}, sharpen)
+    short, long = tokens(EXAMPLE), tokens(40)
+    with torch.no_grad():  # what it gave is far outside the tolerance
+        stale = model({"name": "rope", "scaling": AT_EXAMPLE[scaling]}, sharpen)
+        assert_close(stale(short), lm(short))
+        assert (stale(long) - lm(long)).abs().max() > 1e-2
+    path = tmp_path / f"{scaling}.onnx"
+    torch.onnx.export(
+        lm, (tokens(EXAMPLE),), str(path), dynamo=True, dynamic_shapes=({1: seq_dim()},)
+    )
+    check_onnx_runtime(lm, path, PAST_ORIGINAL, model_tol)
 
 
 # --- Hugging Face ---

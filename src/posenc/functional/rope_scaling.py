@@ -55,13 +55,18 @@ Device = torch.device | str | None
 
 
 def default_inv_freq(
-    rotary_dim: int, base: float, *, denominator: int | None = None, device: Device = None
+    rotary_dim: int,
+    base: float | torch.Tensor,
+    *,
+    denominator: int | None = None,
+    device: Device = None,
 ) -> torch.Tensor:
     """θ_i = base^(-2i/denominator) for i < rotary_dim/2, in float64.
 
     Args:
         rotary_dim: how many dimensions rotate (two per pair).
-        base: the wavelength base (``rope_theta``).
+        base: the wavelength base (``rope_theta``); a float64 0-d tensor where it depends
+            on a traced length (:func:`traced_length`).
         denominator: the exponent's denominator (default ``rotary_dim``).
 
     Shapes:
@@ -69,11 +74,31 @@ def default_inv_freq(
     """
     denominator = denominator or rotary_dim
     exponents = torch.arange(0, rotary_dim, 2, device=device, dtype=torch.float64) / denominator
-    return float(base) ** -exponents
+    return (base if isinstance(base, torch.Tensor) else float(base)) ** -exponents
 
 
-def ntk_base(base: float, factor: float, rotary_dim: int, rope_type: str = "ntk") -> float:
-    """The NTK-aware base' = base · factor^(d/(d-2)) for rotary dimension d (bloc97, 2023)."""
+def traced_length(seq_len: torch.SymInt, device: Device = None) -> torch.Tensor:
+    """A length that is symbolic (``torch.export`` or ``torch.compile`` with a dynamic
+    length) as a float64 0-d tensor, so that the length-dependent scalings are computed by
+    the program at every length, in float64. Python on the ``SymInt`` would not do: a
+    comparison (LongRoPE's choice of factors) or ``float()`` of a SymFloat (dynamic NTK's
+    base) is a guard that fixes the length to the example's side of the original length,
+    which ``torch.export`` refuses and ``torch.onnx.export`` drops (its deferred asserts,
+    its refined shapes), writing a model that runs past that length with the example's
+    frequencies; and ``torch.onnx`` computes what stays symbolic in float32.
+
+    Shapes:
+        returns ``[]``
+    """
+    # the op takes a SymInt as its Scalar (the stubs name plain numbers only)
+    return torch.scalar_tensor(seq_len, dtype=torch.float64, device=device)  # type: ignore[arg-type]
+
+
+def ntk_base(
+    base: float, factor: float | torch.Tensor, rotary_dim: int, rope_type: str = "ntk"
+) -> float | torch.Tensor:
+    """The NTK-aware base' = base · factor^(d/(d-2)) for rotary dimension d (bloc97, 2023);
+    a tensor where ``factor`` is one."""
     if rotary_dim <= 2:
         raise ValueError(
             f"{rope_type!r} scaling needs a rotary dimension > 2 (base · factor^(d/(d-2))), "
@@ -117,8 +142,11 @@ def dynamic_scaling(
     """Dynamic NTK: past L_orig, base' = base · (factor·L/L_orig - (factor - 1))^(d/(d-2));
     the default at or below L_orig (Hugging Face "dynamic", after bloc97 and emozilla 2023)."""
     original = original_max_position_embeddings
-    seq_len = original if seq_len is None else max(seq_len, original)
-    factor = factor * seq_len / original - (factor - 1)
+    if isinstance(seq_len, torch.SymInt):  # a dynamic length: the base computed in the program
+        length = traced_length(seq_len, device).clamp(min=original)
+    else:
+        length = original if seq_len is None else max(seq_len, original)
+    factor = factor * length / original - (factor - 1)
     base = ntk_base(base, factor, rotary_dim, "dynamic")
     return default_inv_freq(rotary_dim, base, device=device), 1.0
 
@@ -260,8 +288,13 @@ def longrope_scaling(
         attention_factor = 1.0
     elif attention_factor is None:
         attention_factor = math.sqrt(1 + math.log(factor) / math.log(original))
-    factors = long_factor if seq_len is not None and seq_len > original else short_factor
-    ext = torch.tensor(factors, device=device, dtype=torch.float64)
+    if isinstance(seq_len, torch.SymInt):  # a dynamic length: the choice made in the program
+        long = torch.tensor(long_factor, device=device, dtype=torch.float64)
+        short = torch.tensor(short_factor, device=device, dtype=torch.float64)
+        ext = torch.where(traced_length(seq_len, device) > original, long, short)
+    else:
+        factors = long_factor if seq_len is not None and seq_len > original else short_factor
+        ext = torch.tensor(factors, device=device, dtype=torch.float64)
     return default_inv_freq(rotary_dim, base, device=device) / ext, attention_factor
 
 
