@@ -158,6 +158,21 @@ def test_layer_plan_exports_at_a_fixed_length(sharpen, model_tol):
     check_exported(program, lm, (EXAMPLE,), model_tol)
 
 
+def test_rope_exports_past_the_size_where_its_rotation_changes_path(sharpen, model_tol):
+    """RoPE turns q and k in one pass while they are small (``COMPILE_MIN_NUMEL`` elements
+    together) and each by the compiled kernel beyond: under a trace the size test came
+    first and guarded the length to the small side (q and k here: 2 * 2 * 4 * seq * 8 <
+    2**16, seq < 512: torch.export refused ``Dim(max=1024)``). The same math either way:
+    exported once, it gives eager's logits on both sides."""
+    from posenc.functional.rope_kernel import COMPILE_MIN_NUMEL
+
+    threshold = COMPILE_MIN_NUMEL // (BATCH * 2 * HEADS * (DIM // HEADS))
+    lm = model("rope", sharpen)
+    length = Dim("seq", min=2, max=2 * threshold)
+    program = torch.export.export(lm, (tokens(EXAMPLE),), dynamic_shapes=({1: length},))
+    check_exported(program, lm, (EXAMPLE, threshold + 1), model_tol)
+
+
 #: RoPE's scalings whose frequencies depend on the length, over an original length of 16
 #: (this file's models have head_dim 8: four pairs)
 ORIGINAL = 16

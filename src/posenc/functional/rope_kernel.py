@@ -163,8 +163,8 @@ def rotate_pair_checked(
         and not offset
         and q.dtype == k.dtype
         and (cos.dim() == 2 or (cos.dim() == 3 and cos.shape[0] == 1))
+        and not torch.compiler.is_compiling()  # first: under a trace the size test guards
         and q.numel() + k.numel() < COMPILE_MIN_NUMEL
-        and not torch.compiler.is_compiling()
     ):
         return rotate_qk(q, k, cos, sin, layout, wide=wide)
     if wide:
