@@ -151,6 +151,59 @@ def test_extend_context_rejects_bad_input(method, factor, params, named):
     assert model.config.to_dict() == before and model.model.rotary_emb is rotary  # untouched
 
 
+#: a model that ships scaled (factor 4 over 16 positions), each published scaling
+SHIPPED = {
+    "linear": {"rope_type": "linear", "factor": 4.0, "rope_theta": BASE},
+    "dynamic": {"rope_type": "dynamic", "factor": 4.0, "rope_theta": BASE},
+    "yarn": {
+        "rope_type": "yarn", "factor": 4.0, "rope_theta": BASE,
+        "original_max_position_embeddings": 16, "beta_fast": 16.0,
+    },
+    "llama3": {
+        "rope_type": "llama3", "factor": 4.0, "rope_theta": BASE, "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0, "original_max_position_embeddings": 16,
+    },
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("method", sorted(SHIPPED))
+def test_a_scaled_model_extends_by_a_larger_factor_over_the_same_original(method, tol, tmp_path):
+    """Llama 3.1, YaRN-scaled Qwen and DeepSeek, linear Gemma 3: the model's own scaling with
+    its factor times ``factor`` over the same original length, its other keys kept; the
+    config saves, loads and reads back, and the logits are those of the model transformers
+    builds for it."""
+    shipped = SHIPPED[method]
+    model = tiny_model(llama_config(shipped, max_position_embeddings=64))
+    state = copy.deepcopy(model.state_dict())
+    extend_context(model, method, 2.0)
+    expected = {**shipped, "factor": 8.0}
+    assert model.config.rope_parameters == expected
+    new_max = 64 if method == "dynamic" else 128  # dynamic starts past max_position_embeddings
+    assert model.config.max_position_embeddings == new_max
+    model.config.save_pretrained(tmp_path)
+    loaded = AutoConfig.from_pretrained(tmp_path)
+    assert loaded.rope_parameters == expected
+    assert rope_from_hf_config(loaded).scaling.factor == 8.0
+    reference = LlamaForCausalLM(llama_config(expected, max_position_embeddings=new_max)).eval()
+    reference.load_state_dict(state)
+    ids = torch.randint(0, 100, (2, SEQ))
+    with torch.no_grad():
+        got, want = model(ids).logits, reference(ids).logits
+    torch.testing.assert_close(got, want, **llama_tol(tol, model.config, SEQ, want))
+
+
+def test_a_scaled_model_is_refused_what_no_recipe_does():
+    llama3 = tiny_model(llama_config(SHIPPED["llama3"], max_position_embeddings=64))
+    with pytest.raises(ValueError, match="extend it with method='llama3'"):
+        extend_context(llama3, "yarn", 2.0)
+    with pytest.raises(ValueError, match="keeps its own original length"):
+        extend_context(llama3, "llama3", 2.0, 32)
+    explicit = {**SHIPPED["yarn"], "attention_factor": 1.2}
+    with pytest.raises(ValueError, match=r"attention_factor=1\.2"):
+        extend_context(tiny_model(llama_config(explicit, max_position_embeddings=64)), "yarn", 2)
+    assert llama3.config.rope_parameters == SHIPPED["llama3"]  # a refusal changes nothing
+
+
 def test_extend_context_rejects_scaled_and_foreign_models():
     model = tiny_model(llama_config(SCALINGS["yarn"]))
     with pytest.raises(ValueError, match="already uses 'yarn'"):

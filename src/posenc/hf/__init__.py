@@ -40,6 +40,8 @@ One module per concept:
 - :mod:`~posenc.hf.extend`: :func:`extend_context`, a loaded model (a causal LM of the
   Llama family, GPT-NeoX, Qwen-VL, Gemma 3, ...) rewritten for a longer context with one
   of the published scalings its config class takes, in a config that saves and loads;
+- :mod:`~posenc.hf.rescale`: a model that ships scaled (Llama 3.1's ``llama3``, YaRN, linear,
+  dynamic) extended by a larger factor over the same original length;
 - :mod:`~posenc.hf.inspect`: :func:`inspect_checkpoint`, what a checkpoint's
   ``config.json`` says about its positions, the extension plans of its report and the
   report shown (:func:`render_report`, :func:`frequencies_figure`); and

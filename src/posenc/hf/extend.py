@@ -31,6 +31,7 @@ from .keys import (
     rope_base_keys,
 )
 from .mrope import language_config, language_path
+from .rescale import rescaled_rope
 from .rope import rope_from_hf_config
 
 __all__ = [
@@ -130,11 +131,6 @@ def extension_updates(
     get = config_getter(config)
     layer_type = scaled_layer_type(get)
     current = config_rope_dict(get, layer_type)
-    if current.get("rope_type", current.get("type", "default")) not in _UNSCALED:
-        raise ValueError(
-            f"the model already uses {current.get('rope_type', current.get('type'))!r} "
-            "scaling; extend_context starts from an unscaled model (rope_type 'default')"
-        )
     reserved = sorted(set(params) & set(_SET_BY_EXTEND))
     if reserved:
         raise ValueError(f"{reserved} are set by extend_context itself, not through **params")
@@ -142,15 +138,16 @@ def extension_updates(
     if refusal is not None:
         written = WRITTEN_ROPE_TYPE[method]
         raise ValueError(f"method {method!r} writes rope_type {written!r}: {refusal}")
-
-    original = original_max_position_embeddings
-    if original is None:
-        original = get("max_position_embeddings")
-    if isinstance(original, bool) or not isinstance(original, int) or not 1 <= original <= MAX_INT:
-        raise ValueError(
-            f"original_max_position_embeddings must be an int in [1, {MAX_INT}], got {original!r}"
-        )
-    new, new_max = _scaled_rope(get, current, method, factor, original, params)
+    if current.get("rope_type", current.get("type", "default")) not in _UNSCALED:
+        given = original_max_position_embeddings
+        new, new_max = rescaled_rope(get, current, method, factor, given, params)
+        original = get("original_max_position_embeddings")  # kept, where it is top-level
+    else:
+        original = original_max_position_embeddings
+        if original is None:
+            original = get("max_position_embeddings")
+        _check_original(original)
+        new, new_max = _scaled_rope(get, current, method, factor, original, params)
     if layer_type is not None:  # the other layer types' RoPE as it was
         new = {**{k: dict(v) for k, v in get("rope_parameters").items()}, layer_type: new}
     updates: dict[str, Any] = {"rope_parameters": new, "max_position_embeddings": new_max}
@@ -161,6 +158,13 @@ def extension_updates(
         updates.update(_head_dim(get))
     _check_readable(config, updates, layer_type)
     return updates
+
+
+def _check_original(original: Any) -> None:
+    if isinstance(original, bool) or not isinstance(original, int) or not 1 <= original <= MAX_INT:
+        raise ValueError(
+            f"original_max_position_embeddings must be an int in [1, {MAX_INT}], got {original!r}"
+        )
 
 
 def _scaled_rope(
@@ -339,8 +343,10 @@ def extend_context(
     model".
 
     Args:
-        model: a transformers model with ``model.config`` and a rotary embedding as above,
-            whose RoPE is not scaled yet (``rope_type`` ``default``).
+        model: a transformers model with ``model.config`` and a rotary embedding as above:
+            unscaled (``rope_type`` ``default``), or scaled with ``linear``, ``dynamic``,
+            ``yarn`` or ``llama3`` (Llama 3.1), which ``method`` must then name: its factor
+            times ``factor`` over the same original length (:mod:`posenc.hf.rescale`).
         method: one of :data:`EXTEND_METHODS`: ``linear`` (position interpolation, Chen et
             al. 2023, arXiv:2306.15595), ``ntk`` (NTK-aware, bloc97 2023), ``dynamic``
             (dynamic NTK), ``yarn`` (Peng et al. 2023, arXiv:2309.00071), ``llama3``
@@ -364,9 +370,9 @@ def extend_context(
     Raises:
         ValueError: an unknown method or key, a factor that is not a number > 1, a method
             the model type does not take, a model :func:`extend_refusal` refuses (Qwen-Omni),
-            one without exactly one rotary embedding that reads its config, one already
-            scaled, a config its class or its rotary embedding refuses; the model is
-            unchanged.
+            one without exactly one rotary embedding that reads its config, one scaled
+            otherwise (LongRoPE) or by another method, a config its class or its rotary
+            embedding refuses; the model is unchanged.
     """
     config = getattr(model, "config", None)
     if config is None:

@@ -40,12 +40,20 @@ def test_plans_equal_extend_context(tmp_path):
     assert ntk.rope.config.base == pytest.approx(10000.0 * 4.0 ** (16 / 14))
 
 
-def test_scaled_and_short_targets_have_no_plans(tmp_path, saved):
+def test_a_scaled_checkpoint_is_offered_its_own_scaling_and_a_short_target_nothing(tmp_path, saved):
+    """Llama 3.1 (llama3, factor 8 over 8,192, 131,072 positions) asked for 262,144: one
+    plan, llama3 at factor 16 over the same 8,192, its base kept; within its 131,072 none."""
     llama = inspect_checkpoint(saved["llama-3.1-8b"], target=262144)
-    assert llama.extensions == ()
-    assert "already scaled ('llama3', to 131072 tokens)" in llama.extension_note
+    (plan,) = llama.extensions
+    assert (plan.method, plan.factor) == ("llama3", 2.0)
+    params = plan.updates["rope_parameters"]
+    assert (params["factor"], params["rope_theta"]) == (16.0, 500000.0)
+    assert params["original_max_position_embeddings"] == 8192
+    assert plan.updates["max_position_embeddings"] == 262144
+    within = inspect_checkpoint(saved["llama-3.1-8b"], target=100000)
+    assert within.extensions == () and "within the 131072 tokens" in within.extension_note
     scaled = tiny_llama(16, {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0})
-    with pytest.raises(ValueError, match="already uses 'linear'"):  # as the note says
+    with pytest.raises(ValueError, match="extend it with method='linear'"):
         extend_context(T.LlamaForCausalLM(scaled), "yarn", 2.0)
     short = inspect_checkpoint(saved["mistral-7b"], target=32768)
     assert short.extensions == () and "within the original context 32768" in short.extension_note

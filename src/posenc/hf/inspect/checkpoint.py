@@ -27,6 +27,7 @@ from ..keys import config_getter, nested_rope_keys
 from ..layer_plan import is_causal
 from ..mrope import language_config
 from ..records import model_type as model_type_record
+from ..rescale import RESCALABLE
 from ..rope import rope_from_hf_config
 from .model_types import NonRotary, non_rotary, plan_summary, rotary_notes
 from .plans import ExtensionPlan, extension_plans
@@ -281,11 +282,21 @@ def _plans(
     """The extension plans to ``target`` tokens, or none and why."""
     if facts.rope_type != "default":
         reach = facts.extended_context
-        to = f"to {reach} tokens" if reach else "dynamically, past its original length"
-        return (), (
-            f"already scaled ({facts.rope_type!r}, {to}): extend_context refuses it "
-            "(it starts from rope_type 'default')"
-        )
+        if facts.rope_type not in RESCALABLE:
+            to = f"to {reach} tokens" if reach else "dynamically, past its original length"
+            return (), (
+                f"already scaled ({facts.rope_type!r}, {to}): no published recipe extends it "
+                "by a factor, and extend_context refuses it"
+            )
+        if reach is None:  # dynamic: tuned for its factor times the original length
+            reach = int((facts.original_context or 0) * facts.scaling["factor"])
+        if target <= reach:
+            return (), (
+                f"target {target} is within the {reach} tokens its {facts.rope_type} scaling "
+                "reaches: nothing to extend"
+            )
+        # the model's own scaling, a larger factor over the same original length
+        return extension_plans(config, language, target / reach, methods=(facts.rope_type,))
     original = facts.original_context
     if original is None or target <= original:
         return (), f"target {target} is within the original context {original}: nothing to extend"

@@ -40,10 +40,14 @@ class ExtensionPlan:
 
 
 def extension_plans(
-    config: dict[str, Any], language: dict[str, Any], factor: float
+    config: dict[str, Any],
+    language: dict[str, Any],
+    factor: float,
+    methods: tuple[str, ...] = EXTEND_METHODS,
 ) -> tuple[tuple[ExtensionPlan, ...], str]:
-    """One :class:`ExtensionPlan` per method of :data:`~posenc.hf.EXTEND_METHODS` that
-    ``extend_context`` would apply to an unscaled rotary ``config`` (its ``language``
+    """One :class:`ExtensionPlan` per method of ``methods`` (default
+    :data:`~posenc.hf.EXTEND_METHODS`; a scaled model: its own scaling's) that
+    ``extend_context`` would apply to a rotary ``config`` (its ``language``
     model's config, :func:`language_path`) extended by ``factor``, and a note: the methods
     refused and why (those the model type's config class does not take grouped in one
     clause). A RoPE per layer type is scaled in its ``full_attention`` layers only. Every
@@ -51,7 +55,7 @@ def extension_plans(
     :func:`~posenc.hf.rope_from_hf_config` cannot read."""
     plans, refused = [], []
     by_type: dict[str, list[str]] = {}  # reason -> the methods the model type refuses
-    for method in EXTEND_METHODS:
+    for method in methods:
         reason = rope_type_refusal(config_getter(language)("model_type"), method)
         if reason is not None:
             by_type.setdefault(reason, []).append(method)
