@@ -75,7 +75,9 @@ def frequencies(
     records = _records(scalings, rotary_dim, original, target)
 
     factor = target / original
-    title = f"RoPE wavelengths per pair: base {base:g}, {original} -> {target} (×{factor:g})"
+    # the context's ratio, which is not a scaling's factor (Llama 3.1: 8 over 8192 tokens
+    # reaches 131072, ×16)
+    title = f"RoPE wavelengths per pair: base {base:g}, {original} -> {target} tokens (×{factor:g})"
     fig, (ax,) = new_figure(1, title, width=6.4, height=4.6)
     pairs = range(rotary_dim // 2)
     for label, record, own_base in records:

@@ -94,9 +94,11 @@ def render_report(report: CheckpointReport, width: int = 80) -> list[str]:
             params = u[name]
             if isinstance(params.get(FULL), dict):  # per layer type: the one scaled
                 name, params = f"{name}[{FULL!r}]", params[FULL]
+            dynamic = params.get("rope_type") == "dynamic"
             lines.append(
                 f"    {plan.method} (factor {plan.factor:g}): {name}={{{_params(params)}}}; "
                 f"max_position_embeddings={u['max_position_embeddings']}"
+                + (" (transformers' dynamic NTK starts past it)" if dynamic else "")
             )
             if plan.note:
                 lines.append(f"        {plan.note}")
