@@ -122,9 +122,28 @@ def _cell(text: Any) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def when_to_use_lines(name: str) -> list[str]:
+    """The guide's answer for every situation that recommends ``name``, as ``posenc guide``
+    gives it (its reasons, and the published arena run's numbers): one source for the page,
+    the command and the README, so a page cannot recommend what the run measured against."""
+    from posenc import guide
+
+    answers = [a for a in guide.guide(run=guide.published_run()) if name in a.situation.recommend]
+    if not answers:
+        return ["No situation of the [guide](../guide.md) names it."]
+    lines = []
+    for answer in answers:
+        s = answer.situation
+        rank = f"{s.recommend.index(name) + 1} of {len(s.recommend)}: {', '.join(s.recommend)}"
+        lines += [f"- **{s.question}** (the guide's choice {rank}). {s.why}"]
+        if answer.evidence:
+            lines += [f"  *Measured (the published arena run):* {' '.join(answer.evidence)}"]
+    return lines
+
+
 def encoding_page(name: str) -> str:
     """The Markdown of encoding ``name``'s page."""
-    from posenc import describe, guide
+    from posenc import describe
 
     info = posenc.info(name)
     cls = posenc.registry.get(name)
@@ -144,9 +163,7 @@ def encoding_page(name: str) -> str:
             f"| `{key.name}` | {_cell(key.type)} | {_cell(key.default)} | {_cell(key.meaning)} |"
         )
     lines += ["", "## When to use it", ""]
-    situations = guide.when_to_use(name)
-    none = "No situation of the [guide](../guide.md) names it."
-    lines += [f"- {s}" for s in situations] or [none]
+    lines += when_to_use_lines(name)
     lines += ["", "## Figures", ""]
     for file, argv, caption in figures_for(name):
         lines += [f"![{name}: {caption}](img/{file})", "", f"*{caption.capitalize()}:*"]
