@@ -240,3 +240,29 @@ def test_a_pipeline_check_is_said_under_the_title(fake_results):
             m["value"] = 350.0
     page = build_report(fake_results)
     assert page.index("A pipeline check, not evidence") < page.index('id="summary"')
+
+
+def test_the_report_leads_with_headlines_and_folds_the_detail(fake_results):
+    """A few plain sentences first (what held, what did not, the seeds), then every
+    experiment's numbers folded below them."""
+    from posenc.arena.reporting.headlines import headlines
+    from posenc.arena.reporting.report import build_report
+
+    leads = headlines(fake_results)
+    assert 3 <= len(leads) <= 5
+    assert any(line.startswith("Read at ") and "training length" in line for line in leads)
+    assert any("seed" in line.lower() for line in leads)
+    page = build_report(fake_results)
+    summary = page.index('id="summary"')
+    fold = page.index("<details><summary>Every experiment's numbers</summary>")
+    assert summary < page.index(leads[0].replace("'", "&#x27;")[:30]) < fold
+
+
+def test_a_pipeline_check_has_one_headline(fake_results):
+    from posenc.arena.reporting.headlines import headlines
+
+    for m in fake_results["measurements"]:
+        if m["experiment"] == "extrapolation":
+            m["value"] = 350.0
+    (line,) = headlines(fake_results)
+    assert line.startswith("A pipeline check, not evidence")

@@ -199,33 +199,42 @@ def figure(measured: Rows) -> Any:
     return fig
 
 
-def summary(measured: Rows) -> list[str]:
-    """Whether NoPE works causally and fails bidirectionally: its metric against the median
-    of the other encodings, judged by the extrapolation factor :data:`EXTRAPOLATES`."""
-    rows, metric = measured.metric()
+def verdicts(measured: Rows) -> dict[str, tuple[bool, float, float, int]]:
+    """Per mode (``causal``, ``bidirectional``) that ran: whether NoPE did as the papers say
+    (worked causally: within :data:`EXTRAPOLATES` of the median of the other encodings;
+    failed bidirectionally: beyond it), its metric, that median and how many encodings."""
+    rows, _ = measured.metric()
     nope = {r.get("mode"): r["mean"] for r in rows if r["encoding"] == "nope"}
     others: dict[Any, list[float]] = {}
     for r in rows:
         if r["encoding"] != "nope" and r["mean"] is not None:
             others.setdefault(r.get("mode"), []).append(r["mean"])
-    out = []
-    for mode, verb in (("causal", "works"), ("bidirectional", "fails")):
+    out = {}
+    for mode in ("causal", "bidirectional"):
         mine, theirs = nope.get(mode), others.get(mode)
         if mine is None or not theirs:
             continue
         ref = statistics.median(theirs)
-        ratio = mine / ref
-        if verb == "works":
-            yes = ratio <= EXTRAPOLATES
-            what = "works causally" if yes else "does not work causally"
-        else:
-            yes = ratio > EXTRAPOLATES
-            what = "fails bidirectionally" if yes else "does not fail bidirectionally"
-        out.append(
-            f"NoPE {what}: {mode} {metric} {significant(mine)} vs {significant(ref)} for the "
-            f"other encodings (median of {len(theirs)}; ×{ratio:.3g})."
-        )
+        held = (mine / ref <= EXTRAPOLATES) == (mode == "causal")
+        out[mode] = (held, mine, ref, len(theirs))
     return out
+
+
+def summary(measured: Rows) -> list[str]:
+    """Whether NoPE works causally and fails bidirectionally: its metric against the median
+    of the other encodings, judged by the extrapolation factor :data:`EXTRAPOLATES`."""
+    _, metric = measured.metric()
+    words = {
+        ("causal", True): "works causally",
+        ("causal", False): "does not work causally",
+        ("bidirectional", True): "fails bidirectionally",
+        ("bidirectional", False): "does not fail bidirectionally",
+    }
+    return [
+        f"NoPE {words[mode, held]}: {mode} {metric} {significant(mine)} vs {significant(ref)} "
+        f"for the other encodings (median of {n}; ×{mine / ref:.3g})."
+        for mode, (held, mine, ref, n) in verdicts(measured).items()
+    ]
 
 
 EXPERIMENT = Experiment(

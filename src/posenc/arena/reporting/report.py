@@ -22,6 +22,7 @@ from typing import Any
 from ..experiments import EXPERIMENTS
 from ..files.atomic import atomic_write_bytes, atomic_write_text
 from .figures import figure
+from .headlines import headlines
 from .panels import Panel, panels
 from .plotting import png_bytes
 from .reading import not_learned
@@ -166,9 +167,13 @@ def build_report(results: Mapping[str, Any]) -> str:
         _header(results),
         '<h2 id="summary">What this run says</h2>\n',
     ]
-    sentences = summary(results)
+    sentences, leads = summary(results), headlines(results)
+    if leads:
+        parts.append("<ul>\n" + "".join(f"<li>{_e(s)}</li>\n" for s in leads) + "</ul>\n")
     if sentences:
-        parts.append("<ul>\n" + "".join(f"<li>{_e(s)}</li>\n" for s in sentences) + "</ul>\n")
+        detail = "".join(f"<li>{_e(s)}</li>\n" for s in sentences)
+        fold = "<details><summary>Every experiment's numbers</summary>\n"
+        parts.append(f"{fold}<ul>\n{detail}</ul>\n</details>\n")
     else:
         parts.append('<p class="muted">No measurements to summarise.</p>\n')
     for experiment in experiments:
