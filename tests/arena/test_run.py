@@ -12,6 +12,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -19,10 +20,11 @@ import torch
 from posenc.arena import EXPERIMENTS, run_arena
 from posenc.arena.data.batches import lm_batch
 from posenc.arena.files.atomic import read_json
+from posenc.arena.running import context
 from posenc.arena.running.context import RunContext
 from posenc.arena.running.distributed import World
 from posenc.arena.running.presets import TINY
-from posenc.arena.running.training import TrainConfig
+from posenc.arena.running.training import TrainConfig, train_model
 from posenc.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -117,7 +119,7 @@ import dataclasses, sys, torch
 torch.set_num_threads(1)
 from posenc.arena import run_arena
 from posenc.arena.running.presets import TINY
-from posenc.arena.running.training import TrainConfig
+from posenc.arena.running.training import TrainConfig, train_model
 preset = dataclasses.replace(TINY, encodings={KILLABLE.encodings!r}, lm={KILLABLE.lm!r})
 run_arena(["extrapolation"], preset, out=sys.argv[1], resume=True, bars=False)
 """
@@ -236,13 +238,83 @@ def test_only_rank_0_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert not (tmp_path / "run").exists()
 
 
-def test_resume_needs_the_directory_and_the_same_threads(tiny_run: Path) -> None:
+def test_resume_needs_the_directory() -> None:
     with pytest.raises(ValueError, match="--resume continues the run in --out"):
         run_arena(["extrapolation"], TINY, resume=True, bars=False)
+
+
+#: two language models, one experiment: a run of about a second
+TWO = dataclasses.replace(TINY, encodings=("nope", "rope"))
+
+
+@pytest.fixture
+def threads_seen(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """torch's thread count while each model of a run trains."""
+    seen: list[int] = []
+
+    def train(*args: Any, **kwargs: Any) -> Any:
+        seen.append(torch.get_num_threads())
+        return train_model(*args, **kwargs)
+
+    monkeypatch.setattr(context, "train_model", train)
+    return seen
+
+
+def test_threads_are_set_for_the_run_recorded_and_kept_on_resume(
+    tmp_path: Path, threads_seen: list[int]
+) -> None:
     before = torch.get_num_threads()
-    torch.set_num_threads(before + 1)
-    try:
-        with pytest.raises(ValueError, match="torch_threads"):
-            run_arena(["extrapolation"], TINY, out=tiny_run, resume=True, bars=False)
-    finally:
-        torch.set_num_threads(before)
+    wanted = 1 if before != 1 else 2
+    out = tmp_path / "run"
+    run_arena(["extrapolation"], TWO, out=out, bars=False, threads=wanted)
+    assert threads_seen == [wanted, wanted]  # both models trained with them
+    assert torch.get_num_threads() == before  # restored after the run
+    assert read_json(out / "run.json")["config"]["torch_threads"] == wanted
+    # a resumed run without threads takes the recorded count, whatever torch has now
+    for unit in ("extrapolation--rope--seed0", "train--lm--rope--seed0"):
+        (out / "units" / f"{unit}.json").unlink()  # as if killed before rope's model ended
+    run_arena(["extrapolation"], TWO, out=out, resume=True, bars=False)
+    assert threads_seen == [wanted, wanted, wanted]
+    assert torch.get_num_threads() == before
+    # another count is refused by name, before anything runs
+    with pytest.raises(ValueError, match=f"--threads {wanted}, this try with {wanted + 1}"):
+        run_arena(["extrapolation"], TWO, out=out, resume=True, bars=False, threads=wanted + 1)
+    assert threads_seen == [wanted, wanted, wanted]
+    assert torch.get_num_threads() == before
+
+
+@pytest.mark.parametrize(("bad", "error"), [(0, ValueError), (-2, ValueError), ("1", TypeError)])
+def test_a_bad_thread_count_is_refused_by_name(
+    tmp_path: Path, bad: object, error: type[Exception]
+) -> None:
+    with pytest.raises(error, match="--threads"):
+        run_arena(["extrapolation"], TWO, out=tmp_path / "run", bars=False, threads=bad)
+    assert not (tmp_path / "run").exists()
+
+
+def test_json_records_count_every_unit_of_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    run_arena(["extrapolation", "length-generalization"], TWO, out=out, bars=False, records=True)
+    stdout, stderr = capsys.readouterr()
+    records = [json.loads(line) for line in stdout.splitlines()]  # stdout holds only records
+    units = sorted(p.stem for p in (out / "units").glob("*.json") if not p.stem.startswith("train"))
+    total = len(units)  # extrapolation: 2 encodings; length-generalization: 2 tasks x 2
+    assert total == 6
+    assert [r["event"] for r in records] == ["start", *["unit"] * total, "end"]
+    assert [r["done"] for r in records] == [0, *range(1, total + 1), total]
+    assert {r["total"] for r in records} == {total}
+    assert sorted(r["unit"] for r in records[1:-1]) == units
+    assert records[-1]["report"] == str(out / "report.html")
+    assert "extrapolation: perplexity" in stderr  # the table, for a person, on stderr
+
+
+def test_the_terminal_line_counts_units_off_a_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_arena(["extrapolation"], TWO, out=tmp_path / "run", bars=True)
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("arena: ")]
+    assert lines[0].startswith("arena: 1/2 units done, ")
+    assert lines[1].startswith("arena: 2/2 units done in ")
+    assert len(lines) == 2

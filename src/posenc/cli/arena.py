@@ -33,7 +33,16 @@ _BF16 = "Train under bfloat16 autocast (weights and optimizer stay float32)."
 _OUT = "The run directory (default: runs/arena-<preset>-<time>)."
 _SEEDS = "Replace the preset's seeds (one or more)."
 _ENCODINGS = "Replace the preset's encodings (one or more names)."
-_NO_PROGRESS = "No progress bars."
+_NO_PROGRESS = "No progress bars, and no line of units done."
+_THREADS = (
+    "torch's threads per process for the run (default: one per core; a resumed run: the "
+    "count it started with). Two runs at once on one machine: split the cores, e.g. "
+    "--threads 1 each on 2 cores; more threads than cores slows every run 7-15x."
+)
+_JSON = (
+    "Write the run's progress on stdout as JSON, one record per line (start, a unit per "
+    "unit done, end: done of total units, elapsed_s, left_s); the rest goes to stderr."
+)
 
 
 def run_command(
@@ -59,6 +68,8 @@ def run_command(
     positions: Annotated[
         list[str] | None, typer.Option(metavar="SAMPLER...", help=_POSITIONS)
     ] = None,
+    threads: Annotated[int | None, typer.Option(metavar="N", help=_THREADS)] = None,
+    json: Annotated[bool, typer.Option("--json", help=_JSON)] = False,
 ) -> None:
     """Train small models with every encoding and measure them."""
     with needs_extra(EXTRAS):
@@ -77,6 +88,8 @@ def run_command(
             device=device,
             bf16=bf16,
             samplers=positions or None,
+            threads=threads,
+            records=json,
         )
 
 
@@ -146,6 +159,7 @@ def register(app: typer.Typer) -> None:
             "posenc arena run all --preset quick",
             "posenc arena run extrapolation --encodings rope alibi --out runs/two",
             "posenc arena run extrapolation --preset full --out runs/full --resume",
+            "posenc arena run all --preset quick --threads 1 --json > progress.jsonl",
             "torchrun --nproc-per-node 2 -m posenc arena run extrapolation --out runs/ddp",
         ),
     )(run_command)

@@ -110,6 +110,7 @@ class RunContext:
         self.progress = progress or Progress(bars=False, echo=False)
         self.measurements: list[dict[str, Any]] = []
         self.timings: dict[str, dict[str, float]] = {}
+        self._planned: list[str] | None = None  # while :meth:`units_of` lists units
 
     @functools.cached_property
     def corpus(self) -> Corpus:
@@ -127,20 +128,38 @@ class RunContext:
         return [e for e in self.encodings() if keep is None or e in keep]
 
     def print(self, line: str) -> None:
-        """Print ``line`` (rank 0 only)."""
-        self.progress.print(line)
+        """Print ``line`` (rank 0 only; not while :meth:`units_of` lists units)."""
+        if self._planned is None:
+            self.progress.print(line)
 
     # -- units -----------------------------------------------------------------------------
 
     def _unit_path(self, name: str) -> Path:
         return self.run_dir / "units" / f"{name}.json"
 
+    def units_of(self, run: Callable[[RunContext], None]) -> list[str]:
+        """The names of the units an experiment's ``run(ctx)`` adds, in order, without
+        computing, loading or printing anything (the run's count of units done of total):
+        while it lists them, :meth:`unit` only notes each name and returns no records, so
+        a ``run`` enumerates its units and leaves the measuring to their ``compute``."""
+        self._planned = []
+        try:
+            run(self)
+            return self._planned
+        finally:
+            self._planned = None
+
     def unit(self, name: str, compute: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
         """The measurements of unit ``name``: loaded when it ended in an earlier try of this
         run, else computed by ``compute()`` and saved. They join :attr:`measurements`, and
-        the timings of the models trained for them join :attr:`timings`."""
+        the timings of the models trained for them join :attr:`timings`; the run's count of
+        units (:meth:`~.progress.Progress.unit_done`) moves by one."""
+        if self._planned is not None:
+            self._planned.append(name)
+            return []
         path = self._unit_path(name)
-        if self.place.main_says(path.exists()):  # every process takes the same branch
+        loaded = self.place.main_says(path.exists())  # every process takes the same branch
+        if loaded:
             saved = read_json(path)
             records = list(saved["measurements"])
             self.timings.update(saved["timings"])
@@ -150,6 +169,7 @@ class RunContext:
             timings = {k: v for k, v in self.timings.items() if k not in before}
             self._write(path, {"measurements": records, "timings": timings})
         self.measurements.extend(records)
+        self.progress.unit_done(name, loaded=loaded)
         return records
 
     def _write(self, path: Path, obj: Any) -> None:

@@ -5,11 +5,14 @@ A run directory holds everything needed to reproduce it: ``run.json`` (the comma
 configuration, the versions), the units, the checkpoints and models, ``results.json``,
 ``results.csv`` and ``report.html``. Running again into the same directory needs
 ``resume=True`` and the same configuration; finished units are then loaded, not recomputed.
+``threads`` (``--threads``) sets torch's intra-op threads for the run (:mod:`.threads`); it
+is part of the configuration, and a resumed run takes the recorded count unless given one.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +27,7 @@ from .context import RunContext, check_encodings, command_line
 from .distributed import World, world
 from .presets import Preset, get_preset
 from .progress import Progress
+from .threads import KEY, check_threads, recorded_threads, using_threads
 
 __all__ = ["default_run_dir", "experiment_names", "run_arena"]
 
@@ -81,10 +85,15 @@ def _start(
         )
     before = read_json(path)
     if before["config"] != config:
-        changed = ", ".join(_differences(before["config"], config))
+        differences = _differences(before["config"], config)
+        threads = (
+            f"; it ran with --threads {before['config'][KEY]}, this try with {config[KEY]}"
+            if KEY in differences
+            else ""
+        )
         raise ValueError(
-            f"{run_dir} was started with another configuration ({changed} differ); "
-            "resume it with the same options, or choose another --out"
+            f"{run_dir} was started with another configuration ({', '.join(differences)} "
+            f"differ{threads}); resume it with the same options, or choose another --out"
         )
     return [n for n in EXPERIMENTS if n in names or n in before["experiments"]], before["started"]
 
@@ -103,6 +112,8 @@ def run_arena(
     device: str = "auto",
     bf16: bool = False,
     samplers: Sequence[str] | None = None,
+    threads: int | None = None,
+    records: bool = False,
 ) -> Path:
     """Run ``experiments`` (names, or ``["all"]``) and write results, report and table.
 
@@ -122,10 +133,18 @@ def run_arena(
         bf16: train under bfloat16 autocast.
         samplers: replace the preset's position samplers (``length-generalization`` trains
             each encoding with each too: ``randomized``, ``pose``).
+        threads: torch's intra-op threads for the run, restored after it (``--threads``;
+            None: as they are, or on ``resume`` the count the run was started with). Two
+            runs at once on one machine should split its cores between them.
+        records: write the run's progress as JSON records on stdout, one per line
+            (``--json``: ``start``, a ``unit`` per unit done, ``end``; each with ``done``
+            of ``total`` units, ``elapsed_s`` and ``left_s``); the lines for a person, the
+            table included, then go to stderr.
 
     Returns:
         the run directory.
     """
+    check_threads(threads)
     chosen = get_preset(preset) if isinstance(preset, str) else preset
     left_out = dict(chosen.left_out) if "all" in experiments else {}
     names = experiment_names(experiments, tuple(left_out))
@@ -142,38 +161,47 @@ def run_arena(
     if resume and out is None:
         raise ValueError("--resume continues the run in --out: name its directory")
     run_dir = Path(out) if out is not None else default_run_dir(chosen.name, place)
-    with Progress(bars=bars, echo=place.is_main) as progress:
-        ctx = RunContext(chosen, run_dir, corpus, progress, hf_model, place, bf16=bf16)
-        config = ctx.config()
-        names, started = _start(run_dir, config, names, resume)
-        place.barrier()  # every process has checked run.json before rank 0 writes it
+    if threads is None and resume:
+        threads = recorded_threads(run_dir)  # a resumed run keeps its thread count
+    with using_threads(threads):
+        with Progress(bars=bars, echo=place.is_main, records=records) as progress:
+            ctx = RunContext(chosen, run_dir, corpus, progress, hf_model, place, bf16=bf16)
+            config = ctx.config()
+            names, started = _start(run_dir, config, names, resume)
+            place.barrier()  # every process has checked run.json before rank 0 writes it
+            if place.is_main:
+                atomic_write_json(
+                    run_dir / "run.json",
+                    {
+                        "command": command_line(),
+                        "config": config,
+                        "experiments": names,
+                        "started": started,
+                        "versions": versions(),
+                        "machine": machine(),
+                    },
+                )
+            place.barrier()
+            for name, why in left_out.items():
+                progress.print(f"{name}: not in the {chosen.name} preset's `all`: {why}")
+            total = sum(len(ctx.units_of(get(name).run)) for name in names)
+            progress.start_units(total, run_dir=str(run_dir), experiments=names)
+            start = time.perf_counter()
+            for name in names:
+                progress.print(f"== {name}")
+                get(name).run(ctx)
+            seconds = time.perf_counter() - start
+        results = make_results(config, command_line(), names, ctx.measurements, ctx.timings)
+        results["started"] = started
+        results["seconds"] = round(seconds, 1)  # of this try; a resumed run counts only its own
         if place.is_main:
-            atomic_write_json(
-                run_dir / "run.json",
-                {
-                    "command": command_line(),
-                    "config": config,
-                    "experiments": names,
-                    "started": started,
-                    "versions": versions(),
-                    "machine": machine(),
-                },
+            write_results(run_dir, results)
+            report = write_report(run_dir, results)
+            human = sys.stderr if records else sys.stdout  # stdout holds the records
+            print(table(results), file=human, flush=True)
+            print(
+                f"\nreport: {report}\nresults: {run_dir / 'results.json'}", file=human, flush=True
             )
+            progress.end_units(report=str(report), results=str(run_dir / "results.json"))
         place.barrier()
-        for name, why in left_out.items():
-            progress.print(f"{name}: not in the {chosen.name} preset's `all`: {why}")
-        start = time.perf_counter()
-        for name in names:
-            progress.print(f"== {name}")
-            get(name).run(ctx)
-        seconds = time.perf_counter() - start
-    results = make_results(config, command_line(), names, ctx.measurements, ctx.timings)
-    results["started"] = started
-    results["seconds"] = round(seconds, 1)  # of this try; a resumed run counts only its own
-    if place.is_main:
-        write_results(run_dir, results)
-        report = write_report(run_dir, results)
-        print(table(results), flush=True)
-        print(f"\nreport: {report}\nresults: {run_dir / 'results.json'}", flush=True)
-    place.barrier()
     return run_dir
