@@ -10,6 +10,7 @@ and where the standard run's results are); it prints the tables and the path of 
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ import torch
 
 from . import registry
 from .base import AdditiveEncoding
-from .terminal import encodings_table, render
+from .terminal import console, encodings_table, render
 
 __all__ = ["run_demo", "worked_example"]
 
@@ -86,8 +87,9 @@ def run_demo(
     echo_line("")
     _print_worked_example(echo_line)
     echo_line("")
-    echo_line(
+    arena = (
         f"The arena ({preset} preset): the same small TransformerLM trained with each encoding, "
         "on the same data, budget and seed, then measured."
     )
+    echo_line(textwrap.fill(arena, console().width))  # the terminal's width, 80 off one
     return run_arena(["all"], preset, out=out, seeds=seeds, encodings=encodings, bars=bars)

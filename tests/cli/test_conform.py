@@ -53,9 +53,10 @@ def test_each_bad_input_is_one_line(run_conform, tmp_path, capsys, change, args,
     assert "Traceback" not in captured.err and captured.out == ""
 
 
-def test_a_deepseek_v4_config_json_prints_its_two_ropes(run_conform, tmp_path, capsys):
+def test_a_deepseek_v4_config_json_prints_its_two_ropes(run_conform, tmp_path, capsys, monkeypatch):
     from tests.hf.test_deepseek_v4 import FLAT
 
+    monkeypatch.setenv("COLUMNS", "200")  # wide enough for a row per line (80: stacked)
     (tmp_path / "config.json").write_text(json.dumps(FLAT))
     assert run_conform(tmp_path) == 0
     lines = capsys.readouterr().out.splitlines()

@@ -364,10 +364,11 @@ def test_command_narrows_and_uses_the_newest_run(
     import posenc.guide.advice as advice
 
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "72")  # off a terminal the guide is $COLUMNS wide
     monkeypatch.setattr(advice, "PUBLISHED", (tmp_path / "not-installed.json",))
     code, out, _ = _posenc(["guide", "--vision"], capsys)
     assert code == 0
-    assert out == render(guide(["vision"]))
+    assert out == render(guide(["vision"]), width=72)
     assert "no arena run found" in out
     # without a run here, the published standard results give the numbers
     published = tmp_path / "published.json"
@@ -378,7 +379,8 @@ def test_command_narrows_and_uses_the_newest_run(
     newest = _touch_run(tmp_path, "arena-quick-1", 1_000_000.0, results)
     code, out, _ = _posenc(["guide", "--need-extrapolation", "--simple"], capsys)
     assert code == 0
-    assert out == render(guide(["extrapolation", "simple"], newest), Path("runs/arena-quick-1"))
+    expected = render(guide(["extrapolation", "simple"], newest), Path("runs/arena-quick-1"), 72)
+    assert out == expected
     assert "Evidence: the arena run runs/arena-quick-1" in out
     code, out, _ = _posenc(["guide", "--general-llm", "--run", str(newest)], capsys)
     assert code == 0 and "context extension of RoPE" in out

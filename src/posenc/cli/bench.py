@@ -1,6 +1,7 @@
 """``posenc bench``: the benchmark suite of :mod:`posenc.bench.suite`.
 
-Runs the cases at a size preset, prints the Markdown table and writes
+Runs the cases at a size preset, prints the Markdown report (its tables laid out in the
+terminal's width: :func:`posenc.terminal.markdown_text`) and writes
 ``<date>-<cpu>[...].json`` and ``.md`` into ``--out`` (default ``benchmarks/results``).
 """
 
@@ -75,6 +76,7 @@ def bench_command(
     chunked attention, a rolling-cache decode step and the host time of a call against their
     floors and the installed peers; write the results as JSON and Markdown."""
     from ..bench import markdown, suite
+    from ..terminal import console, markdown_text
 
     chosen = _cases(cases)
     if size not in suite.SIZES:
@@ -90,9 +92,9 @@ def bench_command(
         extra={"host": {"hf_patches": _hf_patches()}},
     )
     path = suite.write(result, out)
-    if not quiet:
-        print(markdown.report(result))
-    print(f"wrote {path} and {path.with_suffix('.md')}")
+    if not quiet:  # the Markdown file's text, its tables laid out in the terminal's width
+        print(markdown_text(markdown.report(result), console().width), end="")
+    print(f"wrote {path}\nwrote {path.with_suffix('.md')}")  # a line each: 80 columns
 
 
 def _hf_patches() -> dict[str, Callable[[Any], Any]]:

@@ -1,10 +1,11 @@
 """``posenc list`` and ``posenc info NAME``: the registered encodings, as tables.
 
-Both fit a terminal 80 columns wide: ``list`` shows name, kind, the flags and the memory
-cost, which wraps (``--wide`` adds the measured extrapolation and the paper, unwrapped);
-``info`` wraps its values and its formula and, where the meaning of a configuration key
-would get fewer than :data:`MEANING_WIDTH` columns, stacks each key over its meaning. No
-name or cell is ever cut. Off a terminal both print plain text, one line per row.
+Both fit 80 columns, on a terminal and piped to a file (``$COLUMNS`` wide where it is
+set: :func:`posenc.terminal.columns`): ``list`` shows name, kind, the flags and the
+memory cost, which wraps (``--wide`` adds a second table of the measured extrapolation and
+the paper, which wraps); ``info`` wraps its values and its formula and, where the meaning
+of a configuration key would get fewer than :data:`MEANING_WIDTH` columns, stacks each key
+over its meaning. No name or cell is ever cut. Off a terminal both print plain text, without colour.
 
 "runs past training length" is what an encoding declares
 (:attr:`~posenc.EncodingInfo.extrapolates`: defined at positions past it); "extrapolation"
@@ -21,13 +22,22 @@ from typing import TYPE_CHECKING, Annotated, TextIO
 import typer
 from rich import box
 from rich.cells import cell_len
-from rich.console import Console, ConsoleOptions, RenderResult
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.syntax import Syntax
 from rich.table import Table
+from rich.text import Text
 
 from .. import describe, registry
 from ..guide import published_run
-from ..terminal import RUNS_PAST, console, encodings_table, memory_lines, show, yes_no
+from ..terminal import (
+    RUNS_PAST,
+    console,
+    encodings_table,
+    memory_lines,
+    papers_table,
+    show,
+    yes_no,
+)
 from .app import example
 
 if TYPE_CHECKING:
@@ -123,18 +133,19 @@ def list_command(
         bool,
         typer.Option(
             "--wide",
-            help="Every column, unwrapped: also the measured extrapolation and the paper.",
+            help="Also the measured extrapolation and the paper, in a second table.",
         ),
     ] = False,
 ) -> None:
     """List every registered encoding: kind, properties and memory cost (with --wide, the
     measured extrapolation and the paper too)."""
     found = extrapolations() if wide else {}
-    extra = {EXTRAPOLATION: {name: _cell(e) for name, e in found.items()}} if found else {}
-    table = encodings_table(wide=wide, extra=extra)
-    table.caption = _list_note(found)
-    table.caption_justify = "left"
-    show(table, wide=wide)
+    parts: list[RenderableType] = [encodings_table()]
+    if wide:
+        extra = {EXTRAPOLATION: {name: _cell(e) for name, e in found.items()}} if found else {}
+        parts += ["", papers_table(extra)]
+    parts += ["", Text(_list_note(found))]
+    show(Group(*parts))
 
 
 def _fields(name: str) -> Table:

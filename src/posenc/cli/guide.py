@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from ..guide import FLAGS, NEEDS, find_run, guide, published_run, render
+from ..terminal import console
 from .app import example
 
 __all__ = ["register"]
@@ -18,6 +19,17 @@ _RUN_HELP = (
     "the newest runs/arena-*/ here with a results.json, else the standard preset's published "
     "results (docs/results/standard/)."
 )
+
+
+#: the widest the guide's prose is laid out, on however wide a terminal; the narrowest
+#: :func:`posenc.guide.render` takes
+WIDEST, NARROWEST = 100, 40
+
+
+def _width() -> int:
+    """The guide's width: the terminal's, or ``$COLUMNS`` (else 80) off a terminal
+    (:func:`posenc.terminal.console`), kept to lines of 40 to 100 columns."""
+    return min(WIDEST, max(NARROWEST, console().width))
 
 
 def _flag(need: str) -> Any:
@@ -63,4 +75,4 @@ def register(app: typer.Typer) -> None:
         }
         needs = [need for need, on in chosen.items() if on]
         where = run if run is not None else find_run() or published_run()
-        typer.echo(render(guide(needs, where), where), nl=False)
+        typer.echo(render(guide(needs, where), where, _width()), nl=False)

@@ -59,8 +59,7 @@ def attention_of_run(
             model for (listing those it has), and the figure's own (text, layer, head).
 
     Example:
-        ``posenc plot attention --run runs/arena-quick --encoding rope --layer 0
-        --out attention.png``
+        ``posenc plot attention --run runs/arena-quick --encoding alibi --out attn.png``
     """
     import os
 
@@ -176,7 +175,7 @@ def register(app: typer.Typer) -> None:
         cls=PlotGroup,
         help="Draw a figure of the article (PNG or SVG).",
         epilog=example(
-            "posenc plot heatmap --encoding sinusoidal --dim 128 --positions 50 --out h.png",
+            "posenc plot heatmap --encoding sinusoidal --dim 128 --out h.png",
             "posenc plot rotation --out rotation.svg",
             "posenc plot KIND --help   (that figure's options)",
         ),

@@ -23,8 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from rich import box
-from rich.table import Table
 
 from ..arguments import check_int
 from ..hf.inspect.checkpoint import read_config
@@ -33,7 +31,7 @@ from ..hf.mrope import language_config
 from ..hf.rope import rope_from_hf_config
 from ..rotary.dca import DualChunkRoPE
 from ..rotary.rope import RoPE
-from ..terminal import render
+from ..terminal import Fitted, render
 from .compare import (
     Answer,
     Job,
@@ -256,15 +254,14 @@ def render_rows(rows: list[ConformRow]) -> str:
         raise TypeError(f"rows must be a list of ConformRow (conform's), got {rows!r:.80}")
     header = ["layer type", "length", "engine", "ran", "max error", "first past fp32",
               "differs on"]  # fmt: skip
-    grid = Table(box=box.SIMPLE_HEAD, show_edge=False, header_style="bold")
-    for name in header:
-        grid.add_column(name)
+    cells = []
     for r in rows:
         first = "-" if r.first_position is None else str(r.first_position)
         error = "-" if math.isnan(r.max_error) else f"{r.max_error:.1e}"
-        grid.add_row(r.layer_type or "-", str(r.length), r.engine, r.ran, error, first,
-                     r.differs_on or "-")  # fmt: skip
-    return render(grid)
+        cells.append([r.layer_type or "-", str(r.length), r.engine, r.ran, error, first,
+                      r.differs_on or "-"])  # fmt: skip
+    # a row per line where "ran" and "differs on" have room, else stacked under the engine
+    return render(Fitted(header, cells, prose=("ran", "differs on"), key=2))
 
 
 #: the sizes posenc reads from a config.json, each an int >= 1 where given
