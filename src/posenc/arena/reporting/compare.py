@@ -1,16 +1,18 @@
-"""Arena comparison of two runs: for each measurement both have, mean A, mean B and B/A, then
-the measurements only one run has (``posenc arena compare``).
+"""Arena comparison of two runs: for each measurement both have, mean A, mean B and B/A (a
+table per experiment, no wider than the terminal, 80 columns off one), then the
+measurements only one run has (``posenc arena compare``).
 
 ``rich`` (the terminal table) is imported only when :func:`compare` runs.
 """
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping
 from typing import Any
 
 from ..experiments import NAMES
-from .panels import format_cell, load_rich, render
+from .panels import format_cell, load_rich, render, terminal_width
 from .records import AGGREGATE_FIELDS, KEY_FIELDS, NON_KEY_FIELDS, Key, aggregate, measurement_key
 
 __all__ = ["compare", "describe"]
@@ -38,21 +40,21 @@ def compare(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
 
     both = sorted(((i, k) for i, k in enumerate(rows_a) if k in rows_b), key=order)
     rich = load_rich()
-    t = rich.table.Table(title="B/A per measurement (mean over seeds)")
-    for name, justify in [
-        ("experiment", "left"),
-        ("measurement", "left"),
-        ("A", "right"),
-        ("B", "right"),
-        ("B/A", "right"),
-    ]:
-        t.add_column(name, justify=justify)
+    tables: dict[str, Any] = {}  # one per experiment: its measurements wrap beside the numbers
     for _, key in both:
         ra, rb = rows_a[key], rows_b[key]
+        t = tables.get(ra["experiment"])
+        if t is None:
+            title = f"{ra['experiment']}: B/A per measurement (mean over seeds)"
+            t = tables[ra["experiment"]] = rich.table.Table(title=title, title_justify="left")
+            t.add_column("measurement", overflow="fold")
+            for name in ("A", "B", "B/A"):
+                t.add_column(name, justify="right", no_wrap=True)
         ma, mb = ra["mean"], rb["mean"]
         ratio = "" if ma is None or mb is None or ma == 0 else f"{mb / ma:.3f}"
-        t.add_row(ra["experiment"], describe(ra), format_cell(ra), format_cell(rb), ratio)
-    text = render([t], width=160)
+        t.add_row(describe(ra), format_cell(ra), format_cell(rb), ratio)
+    width = terminal_width()
+    text = render(list(tables.values()), width)
     for label, mine, other in [("A", rows_a, rows_b), ("B", rows_b, rows_a)]:
         only = sorted(
             ((i, k) for i, k in enumerate(mine) if k not in other),
@@ -60,8 +62,8 @@ def compare(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
         )
         if only:
             text += f"only in {label}:\n"
-            text += "".join(
-                f"  {mine[k]['experiment']} {describe(mine[k])}: {format_cell(mine[k])}\n"
-                for _, k in only
-            )
+            for _, k in only:
+                line = f"{mine[k]['experiment']} {describe(mine[k])}: {format_cell(mine[k])}"
+                wrapped = textwrap.wrap(line, width, initial_indent="  ", subsequent_indent="    ")
+                text += "".join(f"{part}\n" for part in wrapped)
     return text

@@ -10,11 +10,13 @@ figure and summary read (:func:`experiment_rows`). The comparison of two runs is
 from __future__ import annotations
 
 import io
+import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...arguments import check_int
 from ..experiments import EXPERIMENTS, NAMES, Layout, get
 from .records import AGGREGATE_FIELDS, Records
 from .rows import Rows, sort_key
@@ -22,12 +24,18 @@ from .rows import Rows, sort_key
 __all__ = [
     "Panel",
     "experiment_rows",
+    "fitted",
     "format_cell",
+    "layouts",
     "load_rich",
     "metric_rows",
     "panels",
     "render",
+    "split",
+    "spread",
     "table",
+    "terminal_width",
+    "transposed",
 ]
 
 
@@ -166,6 +174,7 @@ def load_rich() -> Any:
     try:
         import rich.box
         import rich.console
+        import rich.measure
         import rich.table
     except ImportError:
         raise ImportError(
@@ -174,43 +183,138 @@ def load_rich() -> Any:
     return rich
 
 
-def render(tables: Sequence[Any], width: int = 140) -> str:
-    """rich ``tables`` as plain text ``width`` columns wide (no colour codes)."""
+#: wider than any table: the width tables are measured at before they are laid out
+UNBOUNDED = 10_000
+
+
+def terminal_width() -> int:
+    """The width the arena's text tables are laid out in: the terminal's, or ``$COLUMNS``
+    (else 80) when stdout is not a terminal (:func:`posenc.terminal.console`)."""
+    from ...terminal import console  # rich only when a table is drawn
+
+    return int(console().width)
+
+
+def render(tables: Sequence[Any], width: int | None = None) -> str:
+    """rich ``tables`` as plain text ``width`` columns wide (default:
+    :func:`terminal_width`), no colour codes, no trailing spaces."""
+    if width is not None:
+        check_int("width", width)
     rich = load_rich()
     out = io.StringIO()
     console = rich.console.Console(
-        file=out, width=width, color_system=None, force_terminal=False, highlight=False
+        file=out,
+        width=width or terminal_width(),
+        color_system=None,
+        force_terminal=False,
+        highlight=False,
     )
     for t in tables:
         console.print(t)
-    return out.getvalue()
+    return "".join(line.rstrip() + "\n" for line in out.getvalue().splitlines())
 
 
-def _rich_table(panel: Panel) -> Any:
+def _rich_table(panel: Panel, width: int) -> Any:
     rich = load_rich()
     t = rich.table.Table(
         title=panel.title,
         title_justify="left",
-        min_width=len(panel.title),
-        box=rich.box.SIMPLE_HEAD,  # no side borders: 16 gold positions fit in 140 columns
+        min_width=min(len(panel.title), width),
+        box=rich.box.SIMPLE_HEAD,  # no side borders
     )
     for i, name in enumerate(panel.header):
-        t.add_column(name, justify="left" if i < panel.n_labels else "right", no_wrap=True)
+        # whole where the layout fits; a cell wider than the width is wrapped, never cut
+        t.add_column(name, justify="left" if i < panel.n_labels else "right", overflow="fold")
     for row in panel.rows:
         t.add_row(*row)
     return t
 
 
-def table(results: Mapping[str, Any], experiment: str | None = None) -> str:
-    """The run's numbers as text tables (rich, 140 columns, no colour codes): every
-    experiment present (or only ``experiment``), one table per panel (e.g. per mode).
-    Extrapolation: rows encodings, columns eval lengths (L, 2L, ...), cells mean perplexity
-    ± std over seeds, ``cannot run`` where it could not."""
+def transposed(panel: Panel, column: str) -> Panel:
+    """``panel`` turned: a row per column label (under ``column``, the key they are
+    values of), a column per row (its labels joined by spaces, the blank ones left out)."""
+    header = (
+        column,
+        *(" ".join(label for label in r[: panel.n_labels] if label) for r in panel.rows),
+    )
+    rows = tuple(
+        (label, *(r[panel.n_labels + i] for r in panel.rows))
+        for i, label in enumerate(panel.header[panel.n_labels :])
+    )
+    return Panel(panel.title, 1, header, rows)
+
+
+def split(panel: Panel, parts: int) -> list[Panel]:
+    """``panel``'s value columns in ``parts`` runs of near-equal length, each with the row
+    labels, titled with the columns it holds (``... (64 (L) to 256 (4L))``)."""
+    n = panel.n_labels
+    values = len(panel.header) - n
+    bounds = [n + values * k // parts for k in range(parts + 1)]
+    out = []
+    for lo, hi in itertools.pairwise(bounds):
+        first, last = panel.header[lo], panel.header[hi - 1]
+        where = first if lo == hi - 1 else f"{first} to {last}"
+        header = (*panel.header[:n], *panel.header[lo:hi])
+        rows = tuple((*r[:n], *r[lo:hi]) for r in panel.rows)
+        out.append(Panel(f"{panel.title} ({where})", n, header, rows))
+    return out
+
+
+def spread(panel: Panel) -> Panel:
+    """``panel`` with each cell's ``± std`` on a line under its mean: narrower columns."""
+    n = panel.n_labels
+    rows = tuple((*r[:n], *(c.replace(" ± ", "\n± ") for c in r[n:])) for r in panel.rows)
+    return Panel(panel.title, n, panel.header, rows)
+
+
+def layouts(panel: Panel, column: str) -> Iterator[list[Panel]]:
+    """The ways a panel is laid out on a terminal, best first: as it is; turned
+    (:func:`transposed`: a curve over 16 gold positions reads down 16 rows); each of
+    those with its spreads under its means (:func:`spread`); its value columns split over
+    2, 3, ... tables (:func:`split`), down to one column each."""
+    turned = transposed(panel, column)
+    yield from ([panel], [turned], [spread(panel)], [spread(turned)])
+    for parts in range(2, len(panel.header) - panel.n_labels + 1):
+        yield split(panel, parts)
+
+
+def fitted(panel: Panel, column: str, width: int) -> list[Any]:
+    """rich tables of ``panel`` no wider than ``width``: the first of :func:`layouts`
+    whose every table fits (the last, one value column a table, with its cells wrapped,
+    where none does)."""
+    rich = load_rich()
+    # measured on a console wide enough for any table: rich clamps a measure to its width
+    console = rich.console.Console(width=UNBOUNDED, color_system=None, force_terminal=False)
+    tables: list[Any] = []
+    for option in layouts(panel, column):
+        tables = [_rich_table(p, width) for p in option]
+        measured = (rich.measure.Measurement.get(console, console.options, t) for t in tables)
+        if max(m.maximum for m in measured) <= width:
+            break
+    return tables
+
+
+def table(
+    results: Mapping[str, Any], experiment: str | None = None, width: int | None = None
+) -> str:
+    """The run's numbers as text tables, no colour codes, each no wider than ``width``
+    columns (default: :func:`terminal_width`, 80 off a terminal): every experiment present
+    (or only ``experiment``), one table per panel (e.g. per mode), turned or split where it
+    would be wider (:func:`fitted`). Extrapolation: rows encodings, columns eval lengths (L,
+    2L, ...), cells mean perplexity ± std over seeds, ``cannot run`` where it could not."""
     if experiment is not None and experiment not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {experiment!r}; expected one of {NAMES}")
+    if width is not None:
+        check_int("width", width)
+    width = width or terminal_width()
     names = [experiment] if experiment is not None else list(EXPERIMENTS)
-    tables = [_rich_table(p) for name in names for p in panels(results, name)]
+    tables = [
+        t
+        for name in names
+        for p in panels(results, name)
+        for t in fitted(p, EXPERIMENTS[name].layout.column.replace("_", " "), width)
+    ]
     if not tables:
         which = experiment or "any experiment"
         return f"no measurements for {which}\n"
-    return render(tables)
+    return render(tables, width)
