@@ -167,6 +167,10 @@ example(
     lambda: call(LayerPlan.alternate, 2, 4, "rope", sinks=True),
     ok={"encoding": NOPE},
 )
+example(
+    "posenc.models.LayerPlan.lines",
+    lambda: call(LayerPlan.uniform(2, "rope").lines, width=60),
+)
 
 # decoding
 example("posenc.models.check_temperature", lambda: call(models.check_temperature, 0.7))

@@ -206,17 +206,58 @@ def test_a_plan_prints_as_a_table():
         ],
         input={"name": "learned", "max_positions": 64},
     )
+    assert plan.lines(width=100) == [
+        "layer  encoding                  pattern     sinks  softcap  temperature",
+        "-----  ------------------------  ----------  -----  -------  ---------------------",
+        "input  learned max_positions=64  -           -      -        -",
+        "0      rope base=1e+06           chunk 8192  no     -        -",
+        "1      alibi                     window 128  yes    50       -",
+        "2      rope base=500             full        no     -        -",
+        "3      nope                      full        no     -        floor 8192, scale 0.1",
+    ]
+    # 87 columns: in 80 each encoding longer than its name is a label, spelled out below
     assert str(plan) == "\n".join(
         [
-            "layer  encoding                  pattern     sinks  softcap  temperature",
-            "-----  ------------------------  ----------  -----  -------  ---------------------",
-            "input  learned max_positions=64  -           -      -        -",
-            "0      rope base=1e+06           chunk 8192  no     -        -",
-            "1      alibi                     window 128  yes    50       -",
-            "2      rope base=500             full        no     -        -",
-            "3      nope                      full        no     -        floor 8192, scale 0.1",
+            "layer  encoding     pattern     sinks  softcap  temperature",
+            "-----  -----------  ----------  -----  -------  ---------------------",
+            "input  learned [1]  -           -      -        -",
+            "0      rope [2]     chunk 8192  no     -        -",
+            "1      alibi        window 128  yes    50       -",
+            "2      rope [3]     full        no     -        -",
+            "3      nope         full        no     -        floor 8192, scale 0.1",
+            "[1] learned max_positions=64",
+            "[2] rope base=1e+06",
+            "[3] rope base=500",
         ]
     )
+    assert repr(plan) == f"LayerPlan of 4 layers:\n{plan}"
+    with pytest.raises(ValueError, match="width"):
+        plan.lines(width=0)
+
+
+def test_a_hugging_face_plan_prints_in_80_columns():
+    """``layer_plan(config)`` of Llama 3.1: every layer's RoPE with its llama3 scaling, a
+    row of 150 columns, and a repr of 1,458 on one line; both fit 80 columns, the scaling
+    spelled out once, wrapped."""
+    pytest.importorskip("transformers")
+    from posenc.hf import layer_plan
+
+    config = {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
+              "num_hidden_layers": 3, "rope_theta": 500000.0,
+              "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                               "high_freq_factor": 4.0,
+                               "original_max_position_embeddings": 8192}}  # fmt: skip
+    plan = layer_plan(config)
+    assert repr(plan).splitlines() == [
+        "LayerPlan of 3 layers:",
+        "layer  encoding  pattern  sinks  softcap  temperature",
+        "-----  --------  -------  -----  -------  -----------",
+        "0      rope [1]  full     no     -        -",
+        "1      rope [1]  full     no     -        -",
+        "2      rope [1]  full     no     -        -",
+        "[1] rope base=500000 scaling=llama3(factor=8, low_freq_factor=1,",
+        "    high_freq_factor=4, original_max_position_embeddings=8192)",
+    ]
 
 
 # -- the model: forward against the layers written out -------------------------------------

@@ -12,6 +12,7 @@ on creation (the layer and the field are named) and prints as a table.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, cast
@@ -20,7 +21,10 @@ from ..attn.temperature import QueryTemperature
 from ..config import check_int
 from .spec import EncodingSpec, LayerSpec, at_layer, describe_encoding, encoding_kind
 
-__all__ = ["LayerPlan"]
+__all__ = ["WIDTH", "LayerPlan"]
+
+#: the width :meth:`LayerPlan.__str__` lays its table out in: an 80-column terminal
+WIDTH = 80
 
 
 def _layer(i: int, spec: Any) -> LayerSpec:
@@ -195,15 +199,65 @@ class LayerPlan:
             n_layers, (1, 1), window=window, local=encoding, global_=encoding, sinks=sinks
         )
 
-    def __str__(self) -> str:
-        """The plan as a table: one row per layer (and the input's, first)."""
+    def lines(self, width: int = WIDTH) -> list[str]:
+        """The plan as table lines no wider than ``width`` where its words allow: one row
+        per layer (the input's first), columns two spaces apart, a rule under the header.
+        Where a row would be wider, each encoding longer than its name is a label (``rope
+        [1]``), spelled out in a legend below the table, wrapped at spaces to ``width``.
+
+        Example:
+            >>> scaled = {"name": "rope", "base": 5e5, "scaling": {"rope_type": "linear",
+            ...     "factor": 8.0}}
+            >>> print("\\n".join(LayerPlan.uniform(2, scaled).lines(width=60)))
+            layer  encoding  pattern  sinks  softcap  temperature
+            -----  --------  -------  -----  -------  -----------
+            0      rope [1]  full     no     -        -
+            1      rope [1]  full     no     -        -
+            [1] rope base=500000 scaling=linear(factor=8)
+        """
+        check_int("width", width, minimum=1)
         header = ["layer", "encoding", "pattern", "sinks", "softcap", "temperature"]
         rows = [[str(i), *spec.row()] for i, spec in enumerate(self.specs)]
         if self.input is not None:
             rows.insert(0, ["input", describe_encoding(self.input), "-", "-", "-", "-"])
-        widths = [max(len(r[c]) for r in [header, *rows]) for c in range(len(header))]
-        lines = [header, ["-" * w for w in widths], *rows]
-        return "\n".join(
-            "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
-            for line in lines
-        )
+        lines = _grid(header, rows)
+        if max(len(line) for line in lines) <= width:
+            return lines
+        labels: dict[str, str] = {}  # an encoding's description -> its label
+        for row in rows:
+            name = row[1].split(" ", 1)[0]
+            if row[1] != name:
+                row[1] = labels.setdefault(row[1], f"{name} [{len(labels) + 1}]")
+        legend = [
+            line
+            for text, label in labels.items()
+            for line in textwrap.wrap(
+                f"{label.split(' ', 1)[1]} {text}",
+                width,
+                subsequent_indent="    ",
+                break_long_words=False,  # a value wider than the width stays whole
+                break_on_hyphens=False,
+            )
+        ]
+        return [*_grid(header, rows), *legend]
+
+    def __str__(self) -> str:
+        """The plan as a table no wider than 80 columns (:meth:`lines`)."""
+        return "\n".join(self.lines())
+
+    def __repr__(self) -> str:
+        """How many layers, then the table of :meth:`__str__`: one short line per layer,
+        where the fields of every spec, one line each, made rows of hundreds of columns."""
+        layers = "layer" if len(self) == 1 else "layers"
+        return f"LayerPlan of {len(self)} {layers}:\n{self}"
+
+
+def _grid(header: list[str], rows: list[list[str]]) -> list[str]:
+    """``header`` and ``rows`` as lines: columns padded to their widest cell, two spaces
+    apart, a rule under the header, no trailing spaces."""
+    widths = [max(len(row[c]) for row in [header, *rows]) for c in range(len(header))]
+    lines = [header, ["-" * w for w in widths], *rows]
+    return [
+        "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
+        for line in lines
+    ]
