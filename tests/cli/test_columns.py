@@ -57,7 +57,6 @@ def _finished_arena(results):
     return run_arena
 
 
-INSPECT = "posenc inspect's scaling and extension lines (src/posenc/hf/inspect/view.py)"
 EXAMPLES = [
     ["list"],
     ["list", "--wide"],
@@ -67,11 +66,8 @@ EXAMPLES = [
     ["guide", "--need-extrapolation", "--simple"],
     ["guide", "--vision", "--run", str(STANDARD)],
     ["conform", "{llama}"],
-    pytest.param(["inspect", "{llama}"], marks=pytest.mark.xfail(strict=True, reason=INSPECT)),
-    pytest.param(
-        ["inspect", "{llama}", "--target", "262144"],
-        marks=pytest.mark.xfail(strict=True, reason=INSPECT),
-    ),
+    ["inspect", "{llama}"],
+    ["inspect", "{llama}", "--target", "262144"],
     ["plot", "heatmap", "--encoding", "sinusoidal", "--dim", "128", "--out", "h.png"],
     ["plot", "rotation", "--out", "rotation.svg"],
     ["arena", "compare", str(STANDARD), str(PLANS)],

@@ -306,10 +306,12 @@ def test_a_gguf_files_metadata_reads_back_as_the_converter_wrote_it(tmp_path):
     assert read["tensors"] == found["tensors"]  # float32 both ways
 
 
-def test_conform_gguf_finds_a_file_that_lost_llama3s_scaling(tmp_path, capsys):
+def test_conform_gguf_finds_a_file_that_lost_llama3s_scaling(tmp_path, capsys, monkeypatch):
     """A Llama 3.1 GGUF without ``rope_freqs`` (a converter that dropped the scaling,
     as in unsloth#6197) rotates the low frequencies 8 times too fast."""
     from posenc.cli import main
+
+    monkeypatch.setenv("COLUMNS", "1000")  # one row per line: the table's columns read here
 
     config = tmp_path / "hf"
     NAMED["llama3.1"]().save_pretrained(config)

@@ -38,7 +38,7 @@ def test_farthest_is_the_largest_distance_the_mask_lets_through(pattern, causal)
 def inspect_config(config, tmp_path, target=None):
     config.save_pretrained(tmp_path)
     report = inspect_checkpoint(tmp_path, target=target)
-    return report, "\n".join(render_report(report))
+    return report, "\n".join(render_report(report, width=1000))  # one line per fact
 
 
 def pair_changes(windows):

@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import re
+import textwrap
 from typing import TYPE_CHECKING, Any
 
 from ...arguments import check_int
@@ -86,7 +88,45 @@ def render_report(report: CheckpointReport, width: int = 80) -> list[str]:
     if r.plan is not None:
         lines += [f"layer plan ({len(r.plan)} layers):"]
         lines += [f"    {line}" for line in plan_table(r.plan, width - 4)]
-    lines += ["build:", *(f"    {line}" for line in r.build.splitlines())]
+    lines = _wrapped(lines, width)
+    lines += ["build:", *_code_lines(r.build, width)]
+    if r.target is not None:
+        lines += _wrapped(_extension_lines(r), width)
+    return lines
+
+
+#: a line of code that ends with a quoted string in brackets (the config's path)
+_QUOTED_END = re.compile(r"^(?P<head>.*\()(?P<quoted>'[^']*'\)*)$")
+
+
+def _code_lines(code: str, width: int) -> list[str]:
+    """``code`` indented four; a line too wide that ends with a quoted string in brackets
+    (``json.load(open('<path>'))``) broken before the string, still valid Python."""
+    out = []
+    for line in code.splitlines():
+        found = _QUOTED_END.match(line)
+        if len(line) + 4 <= width or found is None:
+            out.append(f"    {line}")
+            continue
+        out += [f"    {found['head']}", f"        {found['quoted']}"]
+    return out
+
+
+def _wrapped(lines: list[str], width: int) -> list[str]:
+    """Each line at most ``width`` columns where it has spaces to break at: the rest under
+    it, indented four more than the line (a path or a long word stays whole)."""
+    out = []
+    for line in lines:
+        indent = " " * (len(line) - len(line.lstrip(" ")) + 4)
+        out += textwrap.wrap(
+            line, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
+        ) or [line]
+    return out
+
+
+def _extension_lines(r: CheckpointReport) -> list[str]:
+    """The extension plans of the report's target, one line each, and what applies them."""
+    lines = []
     if r.target is not None:
         lines.append(f"extension to {r.target} tokens:")
         for plan in r.extensions:
