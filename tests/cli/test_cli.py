@@ -316,17 +316,17 @@ def test_version(capsys):
     assert capsys.readouterr().out == f"posenc {version('posenc')}\n"
 
 
-def _paths(command, path=()):
+def command_paths(command, path=()):
     """Every command path of the app: (), ("list",), ("plot", "heatmap"), ..."""
     yield path
     if hasattr(command, "list_commands"):
         ctx = command.make_context("posenc", [], resilient_parsing=True)
         for name in command.list_commands(ctx):
-            yield from _paths(command.get_command(ctx, name), (*path, name))
+            yield from command_paths(command.get_command(ctx, name), (*path, name))
 
 
 def test_every_command_has_help_with_an_example(capsys):
-    paths = list(_paths(get_command(build_app())))
+    paths = list(command_paths(get_command(build_app())))
     expected = {("plot", kind) for kind in posenc.plot.PLOTS}
     expected |= {("list",), ("info",), ("demo",), ("bench",)}
     expected |= {("arena", c) for c in ("run", "report", "compare")}

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from rich.cells import cell_len
+from tests.cli.test_cli import command_paths
 from typer.main import get_command
 
 from posenc.arena.reporting.results import load_results
@@ -125,18 +126,9 @@ def test_columns_sets_the_width_off_a_terminal(monkeypatch, capsys):
     assert WIDTH < max(cell_len(line) for line in lines) <= 100  # wider, and no wider
 
 
-def _paths(command, path=()):
-    """Every command path of the app: (), ("list",), ("plot", "heatmap"), ..."""
-    yield path
-    if hasattr(command, "list_commands"):
-        ctx = command.make_context("posenc", [], resilient_parsing=True)
-        for name in command.list_commands(ctx):
-            yield from _paths(command.get_command(ctx, name), (*path, name))
-
-
 @pytest.mark.usefixtures("off_a_terminal")
 def test_every_help_fits_80_columns(capsys):
-    for path in _paths(get_command(build_app())):
+    for path in command_paths(get_command(build_app())):
         assert main([*path, "--help"]) == 0, path
         out = capsys.readouterr().out
         assert not too_wide(out), (path, too_wide(out))

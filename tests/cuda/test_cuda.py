@@ -39,15 +39,6 @@ VOCAB, DIM, LAYERS, HEADS = 37, 32, 2, 4
 BATCH, SEQ, PADS = 2, 9, 3
 
 
-@pytest.fixture(autouse=True)
-def _ieee_fp32():
-    """fp32 matmuls in IEEE fp32 on the device: TF32 would round every product to 10 bits."""
-    old = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("highest")
-    yield
-    torch.set_float32_matmul_precision(old)
-
-
 def tiny_model(name, sharpen):
     """A 2-layer model of ``name`` on the CPU, attention sharpened and the encoding's own
     parameters moved off their (often zero) initial values, so a wrong position shows."""

@@ -28,14 +28,6 @@ pytestmark = [
 TOL = {torch.float32: 1e-5, torch.bfloat16: 5e-2}
 
 
-@pytest.fixture(autouse=True)
-def _ieee_fp32():
-    old = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("highest")
-    yield
-    torch.set_float32_matmul_precision(old)
-
-
 def logits(model, ids, mask):
     with torch.no_grad():
         return model(input_ids=ids, attention_mask=mask).logits.float()
