@@ -312,6 +312,8 @@ def test_bad_arguments_are_refused_by_name():
         undo(model)
     with pytest.raises(ValueError, match="layers must be"):
         apply(model, encoding="alibi", layers=[7])
+    with pytest.raises(ValueError, match="give encoding too"):
+        apply(model, layers=[0])
     with pytest.raises(ValueError, match="'none' \\(NoPE\\), a bias encoding"):
         apply(model, encoding="sinusoidal")
     assert not hasattr(model, "_posenc_applied")  # a refused call leaves nothing behind

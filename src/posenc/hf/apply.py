@@ -111,6 +111,8 @@ def apply(
             "encoding must be a name, a dict with 'name', an Encoding or None, got "
             f"{type(encoding).__name__}"
         )
+    if layers is not None and encoding is None:
+        raise ValueError("layers choose where encoding replaces RoPE: give encoding too")
     if getattr(model, _STATE, None) is not None:
         raise ValueError("model is patched already: posenc.hf.undo(model) first")
     state = _Applied()
