@@ -115,7 +115,7 @@ def test_the_sparse_prefill_keys_are_read_as_a_note(tmp_path):
         "model_type": "qwen2", "hidden_size": 64, "num_attention_heads": 4,
         "num_hidden_layers": 2, "max_position_embeddings": 1010000,
         "dual_chunk_attention_config": dca}))  # fmt: skip
-    lines = render_report(inspect_checkpoint(tmp_path, target=2000000))
+    lines = render_report(inspect_checkpoint(tmp_path, target=2000000), width=1000)
     text = "\n".join(lines)
     assert lines[1] == "encoding: dca (DualChunkRoPE)"
     assert "chunks of 253952 positions" in text and "transformers ignores" in text

@@ -67,7 +67,7 @@ def test_inspect_reports_a_v4_checkpoint(config, tmp_path):
 
     config.save_pretrained(tmp_path)
     report = inspect_checkpoint(tmp_path, target=4 * config.max_position_embeddings)
-    text = "\n".join(render_report(report))
+    text = "\n".join(render_report(report, width=1000))
     assert "rotary dims 16 (partial rotary, factor 0.25: the last)" in text
     assert "layer_type='compress'" in report.build
     assert not report.extensions and "no 'full_attention' entry" in text

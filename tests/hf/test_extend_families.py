@@ -103,7 +103,9 @@ def test_inspect_offers_what_extend_context_applies(name, tmp_path):
             continue
         applied.append(method)
     assert [plan.method for plan in report.extensions] == applied
-    apply = [line for line in render_report(report) if line.lstrip().startswith("apply:")]
+    apply = [
+        line for line in render_report(report, width=1000) if line.lstrip().startswith("apply:")
+    ]
     if not applied:
         assert apply == []
         return
@@ -122,7 +124,7 @@ def test_phi3_is_offered_ntk_only_and_refuses_the_others_by_name(tmp_path):
     assert [plan.method for plan in report.extensions] == ["ntk"]
     assert report.extension_note.startswith("no plan for linear, dynamic, yarn, llama3: ")
     assert "'default' or 'longrope'" in report.extension_note
-    text = "\n".join(render_report(report))
+    text = "\n".join(render_report(report, width=1000))
     assert "apply: posenc.hf.extend_context(model, 'ntk', 32)" in text
     assert "cannot build" not in text and "METHOD" not in text
     model = build(make("phi3"))
@@ -156,6 +158,6 @@ def test_a_nested_language_model_is_refused_by_name(saved):
     assert "config.thinker_config.text_config" in extend_refusal(T.Qwen2_5OmniConfig())
     assert extend_refusal(make("qwen2_5_vl")) is None
     report = inspect_checkpoint(saved["qwen2.5-omni-7b"], target=65536)
-    lines = render_report(report)
+    lines = render_report(report, width=1000)
     assert report.extensions and not any("apply:" in line for line in lines)
     assert any(line.startswith("    extend_context refuses this model: ") for line in lines)

@@ -138,7 +138,9 @@ def test_legacy_llama_facts_and_scaling_line(tmp_path, legacy):
     assert (f.head_dim, f.base, f.rope_type) == (128, 500000.0, "llama3")
     assert (f.original_context, f.extended_context) == (8192, 131072)
     assert (f.scaling["factor"], f.scaling["low_freq_factor"]) == (8.0, 1.0)
-    scaling = next(line for line in render_report(report) if line.startswith("scaling:"))
+    scaling = next(
+        line for line in render_report(report, width=1000) if line.startswith("scaling:")
+    )
     assert "None" not in scaling and "factor=8" in scaling  # unset keys are not listed
 
 

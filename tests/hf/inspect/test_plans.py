@@ -107,4 +107,4 @@ def test_a_refused_plan_is_a_note_not_an_error(tmp_path, monkeypatch, legacy):
     report = inspect_checkpoint(legacy("llama-3.1-8b", rope_scaling=None), 262144)
     assert [p.method for p in report.extensions] == [m for m in EXTEND_METHODS if m != "yarn"]
     assert "no plan for yarn: yarn refused for the test" in report.extension_note
-    assert "yarn refused for the test" in "\n".join(render_report(report))
+    assert "yarn refused for the test" in "\n".join(render_report(report, width=1000))
