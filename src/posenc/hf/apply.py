@@ -102,19 +102,7 @@ def apply(
         >>> apply(model, rotary="exact")  # doctest: +SKIP
         >>> apply(model, encoding="alibi", layers=range(0, 32, 2))  # doctest: +SKIP
     """
-    _check_model(model)
-    _check_choice("rotary", rotary, ROTARY)
-    _check_choice("kernel", kernel, KERNELS)
-    _check_choice("attention", attention, (NAME, None))
-    if encoding is not None and not isinstance(encoding, (str, dict, Encoding)):
-        raise TypeError(
-            "encoding must be a name, a dict with 'name', an Encoding or None, got "
-            f"{type(encoding).__name__}"
-        )
-    if layers is not None and encoding is None:
-        raise ValueError("layers choose where encoding replaces RoPE: give encoding too")
-    if getattr(model, _STATE, None) is not None:
-        raise ValueError("model is patched already: posenc.hf.undo(model) first")
+    _check_arguments(model, rotary, kernel, attention, encoding, layers)
     state = _Applied()
     try:
         if rotary == "exact":
@@ -126,7 +114,7 @@ def apply(
         for module in chosen:
             new = layer_encoding(module, encoding)
             if new.kind == "rotary" and table is None:
-                table = model_table(model, state.rotary)
+                table = model_table(model)
             state.hooks.append(swap(module, new, table))
             if new.kind == "bias":
                 setattr(module, ENCODING, new.to(next(module.parameters()).device))
@@ -155,6 +143,25 @@ def undo(model: Any) -> Any:
     _restore(model, getattr(model, _STATE))
     delattr(model, _STATE)
     return model
+
+
+def _check_arguments(
+    model: Any, rotary: Any, kernel: Any, attention: Any, encoding: Any, layers: Any
+) -> None:
+    """Raise, naming the argument, unless :func:`apply` can take these."""
+    _check_model(model)
+    _check_choice("rotary", rotary, ROTARY)
+    _check_choice("kernel", kernel, KERNELS)
+    _check_choice("attention", attention, (NAME, None))
+    if encoding is not None and not isinstance(encoding, (str, dict, Encoding)):
+        raise TypeError(
+            "encoding must be a name, a dict with 'name', an Encoding or None, got "
+            f"{type(encoding).__name__}"
+        )
+    if layers is not None and encoding is None:
+        raise ValueError("layers choose where encoding replaces RoPE: give encoding too")
+    if getattr(model, _STATE, None) is not None:
+        raise ValueError("model is patched already: posenc.hf.undo(model) first")
 
 
 def _check_model(model: Any) -> None:

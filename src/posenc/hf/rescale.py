@@ -82,8 +82,8 @@ def rescaled_rope(
     new["factor"] = float(current["factor"]) * factor
     new.pop("type", None)
     new["rope_type"] = scaling
-    checked = {k: v for k, v in new.items() if k not in ("mrope_section", "mrope_interleaved")}
-    checked = {k: v for k, v in checked.items() if k not in ("rope_theta", "partial_rotary_factor")}
+    not_scaling = ("mrope_section", "mrope_interleaved", "rope_theta", "partial_rotary_factor")
+    checked = {k: v for k, v in new.items() if k not in not_scaling}
     if scaling == "dynamic" and "original_max_position_embeddings" not in checked:
         checked["original_max_position_embeddings"] = get("max_position_embeddings")
     parse_scaling(checked)  # strict: unknown keys and bad values raise, naming them

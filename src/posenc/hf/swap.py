@@ -66,16 +66,15 @@ def layer_encoding(module: Any, spec: Any) -> Encoding:
     return encoding
 
 
-def model_table(model: Any, replaced: list[tuple[nn.Module, str, nn.Module]]) -> ModelTable:
-    """The form and RoPE of ``model``'s own rotary tables (its text model's first rotary
-    embedding, the original where ``replaced`` by :func:`posenc.hf.apply`)."""
-    originals = {id(parent): original for parent, _, original in replaced}
+def model_table(model: Any) -> ModelTable:
+    """The form and RoPE of ``model``'s own rotary tables: those of its text model's first
+    rotary embedding, fitted here unless :func:`posenc.hf.apply` made it exact already."""
     text = model.config.get_text_config()
     for name, module in model.named_modules():
         if type(module).__name__.endswith("RotaryEmbedding") and name:
-            parent = model.get_submodule(name.rpartition(".")[0])
-            own = originals.get(id(parent), module)
-            exact = ExactRotaryEmbedding.fit(own, getattr(own, "config", text))
+            exact = module
+            if not isinstance(module, ExactRotaryEmbedding):
+                exact = ExactRotaryEmbedding.fit(module, getattr(module, "config", text))
             forms = set(exact.forms.values())
             if len(forms) != 1:
                 raise ValueError(f"the model's rotary tables come in several forms: {forms}")

@@ -195,18 +195,27 @@ def figure(measured: Rows) -> Any:
     return fig
 
 
+#: the stages of each factor, in the order they run
+STAGES = ("zero-shot", "fine-tuned")
+
+
+def stage_rows(rows: list[dict[str, Any]], factor: float, stage: str) -> list[dict[str, Any]]:
+    """The rows of ``factor`` at ``stage`` that ran (one per scaling)."""
+    return [
+        r
+        for r in rows
+        if r.get("factor") == factor and r.get("stage") == stage and r["mean"] is not None
+    ]
+
+
 def summary(measured: Rows) -> list[str]:
     """Per factor and stage, the best scaling and how it compares with no scaling."""
     rows, metric = measured.metric()
     out = []
     for factor in sorted({r["factor"] for r in rows if "factor" in r}):
         parts = []
-        for stage in ("zero-shot", "fine-tuned"):
-            here = [
-                r
-                for r in rows
-                if r.get("factor") == factor and r.get("stage") == stage and r["mean"] is not None
-            ]
+        for stage in STAGES:
+            here = stage_rows(rows, factor, stage)
             if not here:
                 continue
             best = min(here, key=lambda r: r["mean"])

@@ -86,12 +86,8 @@ def _context_extension(measurements: Sequence[Mapping[str, Any]]) -> str | None:
     if not factors:
         return None
     factor, best = factors[-1], {}
-    for stage in ("zero-shot", "fine-tuned"):
-        here = [
-            r
-            for r in rows
-            if r.get("factor") == factor and r.get("stage") == stage and r["mean"] is not None
-        ]
+    for stage in context_extension.STAGES:
+        here = context_extension.stage_rows(rows, factor, stage)
         if here:
             best[stage] = min(here, key=lambda r: r["mean"])["scaling"]
     if not best:

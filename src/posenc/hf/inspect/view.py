@@ -125,38 +125,37 @@ def _wrapped(lines: list[str], width: int) -> list[str]:
 
 
 def _extension_lines(r: CheckpointReport) -> list[str]:
-    """The extension plans of the report's target, one line each, and what applies them."""
-    lines = []
-    if r.target is not None:
-        lines.append(f"extension to {r.target} tokens:")
-        for plan in r.extensions:
-            u, name = plan.updates, "rope_parameters"
-            params = u[name]
-            if isinstance(params.get(FULL), dict):  # per layer type: the one scaled
-                name, params = f"{name}[{FULL!r}]", params[FULL]
-            dynamic = params.get("rope_type") == "dynamic"
-            lines.append(
-                f"    {plan.method} (factor {plan.factor:g}): {name}={{{_params(params)}}}; "
-                f"max_position_embeddings={u['max_position_embeddings']}"
-                + (" (transformers' dynamic NTK starts past it)" if dynamic else "")
-            )
-            if plan.note:
-                lines.append(f"        {plan.note}")
-        if r.extension_windows:
-            lines.append(f"    windows: {r.extension_windows}")
-        if r.extension_note:
-            lines.append(f"    {r.extension_note}")
-        if r.extensions and r.extend_refusal:
-            lines.append(f"    extend_context refuses this model: {r.extend_refusal}")
-        elif r.extensions:
-            methods = [p.method for p in r.extensions]
-            times = f"{r.extensions[0].factor:g}"
-            if len(methods) == 1:
-                call = f"posenc.hf.extend_context(model, {methods[0]!r}, {times})"
-            else:
-                call = f"posenc.hf.extend_context(model, METHOD, {times}), METHOD one of "
-                call += ", ".join(repr(m) for m in methods)
-            lines.append(f"    apply: {call}")
+    """The extension plans of the report's target (given), one line each, and what applies
+    them."""
+    lines = [f"extension to {r.target} tokens:"]
+    for plan in r.extensions:
+        u, name = plan.updates, "rope_parameters"
+        params = u[name]
+        if isinstance(params.get(FULL), dict):  # per layer type: the one scaled
+            name, params = f"{name}[{FULL!r}]", params[FULL]
+        dynamic = params.get("rope_type") == "dynamic"
+        lines.append(
+            f"    {plan.method} (factor {plan.factor:g}): {name}={{{_params(params)}}}; "
+            f"max_position_embeddings={u['max_position_embeddings']}"
+            + (" (transformers' dynamic NTK starts past it)" if dynamic else "")
+        )
+        if plan.note:
+            lines.append(f"        {plan.note}")
+    if r.extension_windows:
+        lines.append(f"    windows: {r.extension_windows}")
+    if r.extension_note:
+        lines.append(f"    {r.extension_note}")
+    if r.extensions and r.extend_refusal:
+        lines.append(f"    extend_context refuses this model: {r.extend_refusal}")
+    elif r.extensions:
+        methods = [p.method for p in r.extensions]
+        times = f"{r.extensions[0].factor:g}"
+        if len(methods) == 1:
+            call = f"posenc.hf.extend_context(model, {methods[0]!r}, {times})"
+        else:
+            call = f"posenc.hf.extend_context(model, METHOD, {times}), METHOD one of "
+            call += ", ".join(repr(m) for m in methods)
+        lines.append(f"    apply: {call}")
     return lines
 
 
