@@ -47,7 +47,6 @@ NOT_RUN = {
     "posenc arena run all --preset full --device cuda --bf16 --out runs/full-gpu": (
         "needs a GPU and hours (tests/arena/test_device.py runs --bf16 on the CPU, tiny)"
     ),
-    "posenc arena run all --preset full --out runs/full --resume": "resumes the full run",
     "posenc arena run extrapolation --preset standard --encodings nope rope alibi p_rope fope "
     "pope fox cope": "24 models of the standard preset, about 15 minutes; docs/results/research/",
     "posenc arena run layer-plans --preset standard": (
@@ -57,8 +56,6 @@ NOT_RUN = {
     "--positions randomized --positions pose": (
         "42 task models of the standard preset, about 25 minutes; docs/results/samplers/"
     ),
-    "posenc arena report runs/full --figures docs/images": "needs the full run's directory",
-    "posenc arena compare runs/a runs/b": "needs two finished runs (arena.md runs compare)",
     "posenc bench --size small": (
         "about 10 minutes on two cores (tests/bench/test_bench.py runs tiny)"
     ),

@@ -51,7 +51,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "posenc"
 FACADE = "posenc"
 
 #: bottom to top; a module belongs to the first layer with a prefix that names it or a
-#: package above it. Keep in step with the README's architecture section.
+#: package above it. Keep in step with docs/architecture.md (and the README's summary of it).
 LAYERS: dict[str, tuple[str, ...]] = {
     # when values are read on the host, and the checks of arguments: below everything
     "runtime": ("host_reads", "arguments"),
@@ -236,7 +236,9 @@ def cycles(edges: list[Import]) -> list[list[Import]]:
 
 def test_every_module_has_a_layer():
     missing = [m for m in source_modules() if layer_of(m) is None]
-    assert not missing, f"modules in no layer (add them to LAYERS and the README): {missing}"
+    assert not missing, (
+        f"modules in no layer (add them to LAYERS and docs/architecture.md): {missing}"
+    )
 
 
 def test_the_tools_are_ordered_by_who_uses_whom():
@@ -261,8 +263,8 @@ def test_no_import_cycles():
     assert not loops, "modules that import each other:\n" + text
 
 
-#: The README's architecture rule: no module is over this many lines of code (a package
-#: splits by concept instead; its docstrings and comments do not count)...
+#: The architecture rule (docs/architecture.md): no module is over this many lines of code
+#: (a package splits by concept instead; its docstrings and comments do not count)...
 MAX_LINES = 300
 #: ...and no function over this many, its docstring and comments left out (the code should
 #: read in one screen; the arguments and shapes are read once, apart from it)
@@ -480,7 +482,7 @@ def test_named_modules_reads_full_and_relative_names():
 
 def test_tests_mirror_the_packages():
     """Every package of ``src/posenc`` has its test folder, ``tests/<package>/`` (nested
-    packages may share their parent's), as the README says."""
+    packages may share their parent's), as docs/architecture.md says."""
     tests = SRC.parents[1] / "tests"
     packages = [p.parent.relative_to(SRC) for p in SRC.glob("*/__init__.py")]
     missing = [str(p) for p in packages if not (tests / p).is_dir()]

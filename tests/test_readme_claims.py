@@ -1,10 +1,12 @@
-"""The README's measured claims come from the published run (``docs/results/standard/``):
-every number it quotes about extrapolation is recomputed here from ``results.json`` through
-the arena's own reader, and its extrapolation table is the arena's rendering of that run,
-so a new run or an edit that leaves the README behind fails."""
+"""The measured claims of the README and of the arena's page come from the published run
+(``docs/results/standard/``): every number they quote about extrapolation is recomputed here
+from ``results.json`` through the arena's own reader, and the page's tables are the arena's
+rendering of that run, so a new run or an edit that leaves either behind fails. The README's
+shape is held here too: short, the quick start on its first screen, a link to every page."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -15,12 +17,19 @@ from posenc.arena.reporting.panels import table
 ROOT = Path(__file__).parents[1]
 RUN = ROOT / "docs" / "results" / "standard"
 README = ROOT / "README.md"
+ARENA = ROOT / "docs" / "arena.md"
+COMMAND = ROOT / "docs" / "command.md"
+
+
+def collapsed(path: Path) -> str:
+    """``path``'s text with its whitespace collapsed (claims wrap across lines)."""
+    return " ".join(path.read_text().split())
 
 
 @pytest.fixture(scope="module")
 def text() -> str:
-    """The README with its whitespace collapsed (claims wrap across lines)."""
-    return " ".join(README.read_text().split())
+    """The arena page, where the run's tables and what it says are."""
+    return collapsed(ARENA)
 
 
 @pytest.fixture(scope="module")
@@ -34,10 +43,10 @@ def run() -> dict:
 
 
 def test_the_extrapolation_table_is_the_runs():
-    """Each row of the README's table is a row of the arena's table of the run."""
+    """Each row of the page's table is a row of the arena's table of the run."""
     results = read_measurements(RUN).results
     rendered = {line.strip() for line in table(results, "extrapolation", 140).splitlines()}
-    block = README.read_text().split("```\n  encoding           64 (L)", 1)[1].split("```", 1)[0]
+    block = ARENA.read_text().split("```\n  encoding           64 (L)", 1)[1].split("```", 1)[0]
     rows = [line.strip() for line in block.splitlines()[1:] if line.strip()]
     assert len(rows) == 10 and all(row in rendered for row in rows), rows
 
@@ -55,15 +64,21 @@ def test_the_extrapolation_claims_are_the_runs(text, run):
         f"sinusoidal goes {ratio('sinusoidal', '.2g')}",
         f"KERPLE ({run['kerple'][1]:.2f}) is ahead of ALiBi ({run['alibi'][1]:.2f})",
         f"({run['rope'][0]:.2f} and {run['xpos'][0]:.2f}, not separated)",
-        # the command-line section's guide bullet
-        f"plain RoPE at {ratio('rope', '.2g')} its perplexity at 16L against ALiBi's "
-        f"{ratio('alibi')}",
     ]
     missing = [claim for claim in claims if claim not in text]
     assert not missing, missing
+    # the README restates the first of them, and the guide's reading is in the README and
+    # on the command's page
+    guide = f"plain RoPE at {ratio('rope', '.2g')} its perplexity at 16L against ALiBi's " + (
+        ratio("alibi")
+    )
+    readme = [claims[0], claims[1], claims[2], claims[3], claims[4], guide]
+    missing = [claim for claim in readme if claim not in collapsed(README)]
+    assert not missing, missing
+    assert guide in collapsed(COMMAND)
 
 
-#: the README's other measured claims, each beside the phrase of the run's own "what this
+#: the page's other measured claims, each beside the phrase of the run's own "what this
 #: run says" (:func:`~posenc.arena.reporting.summary.summary`, computed from its numbers)
 #: that it restates: a new published run changes the second, and the pair fails
 RESTATED = [
@@ -102,10 +117,10 @@ def test_the_other_claims_restate_the_runs_summary(text, readme, run_says):
 
 
 def test_the_retrieval_table_is_the_runs():
-    """The README's retrieval means at 8 pairs, query-last: the arena's table's means over
+    """The page's retrieval means at 8 pairs, query-last: the arena's table's means over
     gold positions, each within the rounding of its two decimals."""
     rows, _ = read_measurements(RUN).rows("lost-in-the-middle")
-    block = README.read_text().split("```\n  encoding     mode          8 pairs", 1)[1]
+    block = ARENA.read_text().split("```\n  encoding     mode          8 pairs", 1)[1]
     lines = [line.split() for line in block.split("```", 1)[0].splitlines()[1:] if line.strip()]
     assert len(lines) == 7
     for name, mode, mean, *_ in lines:
@@ -116,3 +131,27 @@ def test_the_retrieval_table_is_the_runs():
         ]
         assert here, (name, mode)
         assert abs(sum(here) / len(here) - float(mean)) <= 0.005 + 1e-9, (name, mode, mean)
+
+
+#: the README is the first screen of the project: at most this many lines
+README_LINES = 250
+
+
+def test_the_readme_is_short_and_starts_with_the_quick_start():
+    lines = README.read_text().splitlines()
+    assert len(lines) <= README_LINES, len(lines)
+    headings = [line for line in lines if line.startswith("## ")]
+    assert headings[:2] == ["## Two commands", "## Quick start"], headings
+    assert lines.index("## Quick start") < 40  # on the first screen
+
+
+def test_the_readme_links_every_docs_page_and_every_link_resolves():
+    readme = README.read_text()
+    links = set(re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme))
+    missing = sorted(link for link in links if not (ROOT / link).exists())
+    assert not missing, missing
+    pages = {f"docs/{page.name}" for page in (ROOT / "docs").glob("*.md")}
+    assert pages - links == set(), pages - links
+    # what a new user looks for first
+    for name in ("posenc.KVCache", "posenc.attention", "posenc.hf.apply", "extend_context"):
+        assert name in readme, name

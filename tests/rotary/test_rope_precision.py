@@ -1,4 +1,4 @@
-"""How far posenc's RoPE and transformers' are from exact, as the README states: posenc's
+"""How far posenc's RoPE and transformers' are from exact, as the README and docs/tour.md state: posenc's
 angles are float64 reduced mod 2π, so its rotation stays within a few float32 roundings of
 a float64 reference at any position; transformers' angles are a float32 product, whose
 error grows with the position (transformers#29496)."""
@@ -40,7 +40,7 @@ def test_posenc_stays_exact_where_transformers_drifts(length):
     # float32: cos and sin rounded once, the pair's two products and their sum, each a
     # rounding of at most 2^-24 of |x1 cos| + |x2 sin| <= 2 max|x|
     assert (ours.double() - reference).abs().max() < 8 * 2**-24 * 2 * x.abs().max()
-    # the README's numbers: 1.3e-4 at 1,024 positions, 6.4e-4 at 4,096 (a float32 angle
+    # docs/tour.md's numbers: 1.3e-4 at 1,024 positions, 6.4e-4 at 4,096 (a float32 angle
     # of position p is off by up to p · 2^-24 radians)
     drift = (theirs.double() - reference).abs().max().item()
     assert length * 2**-24 < drift < length * 2**-24 * 2 * x.abs().max() * 8
