@@ -1,7 +1,7 @@
-"""How far posenc's RoPE and transformers' are from exact, as the README and docs/tour.md state: posenc's
-angles are float64 reduced mod 2π, so its rotation stays within a few float32 roundings of
-a float64 reference at any position; transformers' angles are a float32 product, whose
-error grows with the position (transformers#29496)."""
+"""How far posenc's RoPE and transformers' are from exact, as the README and docs/tour.md
+state: posenc's angles are float64 reduced mod 2π, so its rotation stays within a few float32
+roundings of a float64 reference at any position; transformers' angles are a float32
+product, whose error grows with the position (transformers#29496)."""
 
 from __future__ import annotations
 
