@@ -3,7 +3,9 @@ anchor of every page resolves, each encoding has its page and its figures.
 
 The fast build sets ``POSENC_DOCS_FIGURES=0`` (the hook writes a blank placeholder for each
 figure, so the links are still checked); the slow one draws every figure as ``make docs``
-does and checks the files are real PNGs.
+does and checks the files are real PNGs. The fast site is also rendered by headless Chromium
+at 1280 px: nothing on a page is wider than its text column (code blocks scroll inside
+themselves, an encoding's formula wraps).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from posenc.plot import PLOTS
 ROOT = Path(__file__).resolve().parents[1]
 HOOK = ROOT / "docs" / "_hooks" / "posenc_docs.py"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+CHROMIUM = "/usr/bin/chromium"
 
 pytest.importorskip("mkdocs")
 pytest.importorskip("material")
@@ -190,10 +193,95 @@ def _check_site(site: Path) -> None:
     assert re.search(r"<h1[^>]*>Encodings", (site / "encodings" / "index.html").read_text())
 
 
-def test_site_builds_strict_with_no_broken_links(tmp_path):
-    result = build(tmp_path / "site", figures=False)
+@pytest.fixture(scope="module")
+def fast_site(tmp_path_factory):
+    """The site built once for the module, without figures: its folder."""
+    site = tmp_path_factory.mktemp("fast") / "site"
+    result = build(site, figures=False)
     assert result.returncode == 0, result.stderr
-    _check_site(tmp_path / "site")
+    return site
+
+
+def test_site_builds_strict_with_no_broken_links(fast_site):
+    _check_site(fast_site)
+
+
+# ---------------------------------------------------------------- the site, rendered
+
+#: For one rendered page: how far its text column (Material's ``.md-content``) overflows (its
+#: content wider than the column: a code block that does not scroll inside itself, a table
+#: or image that widens the column), the page past the window, and the formula blocks whose
+#: lines do not fit (an encoding page's formula wraps; it is read whole, not scrolled).
+MEASURE_PAGE = """() => {
+    const column = document.querySelector(".md-content");
+    const root = document.documentElement;
+    const formulas = Array.from(document.querySelectorAll(".posenc-formula code"));
+    return {
+        column: column.scrollWidth - column.clientWidth,
+        page: root.scrollWidth - window.innerWidth,
+        formulas: formulas.length,
+        unfit: formulas.filter(c => c.scrollWidth > c.clientWidth).length,
+    };
+}"""
+
+
+def wider_than_the_column(page, url: str, html: str = "", css: str = "") -> tuple[list[str], int]:
+    """What on page ``url``, rendered by the Playwright ``page`` at its viewport, is wider
+    than the text column, and how many formula blocks the page has; ``html`` is added at the
+    end of the article and ``css`` to the page first (the check of this check)."""
+    page.goto(url, wait_until="load")
+    if html:
+        page.eval_on_selector(
+            "article", "(a, html) => a.insertAdjacentHTML('beforeend', html)", html
+        )
+    if css:
+        page.add_style_tag(content=css)
+    width = page.evaluate(MEASURE_PAGE)
+    found = [f"{key} {width[key]}" for key in ("column", "page") if width[key] > 0]
+    if width["unfit"]:
+        found.append(f"{width['unfit']} formula(s) do not fit")
+    return found, width["formulas"]
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed")
+def test_no_page_is_wider_than_its_text_column_at_1280px(fast_site):
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    # Material's pages (not the arena's own reports under results/, tests/arena renders them)
+    pages = [p for p in sorted(fast_site.rglob("*.html")) if 'class="md-content"' in p.read_text()]
+    assert len(pages) > len(posenc.available()) + 10
+    long_line = "x = 1  " * 60  # 420 characters, wider than any column
+    code = f'<div class="highlight"><pre><code>{long_line}</code></pre></div>'
+    formula = f'<div class="posenc-formula highlight"><pre><code>{long_line}</code></pre></div>'
+    rope = (fast_site / "encodings" / "rope.html").as_uri()
+    args = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=args)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            wide, formulas = {}, {}
+            for path in pages:
+                found, formulas[path.relative_to(fast_site)] = wider_than_the_column(
+                    page, path.as_uri()
+                )
+                if found:
+                    wide[str(path.relative_to(fast_site))] = found
+            # a long line scrolls inside its code block and wraps inside a formula; the check
+            # sees a code block that does not scroll and a formula that does not wrap
+            fits = wider_than_the_column(page, rope, code + formula)
+            spills = wider_than_the_column(
+                page, rope, code, ".md-typeset pre > code {overflow: visible}"
+            )
+            unwrapped = wider_than_the_column(
+                page, rope, formula, ".md-typeset .posenc-formula code {white-space: pre}"
+            )
+        finally:
+            browser.close()
+    assert wide == {}
+    for name in posenc.available():  # the formula of each encoding is a block that wraps
+        assert formulas[Path("encodings", f"{name}.html")] == 1, name
+    assert fits[0] == []
+    assert spills[0] and spills[0][0].startswith("column ")
+    assert unwrapped[0] == ["1 formula(s) do not fit"]
 
 
 @pytest.mark.slow

@@ -156,7 +156,8 @@ def encoding_page(name: str) -> str:
         f"| `{info.kind}` | {yes_no(info.trainable)} | {yes_no(info.relative)} "
         f"| {yes_no(info.extrapolates)} | `{cls.size_key}` |"
     )
-    lines += ["", "## Formula", "", "```text", info.formula.strip(), "```", ""]
+    # a class of its own: docs/stylesheets/extra.css wraps it inside the text column
+    lines += ["", "## Formula", "", "```{.text .posenc-formula}", info.formula.strip(), "```", ""]
     lines += ["## Configuration", "", "| key | type | default | meaning |", "|---|---|---|---|"]
     for key in describe.config_keys(name):
         lines.append(
