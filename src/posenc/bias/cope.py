@@ -11,13 +11,12 @@ import torch
 from torch import nn
 
 from ..base import BiasConfig, BiasEncoding, ScoreBias
-from ..base.encoding import check_float_tensor
 from ..config import check_float, check_int
 from ..functional.cope import cope_bias, cope_positions
 from ..functional.dtypes import math_dtype
 from ..positions import causal_mask
 from ..registry import register
-from .inputs import check_bias_inputs
+from .inputs import check_bias_inputs, check_keys_fit, check_scored_inputs
 
 __all__ = ["CoPE"]
 
@@ -127,22 +126,6 @@ class CoPE(ScoreBias, BiasEncoding):
         """
         return cope_bias(q, self.table, cope_positions(scores, allowed))
 
-    def _check(self, name: str, t: torch.Tensor | None, heads: int | None) -> torch.Tensor:
-        if t is None:
-            raise TypeError(
-                f"cope's bias depends on the queries and keys: pass {name}=[batch, heads, "
-                "len, head_dim]"
-            )
-        check_float_tensor(name, t)
-        if t.dim() != 4 or t.shape[-1] != self.head_dim or heads not in (None, t.shape[1]):
-            raise ValueError(
-                f"{name} must be [batch, heads, len, head_dim] with head_dim={self.head_dim}"
-                + ("" if heads is None else f" and heads={heads}")
-                + f", got shape {tuple(t.shape)}"
-            )
-        self._check_device(name, t)
-        return t
-
     def bias(
         self,
         q_positions: torch.Tensor,
@@ -159,19 +142,10 @@ class CoPE(ScoreBias, BiasEncoding):
             positions ``[len]`` or ``[batch, len]``, q ``[batch, n_heads, q_len, head_dim]``,
             k ``[batch, kv_heads, k_len, head_dim]`` -> ``[batch, n_heads, q_len, k_len]``.
         """
-        q = self._check("q", q, self.n_heads)
-        k = self._check("k", k, None)
+        q, k = check_scored_inputs(self, q, k, self.head_dim)
         check_bias_inputs(self, q_positions, k_positions, q, scale)
         q_positions, k_positions = self._check_pair(q_positions, k_positions, q)
-        if (
-            k.shape[0] != q.shape[0]
-            or k.shape[2] != k_positions.shape[-1]
-            or q.shape[1] % k.shape[1]
-        ):
-            raise ValueError(
-                f"k must be [batch, kv_heads, k_len, head_dim] with q's batch, kv_heads "
-                f"dividing q's heads and k_len the keys' positions, got shape {tuple(k.shape)}"
-            )
+        check_keys_fit(q, k, k_positions)
         scale = 1.0 / math.sqrt(self.head_dim) if scale is None else scale
         dtype = math_dtype(q.dtype, self.table.dtype)
         keys = k.to(dtype).repeat_interleave(q.shape[1] // k.shape[1], dim=1)

@@ -1,16 +1,21 @@
 """The checks of what ``bias(q_positions, k_positions, q, scale)`` takes, shared by the bias
 encodings that override it (CoPE, FIRE, FoX, Shaw): both positions given, ``q`` a tensor
 or None, ``scale`` a number or None, also where an encoding does not read ``q`` or
-``scale``. Python facts only (no tensor is read), so they cost nothing beside the bias.
+``scale``; and the queries and keys of the encodings that read their scores (CoPE's bias,
+stick-breaking's weights). Python facts only (no tensor is read), so they cost nothing
+beside the bias.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..base import BiasEncoding
+import torch
 
-__all__ = ["check_bias_inputs"]
+from ..base import BiasEncoding
+from ..base.encoding import check_float_tensor
+
+__all__ = ["check_bias_inputs", "check_keys_fit", "check_scored_inputs"]
 
 
 def check_bias_inputs(
@@ -30,3 +35,44 @@ def check_bias_inputs(
                 "[heads, q_len, k_len] for the lengths of the positions it is given"
             )
     encoding._check_query(q, scale)
+
+
+def check_scored_inputs(
+    encoding: BiasEncoding, q: Any, k: Any, head_dim: int | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``q`` ``[batch, n_heads, q_len, head_dim]`` and ``k`` ``[batch, kv_heads, k_len,
+    head_dim]`` of an encoding that reads their scores: floating-point tensors on the
+    encoding's device, with ``head_dim`` the encoding's (None: any, the same for both).
+    Raises ``TypeError``/``ValueError`` naming the argument."""
+    q = _scored(encoding, "q", q, encoding.n_heads, head_dim)
+    return q, _scored(encoding, "k", k, None, q.shape[-1])
+
+
+def check_keys_fit(q: torch.Tensor, k: torch.Tensor, k_positions: torch.Tensor) -> None:
+    """``k`` has ``q``'s batch, ``kv_heads`` dividing ``q``'s heads and one key per
+    position of ``k_positions``; else a ``ValueError`` naming ``k``."""
+    if k.shape[0] != q.shape[0] or k.shape[2] != k_positions.shape[-1] or q.shape[1] % k.shape[1]:
+        raise ValueError(
+            f"k must be [batch, kv_heads, k_len, head_dim] with q's batch, kv_heads "
+            f"dividing q's heads and k_len the keys' positions, got shape {tuple(k.shape)}"
+        )
+
+
+def _scored(
+    encoding: BiasEncoding, name: str, t: Any, heads: int | None, head_dim: int | None
+) -> torch.Tensor:
+    if t is None:
+        raise TypeError(
+            f"{encoding.info.name} reads the scores of the queries and keys: pass {name}="
+            "[batch, heads, len, head_dim]"
+        )
+    check_float_tensor(name, t)
+    if t.dim() != 4 or head_dim not in (None, t.shape[-1]) or heads not in (None, t.shape[1]):
+        raise ValueError(
+            f"{name} must be [batch, heads, len, head_dim]"
+            + ("" if head_dim is None else f" with head_dim={head_dim}")
+            + ("" if heads is None else f" and heads={heads}")
+            + f", got shape {tuple(t.shape)}"
+        )
+    encoding._check_device(name, t)
+    return t
