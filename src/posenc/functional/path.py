@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 from .dtypes import math_dtype
 
-__all__ = ["PATH_BLOCK", "path_scores", "path_transforms"]
+__all__ = ["PATH_BLOCK", "path_nonfinite", "path_scores", "path_transforms"]
 
 #: the tokens per block of :func:`path_scores`
 PATH_BLOCK = 64
@@ -137,6 +137,23 @@ def path_scores(
     # [m, n, b, kv_h, g, c, c] -> [b, kv_h, g, m, c, n, c] -> [b, h, mc, nc]
     out = out.view(m, n, b, kv_h, g, c, c).permute(2, 3, 4, 0, 5, 1, 6).reshape(b, h, m * c, n * c)
     return out[:, :, m * c - q_len :, n * c - k_len :]
+
+
+def path_nonfinite(q: torch.Tensor, k: torch.Tensor, transforms: torch.Tensor) -> torch.Tensor:
+    """Where a score of :func:`path_scores` reads a value that is not finite: its query
+    ``q_i``, its key ``k_j`` or a transform between them, ``a_t`` with ``j < t <= i`` (the
+    queries are the last ``q_len`` of the keys' tokens). Arguments as :func:`path_scores`.
+
+    Shapes:
+        -> ``[b, h, q_len, k_len]`` bool (the entries of keys after their query included).
+    """
+    group, k_len, q_len = q.shape[1] // k.shape[1], k.shape[2], q.shape[2]
+    bad_q = ~torch.isfinite(q).all(-1)  # [b, h, q_len]
+    bad_k = (~torch.isfinite(k).all(-1)).repeat_interleave(group, dim=1)  # [b, h, k_len]
+    # the non-finite transforms up to and with each token, [b, h, k_len]
+    count = (~torch.isfinite(transforms).all(-1)).cumsum(-1).repeat_interleave(group, dim=1)
+    between = count[..., k_len - q_len :, None] > count[..., None, :]  # some t in (j, i]
+    return bad_q[..., None] | bad_k[..., None, :] | between
 
 
 def _unit_lower_inverse(strict: torch.Tensor) -> torch.Tensor:
