@@ -7,7 +7,7 @@ derived from its roundings, and gradients by ``gradcheck``."""
 import pytest
 import torch
 
-from posenc.functional.path import PATH_BLOCK, path_scores, path_transforms
+from posenc.functional.path import PATH_BLOCK, path_nonfinite, path_scores, path_transforms
 
 
 def transform_matrices(x, weight, beta_weight, beta_bias):
@@ -175,3 +175,20 @@ def test_root_beta_keeps_a_finite_gradient_where_the_gate_underflows():
     a.sum().backward()
     assert torch.isfinite(a).all() and torch.isfinite(bias.grad).all()
     assert (bias.grad >= 0).all()
+
+
+def test_nonfinite_marks_the_scores_that_read_a_bad_value():
+    """A NaN query marks its row, a NaN key its column, a NaN transform of token 3 the
+    scores of queries at 3 and after with keys before 3 (the transform lies between)."""
+    q, k, a = torch.randn(1, 2, 4, 2), torch.randn(1, 1, 6, 2), torch.randn(1, 1, 6, 2)
+    q[0, 1, 0] = float("nan")  # head 1, query 0 (token 2)
+    k[0, 0, 1] = float("inf")
+    a[0, 0, 3] = float("nan")
+    got = path_nonfinite(q, k, a)  # queries are tokens 2 .. 5
+    want = torch.zeros(1, 2, 4, 6, dtype=torch.bool)
+    want[0, 1, 0] = True
+    want[..., 1] = True
+    for row, i in enumerate(range(2, 6)):
+        if i >= 3:
+            want[0, :, row, :3] = True
+    assert torch.equal(got, want)
