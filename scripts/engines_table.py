@@ -13,6 +13,7 @@ comparison cannot rot.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +34,9 @@ GGUF = ROOT / "tests" / "engines" / "data" / "gguf.json"
 #: the llama-cpp-python whose vendored llama.cpp make test-engines unpacks (Makefile)
 LLAMA_CPP_PYTHON = "0.3.36"
 PAGE = ROOT / "docs" / "engines.md"
+#: the page's tables one row per engine, whatever the terminal's width (render_rows stacks a
+#: row under its engine where the columns do not fit: in the docs the block scrolls instead)
+TABLE_COLUMNS = "200"
 BEGIN, END = "<!-- conform-table: begin -->", "<!-- conform-table: end -->"
 
 
@@ -65,6 +69,7 @@ def main() -> int:
         engines = {"transformers": ENGINES["transformers"], "vllm": live, "llama.cpp": llama}
         rows = conform(config, engines=engines)
         recorded["configs"][name] = answers  # type: ignore[index]
+        os.environ["COLUMNS"] = TABLE_COLUMNS
         sections.append(f"`{name}`:\n\n```text\n{render_rows(rows)}\n```\n")
     gguf["families"] = {name: gguf_metadata(make_family(name)) for name in sorted(FAMILIES)}
     RECORDED.parent.mkdir(parents=True, exist_ok=True)
