@@ -123,17 +123,16 @@ def path_scores(
     out = queries.new_zeros(m, n, b, kv_h, g * c, c)  # [query block, key block, .., i, j]
     rows = torch.arange(m, device=q.device)
     out[rows, rows + n - m] = local.masked_fill(~rows_lower, 0.0)
+    # transposed once, so that a run of blocks is a contiguous batch: [n, b, kv_h, d, c]
+    a_t, keys_t = a.transpose(-1, -2).contiguous(), carried_keys.transpose(-1, -2).contiguous()
     for step in range(1, n):  # key blocks `step` before each query's
         first = max(0, step - (n - m))  # the query blocks with a key block that far back
         if first >= m:
             break
         carried = carried[first - (m - carried.shape[0]) :]
         span = slice(n - m + first - step, n - step)
-        a_k = a[span]
-        out[rows[first:], rows[first:] + n - m - step] = carried @ carried_keys[span].transpose(
-            -1, -2
-        )
-        carried = carried - ((carried @ a_k.transpose(-1, -2)) @ ut[span]) @ a_k
+        out[rows[first:], rows[first:] + n - m - step] = carried @ keys_t[span]
+        carried = carried - ((carried @ a_t[span]) @ ut[span]) @ a[span]
     # [m, n, b, kv_h, g, c, c] -> [b, kv_h, g, m, c, n, c] -> [b, h, mc, nc]
     out = out.view(m, n, b, kv_h, g, c, c).permute(2, 3, 4, 0, 5, 1, 6).reshape(b, h, m * c, n * c)
     return out[:, :, m * c - q_len :, n * c - k_len :]
