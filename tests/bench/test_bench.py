@@ -369,6 +369,26 @@ def test_cpu_info_reads_x86_and_arm_flags():
     assert cpu_info("Features\t: fp asimd sve\n")[1] == ["asimd", "sve"]
 
 
+def test_cpu_caches_read_sysfs_and_the_report_names_them(tmp_path):
+    """A Sapphire-Rapids-like core (48K L1d, 2M L2, 105M L3) as sysfs lays it out; an entry
+    that cannot be read, or of an unknown type, is skipped; no folder: no caches."""
+    from posenc.bench.markdown import _machine
+    from posenc.system import cpu_caches
+
+    entries = [(1, "Data", "48K"), (1, "Instruction", "32K"), (2, "Unified", "2048K"),
+               (3, "Unified", "107520K"), (4, "Trace", "1K")]  # fmt: skip
+    for i, (level, kind, size) in enumerate(entries):
+        (tmp_path / f"index{i}").mkdir()
+        for name, value in (("level", level), ("type", kind), ("size", size)):
+            (tmp_path / f"index{i}" / name).write_text(f"{value}\n")
+    (tmp_path / "index9").mkdir()  # no files in it
+    caches = cpu_caches(tmp_path)
+    assert caches == {"L1d": 48 << 10, "L1i": 32 << 10, "L2": 2 << 20, "L3": 105 << 20}
+    assert cpu_caches(tmp_path / "missing") == {}
+    record = machine() | {"cpu_caches": caches, "cores": 2}
+    assert "2 cores (L1d 48 KiB, L1i 32 KiB, L2 2 MiB, L3 105 MiB)" in _machine(record)
+
+
 def test_suite_refuses_unknown_sizes_and_cases():
     with pytest.raises(ValueError, match="size must be one of"):
         suite.run(size="huge")

@@ -4,7 +4,8 @@ A ratio to the floor does not carry from one machine to another (ALiBi once meas
 at 2.2x the floor on one x86 machine and 1.25-1.5x on another), so every result file says
 where it was measured: the CPU model and the instruction-set flags that change which
 kernels ATen picks, ATen's own choice (``torch.backends.cpu.get_cpu_capability()``, which
-``ATEN_CPU_CAPABILITY`` can lower), the cores and torch's threads, and the versions.
+``ATEN_CPU_CAPABILITY`` can lower), the cores, their caches and torch's threads, and the
+versions.
 
 Example:
     >>> record = machine()
@@ -22,7 +23,7 @@ from typing import Any
 
 import torch
 
-from ..system import FLAGS, cpu_info
+from ..system import FLAGS, cpu_caches, cpu_info
 
 __all__ = ["FIELDS", "FLAGS", "cpu_info", "cpu_slug", "machine"]
 
@@ -32,6 +33,7 @@ FIELDS = (
     "cpu_capability",
     "aten_cpu_capability_env",
     "cores",
+    "cpu_caches",
     "torch_threads",
     "torch",
     "python",
@@ -60,6 +62,7 @@ def machine(date: datetime.date | None = None) -> dict[str, Any]:
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "aten_cpu_capability_env": os.environ.get("ATEN_CPU_CAPABILITY"),
         "cores": os.cpu_count(),
+        "cpu_caches": cpu_caches(),
         "torch_threads": torch.get_num_threads(),
         "torch": str(torch.__version__),
         "python": platform.python_version(),

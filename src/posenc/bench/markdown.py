@@ -210,11 +210,18 @@ def _skips(records: Sequence[Mapping[str, Any]]) -> list[str]:
 def _machine(m: Mapping[str, Any]) -> str:
     env = m.get("aten_cpu_capability_env")
     capability = m["cpu_capability"] + (f" (ATEN_CPU_CAPABILITY={env})" if env else "")
+    caches = ", ".join(f"{name} {_size(size)}" for name, size in m.get("cpu_caches", {}).items())
     return (
         f"{m['cpu_model']}; flags {', '.join(m['cpu_flags']) or 'none of note'}; ATen "
-        f"{capability}; {m['cores']} cores, {m['torch_threads']} torch threads; torch "
-        f"{m['torch']}, Python {m['python']}; {m['date']}"
+        f"{capability}; {m['cores']} cores{f' ({caches})' if caches else ''}, "
+        f"{m['torch_threads']} torch threads; torch {m['torch']}, Python {m['python']}; "
+        f"{m['date']}"
     )
+
+
+def _size(size: int) -> str:
+    """Bytes as KiB or MiB, whichever is whole (a cache's size)."""
+    return f"{size >> 20} MiB" if size >= 1 << 20 and not size % (1 << 20) else f"{size >> 10} KiB"
 
 
 def report(result: Mapping[str, Any]) -> str:
