@@ -11,6 +11,9 @@ from hypothesis import settings
 # xdist worker, each importing torch (seconds of two busy cores), for the few kernels a
 # test compiles. Set before torch's inductor reads its configuration.
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+# every measured choice at its default (posenc.calibration): no test times anything, and a
+# result does not depend on a timing; tests/test_calibration.py turns it on where it tests it
+os.environ["POSENC_CALIBRATE"] = "0"
 
 import torch
 

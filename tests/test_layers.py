@@ -53,17 +53,18 @@ FACADE = "posenc"
 #: bottom to top; a module belongs to the first layer with a prefix that names it or a
 #: package above it. Keep in step with docs/architecture.md (and the README's summary of it).
 LAYERS: dict[str, tuple[str, ...]] = {
-    # when values are read on the host, and the checks of arguments: below everything
-    "runtime": ("host_reads", "arguments"),
+    # when values are read on the host, the checks of arguments, the machine (its record
+    # and the choices measured on it): below everything
+    "runtime": ("host_reads", "arguments", "system", "calibration"),
     "math": ("functional",),
     "core": ("registry", "config", "base", "positions", "encoding_info", "builder"),
     "encodings": ("additive", "rotary", "bias", "nope", "composite"),
     "attention": ("attn",),
     "models": ("models",),
     # the tools, each sub-layer using only those below it: what every tool shares (the
-    # terminal's tables, docstrings read for people, the machine record), then the tools
+    # terminal's tables, docstrings read for people), then the tools
     # from the measurements up to the commands that run them all
-    "tools.base": ("terminal", "docstrings", "describe", "system"),
+    "tools.base": ("terminal", "docstrings", "describe"),
     "tools.bench": ("bench",),
     "tools.plot": ("plot",),
     "tools.hf": ("hf",),  # draws its report with plot; arena may read checkpoints with it

@@ -389,6 +389,20 @@ def test_cpu_caches_read_sysfs_and_the_report_names_them(tmp_path):
     assert "2 cores (L1d 48 KiB, L1i 32 KiB, L2 2 MiB, L3 105 MiB)" in _machine(record)
 
 
+def test_the_report_names_what_was_calibrated():
+    """A result records the choices measured on the machine (posenc.calibration) and its
+    report says them; the suite runs with calibration off (tests/conftest.py): none."""
+    from posenc.bench.markdown import _calibration
+
+    result = suite.run(size="tiny", cases=["rope"], repeat=1)
+    assert result["calibration"] == {}
+    line = _calibration({"distance_block/L1024/d64/float32": 256})
+    assert line == [
+        "Calibrated on this machine (posenc.calibration): distance_block/L1024/d64/float32 = 256.",
+        "",
+    ]
+
+
 def test_suite_refuses_unknown_sizes_and_cases():
     with pytest.raises(ValueError, match="size must be one of"):
         suite.run(size="huge")

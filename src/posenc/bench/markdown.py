@@ -219,6 +219,15 @@ def _machine(m: Mapping[str, Any]) -> str:
     )
 
 
+def _calibration(chosen: Mapping[str, int]) -> list[str]:
+    """The lines naming what was measured on this machine before the timings
+    (:mod:`posenc.calibration`), if anything was."""
+    if not chosen:
+        return []
+    choices = ", ".join(f"{key} = {value}" for key, value in chosen.items())
+    return [f"Calibrated on this machine (posenc.calibration): {choices}.", ""]
+
+
 def _size(size: int) -> str:
     """Bytes as KiB or MiB, whichever is whole (a cache's size)."""
     return f"{size >> 20} MiB" if size >= 1 << 20 and not size % (1 << 20) else f"{size >> 10} KiB"
@@ -236,6 +245,7 @@ def report(result: Mapping[str, Any]) -> str:
         "",
         f"Peers: {peers}.",
         "",
+        *_calibration(result.get("calibration", {})),
         "Each cell: median over interleaved rounds (implementations in turns, after warm-up) "
         "and its ratio to the row's floor from the same run; quartiles and extremes are in "
         "the JSON.",

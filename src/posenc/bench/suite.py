@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .. import calibration
 from . import (
     bias_attention,
     compiled,
@@ -237,6 +238,7 @@ def run(
         result["cases"][case] = RUNNERS[case](**kwargs, **given)
         result["seconds"][case] = time.perf_counter() - start
         result["presets"][case] = kwargs | {name: list(value) for name, value in given.items()}
+    result["calibration"] = calibration.chosen()  # the block sizes measured on this machine
     return result
 
 

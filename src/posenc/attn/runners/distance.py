@@ -17,18 +17,22 @@ The backward (FlashAttention-2, Dao 2023, arXiv:2307.08691, Algorithm 2, in
 :func:`~posenc.attn.kernels.flash_blocks.flash_backward`) runs in the same reversed order, and the
 gradient of ``w`` sums each anti-diagonal of the score gradients, read as the columns of a
 skewed view (:class:`DistanceGrad`). Measured against plain causal SDPA: docs/design-notes.md,
-"Shift-invariant biases from their distances".
+"Shift-invariant biases from their distances". The block of queries per call is measured
+on the machine (:func:`tuned_block`): the fastest differs between CPUs.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.autograd.function import once_differentiable
 
+from ... import calibration
 from ...base import BiasEncoding, LinearSlopes
 from ...functional.dtypes import math_dtype
 from ..kernels.flash_blocks import BLOCK as BACKWARD_BLOCK
@@ -94,8 +98,7 @@ def distance_attention(
         scale: the score scale (the bias is added after it).
         causal: each block sees the keys up to its last query only (the ``-inf`` values
             mask the rest).
-        block: queries per kernel call; default
-            :func:`~posenc.attn.kernels.flash_blocks.block_size`.
+        block: queries per kernel call; default :func:`tuned_block`.
         spread: how far below the value at distance 0 any value may lie, where known
             without reading them (:func:`linear_spread`), else None; a spread well short of
             what :func:`negligible` flushes skips it (it would flush nothing).
@@ -105,7 +108,7 @@ def distance_attention(
         float32 (float64 for float64 inputs).
     """
     n = q.shape[2]
-    block = block_size(n) if block is None else block
+    block = tuned_block(q) if block is None else block
     k, v = check_blockwise(q, k, v, causal, block)
     if k.shape[2] != n or values.shape != (q.shape[1], 2 * n - 1):
         raise ValueError(
@@ -121,6 +124,55 @@ def distance_attention(
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, values)):
         return _DistanceFlash.apply(*args)
     return _forward(*args)[0]  # no backward: no autograd node to build
+
+
+#: the block sizes :func:`tuned_block` tries
+CANDIDATES = (64, 128, 256, 512)
+#: the lengths it measures at: the power of two from the queries', within these (shorter
+#: calls take the default: a block or a few; longer ones the longest's choice, whose
+#: timing already takes about a second)
+PROBE_MIN, PROBE_MAX = 512, 4096
+#: the heads of the measured call (its batch is 1): a model's few, where a block must fill
+#: the cores
+PROBE_HEADS = 8
+
+
+def tuned_block(q: torch.Tensor) -> int:
+    """Queries per kernel call for ``q``'s length and head size on this machine: the fastest
+    of :data:`CANDIDATES` for a causal call of a flat bias at the probe length, measured once
+    per machine (:func:`posenc.calibration.choose`, kept on disk), else the default
+    :func:`~posenc.attn.kernels.flash_blocks.block_size`. The call's result is the same
+    whatever the block, to rounding: each row's softmax runs over its own keys.
+
+    Shapes:
+        q ``[batch, heads, L, head_dim]``
+    """
+    n, d = q.shape[2], q.shape[3]
+    if q.device.type != "cpu" or n < PROBE_MIN:
+        return block_size(n)
+    probe = min(PROBE_MAX, 1 << (n - 1).bit_length())
+    key = f"distance_block/L{probe}/d{d}/{str(q.dtype).removeprefix('torch.')}"
+
+    def measure(block: int) -> float:
+        x = torch.randn(1, PROBE_HEADS, probe, d, generator=torch.Generator().manual_seed(0))
+        x = x.to(q.dtype)
+        values = torch.zeros(PROBE_HEADS, 2 * probe - 1, dtype=math_dtype(q.dtype))
+        values[:, probe:] = float("-inf")  # causal: no key after its query
+        return best_time(lambda: _forward(x, x, x, values, d**-0.5, True, block))
+
+    fits = [c for c in CANDIDATES if c <= probe // 2]
+    return calibration.choose(key, fits, block_size(probe), measure)
+
+
+def best_time(run: Callable[[], object], rounds: int = 3) -> float:
+    """The fastest of ``rounds`` timings of ``run()`` after one warm-up, in seconds."""
+    run()
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return min(times)
 
 
 def negligible(

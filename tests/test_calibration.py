@@ -1,0 +1,98 @@
+"""posenc.calibration: a choice is measured once per machine and kept (in memory and in a
+file named by what a timing depends on), the default unless another candidate is faster by
+the margin, and nothing is measured with calibration off; the distance runner's block size
+is one such choice, its result the same at any block."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from posenc import calibration
+from posenc.attn.runners import distance
+
+
+@pytest.fixture
+def calibrating(tmp_path, monkeypatch):
+    """Calibration on, its files in a scratch folder, nothing kept from another test."""
+    monkeypatch.setenv("POSENC_CALIBRATE", "1")
+    monkeypatch.setenv("POSENC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(calibration, "_chosen", {})
+    return tmp_path
+
+
+def timer(times):
+    """A ``measure`` that returns ``times[candidate]`` and records what it was asked."""
+    asked = []
+
+    def measure(candidate):
+        asked.append(candidate)
+        return times[candidate]
+
+    return measure, asked
+
+
+def test_the_fastest_is_chosen_kept_and_written(calibrating):
+    measure, asked = timer({64: 1.0, 128: 0.5, 256: 0.8})
+    assert calibration.choose("k", [128, 256], 64, measure) == 128
+    assert sorted(asked) == [64, 128, 256]
+    assert calibration.choose("k", [128, 256], 64, measure) == 128  # in memory
+    assert len(asked) == 3
+    path = calibration.cache_path()
+    assert path.parent == calibrating and json.loads(path.read_text()) == {"k": 128}
+    calibration._chosen.clear()  # a new process: read from the file, not measured
+    assert calibration.choose("k", [128, 256], 64, measure) == 128 and len(asked) == 3
+
+
+def test_the_default_stays_unless_another_is_faster_by_the_margin(calibrating):
+    close = 1.0 - calibration.MARGIN / 2  # within the margin: noise
+    measure, _ = timer({64: 1.0, 128: close})
+    assert calibration.choose("a", [128], 64, measure) == 64
+    measure, _ = timer({64: 1.0, 128: 1.0 - 2 * calibration.MARGIN})
+    assert calibration.choose("b", [128], 64, measure) == 128
+
+
+def test_off_means_the_default_and_nothing_measured(calibrating, monkeypatch):
+    monkeypatch.setenv("POSENC_CALIBRATE", "0")
+    measure, asked = timer({64: 1.0, 128: 0.1})
+    assert calibration.choose("k", [128], 64, measure) == 64 and asked == []
+    assert not list(calibrating.iterdir())
+
+
+def test_a_file_that_is_not_this_format_is_measured_again(calibrating):
+    path = calibration.cache_path()
+    path.write_text("{not json")
+    measure, asked = timer({64: 1.0, 128: 0.5})
+    assert calibration.choose("k", [128], 64, measure) == 128 and asked
+    # a kept value that is no longer a candidate is measured again too
+    path.write_text(json.dumps({"j": 999}))
+    calibration._chosen.clear()
+    assert calibration.choose("j", [128], 64, measure) == 128
+
+
+def test_the_file_names_the_machine_facts(calibrating, monkeypatch):
+    first = calibration.cache_path()
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 977)
+    assert calibration.cache_path() != first  # another thread count: another file
+
+
+def test_the_distance_block_is_measured_once_and_changes_no_result(calibrating, monkeypatch):
+    """A causal T5-like call of 512 queries: the block is one of the candidates, measured
+    once at the probe length; the output equals the default block's to rounding."""
+    asked = []
+    real = distance.best_time
+    monkeypatch.setattr(distance, "best_time", lambda run: asked.append(run) or real(run, 1))
+    q, k, v = torch.randn(3, 1, 2, 512, 16).unbind()
+    values = torch.randn(2, 2 * 512 - 1)
+    values[:, 512:] = float("-inf")
+    out = distance.distance_attention(q, k, v, values, 0.25, True)
+    block = distance.tuned_block(q)
+    assert block in (64, 128, 256) and len(asked) == 3  # up to half the probe; 64 the default
+    kept = json.loads(calibration.cache_path().read_text())
+    assert kept == {"distance_block/L512/d16/float32": block}
+    fixed = distance.distance_attention(q, k, v, values, 0.25, True, block=64)
+    # the same softmax over the same keys, another kernel call per block: rounding
+    assert_close(out, fixed, atol=1e-5, rtol=1e-5)
