@@ -22,9 +22,9 @@ rank, size, batch, device); huge or tiny finite configuration values (``MAX_FLOA
 ``MAX_INT``); bad factory keywords; and each entry point's own arguments (``scale``,
 ``temperature``, ``normalize``, token ids, caches, Hugging Face config keys).
 
-The matrix (kept true by :func:`test_matrix_size_is_recorded`): 2707 cases: 1394 expect a
-ValueError, 489 a TypeError, 824 a correct result. By family: dtype 826, positions 687,
-input 213, config 723, attention 75, model 69, hf 36, positions.grid 9, positions.multimodal
+The matrix (kept true by :func:`test_matrix_size_is_recorded`): 2765 cases: 1424 expect a
+ValueError, 500 a TypeError, 841 a correct result. By family: dtype 840, positions 700,
+input 224, config 739, attention 79, model 69, hf 36, positions.grid 9, positions.multimodal
 20, compose 10, other 9, cache 28, positions.tmrope 2.
 """
 
@@ -44,7 +44,7 @@ import torch
 from torch.testing import assert_close
 
 import posenc
-from posenc.base import InputBias, ScoreBias
+from posenc.base import InputBias, InputTransforms, ScoreBias
 from posenc.config import MAX_POSITION
 from posenc.hf import extend_context, rope_from_hf_config
 from posenc.models import TransformerLM
@@ -59,6 +59,7 @@ P = torch.tensor([103, 100, 105, 101, 104, 102])
 EXTRA_CONFIG: dict[str, dict[str, Any]] = {
     "shaw": {"head_dim": 4},
     "fox": {"dim": SIZE},
+    "path": {"dim": SIZE, "head_dim": 4},
     "pope": {"n_heads": HEADS},
     "cope": {"head_dim": 4},
     "sincos_2d": {"grid": (SEQ // GRID_W, GRID_W)},
@@ -125,6 +126,10 @@ def bias_inputs(enc: posenc.Encoding, q_len: int = SEQ, k_len: int | None = None
         return {}
     if isinstance(enc, InputBias):
         return {"x": X[:, : q_len if k_len is None else k_len]}
+    if isinstance(enc, InputTransforms):  # PaTH: the queries, the keys and the layer input
+        k_len = q_len if k_len is None else k_len
+        q = gen(BATCH, SIZE, q_len, 4, seed=3)
+        return {"q": q, "k": gen(BATCH, SIZE, k_len, 4, seed=4), "x": X[:, :k_len]}
     if not enc.needs_q:
         return {}
     q = gen(BATCH, SIZE, q_len, enc.config.head_dim, seed=3)
@@ -180,7 +185,7 @@ def entry_points(enc: posenc.Encoding) -> dict[str, Callable[..., Any]]:
             p.device if isinstance(p, torch.Tensor) else None,
         ),
     }
-    if isinstance(enc, (InputBias, ScoreBias)):  # FoX, CoPE: no score_mod can compute them
+    if isinstance(enc, (InputBias, ScoreBias, InputTransforms)):  # FoX, CoPE, PaTH: no score_mod
         del points["score_mod"]
     return points
 
@@ -501,6 +506,21 @@ def input_cases() -> None:
                         match,
                     )
                 continue
+            if isinstance(enc, InputTransforms):  # PaTH: its keys and input, and no score_mod
+                for label, given, exc, match in (
+                    ("k_missing", {"k": None}, TypeError, "pass k="),
+                    ("x_missing", {"x": None}, TypeError, "pass x="),
+                    ("x_dim", {"x": gen(BATCH, SEQ, SIZE + 1)}, ValueError, r"x must be \[batch"),
+                ):
+                    raises(
+                        f"{base}/{label}",
+                        functools.partial(
+                            lambda enc, kw: enc.bias(P, P, **kw), enc, {**q, **given}
+                        ),
+                        exc,
+                        match,
+                    )
+                continue
             for offset, exc in ((-1, ValueError), (1.5, TypeError)):
                 raises(
                     f"{base}/q_offset_{offset}",
@@ -660,11 +680,14 @@ def attention_cases() -> None:
             "shaw": {"head_dim": SIZE},
             "cope": {"head_dim": SIZE},
             "fox": {"dim": SIZE},
+            "path": {"dim": SIZE, "head_dim": SIZE},
             "pope": {"n_heads": HEADS},
         }
         extra = extra.get(name, {})
         built = posenc.create(name, **size, **extra)
         clock = {"bias": built.clock(X)} if isinstance(built, InputBias) else {}
+        if isinstance(built, InputTransforms):  # PaTH: its transforms of the layer input
+            clock = {"bias": built.transforms(X)}
         ref = functools.partial(
             lambda e, c: posenc.attention(Q, K, v, encoding=e, q_positions=P, k_positions=P, **c),
             built,

@@ -31,7 +31,7 @@ from torch import nn
 from torch.testing import assert_close
 
 import posenc
-from posenc.base import InputBias, ScoreBias
+from posenc.base import InputBias, InputTransforms, ScoreBias
 from posenc.models import TransformerLM
 
 NAMES = posenc.available()
@@ -50,6 +50,7 @@ GRID3 = (SEQ // (2 * GRID_W), 2, GRID_W)
 EXTRA_CONFIG: dict[str, dict[str, Any]] = {
     "shaw": {"head_dim": 4},
     "fox": {"dim": 5},
+    "path": {"dim": 5, "head_dim": 4},
     "pope": {"n_heads": HEADS},
     # its vectors start at zero (the paper's): drawn, so that every check sees the bias
     "cope": {"head_dim": 4, "init_std": 1.0},
@@ -125,6 +126,11 @@ def fixed_q(enc: posenc.Encoding, device: str = "cpu") -> dict[str, torch.Tensor
     generator = torch.Generator().manual_seed(0)
     if isinstance(enc, InputBias):
         return {"x": torch.randn(BATCH, SEQ, enc.config.dim, generator=generator).to(device)}
+    if isinstance(enc, InputTransforms):  # PaTH: the queries, the keys and the layer input
+        shape = (BATCH, SIZE, SEQ, enc.config.head_dim)
+        q, k = torch.randn(shape, generator=generator), torch.randn(shape, generator=generator)
+        x = torch.randn(BATCH, SEQ, enc.config.dim, generator=generator)
+        return {"q": q.to(device), "k": k.to(device), "x": x.to(device)}
     q = torch.randn(BATCH, SIZE, SEQ, enc.config.head_dim, generator=generator)
     if isinstance(enc, ScoreBias):  # CoPE counts with the scores of q and k
         k = torch.randn(BATCH, SIZE, SEQ, enc.config.head_dim, generator=generator)

@@ -2,13 +2,15 @@
 
 A model knows its ``dim``, ``head_dim`` and ``n_heads``; an encoding needs one of them (the
 size key of its kind: ``dim`` additive, ``head_dim`` rotary, ``n_heads`` bias) and sometimes
-another (Shaw's relative bias also needs ``head_dim``). :func:`build` hands each encoding the
+another (Shaw's relative bias also needs ``head_dim``; PaTH's transforms, one per key head,
+take the model's ``kv_heads`` where it has them). :func:`build` hands each encoding the
 sizes it uses, so a model can take any encoding, given by name, by dict or as an instance,
 without knowing which keys that encoding needs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,9 +22,12 @@ __all__ = ["build"]
 
 
 def _sizes_wanted(cls: type[Encoding], sizes: Mapping[str, Any]) -> list[str]:
-    """The sizes a model fills in: the kind's size key, and any other size the encoding
-    requires (Shaw's ``head_dim``)."""
+    """The sizes a model fills in: the kind's size key, any other size the encoding
+    requires (Shaw's ``head_dim``), and the key heads where its configuration has them
+    (PaTH's ``kv_heads``)."""
+    fields = {f.name for f in dataclasses.fields(cls.Config)}
     wanted = {cls.size_key} | (set(cls.Config.required_keys()) & set(sizes))
+    wanted |= {"kv_heads"} & fields & set(sizes)
     return sorted(k for k in wanted if k is not None and k in sizes)
 
 
@@ -32,6 +37,7 @@ def build(
     dim: int | None = None,
     head_dim: int | None = None,
     n_heads: int | None = None,
+    kv_heads: int | None = None,
     **config: Any,
 ) -> Encoding:
     """The encoding ``spec`` (a name, a dict with a ``"name"`` key, or an instance), built for
@@ -48,6 +54,8 @@ def build(
         dim: the model's embedding size (additive encodings).
         head_dim: the size of one attention head (rotary encodings; Shaw).
         n_heads: the number of query heads (bias encodings).
+        kv_heads: the number of key/value heads (an encoding with one transform per key
+            head: PaTH).
         config: more configuration keys of the encoding (not with an instance).
 
     Returns:
@@ -60,7 +68,12 @@ def build(
     """
     sizes = {
         key: value
-        for key, value in (("dim", dim), ("head_dim", head_dim), ("n_heads", n_heads))
+        for key, value in (
+            ("dim", dim),
+            ("head_dim", head_dim),
+            ("n_heads", n_heads),
+            ("kv_heads", kv_heads),
+        )
         if value is not None
     }
     for key, value in sizes.items():  # checked even where the encoding does not use it

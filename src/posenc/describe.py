@@ -22,7 +22,7 @@ import dataclasses
 from typing import Any
 
 from . import registry
-from .base import InputBias
+from .base import InputBias, InputTransforms
 from .docstrings import plain, section
 
 __all__ = ["ConfigKey", "attribute_docs", "config_keys", "example"]
@@ -214,6 +214,10 @@ def example(name: str) -> str:
             x = f"x = torch.randn({BATCH}, {SEQ}, {DIM})"
             lines.append(f"{x}  # [batch, seq, dim]: the layer's input")
             where += ", bias=enc.clock(x)"
+        elif issubclass(cls, InputTransforms):  # PaTH: transforms of the layer input
+            x = f"x = torch.randn({BATCH}, {SEQ}, {DIM})"
+            lines.append(f"{x}  # [batch, seq, dim]: the layer's input")
+            where += ", bias=enc.transforms(x)"
         lines.append(f"out = posenc.attention(q, k, v, encoding=enc, causal=True{where})")
         lines.append(f"print(out.shape)  # torch.Size([{heads}])")
     else:

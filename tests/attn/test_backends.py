@@ -18,7 +18,7 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 from torch.testing import assert_close
 
 import posenc
-from posenc.base import BiasEncoding, InputBias, RelativeTables, ScoreBias
+from posenc.base import BiasEncoding, ReadsInput, RelativeTables, ScoreBias
 
 EPS = torch.finfo(torch.float32).eps
 HEADS, HEAD_DIM = 4, 16
@@ -124,13 +124,14 @@ def case(request) -> Case:
 
 
 def test_every_bias_encoding_has_a_case():
-    """Every bias of positions; FoX's reads the layer's input and CoPE's the scores: their
-    backends, masks and gradients are tested in tests/bias/test_fox.py and test_cope.py."""
+    """Every bias of positions; FoX's and PaTH's read the layer's input and CoPE's the
+    scores: their backends, masks and gradients are tested in tests/bias/test_fox.py,
+    test_path.py and test_cope.py."""
     bias = {
         name
         for name in posenc.available()
         if posenc.info(name).kind == "bias"
-        and not issubclass(posenc.registry.get(name), InputBias)
+        and not issubclass(posenc.registry.get(name), ReadsInput)
         and not issubclass(posenc.registry.get(name), ScoreBias)
     }
     covered = {type(case.make()).info.name for case in CASES.values()}

@@ -14,6 +14,7 @@ from posenc.attn import masks as masks_module
 from posenc.attn import planner as plan_module
 from posenc.attn.planner import AttnShape, plan_bias, shares_table
 from posenc.attn.runners.flex import flex_available
+from posenc.base import InputTransforms
 from posenc.models import TransformerLM
 
 CPU = torch.device("cpu")
@@ -182,10 +183,12 @@ def test_cuda_runs_flex_with_no_cpu_only_runner(name, masked):
     """The planner's CUDA row: over 512 keys a bias encoding runs flex attention's
     score_mod/mask_mod, never a runner written for the CPU (shaw, distance, rows, linear,
     flash). The exceptions, by what the encodings declare: CoPE's gates depend on q·k
-    (the ``scores`` runner), and FIRE trains on the materialised table (the test above)."""
+    (the ``scores`` runner), PaTH's scores pass through transforms (``path``), and FIRE
+    trains on the materialised table (the test above)."""
     from posenc.positions import AttnPositions
 
     extra = {"head_dim": 64} if name in ("shaw", "cope") else {}
+    extra = {"head_dim": 64, "dim": 16} if name == "path" else extra
     enc = posenc.create(name, n_heads=8, **extra)
     shape = AttnShape(1, 8, 8, 512, 512, 64)
     positions = AttnPositions.build(512, 512, 1, CPU)
@@ -198,6 +201,8 @@ def test_cuda_runs_flex_with_no_cpu_only_runner(name, masked):
             expected = "scores" if name == "cope" else "flex"
             if name == "fire" and grad:
                 expected = "sdpa"
+            if isinstance(enc, InputTransforms):  # PaTH: its scores through the transforms
+                expected = "path"
             assert runner == expected, (name, masked, grad, runner)
 
 

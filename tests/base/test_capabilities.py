@@ -10,6 +10,7 @@ import posenc
 from posenc.base import (
     BiasEncoding,
     InputBias,
+    InputTransforms,
     InvariantBelow,
     LinearSlopes,
     RelativeTables,
@@ -18,7 +19,15 @@ from posenc.base import (
 )
 from posenc.base.capabilities import invariant_below
 
-PROTOCOLS = (ShiftInvariant, InvariantBelow, LinearSlopes, RelativeTables, InputBias, ScoreBias)
+PROTOCOLS = (
+    ShiftInvariant,
+    InvariantBelow,
+    LinearSlopes,
+    RelativeTables,
+    InputBias,
+    ScoreBias,
+    InputTransforms,
+)
 #: what each registered bias encoding declares, read off its paper's form of the bias
 DECLARED = {
     "alibi": {ShiftInvariant, LinearSlopes},
@@ -28,6 +37,7 @@ DECLARED = {
     "shaw": {RelativeTables},
     "fox": {InputBias},
     "cope": {ScoreBias},
+    "path": {InputTransforms},
 }
 
 
@@ -48,7 +58,7 @@ def test_invariant_below_reads_the_declarations():
 
 
 def test_the_protocols_state_what_an_encoding_must_give():
-    class Half(LinearSlopes, RelativeTables, InputBias, ScoreBias, InvariantBelow):
+    class Half(LinearSlopes, RelativeTables, InputBias, ScoreBias, InvariantBelow, InputTransforms):
         pass
 
     half = Half()
@@ -60,6 +70,7 @@ def test_the_protocols_state_what_an_encoding_must_give():
         lambda: half.clock(torch.zeros(1, 2, 4)),
         lambda: half.score_bias(torch.zeros(1), torch.zeros(1), None),
         lambda: half.invariant_below(),
+        lambda: half.transforms(torch.zeros(1, 2, 4)),
     ]
     for call in calls:
         with pytest.raises(NotImplementedError):

@@ -9,7 +9,12 @@ import torch
 import posenc
 
 BIAS = [n for n in posenc.available() if posenc.registry.get(n).kind == "bias"]
-EXTRA = {"shaw": {"head_dim": 8}, "cope": {"head_dim": 8}, "fox": {"dim": 8}}
+EXTRA = {
+    "shaw": {"head_dim": 8},
+    "cope": {"head_dim": 8},
+    "fox": {"dim": 8},
+    "path": {"dim": 8, "head_dim": 8},
+}
 
 
 @pytest.mark.parametrize("name", BIAS)

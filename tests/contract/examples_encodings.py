@@ -46,6 +46,7 @@ for protocol in (
     "posenc.base.capabilities.LinearSlopes.linear_slopes",
     "posenc.base.capabilities.ScoreBias.score_bias",
     "posenc.base.capabilities.InputBias.clock",
+    "posenc.base.capabilities.InputTransforms.transforms",
     "posenc.base.capabilities.RelativeTables.value_term",
 ):
     EXEMPT[protocol] = "a capability protocol's abstract method: each encoding's own is probed"
@@ -55,6 +56,8 @@ EXEMPT["posenc.bias.cope.CoPE.score_mod"] = "always a TypeError: no score_mod co
 EXEMPT["posenc.bias.fox.Fox.bias_at"] = "always a TypeError naming what to call instead"
 EXEMPT["posenc.bias.fox.Fox.score_mod"] = "always a TypeError: FoX runs as key coordinates"
 EXEMPT["posenc.bias.shaw.Shaw.bias_at"] = "always a TypeError naming what to call instead"
+EXEMPT["posenc.bias.path.Path.bias_at"] = "always a TypeError naming what to call instead"
+EXEMPT["posenc.bias.path.Path.score_mod"] = "always a TypeError: no score_mod computes PaTH"
 
 # bias encodings: their own bias() and score_mod() at explicit positions (the base
 # classes' methods are in tests.contract.examples_core)
@@ -73,6 +76,16 @@ example("posenc.bias.fox.Fox.log_gates", lambda: call(enc("fox", dim=D).log_gate
 example(
     "posenc.bias.fox.Fox.bias",
     lambda: call(enc("fox", dim=D).bias, P, P, scale=0.5, x=gen(B, S, D)),
+)
+example(
+    "posenc.bias.path.Path.transforms",
+    lambda: call(enc("path", dim=D, head_dim=D).transforms, gen(B, S, D)),
+)
+example(
+    "posenc.bias.path.Path.bias",
+    lambda: call(
+        enc("path", dim=D, head_dim=D).bias, P, P, q=heads(1), k=heads(2), scale=0.5, x=gen(B, S, D)
+    ),
 )
 example(
     "posenc.bias.shaw.Shaw.bias",

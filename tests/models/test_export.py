@@ -56,6 +56,12 @@ FOX_QUERY_BLOCKS = (
     "min(8, seq) == 8, so the export holds for seq >= 8 only (it does with Dim(min=8))"
 )
 
+PATH_BLOCKS = (
+    "attn/runners/path.py loops over row blocks in Python (row_blocks), and "
+    "functional/path.py over blocks of 64 keys (path_scores): the length specialized to "
+    "the example's"
+)
+
 
 def dynamic_causes(name: str) -> list[str]:
     """The causes a dynamic-length export of a uniform ``name`` model meets, in order."""
@@ -66,6 +72,8 @@ def dynamic_causes(name: str) -> list[str]:
         causes.append(DCA_CHUNKS)
     if name == "fox":
         causes.append(FOX_QUERY_BLOCKS)
+    if name == "path":
+        causes.append(PATH_BLOCKS)
     return causes
 
 

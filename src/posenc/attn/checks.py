@@ -12,7 +12,7 @@ from typing import cast
 import torch
 
 from ..arguments import check_float
-from ..base import BiasEncoding, Encoding, InputBias
+from ..base import BiasEncoding, Encoding, InputBias, InputTransforms
 from ..functional.dtypes import math_dtype
 from ..host_reads import reads_values, validation_enabled
 from .masks import AttentionContext
@@ -83,15 +83,23 @@ def check_scale(scale: float | None, head_dim: int) -> float:
 
 
 def check_table(
-    table: torch.Tensor | None, encoding: Encoding | None, q: torch.Tensor, k_len: int
+    table: torch.Tensor | None,
+    encoding: Encoding | None,
+    q: torch.Tensor,
+    k_len: int,
+    kv_heads: int | None = None,
 ) -> None:
     """Raise unless ``table`` can be the precomputed bias of ``encoding`` for ``q``: its
-    ``[(batch,) heads, q_len, k_len]`` table, or the ``[batch, heads, k_len]`` clock of an
-    :class:`~posenc.base.InputBias` (FoX), which must be given."""
+    ``[(batch,) heads, q_len, k_len]`` table, the ``[batch, heads, k_len]`` clock of an
+    :class:`~posenc.base.InputBias` (FoX) or the ``[batch, kv_heads, k_len, head_dim]``
+    transforms of an :class:`~posenc.base.InputTransforms` (PaTH), which must be given."""
     if not isinstance(encoding, BiasEncoding):
         got = "None" if encoding is None else repr(encoding.info.name)
         raise ValueError(f"bias is the table of a bias encoding, but the encoding is {got}")
     name = encoding.info.name
+    if isinstance(encoding, InputTransforms):
+        _check_transforms(table, name, q, k_len, kv_heads)
+        return
     reads_input = isinstance(encoding, InputBias)
     if reads_input and table is None:
         raise ValueError(
@@ -118,6 +126,32 @@ def check_table(
         raise ValueError(
             f"bias must be [heads, q_len, k_len] = [{h}, {q_len}, {k_len}] or [batch | 1, "
             f"heads, q_len, k_len], got shape {tuple(table.shape)}"
+        )
+    if table.device != q.device:
+        raise ValueError(f"bias is on {table.device} but q is on {q.device}: move bias there")
+
+
+def _check_transforms(
+    table: torch.Tensor | None, name: str, q: torch.Tensor, k_len: int, kv_heads: int | None
+) -> None:
+    """Raise unless ``table`` is the transforms of the keys' tokens that an
+    :class:`~posenc.base.InputTransforms` encoding (PaTH) takes: ``[batch, kv_heads,
+    k_len, head_dim]``, floating point, on q's device."""
+    b, d = q.shape[0], q.shape[-1]
+    kv = q.shape[1] if kv_heads is None else kv_heads
+    if table is None:
+        raise ValueError(
+            f"{name!r}'s scores pass through transforms of the layer's input: pass "
+            f"bias={name}.transforms(x), those of the keys' tokens [batch, kv_heads, k_len, "
+            "head_dim]"
+        )
+    if not isinstance(table, torch.Tensor) or not table.is_floating_point():
+        kind = table.dtype if isinstance(table, torch.Tensor) else type(table).__name__
+        raise TypeError(f"bias must be a floating-point tensor, got {kind}")
+    if tuple(table.shape) != (b, kv, k_len, d):
+        raise ValueError(
+            f"bias must be the transforms of {name!r}, [batch, kv_heads, k_len, head_dim] = "
+            f"[{b}, {kv}, {k_len}, {d}], got shape {tuple(table.shape)}"
         )
     if table.device != q.device:
         raise ValueError(f"bias is on {table.device} but q is on {q.device}: move bias there")
@@ -169,15 +203,15 @@ def check_call(
     reads_input: bool,
 ) -> None:
     """Raise, naming the argument, unless the backend is known and the encoding of
-    ``kind`` (its heads), the bias ``table`` (FoX's clock where the encoding
-    ``reads_input``) and the sinks suit q and k; an additive encoding is refused (it acts
+    ``kind`` (its heads), the bias ``table`` (FoX's clock or PaTH's transforms where the
+    encoding ``reads_input``) and the sinks suit q and k; an additive encoding is refused (it acts
     at the input)."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
     if kind == "bias":
         check_heads(cast(BiasEncoding, encoding), q)
     if table is not None or reads_input:
-        check_table(table, encoding, q, k.shape[2])
+        check_table(table, encoding, q, k.shape[2], k.shape[1])
     check_sinks(sinks, q.shape[1], q.device)
     if kind == "additive":
         assert encoding is not None, "an additive kind is an encoding's"

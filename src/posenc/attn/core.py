@@ -17,7 +17,7 @@ from typing import cast
 
 import torch
 
-from ..base import BiasEncoding, Encoding, InputBias, RotaryEncoding
+from ..base import BiasEncoding, Encoding, ReadsInput, RotaryEncoding
 from ..config import check_bool
 from ..host_reads import batched, read
 from ..rotary.dca import DualChunkRoPE
@@ -96,7 +96,10 @@ def attention(
             (``needs_q``: Shaw). None: computed here where needed. With an encoding whose
             bias is computed from the layer's input (an :class:`~posenc.base.InputBias`:
             FoX), required: its clock of the keys' tokens, ``encoding.clock(x)``, ``[batch,
-            heads, k_len]``.
+            heads, k_len]``. With one whose scores pass through transforms of the layer's
+            input (an :class:`~posenc.base.InputTransforms`: PaTH), required too: the
+            transforms of the keys' tokens, ``encoding.transforms(x)``, ``[batch,
+            kv_heads, k_len, head_dim]``.
         context: the positions and masks of this call built once for several
             (:meth:`AttentionContext.build <posenc.attn.masks.AttentionContext.build>`
             takes the four arguments above), as a model's layers share them; then none of
@@ -137,7 +140,7 @@ def attention(
     kind = check_encoding(encoding)
     scale = check_scale(scale, q.shape[-1])  # of the input width (PoPE widens q and k)
     merged = kind == "rotary" and cast(RotaryEncoding, encoding).merges_attention
-    reads_input = isinstance(encoding, InputBias)
+    reads_input = isinstance(encoding, ReadsInput)  # FoX's clock, PaTH's transforms
     if not merged:  # dca refuses what it cannot take by name (_merged)
         check_call(encoding, kind, q, k, bias, sinks, backend, reads_input)
     if merged:  # dca: q and k turned in its own attention, per region of keys
@@ -150,7 +153,8 @@ def attention(
             raise ValueError("context is for encodings that do not rotate: rotate q and k first")
         q, k, q_positions, k_positions = _rotate(encoding, q, k, q_positions, k_positions)
     given = (q_positions, k_positions, key_padding_mask, segment_ids)
-    clock = bias if reads_input else None  # a FoX clock carries a token's NaN to later ones
+    # a FoX clock carries a token's NaN to later ones, a PaTH transform to the scores across it
+    clock = bias if reads_input else None
     context, finite = _context(q, k, v, context, given, clock, merged)
     if merged:
         dca = cast(DualChunkRoPE, encoding)

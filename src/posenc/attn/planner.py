@@ -15,6 +15,8 @@ or FoX's clock riding in extra key coordinates, :mod:`posenc.attn.forget`):
 ============  ====  ============================================================
 runner        for   where
 ============  ====  ============================================================
+``path``      bias  the scores pass through transforms of the layer's input (PaTH):
+                    by blocks of rows; causal, the queries the last of the keys
 ``scores``    bias  the bias reads each row's scores (CoPE): blockwise explicit softmax
 ``math``      FoX   inputs not finite, ``backend="math"``, softcap or sinks: the
                     forget bias materialised
@@ -74,7 +76,7 @@ from .call import PLAIN, PLAIN_TRAITS, AttnShape, Call, ScoreOptions, ScoreTrait
 from .checks import BACKENDS, check_flex
 from .forget import forget_call
 from .kernels.flash_blocks import bias_flash_available
-from .runners import RUNNERS
+from .runners import RUNNERS, path
 from .runners.flex import flex_available
 from .runners.linear import MAX_WIDTH_RATIO, SMALL_Q, linear_bias_blocks, linear_bias_runs
 
@@ -102,7 +104,7 @@ FLEX_MIN_SCORES = 256 * 256
 
 
 Runner = Literal[
-    "scores", "math", "flex", "shaw", "sdpa", "fast", "distance", "rows", "linear", "flash"
+    "path", "scores", "math", "flex", "shaw", "sdpa", "fast", "distance", "rows", "linear", "flash"
 ]
 
 
@@ -190,6 +192,10 @@ class Facts:
     def full(self, runner: Runner) -> Plan:
         """``runner`` on the materialised bias (none for plain attention)."""
         return Plan(runner, table=None if self.bias is None else "full")
+
+
+def _path(f: Facts) -> Plan | None:
+    return Plan("path") if path.path_takes(f) else None
 
 
 def _scores(f: Facts) -> Plan | None:
@@ -335,6 +341,7 @@ def _bias_sdpa(f: Facts) -> Plan | None:
 #: the rows :func:`plan` reads, top to bottom: the first that answers runs the call (the
 #: module's table says when each does)
 ROWS: tuple[Callable[[Facts], Plan | None], ...] = (
+    _path,
     _scores,
     _forget_materialised,
     _explicit,

@@ -23,8 +23,10 @@ from .additive import AdditiveConfig, AdditiveEncoding
 from .bias import BiasConfig, BiasEncoding
 from .capabilities import (
     InputBias,
+    InputTransforms,
     InvariantBelow,
     LinearSlopes,
+    ReadsInput,
     RelativeTables,
     ScoreBias,
     ShiftInvariant,
@@ -41,9 +43,11 @@ __all__ = [
     "Encoding",
     "FactoryKwargs",
     "InputBias",
+    "InputTransforms",
     "InvariantBelow",
     "LinearSlopes",
     "NoEncoding",
+    "ReadsInput",
     "RelativeTables",
     "RotaryConfig",
     "RotaryEncoding",

@@ -22,6 +22,9 @@ protocol                declares                              opens
                         of the layer's input (FoX)            (:mod:`posenc.attn.forget`)
 :class:`ScoreBias`      the bias depends on each row's        ``scores`` (the explicit
                         scores before the softmax (CoPE)      softmax by blocks of rows)
+``InputTransforms``     the scores pass through transforms    ``path`` (the scores by
+                        of the tokens between key and query,  blocks, blocks of rows)
+                        from the layer's input (PaTH)
 ======================  ====================================  ===========================
 """
 
@@ -34,8 +37,10 @@ import torch
 
 __all__ = [
     "InputBias",
+    "InputTransforms",
     "InvariantBelow",
     "LinearSlopes",
+    "ReadsInput",
     "RelativeTables",
     "ScoreBias",
     "ShiftInvariant",
@@ -96,7 +101,13 @@ class RelativeTables:
         raise NotImplementedError
 
 
-class InputBias:
+class ReadsInput:
+    """The encoding reads the layer's input (FoX's gates, PaTH's transforms): a model gives
+    each layer its own instance, since its parameters read that layer's input, and
+    computes what attention takes from it (:class:`InputBias`, :class:`InputTransforms`)."""
+
+
+class InputBias(ReadsInput):
     """The bias is ``c_i - c_j`` of a per-token, per-head clock of the layer's input
     (FoX's forget gates): attention takes the clock as ``bias=``
     (:mod:`posenc.attn.forget`), and a model gives each layer its own instance, since its
@@ -109,6 +120,21 @@ class InputBias:
         Shapes:
             x ``[batch, seq, dim]``, start ``[batch, heads, 1]`` or None ->
             ``[batch, heads, seq]``.
+        """
+        raise NotImplementedError
+
+
+class InputTransforms(ReadsInput):
+    """The score of a query and a key passes through a transform per token between them,
+    computed from the layer's input (PaTH: ``q_iᵀ H_i ··· H_{j+1} k_j``): attention takes
+    the transforms as ``bias=`` and runs them on the ``path`` runner
+    (:mod:`posenc.attn.runners.path`), causal only."""
+
+    def transforms(self, x: torch.Tensor) -> torch.Tensor:
+        """The transforms of the tokens of ``x``, one vector per token and key head.
+
+        Shapes:
+            x ``[batch, seq, dim]`` -> ``[batch, kv_heads, seq, head_dim]``.
         """
         raise NotImplementedError
 

@@ -5,7 +5,8 @@ from .cope import CoPE
 from .fire import Fire
 from .fox import Fox
 from .kerple import Kerple
+from .path import Path
 from .shaw import Shaw
 from .t5 import T5Bias
 
-__all__ = ["ALiBi", "CoPE", "Fire", "Fox", "Kerple", "Shaw", "T5Bias"]
+__all__ = ["ALiBi", "CoPE", "Fire", "Fox", "Kerple", "Path", "Shaw", "T5Bias"]

@@ -13,6 +13,8 @@ One module per concept:
   once per distinct spec;
 - :mod:`~posenc.models.blocks`: :class:`SelfAttention` (grouped-query heads) and the
   pre-norm :class:`Block`;
+- :mod:`~posenc.models.transforms`: a layer's transforms of an encoding that reads its
+  input into the scores (PaTH), cached beside their keys, in the order of the sequence;
 - :mod:`~posenc.models.calls`: a block's torch layers run as their functional ops where
   a module call would add only host time (no hooks, torch's own class);
 - :mod:`~posenc.models.init`: the standard deviations the weights start from;

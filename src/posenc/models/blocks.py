@@ -21,11 +21,12 @@ from ..attn.call import ScoreOptions
 from ..attn.checks import check_scale, zero_nonfinite
 from ..attn.core import attend
 from ..attn.planner import ScoreTraits
-from ..base import BiasEncoding, Encoding, InputBias, RotaryEncoding
+from ..base import BiasEncoding, Encoding, InputBias, InputTransforms, RotaryEncoding
 from ..config import check_int
 from ..rotary import RoPE, XPos
 from .calls import call, linear, mlp, norm
 from .spec import LayerSpec
+from .transforms import layer_transforms
 
 __all__ = ["Block", "SelfAttention", "check_layer_args"]
 
@@ -131,7 +132,8 @@ class SelfAttention(nn.Module):
             bias: a bias encoding's table, computed once per forward and shared by the
                 layers with this encoding and pattern (``bias=`` of
                 :func:`posenc.attention`), or None. An encoding that reads the layer's
-                input (FoX) gets its clock here instead (:meth:`clock`).
+                input gets its clock (FoX, :meth:`clock`) or its transforms (PaTH,
+                :func:`~posenc.models.transforms.layer_transforms`) here instead.
 
         Returns:
             ``[batch, seq, dim]``.
@@ -146,6 +148,8 @@ class SelfAttention(nn.Module):
             static, rope = cast(StaticKVCache, cache), cast(RoPE, encoding)
             pair = cast(tuple[torch.Tensor, torch.Tensor], rotation)
             q, k, v = static.update_rotated(layer, q, k, v, pair, rope.config.layout)
+        elif isinstance(encoding, InputTransforms):  # PaTH: each key's transform beside it
+            k, v, bias, context = layer_transforms(encoding, x, k, v, cache, layer, context)
         elif cache is not None:
             k, v = cache.update(layer, k, v)
         q = self.temper(q, context)

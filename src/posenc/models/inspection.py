@@ -21,7 +21,7 @@ from torch import nn
 
 from ..attn import AttentionContext
 from ..attn.runners.math import probabilities
-from ..base import BiasEncoding, Encoding, InputBias, ScoreBias
+from ..base import BiasEncoding, Encoding, InputBias, InputTransforms, ScoreBias
 from .blocks import Block, SelfAttention
 from .lm import TransformerLM
 
@@ -124,6 +124,8 @@ def layer_probabilities(
         given = {"x": x} if isinstance(enc, InputBias) else {"q": q, "scale": scale}  # FoX
         if isinstance(enc, ScoreBias):  # CoPE counts with q and k
             given["k"] = k
+        if isinstance(enc, InputTransforms):  # PaTH: q, the layer's keys and its input
+            given = {"q": q, "k": k[:, :: heads // kv_heads], "x": x, "scale": scale}
         bias = enc.bias(p.q, p.k, **given)
         scores = scores + bias.float()  # [(b,) h, s, s] broadcasts
     allowed = context.allowed(causal, attn.pattern)

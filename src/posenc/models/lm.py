@@ -135,7 +135,9 @@ class TransformerLM(nn.Module):
         self.n_heads, self.n_kv_heads, self.causal = n_heads, n_kv_heads, causal
         self.head_dim = dim // n_heads
         self.plan = resolve_plan(encoding, plan, n_layers)
-        routing = build_routing(self.plan, dim=dim, head_dim=self.head_dim, n_heads=n_heads)
+        routing = build_routing(
+            self.plan, dim=dim, head_dim=self.head_dim, n_heads=n_heads, kv_heads=n_kv_heads
+        )
         self.encoding, *others = routing.encodings
         self.extra_encodings = nn.ModuleList(others)
         self._layer_encoding, self._input_encoding = routing.layers, routing.input

@@ -5,10 +5,10 @@ resolved from the model's arguments, and its encodings built once each.
 :class:`~posenc.models.plan.LayerPlan`. :func:`build_routing` builds the plan's encodings
 for the model's sizes, once per distinct spec: layers whose specs are equal (or build to the
 same class and configuration) share one instance, as T5 shares its relative bias, so one
-forward computes one rotation or bias table for all of them. An encoding whose bias reads
-the layer's input (:class:`~posenc.base.InputBias`: FoX's forget gates) is built once per
-layer that names it, as the paper's gates are per layer (an instance given in several layers
-stays shared).
+forward computes one rotation or bias table for all of them. An encoding that reads the
+layer's input (:class:`~posenc.base.ReadsInput`: FoX's forget gates, PaTH's transforms) is
+built once per layer that names it, as the papers' gates and transforms are per layer (an
+instance given in several layers stays shared).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..base import Encoding, InputBias
+from ..base import Encoding, ReadsInput
 from ..builder import build
 from .plan import LayerPlan
 from .spec import EncodingSpec, LayerSpec, at_layer, describe_encoding
@@ -106,7 +106,7 @@ class _Built:
         for known, j in self.seen:
             if known is spec and instance:
                 return j  # the same instance, as given
-            own = isinstance(self.encodings[j], InputBias)  # one per layer (FoX)
+            own = isinstance(self.encodings[j], ReadsInput)  # one per layer (FoX, PaTH)
             if not instance and not own and not self.given[j] and _equal(known, spec):
                 return j
         try:
@@ -120,7 +120,7 @@ class _Built:
                 "1-D encoding (posenc.available() lists them)"
             )
         j = len(self.encodings)
-        if not instance and not isinstance(enc, InputBias):
+        if not instance and not isinstance(enc, ReadsInput):
             j = next(
                 (
                     i

@@ -23,7 +23,7 @@ import torch
 from ..attn import AttentionContext, KVCache
 from ..attn.planner import PLAIN_TRAITS, AttnShape, ScoreTraits, plan, shares_table
 from ..attn.static_cache import StaticKVCache
-from ..base import BiasEncoding, Encoding, InputBias, RotaryEncoding
+from ..base import BiasEncoding, Encoding, ReadsInput, RotaryEncoding
 from ..host_reads import checked
 from ..positions import arange, document_starts, from_padding, from_segments, query_offset
 from .inputs import check_mask, check_masks
@@ -333,8 +333,8 @@ def shared_bias(
         True
     """
     traits = PLAIN_TRAITS if traits is None else traits  # not a default: dynamo 2.11
-    if encoding.kind != "bias" or isinstance(encoding, InputBias):
-        return None  # FoX's clock reads each layer's input: its layer computes it
+    if encoding.kind != "bias" or isinstance(encoding, ReadsInput):
+        return None  # FoX's clock, PaTH's transforms read each layer's input: its layer's
     bias = cast(BiasEncoding, encoding)
     device = context.positions.q.device
     if not shares_table(bias, training=training, cached=cached, device=device):

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 
 from .. import registry
-from ..base import BiasEncoding, InputBias, LinearSlopes, ScoreBias
+from ..base import BiasEncoding, InputBias, InputTransforms, LinearSlopes, ScoreBias
 from ..bias.cope import CoPE
 from ..bias.fox import Fox
 from ..config import check_bool
@@ -235,7 +235,7 @@ def causal_only(enc: BiasEncoding) -> bool:
     :class:`~posenc.base.ScoreBias`), or it is the causal form of one of its
     :data:`DIRECTION_KEYS` (ALiBi's ``-m (i - j)``, which rewards far future keys; T5's
     buckets, which give later keys the bias of distance 0)."""
-    if isinstance(enc, (InputBias, ScoreBias)):
+    if isinstance(enc, (InputBias, ScoreBias, InputTransforms)):
         return True
     return any(getattr(enc.config, key, None) is False for key in DIRECTION_KEYS)
 

@@ -16,6 +16,8 @@ position ``j`` under the encoding, measured in the way its kind acts on attentio
   FoX's, which depends on the layer's input, for a fixed random input), over keys
   ``j <= i`` only (NaN elsewhere) where the encoding's form is causal
   (:func:`posenc.plot.bias.causal_only`: ALiBi, T5, CoPE, FoX);
+- PaTH (Yang et al. 2025, arXiv:2505.16381): its scores of unit queries and keys, all
+  alike, through the transforms of a fixed random input: what the tokens between them do;
 - ``nope``: 1 everywhere, since without an encoding every position looks the same.
 
 Encodings of image grids (``sincos_2d``, ``learned_2d``, ``rope_2d``, ``rope_mixed``) are
@@ -33,10 +35,20 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 import torch.nn.functional as F
 
-from ..base import AdditiveEncoding, BiasEncoding, Encoding, InputBias, RotaryEncoding, ScoreBias
+from ..base import (
+    AdditiveEncoding,
+    BiasEncoding,
+    Encoding,
+    InputBias,
+    InputTransforms,
+    RotaryEncoding,
+    ScoreBias,
+)
 from ..bias.cope import CoPE
 from ..bias.fox import Fox
+from ..bias.path import Path
 from ..builder import build
+from ..functional.path import path_scores
 from ..positions import grid as grid_positions
 from ..registry import available, get
 from .bias import causal_only, init_note, input_bias, zero_start
@@ -105,6 +117,8 @@ def scores(enc: Encoding, q_positions: torch.Tensor, k_positions: torch.Tensor) 
             out = (q[0, 0] @ k[0, 0].T).float()
         elif isinstance(enc, InputBias):
             out = input_bias(cast(Fox, enc), n_k)[0, n_k - n_q :]  # FoX: the tokens, not positions
+        elif isinstance(enc, InputTransforms):  # PaTH: unit q, k through a random input's
+            out = transformed_scores(cast(Path, enc), n_q, n_k)
         elif isinstance(enc, BiasEncoding):
             head_dim = getattr(enc.config, "head_dim", None)
             q = None
@@ -124,6 +138,23 @@ def scores(enc: Encoding, q_positions: torch.Tensor, k_positions: torch.Tensor) 
         else:  # nope: no position information, every pair alike
             out = torch.ones(n_q, n_k)
     return out.detach().cpu()
+
+
+def transformed_scores(enc: Path, n_q: int, n_k: int) -> torch.Tensor:
+    """PaTH's scores ``q_iᵀ H_i ··· H_{j+1} k_j`` of unit queries and keys (all alike, so
+    only the transforms between them tell the tokens apart) through the transforms of a
+    fixed random input (seed 0), head 0, over keys ``j <= i`` (NaN elsewhere).
+
+    Returns:
+        ``[n_q, n_k]`` float32.
+    """
+    x = torch.randn(1, n_k, enc.dim, generator=torch.Generator().manual_seed(0))
+    unit = torch.full((enc.head_dim,), enc.head_dim**-0.5)  # |q| = |k| = 1
+    q = unit.expand(1, enc.n_heads, n_q, -1)
+    k = unit.expand(1, enc.kv_heads, n_k, -1)
+    out = path_scores(q, k, enc.transforms(x))[0, 0].float()
+    future = torch.ones(n_q, n_k, dtype=torch.bool).triu(n_k - n_q + 1)
+    return out.masked_fill(future, float("nan"))
 
 
 def similarity(encoding: str = "sinusoidal", positions: int = 64, dim: int = 64) -> Figure:

@@ -14,6 +14,8 @@ file here and one row of :data:`~posenc.attn.planner.ROWS`.
 - :mod:`~posenc.attn.runners.flex`: compiled flex attention with a ``score_mod`` and the
   block mask;
 - :mod:`~posenc.attn.runners.scores`: a bias of each row's scores (CoPE), by blocks of rows;
+- :mod:`~posenc.attn.runners.path`: scores through transforms of the layer's input (PaTH),
+  by blocks of rows;
 - :mod:`~posenc.attn.runners.shaw`: Shaw's relative attention blockwise, forward and
   backward (CPU);
 - :mod:`~posenc.attn.runners.linear`: a bias linear in the distance (ALiBi) fused into
@@ -35,7 +37,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from . import distance, fast, flash, flex, linear, math, rows, scores, sdpa, shaw
+from . import distance, fast, flash, flex, linear, math, path, rows, scores, sdpa, shaw
 
 if TYPE_CHECKING:
     from ..call import Call
@@ -53,6 +55,7 @@ RUNNERS: dict[str, Runner] = {
     "math": math.math,
     "flex": flex.flex,
     "scores": scores.scores,
+    "path": path.path,
     "shaw": shaw.shaw,
     "linear": linear.linear,
     "distance": distance.distance,
