@@ -4,6 +4,8 @@ heads, a KV cache's queries, padding, packed documents, a window, sinks and a so
 gradients by ``gradcheck``, what training keeps, non-finite inputs, the refusals, and a
 TransformerLM with PaTH in its layers, trained and decoded with a KV cache."""
 
+from unittest.mock import patch
+
 import pytest
 import torch
 from torch.testing import assert_close
@@ -202,19 +204,42 @@ def test_encoding_parameters_get_gradients_through_attention():
         assert p.grad is not None and p.grad.abs().sum() > 0
 
 
-def test_training_keeps_no_score_or_transform_products(saved_score_tensors):
+def test_training_keeps_no_score_or_transform_products():
     """Under a backward each block of query rows is checkpointed: autograd keeps nothing of
-    ``[batch, heads, L, L]`` (nor of ``[L, L, d]``) between the forward and the backward."""
+    ``[batch, heads, L, L]`` (nor of ``[L, L, d]``) between the forward and the backward,
+    whatever its layout (the blocks' tensors lead with the block indices). Without the
+    checkpoints (the row blocks run plainly), it would keep several."""
     enc = make(dtype=torch.float32)
     b, L = 1, 200
     q, k, v = (torch.randn(b, HEADS, L, HEAD_DIM, requires_grad=True) for _ in range(3))
     x = torch.randn(b, L, DIM)
-    big, out = saved_score_tensors(
-        lambda: posenc.attention(q, k, v, enc, bias=enc.transforms(x)), b, HEADS, L
-    )
-    assert big == []
+
+    def largest_saved(forward):
+        sizes = []
+
+        def pack(t):
+            sizes.append(t.numel())
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out = forward()
+        return max(sizes), out
+
+    def attend():
+        return posenc.attention(q, k, v, enc, bias=enc.transforms(x))
+
+    most, out = largest_saved(attend)
+    assert most < b * HEADS * L * L  # the inputs, the transforms' projection: O(L·d)
     out.sum().backward()
     assert q.grad is not None and enc.weight.grad is not None
+    with patch("posenc.attn.runners.path.row_blocks", unchecked):
+        most, _ = largest_saved(attend)
+    assert most >= b * HEADS * L * L  # the check sees what it looks for
+
+
+def unchecked(rows, q_len, block, train):
+    """:func:`~posenc.attn.runners.scores.row_blocks` without its checkpoints."""
+    return torch.cat([rows(i, min(i + block, q_len)) for i in range(0, q_len, block)], dim=2)
 
 
 def test_nonfinite_values_reach_only_the_rows_that_read_them():
