@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 import posenc
-from posenc.base import InputBias
+from posenc.base import InputBias, InputTransforms
 from posenc.functional import compiled as posenc_compiled
 from posenc.models import TransformerLM
 
@@ -373,7 +373,10 @@ def bias(ctx: Context) -> dict[str, Any]:
             except Exception as e:
                 row["error"] = f"{type(e).__name__}: {e}"[:300]
             rows.append(row)
-    notes.append(f"SDPA timed with {timer}; FoX's clock is computed once, outside the timing")
+    notes.append(
+        f"SDPA timed with {timer}; FoX's clock and PaTH's transforms are computed once, "
+        "outside the timing"
+    )
     return {"rows": rows, "notes": notes}
 
 
@@ -384,9 +387,11 @@ def _bias_call(ctx: Context, name: str | None, q, k, v, backend: str) -> Callabl
     if name is not None:
         b, h, s, d = q.shape
         enc = posenc.build(name, dim=ctx.sizes.fox_dim, head_dim=d, n_heads=h).to(ctx.device)
+        x = torch.randn(b, s, ctx.sizes.fox_dim, device=ctx.device)
         if isinstance(enc, InputBias):  # FoX: the clock of the layer's input
-            x = torch.randn(b, s, ctx.sizes.fox_dim, device=ctx.device)
             kwargs["bias"] = enc.clock(x)
+        if isinstance(enc, InputTransforms):  # PaTH: the transforms of the layer's input
+            kwargs["bias"] = enc.transforms(x)
     return lambda: posenc.attention(q, k, v, enc, backend=backend, **kwargs)
 
 

@@ -22,9 +22,9 @@ rank, size, batch, device); huge or tiny finite configuration values (``MAX_FLOA
 ``MAX_INT``); bad factory keywords; and each entry point's own arguments (``scale``,
 ``temperature``, ``normalize``, token ids, caches, Hugging Face config keys).
 
-The matrix (kept true by :func:`test_matrix_size_is_recorded`): 2765 cases: 1424 expect a
-ValueError, 500 a TypeError, 841 a correct result. By family: dtype 840, positions 700,
-input 224, config 739, attention 79, model 69, hf 36, positions.grid 9, positions.multimodal
+The matrix (kept true by :func:`test_matrix_size_is_recorded`): 2815 cases: 1446 expect a
+ValueError, 511 a TypeError, 858 a correct result. By family: dtype 854, positions 713,
+input 236, config 746, attention 83, model 69, hf 36, positions.grid 9, positions.multimodal
 20, compose 10, other 9, cache 28, positions.tmrope 2.
 """
 
@@ -44,7 +44,7 @@ import torch
 from torch.testing import assert_close
 
 import posenc
-from posenc.base import InputBias, InputTransforms, ScoreBias
+from posenc.base import InputBias, InputTransforms, ScoreBias, ScoreWeights
 from posenc.config import MAX_POSITION
 from posenc.hf import extend_context, rope_from_hf_config
 from posenc.models import TransformerLM
@@ -119,6 +119,12 @@ def as_positions(enc: posenc.Encoding, p: torch.Tensor) -> torch.Tensor:
     return torch.stack((p // GRID_W, p % GRID_W), dim=-1)
 
 
+def observed(enc: posenc.Encoding):
+    """What a bias encoding puts on the scores (``bias``), or a stick-breaking one's weights
+    (``weights``: it has no bias)."""
+    return enc.weights if isinstance(enc, ScoreWeights) else enc.bias
+
+
 def bias_inputs(enc: posenc.Encoding, q_len: int = SEQ, k_len: int | None = None) -> dict[str, Any]:
     """``{"q": ...}`` for a bias that depends on the queries, ``{"x": ...}`` (the keys'
     tokens) for one that reads the layer's input (FoX), else {}."""
@@ -132,9 +138,11 @@ def bias_inputs(enc: posenc.Encoding, q_len: int = SEQ, k_len: int | None = None
         return {"q": q, "k": gen(BATCH, SIZE, k_len, 4, seed=4), "x": X[:, :k_len]}
     if not enc.needs_q:
         return {}
-    q = gen(BATCH, SIZE, q_len, enc.config.head_dim, seed=3)
-    if isinstance(enc, ScoreBias):  # CoPE: the keys too
-        return {"q": q, "k": gen(BATCH, SIZE, q_len if k_len is None else k_len, 4, seed=4)}
+    head_dim = getattr(enc.config, "head_dim", 4)  # stick-breaking takes any
+    q = gen(BATCH, SIZE, q_len, head_dim, seed=3)
+    if isinstance(enc, ScoreBias | ScoreWeights):  # CoPE, stick-breaking: the keys too
+        k = gen(BATCH, SIZE, q_len if k_len is None else k_len, head_dim, seed=4)
+        return {"q": q, "k": k}
     return {"q": q}
 
 
@@ -172,7 +180,7 @@ def entry_points(enc: posenc.Encoding) -> dict[str, Callable[..., Any]]:
             "rotation": lambda p: enc.rotation(p),
         }
     points = {
-        "bias": lambda p, k_p=None: enc.bias(
+        "bias": lambda p, k_p=None: observed(enc)(
             p,
             p if k_p is None else k_p,
             **bias_inputs(enc, seq_of(p), seq_of(p if k_p is None else k_p)),
@@ -185,7 +193,8 @@ def entry_points(enc: posenc.Encoding) -> dict[str, Callable[..., Any]]:
             p.device if isinstance(p, torch.Tensor) else None,
         ),
     }
-    if isinstance(enc, (InputBias, ScoreBias, InputTransforms)):  # FoX, CoPE, PaTH: no score_mod
+    # FoX, CoPE, PaTH, stick-breaking: no score_mod
+    if isinstance(enc, (InputBias, ScoreBias, InputTransforms, ScoreWeights)):
         del points["score_mod"]
     return points
 
@@ -313,7 +322,9 @@ def positions_value_cases() -> None:
             empty = functools.partial(lambda enc, fn: fn(as_positions(enc, P[:0])), enc, fn)
             result(f"{base}/empty", empty, functools.partial(expected_empty, enc, point))
             meta = functools.partial(lambda enc, fn: fn(as_positions(enc, P).to("meta")), enc, fn)
-            if point == "forward" or any(True for _ in enc.parameters()):
+            # real inputs beside them: the forward's, parameters, or the q and k a bias reads
+            real = any(True for _ in enc.parameters()) or getattr(enc, "needs_q", False)
+            if point == "forward" or real:
                 raises(f"{base}/meta", meta, ValueError, "positions is on meta")
             else:  # nothing real beside them: a shape-only meta computation, as documented
                 result(f"{base}/meta", meta, functools.partial(meta_like, enc, fn))
@@ -472,7 +483,11 @@ def input_cases() -> None:
                     raises(
                         f"{base}/{label}",
                         functools.partial(
-                            lambda enc, q, p, kw: enc.bias(p, p, q=q, **kw), enc, bad_q, p, keys
+                            lambda enc, q, p, kw: observed(enc)(p, p, q=q, **kw),
+                            enc,
+                            bad_q,
+                            p,
+                            keys,
                         ),
                         exc,
                         match,
@@ -481,7 +496,7 @@ def input_cases() -> None:
                     raises(
                         f"{base}/scale_{scale}",
                         functools.partial(
-                            lambda enc, s, q, kw: enc.bias(P, P, q=q, scale=s, **kw),
+                            lambda enc, s, q, kw: observed(enc)(P, P, q=q, scale=s, **kw),
                             enc,
                             scale,
                             q["q"],
@@ -490,7 +505,7 @@ def input_cases() -> None:
                         exc,
                         "scale must be",
                     )
-            if isinstance(enc, ScoreBias):  # CoPE: its keys, and no score_mod
+            if isinstance(enc, ScoreBias | ScoreWeights):  # its keys, and no score_mod
                 for label, bad_k, exc, match in (
                     ("k_missing", None, TypeError, "pass k="),
                     ("k_int", keys["k"].long(), TypeError, "k must be a floating-point"),
@@ -500,7 +515,7 @@ def input_cases() -> None:
                     raises(
                         f"{base}/{label}",
                         functools.partial(
-                            lambda enc, k, q: enc.bias(P, P, q=q, k=k), enc, bad_k, q["q"]
+                            lambda enc, k, q: observed(enc)(P, P, q=q, k=k), enc, bad_k, q["q"]
                         ),
                         exc,
                         match,
@@ -686,23 +701,28 @@ def attention_cases() -> None:
         extra = extra.get(name, {})
         built = posenc.create(name, **size, **extra)
         clock = {"bias": built.clock(X)} if isinstance(built, InputBias) else {}
-        if isinstance(built, InputTransforms):  # PaTH: its transforms of the layer input
-            clock = {"bias": built.transforms(X)}
+        pos = P
+        if isinstance(built, InputTransforms):  # PaTH: its transforms, keys in sequence order
+            clock, pos = {"bias": built.transforms(X)}, P.sort().values
         ref = functools.partial(
-            lambda e, c: posenc.attention(Q, K, v, encoding=e, q_positions=P, k_positions=P, **c),
+            lambda e, c, p: posenc.attention(
+                Q, K, v, encoding=e, q_positions=p, k_positions=p, **c
+            ),
             built,
             clock,
+            pos,
         )
         for dtype in (torch.uint8, torch.int16, torch.int32, torch.uint32):
             result(
                 f"attention/{name}/{dtype}",
                 functools.partial(
-                    lambda e, d, c: posenc.attention(
-                        Q, K, v, encoding=e, q_positions=P.to(d), k_positions=P.to(d), **c
+                    lambda e, d, c, p: posenc.attention(
+                        Q, K, v, encoding=e, q_positions=p.to(d), k_positions=p.to(d), **c
                     ),
                     built,
                     dtype,
                     clock,
+                    pos,
                 ),
                 ref,
             )

@@ -12,6 +12,8 @@ once:
 - bias: no floating inputs; ``enc.bias(positions, positions)`` returns
   ``[n_heads, seq, seq]``. A bias that depends on the queries (``needs_q``, Shaw) gets a
   fixed ``q`` ``[batch, n_heads, seq, head_dim]`` and returns ``[batch, n_heads, seq, seq]``.
+  One whose weights are not a softmax (stick-breaking, a ``ScoreWeights``) has no bias: its
+  ``weights(positions, positions, q=, k=)``, ``[batch, n_heads, seq, seq]``, take its place.
 
 An encoding that needs configuration keys besides its size key gets them in ``EXTRA_CONFIG``.
 Encodings of image grids (``position_axes == 2``) get the same positions as coordinates on a
@@ -31,7 +33,7 @@ from torch import nn
 from torch.testing import assert_close
 
 import posenc
-from posenc.base import InputBias, InputTransforms, ScoreBias
+from posenc.base import InputBias, InputTransforms, ScoreBias, ScoreWeights
 from posenc.models import TransformerLM
 
 NAMES = posenc.available()
@@ -131,11 +133,18 @@ def fixed_q(enc: posenc.Encoding, device: str = "cpu") -> dict[str, torch.Tensor
         q, k = torch.randn(shape, generator=generator), torch.randn(shape, generator=generator)
         x = torch.randn(BATCH, SEQ, enc.config.dim, generator=generator)
         return {"q": q.to(device), "k": k.to(device), "x": x.to(device)}
-    q = torch.randn(BATCH, SIZE, SEQ, enc.config.head_dim, generator=generator)
-    if isinstance(enc, ScoreBias):  # CoPE counts with the scores of q and k
-        k = torch.randn(BATCH, SIZE, SEQ, enc.config.head_dim, generator=generator)
+    head_dim = getattr(enc.config, "head_dim", SIZE)  # stick-breaking takes any
+    q = torch.randn(BATCH, SIZE, SEQ, head_dim, generator=generator)
+    if isinstance(enc, ScoreBias | ScoreWeights):  # CoPE, stick-breaking: scores of q and k
+        k = torch.randn(BATCH, SIZE, SEQ, head_dim, generator=generator)
         return {"q": q.to(device), "k": k.to(device)}
     return {"q": q.to(device)}
+
+
+def observed(enc: posenc.Encoding):
+    """What a bias encoding puts on the scores (``bias``), or a stick-breaking one's weights
+    (``weights``: it has no bias)."""
+    return enc.weights if isinstance(enc, ScoreWeights) else enc.bias
 
 
 class Driver(nn.Module):
@@ -164,7 +173,7 @@ class Driver(nn.Module):
         if kind == "bias":
             if positions is None:
                 positions = torch.arange(SEQ, device=self.device)
-            return (self.enc.bias(positions, positions, **self.q),)
+            return (observed(self.enc)(positions, positions, **self.q),)
         raise AssertionError(f"unknown kind {kind!r}")
 
 
@@ -514,8 +523,8 @@ def bad_calls(enc: posenc.Encoding, case: str) -> list[tuple[Any, type[Exception
         pos, exc, match = wrong_positions[case]
         q = fixed_q(enc)
         return [
-            (lambda: enc.bias(pos, positions, **q), exc, match),
-            (lambda: enc.bias(positions, pos, **q), exc, match),
+            (lambda: observed(enc)(pos, positions, **q), exc, match),
+            (lambda: observed(enc)(positions, pos, **q), exc, match),
         ]
     return []
 

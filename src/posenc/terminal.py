@@ -97,6 +97,7 @@ RUNNER_MEMORY = {
     "rows": "[H, b, L] rows at a time",
     "shaw": "[H, b, L] blocks at a time",
     "scores": "[H, b, L] scores at a time",
+    "weights": "[H, b, L] weights at a time",
     "path": "[H, b, L] scores at a time",  # PaTH: and the queries carried through blocks
 }
 #: FoX: its clock rides in extra coordinates of a plain runner's heads (posenc.attn.forget)

@@ -18,7 +18,13 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 from torch.testing import assert_close
 
 import posenc
-from posenc.base import BiasEncoding, ReadsInput, RelativeTables, ScoreBias
+from posenc.base import (
+    BiasEncoding,
+    ReadsInput,
+    RelativeTables,
+    ScoreBias,
+    ScoreWeights,
+)
 
 EPS = torch.finfo(torch.float32).eps
 HEADS, HEAD_DIM = 4, 16
@@ -124,15 +130,16 @@ def case(request) -> Case:
 
 
 def test_every_bias_encoding_has_a_case():
-    """Every bias of positions; FoX's and PaTH's read the layer's input and CoPE's the
-    scores: their backends, masks and gradients are tested in tests/bias/test_fox.py,
-    test_path.py and test_cope.py."""
+    """Every bias of positions; FoX's and PaTH's read the layer's input, CoPE's the scores,
+    and stick-breaking's weights replace the softmax: their backends, masks and gradients
+    are tested in tests/bias/test_fox.py, test_path.py, test_cope.py and
+    test_stick_breaking.py."""
     bias = {
         name
         for name in posenc.available()
         if posenc.info(name).kind == "bias"
         and not issubclass(posenc.registry.get(name), ReadsInput)
-        and not issubclass(posenc.registry.get(name), ScoreBias)
+        and not issubclass(posenc.registry.get(name), ScoreBias | ScoreWeights)
     }
     covered = {type(case.make()).info.name for case in CASES.values()}
     assert bias <= covered, f"add a Case for {sorted(bias - covered)}"

@@ -9,12 +9,12 @@ import pytest
 import torch
 
 import posenc
-from posenc.attn import AttentionContext, Masks
+from posenc.attn import AttentionContext, Masks, dispatch
 from posenc.attn import masks as masks_module
 from posenc.attn import planner as plan_module
 from posenc.attn.planner import AttnShape, plan_bias, shares_table
 from posenc.attn.runners.flex import flex_available
-from posenc.base import InputTransforms
+from posenc.base import InputTransforms, ScoreBias, ScoreWeights
 from posenc.models import TransformerLM
 
 CPU = torch.device("cpu")
@@ -183,8 +183,9 @@ def test_cuda_runs_flex_with_no_cpu_only_runner(name, masked):
     """The planner's CUDA row: over 512 keys a bias encoding runs flex attention's
     score_mod/mask_mod, never a runner written for the CPU (shaw, distance, rows, linear,
     flash). The exceptions, by what the encodings declare: CoPE's gates depend on q·k
-    (the ``scores`` runner), PaTH's scores pass through transforms (``path``), and FIRE
-    trains on the materialised table (the test above)."""
+    (the ``scores`` runner), stick-breaking's weights are not a softmax (``weights``),
+    PaTH's scores pass through transforms (``path``), and
+    FIRE trains on the materialised table (the test above)."""
     from posenc.positions import AttnPositions
 
     extra = {"head_dim": 64} if name in ("shaw", "cope") else {}
@@ -198,11 +199,15 @@ def test_cuda_runs_flex_with_no_cpu_only_runner(name, masked):
             runner = plan_module.plan(
                 enc, shape, positions, masked=masked, needs_grad=grad, device=cuda
             ).runner
-            expected = "scores" if name == "cope" else "flex"
-            if name == "fire" and grad:
-                expected = "sdpa"
+            expected = "flex"
+            if isinstance(enc, ScoreBias):
+                expected = "scores"
+            if isinstance(enc, ScoreWeights):
+                expected = "weights"
             if isinstance(enc, InputTransforms):  # PaTH: its scores through the transforms
                 expected = "path"
+            if name == "fire" and grad:
+                expected = "sdpa"
             assert runner == expected, (name, masked, grad, runner)
 
 
@@ -222,12 +227,12 @@ def test_a_plan_is_decided_once_per_encoding_shapes_and_flags():
         return Call(q, q, q, encoding, context, causal, 0.25, "auto", None, PLAIN, True)
 
     with torch.no_grad():
-        first = plan_module.plan_of(call_of(enc))
-        assert plan_module.plan_of(call_of(enc)) is first
-        assert plan_module.plan_of(call_of(enc, causal=False)) is not first
-        assert plan_module.plan_of(call_of(None)) is plan_module.plan_of(call_of(None))
+        first = dispatch.plan_of(call_of(enc))
+        assert dispatch.plan_of(call_of(enc)) is first
+        assert dispatch.plan_of(call_of(enc, causal=False)) is not first
+        assert dispatch.plan_of(call_of(None)) is dispatch.plan_of(call_of(None))
         enc.config = dataclasses.replace(enc.config, symmetric=True)
-        again = plan_module.plan_of(call_of(enc))
+        again = dispatch.plan_of(call_of(enc))
         assert again is not first and again == first  # decided anew, the same decision
     grad = q.clone().requires_grad_(True)
-    assert plan_module.plan_of(call_of(enc, grad)) is not plan_module.plan_of(call_of(enc, grad))
+    assert dispatch.plan_of(call_of(enc, grad)) is not dispatch.plan_of(call_of(enc, grad))

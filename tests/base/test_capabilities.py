@@ -15,6 +15,7 @@ from posenc.base import (
     LinearSlopes,
     RelativeTables,
     ScoreBias,
+    ScoreWeights,
     ShiftInvariant,
 )
 from posenc.base.capabilities import invariant_below
@@ -27,6 +28,7 @@ PROTOCOLS = (
     InputBias,
     ScoreBias,
     InputTransforms,
+    ScoreWeights,
 )
 #: what each registered bias encoding declares, read off its paper's form of the bias
 DECLARED = {
@@ -38,6 +40,7 @@ DECLARED = {
     "fox": {InputBias},
     "cope": {ScoreBias},
     "path": {InputTransforms},
+    "stick_breaking": {ScoreWeights},
 }
 
 
@@ -58,7 +61,15 @@ def test_invariant_below_reads_the_declarations():
 
 
 def test_the_protocols_state_what_an_encoding_must_give():
-    class Half(LinearSlopes, RelativeTables, InputBias, ScoreBias, InvariantBelow, InputTransforms):
+    class Half(
+        LinearSlopes,
+        RelativeTables,
+        InputBias,
+        ScoreBias,
+        InvariantBelow,
+        InputTransforms,
+        ScoreWeights,
+    ):
         pass
 
     half = Half()
@@ -71,6 +82,7 @@ def test_the_protocols_state_what_an_encoding_must_give():
         lambda: half.score_bias(torch.zeros(1), torch.zeros(1), None),
         lambda: half.invariant_below(),
         lambda: half.transforms(torch.zeros(1, 2, 4)),
+        lambda: half.score_weights(torch.zeros(1), torch.ones(1).bool(), torch.ones(1).bool()),
     ]
     for call in calls:
         with pytest.raises(NotImplementedError):

@@ -218,6 +218,7 @@ NO_TABLE = {
     "rows": "[H, b, L]",
     "shaw": "[H, b, L]",
     "scores": "[H, b, L]",
+    "weights": "[H, b, L]",
     "path": "[H, b, L]",
 }
 BIAS = [n for n in posenc.available() if posenc.info(n).kind == "bias"]

@@ -32,6 +32,7 @@ for hook in (
     "posenc.bias.alibi.ALiBi.bias_at",
     "posenc.bias.alibi.ALiBi.head_slopes",
     "posenc.bias.cope.CoPE.score_bias",
+    "posenc.bias.stick_breaking.StickBreaking.score_weights",
     "posenc.bias.fire.Fire.bias_at",
     "posenc.bias.fire.Fire.masked_bias",
     "posenc.bias.fire.Fire.block_rows",
@@ -45,6 +46,7 @@ for hook in (
 for protocol in (
     "posenc.base.capabilities.LinearSlopes.linear_slopes",
     "posenc.base.capabilities.ScoreBias.score_bias",
+    "posenc.base.capabilities.ScoreWeights.score_weights",
     "posenc.base.capabilities.InputBias.clock",
     "posenc.base.capabilities.InputTransforms.transforms",
     "posenc.base.capabilities.RelativeTables.value_term",
@@ -56,6 +58,10 @@ EXEMPT["posenc.bias.cope.CoPE.score_mod"] = "always a TypeError: no score_mod co
 EXEMPT["posenc.bias.fox.Fox.bias_at"] = "always a TypeError naming what to call instead"
 EXEMPT["posenc.bias.fox.Fox.score_mod"] = "always a TypeError: FoX runs as key coordinates"
 EXEMPT["posenc.bias.shaw.Shaw.bias_at"] = "always a TypeError naming what to call instead"
+for method in ("bias", "bias_at", "score_mod"):  # no bias: weights() is its observable
+    EXEMPT[f"posenc.bias.stick_breaking.StickBreaking.{method}"] = (
+        "always a TypeError: stick-breaking's weights replace the softmax; call weights()"
+    )
 EXEMPT["posenc.bias.path.Path.bias_at"] = "always a TypeError naming what to call instead"
 EXEMPT["posenc.bias.path.Path.score_mod"] = "always a TypeError: no score_mod computes PaTH"
 
@@ -70,6 +76,10 @@ example(
     lambda: call(enc("cope", head_dim=D).bias, P, P, q=heads(1), k=heads(2), scale=0.5),
 )
 example("posenc.bias.fire.Fire.bias", lambda: call(enc("fire").bias, P, P, q=None, scale=0.5))
+example(
+    "posenc.bias.stick_breaking.StickBreaking.weights",
+    lambda: call(enc("stick_breaking").weights, P, P, q=heads(1), k=heads(2), scale=0.5),
+)
 example("posenc.bias.alibi.ALiBi.linear_slopes", lambda: call(enc("alibi").linear_slopes, True))
 example("posenc.bias.fox.Fox.clock", lambda: call(enc("fox", dim=D).clock, gen(B, S, D)))
 example("posenc.bias.fox.Fox.log_gates", lambda: call(enc("fox", dim=D).log_gates, gen(B, S, D)))

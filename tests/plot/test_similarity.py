@@ -12,7 +12,7 @@ from posenc.plot.similarity import similarity
 pytest.importorskip("matplotlib")
 
 #: the bias encodings whose default form is causal: keys after their query drawn blank
-CAUSAL_FORMS = {"alibi", "t5", "cope", "fox", "path"}
+CAUSAL_FORMS = {"alibi", "t5", "cope", "fox", "stick_breaking", "path"}
 
 
 def _title(fig):

@@ -4,8 +4,10 @@ Following a call: :func:`attention` (:mod:`~posenc.attn.core`) checks its argume
 (:mod:`~posenc.attn.checks`), rotates q and k for a rotary encoding, builds the call's
 positions and masks (:mod:`~posenc.attn.masks`) into one :class:`~posenc.attn.call.Call`
 (:mod:`~posenc.attn.call`), asks :func:`~posenc.attn.planner.plan` which runner computes it
-(:mod:`~posenc.attn.planner`: one ordered table of rows) and runs it
-(:mod:`~posenc.attn.runners`: one file per runner, one signature).
+(:mod:`~posenc.attn.planner`: one ordered table of rows, returning one of
+:mod:`~posenc.attn.plans`) and runs it
+(:mod:`~posenc.attn.dispatch`: the decision kept per encoding and shapes;
+:mod:`~posenc.attn.runners`: one file per runner, one signature).
 
 - :mod:`~posenc.attn.masks`: the causal order, windows and chunks
   (:class:`AttnPattern`), padding and packed documents (:class:`Masks`), and

@@ -31,9 +31,9 @@ from .checks import (
     check_softcap,
     finite_sums,
 )
+from .dispatch import run, run_within
 from .dual_chunk import dual_chunk_attention
 from .masks import AttentionContext, AttnPattern
-from .planner import run, run_within
 
 __all__ = ["attend", "attention"]
 
@@ -263,7 +263,7 @@ def attend(
     the forward made. Nothing is checked again and no value is read (inside the forward's
     :func:`~posenc.host_reads.checked` block the finiteness check of :func:`attention`
     reads nothing either: the layers zero non-finite keys and values instead); the call
-    goes straight to the planner (:func:`~posenc.attn.planner.run_within`: the forward's
+    goes straight to the planner (:func:`~posenc.attn.dispatch.run_within`: the forward's
     ``checked`` and ``UNCHANGED`` blocks span its layers). An encoding that runs its own
     attention (``dca``) goes through :func:`attention`.
 

@@ -15,6 +15,8 @@ or FoX's clock riding in extra key coordinates, :mod:`posenc.attn.forget`):
 ============  ====  ============================================================
 runner        for   where
 ============  ====  ============================================================
+``weights``   bias  the weights are not a softmax (stick-breaking): written out by
+                    blocks of rows; causal only
 ``path``      bias  the scores pass through transforms of the layer's input (PaTH):
                     by blocks of rows; causal, the queries the last of the keys
 ``scores``    bias  the bias reads each row's scores (CoPE): blockwise explicit softmax
@@ -53,30 +55,26 @@ plain attention carries from one vector ISA to the next (docs/design-notes.md,
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from functools import partial
-from typing import Any, Literal
 
 import torch
 
 from ..base import (
     BiasEncoding,
     InputBias,
+    InputTransforms,
     LinearSlopes,
     RelativeTables,
     ScoreBias,
+    ScoreWeights,
     ShiftInvariant,
 )
-from ..base.bias import UNCHANGED
-from ..host_reads import checked
 from ..positions import AttnPositions
-from .call import PLAIN, PLAIN_TRAITS, AttnShape, Call, ScoreOptions, ScoreTraits
+from .call import PLAIN, PLAIN_TRAITS, AttnShape, ScoreOptions, ScoreTraits
 from .checks import BACKENDS, check_flex
-from .forget import forget_call
 from .kernels.flash_blocks import bias_flash_available
-from .runners import RUNNERS, path
+from .plans import BiasPlan, Plan, Runner
 from .runners.flex import flex_available
 from .runners.linear import MAX_WIDTH_RATIO, SMALL_Q, linear_bias_blocks, linear_bias_runs
 
@@ -93,46 +91,12 @@ __all__ = [
     "ScoreTraits",
     "plan",
     "plan_bias",
-    "plan_of",
-    "run",
-    "run_within",
     "shares_table",
 ]
 
+
 #: the number of scores per head (q_len * k_len) from which ``auto`` uses flex attention
 FLEX_MIN_SCORES = 256 * 256
-
-
-Runner = Literal[
-    "path", "scores", "math", "flex", "shaw", "sdpa", "fast", "distance", "rows", "linear", "flash"
-]
-
-
-@dataclass(frozen=True)
-class Plan:
-    """How one attention call runs.
-
-    Attributes:
-        runner: the runner's name in :data:`~posenc.attn.runners.RUNNERS`.
-        table: the bias table the runner needs when the caller gives none: ``"full"``
-            (``encoding.bias(q_positions, k_positions)``, FoX's materialised from its
-            clock) or None (the runner computes the bias per score or from its distances,
-            or there is none).
-        slopes: the ``linear`` runner's slopes per head.
-        blocks: the ``linear`` runner's centring blocks per head (None: it chooses).
-        forget: the runner takes FoX's clock as extra key coordinates
-            (:func:`~posenc.attn.forget.forget_keys`), as plain attention.
-    """
-
-    runner: Runner
-    table: Literal["full"] | None = None
-    slopes: list[float] | None = None
-    blocks: list[int] | None = None
-    forget: bool = False
-
-
-#: the record's name before plain attention shared it
-BiasPlan = Plan
 
 
 @dataclass(frozen=True)
@@ -194,8 +158,41 @@ class Facts:
         return Plan(runner, table=None if self.bias is None else "full")
 
 
+def _weights(f: Facts) -> Plan | None:
+    if not isinstance(f.encoding, ScoreWeights):
+        return None
+    runs_alone(f, "breaks a stick from each query's nearest key back, in place of a softmax")
+    if f.traits.sinks:
+        raise ValueError(f"{f.encoding.info.name!r}'s weights are no softmax: a sink has no row")
+    return Plan("weights")
+
+
 def _path(f: Facts) -> Plan | None:
-    return Plan("path") if path.path_takes(f) else None
+    if not isinstance(f.encoding, InputTransforms):
+        return None
+    runs_alone(
+        f, "passes each score through the transforms of the tokens between its key and query"
+    )
+    return Plan("path")
+
+
+def runs_alone(f: Facts, what: str) -> None:
+    """Refuse, naming it, what an encoding that only its own runner computes (``what`` it
+    does) cannot run: a backend other than ``auto`` or ``math``, ``causal=False``, more
+    queries than keys (the queries are the last of the keys' tokens)."""
+    name, s = f.encoding.info.name, f.shape  # type: ignore[union-attr]
+    if f.backend not in ("auto", "math"):
+        raise ValueError(
+            f"{name!r} {what}, which only its own runner computes: backend must be 'auto' or "
+            f"'math', got {f.backend!r}"
+        )
+    if not f.causal:
+        raise ValueError(f"{name!r} {what}: it defines causal attention only (causal=True)")
+    if s.q_len > s.k_len:
+        raise ValueError(
+            f"{name!r} {what}: the queries must be the last of the keys' tokens, but q has "
+            f"{s.q_len} and k {s.k_len}"
+        )
 
 
 def _scores(f: Facts) -> Plan | None:
@@ -341,6 +338,7 @@ def _bias_sdpa(f: Facts) -> Plan | None:
 #: the rows :func:`plan` reads, top to bottom: the first that answers runs the call (the
 #: module's table says when each does)
 ROWS: tuple[Callable[[Facts], Plan | None], ...] = (
+    _weights,
     _path,
     _scores,
     _forget_materialised,
@@ -423,85 +421,6 @@ def plan(
 
 #: the name of :func:`plan` before plain attention shared it
 plan_bias = plan
-
-
-def run(call: Call) -> torch.Tensor:
-    """``call`` on the runner :func:`plan` picks (:data:`~posenc.attn.runners.RUNNERS`);
-    FoX's clock, unless the plan materialises its bias, rides in extra key coordinates of a
-    plain call (:func:`~posenc.attn.forget.forget_call`).
-
-    Shapes:
-        -> ``[batch, heads, q_len, v's head_dim]`` in the dtype of ``q``.
-    """
-    if torch.compiler.is_compiling():
-        return run_within(call)
-    # the call's positions were checked: a runner's bias reads none of their values again;
-    # no encoding changes during the call: its state is compared once (derived values)
-    with checked(), UNCHANGED:
-        return run_within(call)
-
-
-def run_within(call: Call) -> torch.Tensor:
-    """:func:`run` of a call made inside blocks that hold for it already: a model's
-    forward, whose :func:`~posenc.host_reads.checked` and
-    :data:`~posenc.base.bias.UNCHANGED` blocks span every layer (entered once per forward,
-    not once per layer).
-
-    Shapes:
-        as :func:`run`.
-    """
-    chosen = plan_of(call)
-    if chosen.forget:
-        out = RUNNERS[chosen.runner](forget_call(call), chosen)
-        return out[..., : call.q.shape[-1]].to(call.q.dtype)
-    return RUNNERS[chosen.runner](call, chosen)
-
-
-def plan_of(call: Call) -> Plan:
-    """:func:`plan` of a checked call; a backward will run when grad mode is on and an
-    input, a sink, the table or a parameter of the encoding requires grad.
-
-    Decided once per encoding, shapes, flags and device: a call with no backward over the
-    default positions (whose facts follow from the lengths) takes the plan of the first
-    such call, kept with the encoding (:meth:`~posenc.base.BiasEncoding.derived`: a new
-    config or parameters decide again) or, for plain attention, in :data:`_PLAIN_PLANS`.
-    Nothing is kept while ``torch.compile`` traces."""
-    context, enc = call.context, call.encoding
-    grad = torch.is_grad_enabled() and _requires_grad(call)
-    flags: dict[str, Any] = {
-        "masked": context.masks is not None,
-        "causal": call.causal,
-        "device": call.q.device,
-        "backend": call.backend,
-        "traits": call.options.traits(call.finite),
-        "table_given": call.table is not None,
-    }
-    shape = AttnShape.of(call.q, call.k)
-    decide = partial(plan, enc, shape, context.positions, needs_grad=grad, **flags)
-    if grad or context.positions.explicit or torch.compiler.is_compiling():
-        return decide()
-    key = (shape, *flags.values())
-    if enc is not None:
-        return enc.derived(("plan", key), decide)
-    chosen = _PLAIN_PLANS.get(key)
-    if chosen is None:
-        if len(_PLAIN_PLANS) >= PLAIN_PLANS_MAX:
-            _PLAIN_PLANS.popitem()  # one atomic step: safe across threads
-        chosen = _PLAIN_PLANS[key] = decide()
-    return chosen
-
-
-def _requires_grad(call: Call) -> bool:
-    enc, tensors = call.encoding, (call.q, call.k, call.v, call.options.sinks, call.table)
-    params = () if enc is None else enc.parameters()  # walked only if no tensor requires it
-    return any(t is not None and t.requires_grad for t in itertools.chain(tensors, params))
-
-
-#: plain attention's plans by what decides them (:func:`plan_of`); once full, the latest
-#: kept one makes room
-_PLAIN_PLANS: dict[tuple, Plan] = {}
-#: the most plans :data:`_PLAIN_PLANS` keeps
-PLAIN_PLANS_MAX = 64
 
 
 def shares_table(

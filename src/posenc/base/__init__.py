@@ -29,6 +29,7 @@ from .capabilities import (
     ReadsInput,
     RelativeTables,
     ScoreBias,
+    ScoreWeights,
     ShiftInvariant,
 )
 from .encoding import Encoding, FactoryKwargs
@@ -52,5 +53,6 @@ __all__ = [
     "RotaryConfig",
     "RotaryEncoding",
     "ScoreBias",
+    "ScoreWeights",
     "ShiftInvariant",
 ]

@@ -22,6 +22,9 @@ protocol                declares                              opens
                         of the layer's input (FoX)            (:mod:`posenc.attn.forget`)
 :class:`ScoreBias`      the bias depends on each row's        ``scores`` (the explicit
                         scores before the softmax (CoPE)      softmax by blocks of rows)
+:class:`ScoreWeights`   the weights are not a softmax: each   ``weights`` (the weights
+                        row's from its scores (stick-         written out by blocks of
+                        breaking)                             rows)
 ``InputTransforms``     the scores pass through transforms    ``path`` (the scores by
                         of the tokens between key and query,  blocks, blocks of rows)
                         from the layer's input (PaTH)
@@ -43,6 +46,7 @@ __all__ = [
     "ReadsInput",
     "RelativeTables",
     "ScoreBias",
+    "ScoreWeights",
     "ShiftInvariant",
     "invariant_below",
 ]
@@ -153,6 +157,30 @@ class ScoreBias:
         Shapes:
             q ``[b, heads, q_len, d]``, scores ``[b, heads, q_len, k_len]`` -> the same as
             scores.
+        """
+        raise NotImplementedError
+
+
+class ScoreWeights:
+    """The attention weights are not a softmax of the scores: each row's come from its
+    scaled scores over the keys it sees, in key order (stick-breaking: each key, nearest
+    first, takes its share of what the nearer ones left). Attention writes them out by
+    blocks of query rows (:mod:`posenc.attn.runners.weights`)."""
+
+    def score_weights(
+        self, scores: torch.Tensor, seen: torch.Tensor, current: torch.Tensor
+    ) -> torch.Tensor:
+        """The weights of each query's row over the keys (its own included: the weight its
+        own value takes).
+
+        Args:
+            scores: the scaled ``q·k`` (after a softcap), float32 or float64.
+            seen: True where a query sees a key (its own key included).
+            current: True at each query's own key.
+
+        Shapes:
+            scores ``[b, heads, q_len, k_len]``, seen and current broadcastable to it -> the
+            weights, ``[b, heads, q_len, k_len]``.
         """
         raise NotImplementedError
 

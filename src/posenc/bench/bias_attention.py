@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from .. import registry
 from ..attn import attention
-from ..base import InputBias, ScoreBias
+from ..base import ReadsInput, ScoreBias, ScoreWeights
 from ..builder import build
 from . import memory
 from . import peers as peers_mod
@@ -44,10 +44,12 @@ PASSES = ("fwd", "fwd+bwd")
 
 def bias_encodings() -> list[str]:
     """Every registered encoding of kind ``bias`` whose bias comes from the positions alone:
-    not FoX's (it reads the layer's input: ``attention`` takes its clock) nor CoPE's (each
-    row's scores: no ``sdpa`` form), which the training case times in a model."""
+    not FoX's or PaTH's (they read the layer's input), CoPE's (each row's scores: no
+    ``sdpa`` form) nor stick-breaking's (its weights are no softmax), which the training
+    case times in a model."""
     names = [n for n in registry.available() if registry.info(n).kind == "bias"]
-    return [n for n in names if not issubclass(registry.get(n), (InputBias, ScoreBias))]
+    others = (ReadsInput, ScoreBias, ScoreWeights)
+    return [n for n in names if not issubclass(registry.get(n), others)]
 
 
 def _too_big(heads: int, L: int, dtype: torch.dtype, pass_: str) -> str | None:

@@ -7,6 +7,7 @@ from .fox import Fox
 from .kerple import Kerple
 from .path import Path
 from .shaw import Shaw
+from .stick_breaking import StickBreaking
 from .t5 import T5Bias
 
-__all__ = ["ALiBi", "CoPE", "Fire", "Fox", "Kerple", "Path", "Shaw", "T5Bias"]
+__all__ = ["ALiBi", "CoPE", "Fire", "Fox", "Kerple", "Path", "Shaw", "StickBreaking", "T5Bias"]

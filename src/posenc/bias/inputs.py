@@ -41,11 +41,14 @@ def check_scored_inputs(
     encoding: BiasEncoding, q: Any, k: Any, head_dim: int | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``q`` ``[batch, n_heads, q_len, head_dim]`` and ``k`` ``[batch, kv_heads, k_len,
-    head_dim]`` of an encoding that reads their scores: floating-point tensors on the
-    encoding's device, with ``head_dim`` the encoding's (None: any, the same for both).
+    head_dim]`` of an encoding that reads their scores: floating-point tensors on one
+    device, the encoding's, with ``head_dim`` the encoding's (None: any, the same for both).
     Raises ``TypeError``/``ValueError`` naming the argument."""
     q = _scored(encoding, "q", q, encoding.n_heads, head_dim)
-    return q, _scored(encoding, "k", k, None, q.shape[-1])
+    k = _scored(encoding, "k", k, None, q.shape[-1])
+    if k.device != q.device:
+        raise ValueError(f"k is on {k.device} but q on {q.device}: pass both on one device")
+    return q, k
 
 
 def check_keys_fit(q: torch.Tensor, k: torch.Tensor, k_positions: torch.Tensor) -> None:

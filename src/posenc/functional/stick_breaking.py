@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["stick_breaking_weights"]
+__all__ = ["own_keys", "stick_breaking_weights"]
 
 
 def stick_breaking_weights(
@@ -40,8 +40,8 @@ def stick_breaking_weights(
         scores: the scaled scores ``q_i·k_j·scale`` (a score the row does not see may be
             anything, NaN included: it takes no share and reaches nothing).
         seen: True where the query sees the key, its own key included.
-        current: True at the query's own key (one per row, or none for a row that sees no
-            key).
+        current: True at the query's own key, the one at its position (a key it does not
+            see, another packed document's at the same position, is not).
         attend_current: whether the query's own key breaks the stick first (else only the
             keys before it do, as in the paper's equation).
         remainder: whether what no key took, ``Π_k (1 − β_ik)``, weighs the query's own
@@ -51,6 +51,7 @@ def stick_breaking_weights(
         scores ``[..., q_len, k_len]``; seen and current broadcastable to it -> the
         weights, ``[..., q_len, k_len]`` in the dtype of ``scores``.
     """
+    current = current & seen  # another document's key at the same position is not its own
     takes = seen if attend_current else seen & ~current
     s = torch.where(takes, scores, 0.0)  # a score no share is taken by: out of the math
     log_rest = torch.where(takes, -F.softplus(s), 0.0)  # log(1 − β), 0 for the others
@@ -61,3 +62,15 @@ def stick_breaking_weights(
     if remainder:
         weights = weights + suffix[..., :1].exp() * current  # the stick left over
     return weights
+
+
+def own_keys(q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor:
+    """True where a key sits at its query's position: the query's own key (the one the rest
+    of the stick weighs, and the one that breaks first with ``attend_current``).
+
+    Shapes:
+        q_positions ``[q_len]`` or ``[batch, q_len]``; k_positions ``[k_len]`` or ``[batch,
+        k_len]`` -> ``[q_len, k_len]`` or ``[batch, 1, q_len, k_len]`` (as the causal mask).
+    """
+    own = q_positions[..., :, None] == k_positions[..., None, :]
+    return own if own.dim() == 2 else own.unsqueeze(-3)

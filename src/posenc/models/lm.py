@@ -20,8 +20,9 @@ from torch import nn
 
 from ..attn import KVCache
 from ..attn.checks import check_scale
+from ..attn.masks import FULL
 from ..attn.planner import AttnShape
-from ..base import Encoding, InputBias
+from ..base import Encoding, InputBias, ScoreWeights
 from ..base.bias import UNCHANGED
 from ..config import check_bool, check_int
 from ..host_reads import batched, checked, traced
@@ -207,7 +208,12 @@ class TransformerLM(nn.Module):
         layers = [encodings[e] for e in self._layer_encoding]
         widths = [getattr(enc, "width_factor", 1) for enc in layers]
         clocks = [self.n_heads if isinstance(enc, InputBias) else None for enc in layers]
-        patterns = [cast(Block, block).attn.pattern for block in self.blocks]
+        # a stick-breaking layer (ScoreWeights) keeps every key: its stick breaks in the
+        # order the keys are held, which a rolling buffer's wrapped slots would scramble
+        patterns = [
+            FULL if isinstance(enc, ScoreWeights) else cast(Block, block).attn.pattern
+            for enc, block in zip(layers, self.blocks, strict=True)
+        ]
         return CacheLayout.build(
             self.n_kv_heads,
             self.head_dim,

@@ -32,9 +32,11 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 
 from .. import registry
-from ..base import BiasEncoding, InputBias, InputTransforms, LinearSlopes, ScoreBias
+from ..base import BiasEncoding, InputBias, InputTransforms, LinearSlopes, ScoreBias, ScoreWeights
 from ..bias.cope import CoPE
 from ..bias.fox import Fox
+from ..bias.path import Path
+from ..bias.stick_breaking import StickBreaking
 from ..config import check_bool
 from .common import check_encoding, check_size, new_figure
 
@@ -63,6 +65,8 @@ DIRECTION_KEYS = ("symmetric", "bidirectional")
 INIT_KEY = "init_std"
 #: the ``init_std`` a table that starts at zero is drawn with (seed 0), so that it shows
 INIT_STD = 1.0
+#: what the figure of an encoding whose weights replace the softmax (stick-breaking) shows
+WEIGHTS = "attention weights, in place of the softmax"
 #: the seed of every random initialisation, query and input the figures draw
 SEED = 0
 
@@ -84,6 +88,9 @@ def bias(
     layer's input: it is drawn for a fixed random input (seed 0, width :data:`FOX_DIM`).
     Keys after their query are masked (hatched) where the encoding's form is causal
     (:func:`causal_only`: ALiBi, T5, CoPE, FoX by default); otherwise the whole matrix.
+    Stick-breaking adds no bias: its weights, which replace the softmax, are drawn for the
+    same fixed queries and keys as CoPE's; PaTH's is what its turns change in ``q·k``, for
+    those queries and keys and a fixed random input.
 
     Args:
         encoding: the name of a bias encoding (``alibi``, ``t5``, ``kerple``, ``fire``,
@@ -134,7 +141,9 @@ def bias(
     width = 3.1 * cols + 0.3
     chars = int(width * 11)  # about what a line of the title holds at this width
     title = textwrap.fill(
-        f"{encoding} score bias added to q·k: {n_heads} heads, length {length}", chars
+        f"{encoding} {WEIGHTS if isinstance(enc, ScoreWeights) else 'score bias added to q·k'}"
+        f": {n_heads} heads, length {length}",
+        chars,
     )
     title += "\n" + textwrap.fill("; ".join(n for n in notes if n), chars)
     fig, (first,) = new_figure(1, title, width=width, height=2.7 * rows + 0.2 * title.count("\n"))
@@ -235,7 +244,7 @@ def causal_only(enc: BiasEncoding) -> bool:
     :class:`~posenc.base.ScoreBias`), or it is the causal form of one of its
     :data:`DIRECTION_KEYS` (ALiBi's ``-m (i - j)``, which rewards far future keys; T5's
     buckets, which give later keys the bias of distance 0)."""
-    if isinstance(enc, (InputBias, ScoreBias, InputTransforms)):
+    if isinstance(enc, (InputBias, ScoreBias, ScoreWeights, InputTransforms)):
         return True
     return any(getattr(enc.config, key, None) is False for key in DIRECTION_KEYS)
 
@@ -254,8 +263,13 @@ def bias_matrix(enc: BiasEncoding, length: int, masked: bool = False) -> torch.T
         elif enc.needs_q:  # Shaw, CoPE: the bias of fixed random queries (and keys)
             generator = torch.Generator().manual_seed(SEED)
             q = torch.randn(1, enc.n_heads, length, SHAW_HEAD_DIM, generator=generator)
-            if isinstance(enc, ScoreBias):
-                k = torch.randn(q.shape, generator=generator)
+            k = torch.randn(q.shape, generator=generator)
+            if isinstance(enc, ScoreWeights):  # stick-breaking: its weights, for the same
+                out = cast(StickBreaking, enc).weights(positions, positions, q=q, k=k)[0]
+            elif isinstance(enc, InputTransforms):  # PaTH: what its turns change in q·k
+                x = torch.randn(1, length, FOX_DIM, generator=generator)
+                out = cast(Path, enc).bias(positions, positions, q=q, k=k, x=x)[0]
+            elif isinstance(enc, ScoreBias):
                 out = cast(CoPE, enc).bias(positions, positions, q=q, k=k)[0]  # [n_heads, L, L]
             else:
                 out = enc.bias(positions, positions, q=q)[0]

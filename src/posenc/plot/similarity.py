@@ -18,6 +18,9 @@ position ``j`` under the encoding, measured in the way its kind acts on attentio
   (:func:`posenc.plot.bias.causal_only`: ALiBi, T5, CoPE, FoX);
 - PaTH (Yang et al. 2025, arXiv:2505.16381): its scores of unit queries and keys, all
   alike, through the transforms of a fixed random input: what the tokens between them do;
+- stick-breaking (Tan et al. 2025, arXiv:2410.17980), which adds no bias: its weights for
+  the same unit queries and keys, every key's share ``σ(q·k·scale)`` equal, so the figure
+  is its built-in recency, ``β (1 − β)^(i − j − 1)``;
 - ``nope``: 1 everywhere, since without an encoding every position looks the same.
 
 Encodings of image grids (``sincos_2d``, ``learned_2d``, ``rope_2d``, ``rope_mixed``) are
@@ -43,10 +46,12 @@ from ..base import (
     InputTransforms,
     RotaryEncoding,
     ScoreBias,
+    ScoreWeights,
 )
 from ..bias.cope import CoPE
 from ..bias.fox import Fox
 from ..bias.path import Path
+from ..bias.stick_breaking import StickBreaking
 from ..builder import build
 from ..functional.path import path_scores
 from ..positions import grid as grid_positions
@@ -62,6 +67,9 @@ __all__ = ["similarity"]
 #: heads of the bias and multi-head rotary encodings built for the figures (ALiBi's head 0
 #: then has slope 1/2, visible over a few dozen positions)
 N_HEADS = 8
+#: the size of the unit queries and keys stick-breaking's weights are drawn for: each
+#: score is then 1/4, each key's share σ(1/4)
+UNIT_DIM = 16
 #: what the colour bar measures, by kind
 MEASURES = {
     "additive": "cosine similarity of encode(i) and encode(j)",
@@ -69,6 +77,8 @@ MEASURES = {
     "bias": "score bias of head 0",
     "none": "similarity (no encoding: all 1)",
 }
+#: what it measures for a bias encoding whose weights replace the softmax (stick-breaking)
+WEIGHT = "attention weight of head 0, q = k = ones"
 
 
 def check_encoding(encoding: Any) -> None:
@@ -120,14 +130,18 @@ def scores(enc: Encoding, q_positions: torch.Tensor, k_positions: torch.Tensor) 
         elif isinstance(enc, InputTransforms):  # PaTH: unit q, k through a random input's
             out = transformed_scores(cast(Path, enc), n_q, n_k)
         elif isinstance(enc, BiasEncoding):
-            head_dim = getattr(enc.config, "head_dim", None)
+            # stick-breaking's weights take queries of any size: one of UNIT_DIM
+            default = UNIT_DIM if isinstance(enc, ScoreWeights) else None
+            head_dim = getattr(enc.config, "head_dim", default)
             q = None
             k = None
             if enc.needs_q and head_dim is not None:
                 unit = torch.full((head_dim,), head_dim**-0.5)
                 q = unit.expand(1, enc.n_heads, n_q, -1).contiguous()
                 k = unit.expand(1, enc.n_heads, n_k, -1).contiguous()
-            if isinstance(enc, ScoreBias):  # CoPE counts with the same fixed keys
+            if isinstance(enc, ScoreWeights):  # stick-breaking: its weights, same q and k
+                bias = cast(StickBreaking, enc).weights(q_positions, k_positions, q=q, k=k)
+            elif isinstance(enc, ScoreBias):  # CoPE counts with the same fixed keys
                 bias = cast(CoPE, enc).bias(q_positions, k_positions, q=q, k=k)
             else:
                 bias = enc.bias(q_positions, k_positions, q=q)
@@ -205,5 +219,6 @@ def similarity(encoding: str = "sinusoidal", positions: int = 64, dim: int = 64)
     image = ax.imshow(data, cmap="viridis", origin="upper", interpolation="nearest")
     ax.set_xlabel(f"key {axis} j (tokens)" if enc.position_axes == 1 else f"key {axis}")
     ax.set_ylabel(f"query {axis} i (tokens)" if enc.position_axes == 1 else f"query {axis}")
-    fig.colorbar(image, ax=ax, label=MEASURES[kind])
+    measure = WEIGHT if isinstance(enc, ScoreWeights) else MEASURES[kind]
+    fig.colorbar(image, ax=ax, label=measure)
     return fig

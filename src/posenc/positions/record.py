@@ -129,15 +129,6 @@ class AttnPositions:
             return self.q_len == self.k_len
         return self._fact("index_ordered")
 
-    def keys_in_order(self) -> bool:
-        """Whether the keys' positions never decrease along the keys but to restart at 0
-        (a new packed document): the keys are held in the order of the sequence, as a
-        prompt, a cache that appends, padding and packing hold them (a rolling buffer
-        that has wrapped does not)."""
-        if not self.explicit:
-            return True
-        return self._fact("keys_in_order")
-
     def keys_first(self) -> bool:
         """Whether every key sits at or before every query (decoding after a prompt)."""
         if not self.explicit:
@@ -152,10 +143,9 @@ class AttnPositions:
         return self._fact("shift")
 
     def _facts(self) -> torch.Tensor:
-        """What the backends choose by, as ``[9]`` float64 (:meth:`_store` names them):
-        the ranges of q and k, whether they are the same increasing positions, whether
-        each is ``[len]`` and consecutive, with their first positions, and whether the
-        keys are in the order of the sequence."""
+        """What the backends choose by, as ``[8]`` float64 (:meth:`_store` names them):
+        the ranges of q and k, whether they are the same increasing positions, and
+        whether each is ``[len]`` and consecutive, with their first positions."""
         q, k = self.q.to(torch.float64), self.k.to(torch.float64)
 
         def steps(p: torch.Tensor, rule) -> torch.Tensor:
@@ -173,7 +163,6 @@ class AttnPositions:
             (steps(q, lambda d: d == 1) & steps(k, lambda d: d == 1)) if flat else false,
             k[..., 0].amin() if flat else true,
             q[..., 0].amin() if flat else true,
-            ((k.diff(dim=-1) >= 0) | (k[..., 1:] == 0)).all(),
         ]
         return torch.stack([f.to(torch.float64) for f in facts])
 
@@ -190,11 +179,10 @@ class AttnPositions:
 
 def _named(values: list[float]) -> dict[str, object]:
     """The facts of :meth:`AttnPositions._facts`, by name."""
-    q_low, q_high, _k_low, k_high, ordered, consecutive, k_first, q_first, in_order = values
+    q_low, q_high, _k_low, k_high, ordered, consecutive, k_first, q_first = values
     return {
         "q_range": (q_low, q_high),
         "index_ordered": bool(ordered),
         "keys_first": k_high <= q_low,
         "shift": int(k_first - q_first) if consecutive else None,
-        "keys_in_order": bool(in_order),
     }

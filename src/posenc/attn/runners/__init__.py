@@ -14,6 +14,8 @@ file here and one row of :data:`~posenc.attn.planner.ROWS`.
 - :mod:`~posenc.attn.runners.flex`: compiled flex attention with a ``score_mod`` and the
   block mask;
 - :mod:`~posenc.attn.runners.scores`: a bias of each row's scores (CoPE), by blocks of rows;
+- :mod:`~posenc.attn.runners.weights`: weights that are not a softmax (stick-breaking),
+  by blocks of rows;
 - :mod:`~posenc.attn.runners.path`: scores through transforms of the layer's input (PaTH),
   by blocks of rows;
 - :mod:`~posenc.attn.runners.shaw`: Shaw's relative attention blockwise, forward and
@@ -37,7 +39,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from . import distance, fast, flash, flex, linear, math, path, rows, scores, sdpa, shaw
+from . import distance, fast, flash, flex, linear, math, path, rows, scores, sdpa, shaw, weights
 
 if TYPE_CHECKING:
     from ..call import Call
@@ -55,6 +57,7 @@ RUNNERS: dict[str, Runner] = {
     "math": math.math,
     "flex": flex.flex,
     "scores": scores.scores,
+    "weights": weights.weights,
     "path": path.path,
     "shaw": shaw.shaw,
     "linear": linear.linear,

@@ -22,12 +22,12 @@ row that does not is untouched.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
-from ...base import BiasEncoding, InputTransforms
+from ...base import InputTransforms
 from ...functional.path import PATH_BLOCK, path_nonfinite, path_scores
 from ..call import ScoreOptions
 from ..masks import zero_dead_rows
@@ -36,38 +36,9 @@ from .scores import BLOCK_SCORES, mask_rows, row_blocks
 
 if TYPE_CHECKING:
     from ..call import Call
-    from ..planner import Facts, Plan
+    from ..planner import Plan
 
-__all__ = ["path", "path_attention", "path_takes"]
-
-
-def path_takes(f: Facts) -> bool:
-    """Whether :func:`~posenc.attn.planner.plan` gives the call of ``f`` (its facts) to
-    this runner: an :class:`~posenc.base.InputTransforms` encoding (PaTH), which runs
-    nowhere else. Raises a ``ValueError`` naming what it cannot run: a ``backend`` other
-    than ``"auto"`` or ``"math"``, ``causal=False``, more queries than keys (they are the
-    last of the keys' tokens)."""
-    encoding, backend, q_len, k_len = f.encoding, f.backend, f.shape.q_len, f.shape.k_len
-    if not isinstance(encoding, InputTransforms):
-        return False
-    name = cast(BiasEncoding, encoding).info.name
-    if backend not in ("auto", "math"):
-        raise ValueError(
-            f"{name!r}'s scores pass through the transforms between each key and its query, "
-            f"which only its own runner computes: backend must be 'auto' or 'math', got "
-            f"{backend!r}"
-        )
-    if not f.causal:
-        raise ValueError(
-            f"{name!r} accumulates the transforms of the tokens from a key up to its query: it "
-            "defines causal attention only (causal=True)"
-        )
-    if q_len > k_len:
-        raise ValueError(
-            f"{name!r} accumulates transforms along the keys: the queries must be the last "
-            f"of the keys' tokens, but q has {q_len} and k {k_len}"
-        )
-    return True
+__all__ = ["path", "path_attention"]
 
 
 def path_attention(

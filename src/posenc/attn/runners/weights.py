@@ -1,0 +1,111 @@
+"""The ``weights`` runner: attention whose weights are not a softmax of the scores
+(stick-breaking, Tan et al. 2025, arXiv:2410.17980), by blocks of query rows.
+
+An encoding that declares :class:`~posenc.base.ScoreWeights` turns each row's scaled
+scores over the keys it sees into that row's weights; the output is the weights times the
+values. No fused kernel computes them, so a block of ``B`` query rows is written out
+explicitly, as the ``scores`` runner does (:func:`~posenc.attn.runners.scores.row_blocks`:
+under activation checkpointing when a backward will run, so nothing of ``[batch, heads, L,
+L]`` is kept between the forward and the backward). Memory: a few ``[batch, heads, B,
+k_len]`` tensors at a time; time ``O(L²·d)``.
+
+The query's own key is the key at its position (a static cache's unwritten slots lie after
+it). The keys break the stick in the order they are held, nearest (last) first: the
+sequence's order in a prompt, a cache that appends, padding and packing; a model keeps
+every key of a stick-breaking layer (no rolling buffer, whose slots wrap around).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, cast
+
+import torch
+
+from ...base import ScoreWeights
+from ...functional.dtypes import math_dtype
+from ...functional.stick_breaking import own_keys
+from ..call import ScoreOptions
+from ..masks import zero_dead_rows
+from .scores import BLOCK_SCORES, mask_rows, row_blocks
+
+if TYPE_CHECKING:
+    from ..call import Call
+    from ..planner import Plan
+
+__all__ = ["weighted_attention", "weights"]
+
+
+def weighted_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    encoding: ScoreWeights,
+    allowed: tuple[torch.Tensor, torch.Tensor],
+    own: torch.Tensor,
+    scale: float,
+    options: ScoreOptions,
+    *,
+    finite: bool = True,
+    block: int | None = None,
+) -> torch.Tensor:
+    """``W v`` with ``W = encoding.score_weights(cap(q kᵀ·scale), seen, own)``, a block
+    of query rows at a time.
+
+    Args:
+        q: ``[b, h, q_len, d]``; k, v ``[b, kv_h, k_len, d]``, ``q_len <= k_len``.
+        encoding: a :class:`~posenc.base.ScoreWeights` (stick-breaking).
+        allowed: ``(mask, dead)`` from :meth:`AttentionContext.allowed
+            <posenc.attn.masks.AttentionContext.allowed>` (mask ``[q_len, k_len]`` or ``[b |
+            1, 1, q_len | 1, k_len]``, True where a query may see a key).
+        own: True at each query's own key, shaped as the mask
+            (:func:`~posenc.functional.stick_breaking.own_keys`).
+        scale: the score scale.
+        options: the softcap (the window or chunk is in ``allowed``; sinks are refused by
+            the planner).
+        finite: whether every input is finite; if not, a value no query sees stays out of
+            every output, and a row that sees a non-finite value is NaN.
+        block: query rows per block; default: about ``BLOCK_SCORES`` scores a block.
+
+    Shapes:
+        -> ``[b, h, q_len, d]`` in the dtype of ``q``.
+    """
+    b, h, q_len, _ = q.shape
+    k_len = k.shape[2]
+    mask, dead = allowed
+    if block is None:
+        block = max(1, BLOCK_SCORES // (b * h * k_len))
+    tensors = (q, k, v, *cast(torch.nn.Module, encoding).parameters())
+    train = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+    dtype = math_dtype(q.dtype, k.dtype, v.dtype)
+    keys = k.to(dtype).repeat_interleave(h // k.shape[1], 1)  # [b, h, k_len, d], once
+    values = v.to(dtype).repeat_interleave(h // v.shape[1], 1)
+    bad = None if finite else ~values.isfinite()
+    if bad is not None:
+        values = values.masked_fill(bad, 0.0)
+
+    def rows(i0: int, i1: int) -> torch.Tensor:
+        scores = (q[:, :, i0:i1].to(dtype) @ keys.transpose(-1, -2)) * scale
+        if options.softcap is not None:
+            scores = options.softcap * torch.tanh(scores / options.softcap)
+        seen = cast(torch.Tensor, mask_rows(mask, i0, i1))  # a mask, never None here
+        mine = cast(torch.Tensor, mask_rows(own, i0, i1))
+        out = encoding.score_weights(scores, seen, mine) @ values
+        if bad is None:
+            return out
+        reads_bad = (seen.to(dtype) @ bad.to(dtype)) > 0  # a non-finite value it sees
+        return out.masked_fill(reads_bad, float("nan"))
+
+    out = zero_dead_rows(row_blocks(rows, q_len, block, train), dead)
+    return out.to(q.dtype)
+
+
+def weights(call: Call, plan: Plan) -> torch.Tensor:
+    """The runner: :func:`weighted_attention` with the context's dense mask."""
+    enc = call.encoding
+    assert isinstance(enc, ScoreWeights), "the plan gives 'weights' to a ScoreWeights"
+    allowed = call.context.allowed(call.causal, call.options.pattern)
+    assert allowed is not None, "the planner gives 'weights' causal calls only"
+    own = own_keys(call.context.positions.q, call.context.positions.k)
+    return weighted_attention(
+        call.q, call.k, call.v, enc, allowed, own, call.scale, call.options, finite=call.finite
+    )
