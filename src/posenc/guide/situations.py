@@ -76,14 +76,18 @@ SITUATIONS: tuple[Situation, ...] = (
         "longer-than-trained",
         "You need to handle sequences longer than those trained on",
         ("extrapolation",),
-        ("alibi", "kerple", "fire", "fox", "cope", "rope"),
+        ("alibi", "kerple", "fire", "fox", "cope", "stick_breaking", "path", "rope"),
         "The article calls RoPE the best choice here; measured, it is not for reading longer "
         "inputs as they are: plain RoPE's perplexity grows past the training length while "
         "ALiBi's and KERPLE's stay flat (Press et al. 2022; Chi et al. 2022; FIRE: Li et al. "
         "2023; posenc's arena measures it: see the evidence of a run). Two newer biases "
         "learn their decay from the content: FoX's forget gates (Lin et al. 2025) and CoPE's "
         "counted positions (Golovneva et al. 2024) also stay flat in the arena, FoX below "
-        "ALiBi at every length (docs/results/research). So: a bias "
+        "ALiBi at every length (docs/results/research). Stick-breaking attention replaces "
+        "the softmax by a stick each key breaks from the nearest one back, recency with no "
+        "positions at all, and is reported to extrapolate (Tan et al. 2025); PaTH turns "
+        "q and k by Householder-like transforms of the tokens between them, learned from "
+        "the content (Yang et al. 2025). So: a bias "
         "encoding for zero-shot extrapolation; RoPE when you can extend it with a scaling "
         "(posenc.create('rope', scaling=...): YaRN, NTK) and a short fine-tune at the new "
         "length (Chen et al. 2023; Peng et al. 2023).",

@@ -131,7 +131,9 @@ class Preset:
         return dataclasses.asdict(self)
 
 
-#: the encodings a quick run trains: every kind, and each contrast the article draws
+#: the encodings a quick run trains: every kind, each contrast the article draws, and two
+#: that the field now compares against: stick-breaking attention (Tan et al. 2025), which
+#: replaces the softmax, and PaTH (Yang et al. 2025), content-dependent Householder turns
 CORE_ENCODINGS = (
     "nope",
     "sinusoidal",
@@ -143,10 +145,13 @@ CORE_ENCODINGS = (
     "alibi",
     "kerple",
     "fire",
+    "stick_breaking",
+    "path",
 )
 
-#: Kazemnejad et al.'s set of encodings, for the synthetic tasks of the quick and standard runs
-TASK_ENCODINGS = ("nope", "sinusoidal", "rope", "alibi", "t5")
+#: Kazemnejad et al.'s set of encodings, for the synthetic tasks of the quick and standard
+#: runs, and stick-breaking attention and PaTH
+TASK_ENCODINGS = ("nope", "sinusoidal", "rope", "alibi", "t5", "stick_breaking", "path")
 
 #: key-value retrieval: every pair asked once per row (``train_queries``), batch 64, 2,000
 #: steps at 1e-3 (at 3e-3, or with half the queries, no phase change in 2,000 steps)
