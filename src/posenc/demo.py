@@ -70,7 +70,7 @@ def run_demo(
     """Print the encodings and the article's worked example, then run every arena experiment.
 
     Args:
-        preset: the arena preset (``quick``: about 5 minutes on 2 cores).
+        preset: the arena preset (``quick``: about 8 minutes on 2 cores).
         out: the run directory (default ``runs/arena-<preset>-<time>``).
         seeds: replace the preset's seeds.
         encodings: replace the preset's encodings.

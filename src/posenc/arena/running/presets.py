@@ -1,7 +1,7 @@
 """Presets: how big, how long and on what the arena trains (``--preset
 quick|standard|full``).
 
-``quick`` runs every experiment but ``lost-in-the-middle`` in about 5 minutes on 2 CPU cores
+``quick`` runs every experiment but ``lost-in-the-middle`` in about 8 minutes on 2 CPU cores
 with its conclusions already visible (the demo); ``standard`` runs all of them with 3 seeds
 (aimed at 45 minutes; the published run, ``docs/results/standard/``, took 78 on 2 cores
 shared with other jobs); ``full`` is
