@@ -15,7 +15,7 @@ from ..base.encoding import check_float_tensor
 from ..config import check_float, check_int
 from ..functional.fox import forget_bias, forget_clock, forget_log_gates
 from ..registry import register
-from .inputs import check_bias_inputs
+from .inputs import check_bias_inputs, check_layer_input
 
 __all__ = ["Fox"]
 
@@ -119,18 +119,7 @@ class Fox(InputBias, BiasEncoding):
         return self.config.dim
 
     def _check_x(self, x: torch.Tensor | None) -> torch.Tensor:
-        if x is None:
-            raise TypeError(
-                "fox's bias depends on the layer's input: pass x=[batch, seq, dim] "
-                "(attention takes bias=fox.clock(x))"
-            )
-        check_float_tensor("x", x)
-        if x.dim() != 3 or x.shape[-1] != self.dim:
-            raise ValueError(
-                f"x must be [batch, seq, dim] with dim={self.dim}, got shape {tuple(x.shape)}"
-            )
-        self._check_device("x", x)
-        return x
+        return check_layer_input(self, x, self.dim, "attention takes bias=fox.clock(x)")
 
     def log_gates(self, x: torch.Tensor) -> torch.Tensor:
         """``log f_t`` of every head and token of ``x``, float32 (float64 for float64 ``x``).

@@ -15,7 +15,7 @@ import torch
 from ..base import BiasEncoding
 from ..base.encoding import check_float_tensor
 
-__all__ = ["check_bias_inputs", "check_keys_fit", "check_scored_inputs"]
+__all__ = ["check_bias_inputs", "check_keys_fit", "check_layer_input", "check_scored_inputs"]
 
 
 def check_bias_inputs(
@@ -38,14 +38,15 @@ def check_bias_inputs(
 
 
 def check_scored_inputs(
-    encoding: BiasEncoding, q: Any, k: Any, head_dim: int | None
+    encoding: BiasEncoding, q: Any, k: Any, head_dim: int | None, kv_heads: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``q`` ``[batch, n_heads, q_len, head_dim]`` and ``k`` ``[batch, kv_heads, k_len,
     head_dim]`` of an encoding that reads their scores: floating-point tensors on one
-    device, the encoding's, with ``head_dim`` the encoding's (None: any, the same for both).
-    Raises ``TypeError``/``ValueError`` naming the argument."""
+    device, the encoding's, with ``head_dim`` the encoding's (None: any, the same for both)
+    and ``kv_heads`` the encoding's (None: any). Raises ``TypeError``/``ValueError`` naming
+    the argument."""
     q = _scored(encoding, "q", q, encoding.n_heads, head_dim)
-    k = _scored(encoding, "k", k, None, q.shape[-1])
+    k = _scored(encoding, "k", k, kv_heads, q.shape[-1])
     if k.device != q.device:
         raise ValueError(f"k is on {k.device} but q on {q.device}: pass both on one device")
     return q, k
@@ -66,16 +67,31 @@ def _scored(
 ) -> torch.Tensor:
     if t is None:
         raise TypeError(
-            f"{encoding.info.name} reads the scores of the queries and keys: pass {name}="
+            f"{encoding.info.name}'s scores depend on the queries and keys: pass {name}="
             "[batch, heads, len, head_dim]"
         )
     check_float_tensor(name, t)
     if t.dim() != 4 or head_dim not in (None, t.shape[-1]) or heads not in (None, t.shape[1]):
+        sizes = [f"{key}={n}" for key, n in (("heads", heads), ("head_dim", head_dim)) if n]
         raise ValueError(
             f"{name} must be [batch, heads, len, head_dim]"
-            + ("" if head_dim is None else f" with head_dim={head_dim}")
-            + ("" if heads is None else f" and heads={heads}")
+            + (f" with {' and '.join(sizes)}" if sizes else "")
             + f", got shape {tuple(t.shape)}"
         )
     encoding._check_device(name, t)
     return t
+
+
+def check_layer_input(encoding: BiasEncoding, x: Any, dim: int, takes: str) -> torch.Tensor:
+    """``x`` ``[batch, seq, dim]``, the layer's input an encoding reads (FoX's gates, PaTH's
+    transforms): a floating-point tensor on the encoding's device; ``takes`` says what
+    attention takes from it instead. Raises ``TypeError``/``ValueError`` naming ``x``."""
+    if x is None:
+        raise TypeError(
+            f"{encoding.info.name} depends on the layer's input: pass x=[batch, seq, dim] ({takes})"
+        )
+    check_float_tensor("x", x)
+    if x.dim() != 3 or x.shape[-1] != dim:
+        raise ValueError(f"x must be [batch, seq, dim] with dim={dim}, got shape {tuple(x.shape)}")
+    encoding._check_device("x", x)
+    return x

@@ -14,11 +14,10 @@ import torch
 from torch import nn
 
 from ..base import BiasConfig, BiasEncoding, InputTransforms
-from ..base.encoding import check_float_tensor
 from ..config import check_int
 from ..functional.path import path_scores, path_transforms
 from ..registry import register
-from .inputs import check_bias_inputs
+from .inputs import check_bias_inputs, check_layer_input, check_scored_inputs
 
 __all__ = ["Path"]
 
@@ -153,33 +152,7 @@ class Path(InputTransforms, BiasEncoding):
         return self.config.n_heads if kv is None else kv
 
     def _check_x(self, x: torch.Tensor | None) -> torch.Tensor:
-        if x is None:
-            raise TypeError(
-                "path's scores depend on the layer's input: pass x=[batch, seq, dim] "
-                "(attention takes bias=path.transforms(x))"
-            )
-        check_float_tensor("x", x)
-        if x.dim() != 3 or x.shape[-1] != self.dim:
-            raise ValueError(
-                f"x must be [batch, seq, dim] with dim={self.dim}, got shape {tuple(x.shape)}"
-            )
-        self._check_device("x", x)
-        return x
-
-    def _check_heads(self, name: str, t: torch.Tensor | None, heads: int) -> torch.Tensor:
-        if t is None:
-            raise TypeError(
-                f"path's scores depend on the queries and keys: pass {name}=[batch, heads, "
-                "len, head_dim]"
-            )
-        check_float_tensor(name, t)
-        if t.dim() != 4 or t.shape[1] != heads or t.shape[-1] != self.head_dim:
-            raise ValueError(
-                f"{name} must be [batch, heads, len, head_dim] with heads={heads} and "
-                f"head_dim={self.head_dim}, got shape {tuple(t.shape)}"
-            )
-        self._check_device(name, t)
-        return t
+        return check_layer_input(self, x, self.dim, "attention takes bias=path.transforms(x)")
 
     def transforms(self, x: torch.Tensor) -> torch.Tensor:
         """Each token's transform vector ``a_t = √β_t · w_t`` per key head (``H_t = I −
@@ -213,8 +186,7 @@ class Path(InputTransforms, BiasEncoding):
             n_heads, q_len, head_dim]``, k ``[batch, kv_heads, k_len, head_dim]``, x
             ``[batch, k_len, dim]`` -> ``[batch, n_heads, q_len, k_len]``, float32.
         """
-        q = self._check_heads("q", q, self.n_heads)
-        k = self._check_heads("k", k, self.kv_heads)
+        q, k = check_scored_inputs(self, q, k, self.head_dim, self.kv_heads)
         check_bias_inputs(self, q_positions, k_positions, q, scale)
         q_positions, k_positions = self._check_pair(q_positions, k_positions, q)
         x = self._check_x(x)

@@ -32,7 +32,7 @@ from ...functional.path import PATH_BLOCK, path_nonfinite, path_scores
 from ..call import ScoreOptions
 from ..masks import zero_dead_rows
 from .math import probabilities, read_values
-from .scores import BLOCK_SCORES, mask_rows, row_blocks
+from .scores import mask_rows, needs_backward, row_blocks, rows_per_block
 
 if TYPE_CHECKING:
     from ..call import Call
@@ -75,16 +75,13 @@ def path_attention(
     Shapes:
         -> ``[b, h, q_len, d_v]`` in the dtype of ``q``.
     """
-    b, h, q_len, _ = q.shape
-    k_len = k.shape[2]
-    if block is None:
-        block = max(1, BLOCK_SCORES // (b * h * k_len) // PATH_BLOCK) * PATH_BLOCK
+    q_len, k_len = q.shape[2], k.shape[2]
+    block = rows_per_block(q, k_len, PATH_BLOCK) if block is None else block
     nonfinite = None
     if not finite:
         nonfinite = path_nonfinite(q, k, transforms)
         q, k, transforms = (t.nan_to_num(0.0, 0.0, 0.0) for t in (q, k, transforms))
-    tensors = (q, k, v, transforms, options.sinks)
-    train = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+    train = needs_backward(q, k, v, transforms, options.sinks)
     tokens = torch.arange(k_len, device=q.device)
 
     def rows(i0: int, i1: int) -> torch.Tensor:

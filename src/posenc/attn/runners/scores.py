@@ -31,7 +31,15 @@ if TYPE_CHECKING:
     from ..call import Call
     from ..planner import Plan
 
-__all__ = ["BLOCK_SCORES", "contextual_attention", "mask_rows", "row_blocks", "scores"]
+__all__ = [
+    "BLOCK_SCORES",
+    "contextual_attention",
+    "mask_rows",
+    "needs_backward",
+    "row_blocks",
+    "rows_per_block",
+    "scores",
+]
 
 #: the scores of one block of query rows (batch · heads · rows · keys): 4 Mi, 16 MiB in
 #: float32 per tensor of the block
@@ -64,13 +72,11 @@ def contextual_attention(
     Shapes:
         -> ``[b, h, q_len, d]`` in the dtype of ``q``.
     """
-    b, h, q_len, _ = q.shape
+    h, q_len = q.shape[1], q.shape[2]
     k_len = k.shape[2]
     mask, dead = (None, None) if allowed is None else allowed
-    if block is None:
-        block = max(1, BLOCK_SCORES // (b * h * k_len))
-    tensors = (q, k, v, *encoding.parameters())
-    train = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+    block = rows_per_block(q, k_len) if block is None else block
+    train = needs_backward(q, k, v, *encoding.parameters())
 
     dtype = math_dtype(q.dtype)
     keys = k.to(dtype).repeat_interleave(h // k.shape[1], 1)  # [b, h, k_len, d], once
@@ -92,6 +98,24 @@ def contextual_attention(
         )
 
     return zero_dead_rows(row_blocks(rows, q_len, block, train), dead)
+
+
+def rows_per_block(q: torch.Tensor, k_len: int, multiple: int = 1) -> int:
+    """Query rows per block of ``q``'s calls over ``k_len`` keys: about
+    :data:`BLOCK_SCORES` scores (batch · heads · rows · keys) a block, a multiple of
+    ``multiple``.
+
+    Shapes:
+        q ``[b, h, q_len, d]``
+    """
+    b, h = q.shape[:2]
+    return max(1, BLOCK_SCORES // (b * h * k_len) // multiple) * multiple
+
+
+def needs_backward(*tensors: torch.Tensor | None) -> bool:
+    """Whether a backward will run through a block: grad mode is on and one of ``tensors``
+    requires grad (then :func:`row_blocks` checkpoints each block)."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
 def mask_rows(mask: torch.Tensor | None, i0: int, i1: int) -> torch.Tensor | None:

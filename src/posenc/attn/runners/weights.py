@@ -26,7 +26,7 @@ from ...functional.dtypes import math_dtype
 from ...functional.stick_breaking import own_keys
 from ..call import ScoreOptions
 from ..masks import zero_dead_rows
-from .scores import BLOCK_SCORES, mask_rows, row_blocks
+from .scores import mask_rows, needs_backward, row_blocks, rows_per_block
 
 if TYPE_CHECKING:
     from ..call import Call
@@ -64,18 +64,16 @@ def weighted_attention(
             the planner).
         finite: whether every input is finite; if not, a value no query sees stays out of
             every output, and a row that sees a non-finite value is NaN.
-        block: query rows per block; default: about ``BLOCK_SCORES`` scores a block.
+        block: query rows per block; default
+            :func:`~posenc.attn.runners.scores.rows_per_block`.
 
     Shapes:
         -> ``[b, h, q_len, d]`` in the dtype of ``q``.
     """
-    b, h, q_len, _ = q.shape
-    k_len = k.shape[2]
+    h, q_len, k_len = q.shape[1], q.shape[2], k.shape[2]
     mask, dead = allowed
-    if block is None:
-        block = max(1, BLOCK_SCORES // (b * h * k_len))
-    tensors = (q, k, v, *cast(torch.nn.Module, encoding).parameters())
-    train = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+    block = rows_per_block(q, k_len) if block is None else block
+    train = needs_backward(q, k, v, *cast(torch.nn.Module, encoding).parameters())
     dtype = math_dtype(q.dtype, k.dtype, v.dtype)
     keys = k.to(dtype).repeat_interleave(h // k.shape[1], 1)  # [b, h, k_len, d], once
     values = v.to(dtype).repeat_interleave(h // v.shape[1], 1)
