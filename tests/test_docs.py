@@ -30,13 +30,13 @@ BLOCK = re.compile(r"```(python|sh|bash|console)\n(.*?)```", re.S)
 
 #: documented commands that are not run here, each with the reason
 NOT_RUN = {
-    "posenc arena run all --preset quick": "the quick preset takes about 6 minutes",
+    "posenc arena run all --preset quick": "the quick preset takes about 8 minutes",
     "posenc arena run extrapolation --encodings rope alibi --corpus my_texts/": (
         "the quick preset on a reader's own text folder: minutes, and no such folder here"
     ),
     "posenc arena run all --preset full --out runs/full": "the full preset takes hours",
     "posenc arena run lost-in-the-middle --preset quick": (
-        "about 6 minutes (tests/arena/test_lost_in_the_middle.py trains its recipe, slow)"
+        "about 20 minutes (tests/arena/test_lost_in_the_middle.py trains its recipe, slow)"
     ),
     "posenc arena run all --preset standard --out runs/standard": (
         "the standard preset takes about 45 minutes; docs/results/standard/ is its run"

@@ -189,8 +189,8 @@ QUICK = Preset(
     left_out=(
         (
             "lost-in-the-middle",
-            "retrieval is learnt after about 1,000 steps of batch 64, some 6 minutes for five "
-            "encodings on 2 cores: `posenc arena run lost-in-the-middle` runs it, and the "
+            "retrieval is learnt after about 1,000 steps of batch 64, some 20 minutes for its "
+            "seven encodings on 2 cores: `posenc arena run lost-in-the-middle` runs it, and the "
             "standard preset's results are in docs/results/standard/",
         ),
     ),
