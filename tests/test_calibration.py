@@ -96,3 +96,14 @@ def test_the_distance_block_is_measured_once_and_changes_no_result(calibrating, 
     fixed = distance.distance_attention(q, k, v, values, 0.25, True, block=64)
     # the same softmax over the same keys, another kernel call per block: rounding
     assert_close(out, fixed, atol=1e-5, rtol=1e-5)
+
+
+def test_a_fake_tensor_is_not_measured(calibrating):
+    """Under FakeTensorMode (as export and the device checks trace) the block is the default
+    and nothing is timed or written: a fake call has no time."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        q = torch.randn(1, 2, 1024, 16)
+        assert distance.tuned_block(q) == distance.block_size(1024)
+    assert not list(calibrating.iterdir()) and calibration.chosen() == {}

@@ -148,7 +148,8 @@ def tuned_block(q: torch.Tensor) -> int:
         q ``[batch, heads, L, head_dim]``
     """
     n, d = q.shape[2], q.shape[3]
-    if q.device.type != "cpu" or n < PROBE_MIN:
+    # a traced or fake tensor (export, FakeTensorMode) has no time to measure
+    if q.device.type != "cpu" or n < PROBE_MIN or type(q) is not torch.Tensor:
         return block_size(n)
     probe = min(PROBE_MAX, 1 << (n - 1).bit_length())
     key = f"distance_block/L{probe}/d{d}/{str(q.dtype).removeprefix('torch.')}"
