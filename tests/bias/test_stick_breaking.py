@@ -164,6 +164,8 @@ def test_what_it_refuses():
         enc.weights(torch.arange(5), torch.arange(5), q=q)
     with pytest.raises(ValueError, match="remainder"):
         posenc.create("stick_breaking", n_heads=HEADS, remainder="keep")
+    with pytest.raises(TypeError, match="remainder"):
+        posenc.create("stick_breaking", n_heads=HEADS, remainder=1)
     with pytest.raises(TypeError, match="attend_current"):
         posenc.create("stick_breaking", n_heads=HEADS, attend_current=1)
 

@@ -9,8 +9,9 @@ from typing import ClassVar
 
 import torch
 
+from ..arguments import check_str
 from ..base import BiasConfig, BiasEncoding, ScoreWeights
-from ..config import check_int
+from ..config import check_bool, check_choice, check_int
 from ..functional.dtypes import math_dtype
 from ..functional.stick_breaking import own_keys, stick_breaking_weights
 from ..positions import causal_mask
@@ -44,10 +45,9 @@ class StickBreakingConfig(BiasConfig):
 
     def __post_init__(self) -> None:
         check_int("n_heads", self.n_heads)
-        if not isinstance(self.attend_current, bool):
-            raise TypeError(f"attend_current must be a bool, got {self.attend_current!r}")
-        if self.remainder not in REMAINDERS:
-            raise ValueError(f"remainder must be one of {REMAINDERS}, got {self.remainder!r}")
+        check_bool("attend_current", self.attend_current)
+        check_str("remainder", self.remainder)
+        check_choice("remainder", self.remainder, REMAINDERS)
 
 
 @register(
