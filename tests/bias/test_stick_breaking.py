@@ -122,8 +122,11 @@ def test_blocks_of_rows_and_their_gradients(monkeypatch):
     own = torch.eye(11, dtype=torch.bool)
     one = weighted_attention(q, k, v, enc, allowed, own, D**-0.5, PLAIN, block=11)
     for block in (1, 4, 5):
-        blocks = weighted_attention(q, k, v, enc, allowed, own, D**-0.5, PLAIN, block=block)
-        assert_close(blocks, one, atol=1e-13, rtol=0)
+        for by_index in (False, True):  # True: each block stops at its last query's key
+            blocks = weighted_attention(
+                q, k, v, enc, allowed, own, D**-0.5, PLAIN, block=block, by_index=by_index
+            )
+            assert_close(blocks, one, atol=1e-13, rtol=0)
 
     import posenc.attn.runners.scores as scores_runner
 
