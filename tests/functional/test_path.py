@@ -60,7 +60,8 @@ SHAPES = [
     (2, 4, 2, 7, 7, 4, 3),  # grouped key heads
     (1, 2, 1, 3, 9, 4, 4),  # queries the last 3 of 9 tokens (a KV cache)
     (1, 2, 2, 1, 10, 3, 4),  # one query (a decoding step)
-    (1, 1, 1, 6, 6, 4, PATH_BLOCK),  # one block larger than the sequence
+    (1, 1, 1, 6, 6, 4, PATH_BLOCK),  # a block larger than the sequence: one of its length
+    (1, 2, 1, 19, 21, 4, PATH_BLOCK),  # ... of an odd length past 16 (inverted by halves)
     (1, 3, 1, 9, 13, 3, 2),  # many blocks, query blocks not aligned to the keys'
     (1, 2, 2, 8, 8, 5, 4),  # blocks that divide the length
 ]

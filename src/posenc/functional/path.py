@@ -85,7 +85,8 @@ def path_scores(
         k: ``[b, kv_h, k_len, d]``; ``h`` a multiple of ``kv_h``.
         transforms: ``[b, kv_h, k_len, d]``, each token's ``a_t`` (``H_t = I − a_t a_tᵀ``,
             :func:`path_transforms`); a zero vector is the identity.
-        block: the tokens per block (the UT transform's size).
+        block: the tokens per block (the UT transform's size); fewer keys than that are one
+            block of their number, not padded to it.
 
     Shapes:
         -> ``[b, h, q_len, k_len]``.
@@ -93,7 +94,7 @@ def path_scores(
     dtype = math_dtype(q.dtype, k.dtype, transforms.dtype)
     b, h, q_len, d = q.shape
     kv_h, k_len = k.shape[1], k.shape[2]
-    g, c = h // kv_h, block
+    g, c = h // kv_h, min(block, k_len)  # a short sequence is one block of its own length
     n, m = -(-k_len // c), -(-q_len // c)  # key blocks, query blocks (the last m)
     # blocks end at the last token (zero tokens, no key and no transform, fill the first),
     # block first, so that a run of blocks is one batch: [b, kv_h, nc, d] -> [n, b, kv_h, c, d]
