@@ -36,7 +36,7 @@ NOT_RUN = {
     ),
     "posenc arena run all --preset full --out runs/full": "the full preset takes hours",
     "posenc arena run lost-in-the-middle --preset quick": (
-        "about 20 minutes (tests/arena/test_lost_in_the_middle.py trains its recipe, slow)"
+        "about 11 minutes (tests/arena/test_lost_in_the_middle.py trains its recipe, slow)"
     ),
     "posenc arena run all --preset standard --out runs/standard": (
         "the standard preset takes about 45 minutes; docs/results/standard/ is its run"

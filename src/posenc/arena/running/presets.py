@@ -189,7 +189,7 @@ QUICK = Preset(
     left_out=(
         (
             "lost-in-the-middle",
-            "retrieval is learnt after about 1,000 steps of batch 64, some 20 minutes for its "
+            "retrieval is learnt after about 1,000 steps of batch 64, some 11 minutes for its "
             "seven encodings on 2 cores: `posenc arena run lost-in-the-middle` runs it, and the "
             "standard preset's results are in docs/results/standard/",
         ),
