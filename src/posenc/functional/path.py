@@ -94,7 +94,7 @@ def path_scores(
     dtype = math_dtype(q.dtype, k.dtype, transforms.dtype)
     b, h, q_len, d = q.shape
     kv_h, k_len = k.shape[1], k.shape[2]
-    g, c = h // kv_h, min(block, k_len)  # a short sequence is one block of its own length
+    g, c = h // kv_h, max(1, min(block, k_len))  # a short sequence: one block of its length
     n, m = -(-k_len // c), -(-q_len // c)  # key blocks, query blocks (the last m)
     # blocks end at the last token (zero tokens, no key and no transform, fill the first),
     # block first, so that a run of blocks is one batch: [b, kv_h, nc, d] -> [n, b, kv_h, c, d]
