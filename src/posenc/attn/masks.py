@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from ..arguments import check_tensor
 from ..config import check_int
 from ..positions import (
     AttnPositions,
@@ -275,9 +276,7 @@ def _check_attn_mask(
 ) -> torch.Tensor:
     """``attn_mask`` checked (a bool tensor ``[batch | 1, 1, q_len, k_len]`` on ``device``)
     and expanded to ``batch``."""
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
-        raise TypeError(f"attn_mask must be a bool tensor (True = may attend), got {got}")
+    check_tensor("attn_mask", mask, kinds=("bool",))  # True = may attend
     shape = tuple(mask.shape)
     if len(shape) != 4 or shape[0] not in (1, batch) or shape[1:] != (1, q_len, k_len):
         raise ValueError(

@@ -119,7 +119,8 @@ def weights(call: Call, plan: Plan) -> torch.Tensor:
         call.v,
         enc,
         allowed,
-        own_keys(positions.q, positions.k),
+        # each query's own key: the same for every layer of a forward, made once
+        call.context.derived("own_keys", lambda: own_keys(positions.q, positions.k)),
         call.scale,
         call.options,
         finite=call.finite,
