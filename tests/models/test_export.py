@@ -56,6 +56,10 @@ FOX_QUERY_BLOCKS = (
     "min(8, seq) == 8, so the export holds for seq >= 8 only (it does with Dim(min=8))"
 )
 
+STICK_ROW_BLOCKS = (
+    "attn/runners/weights.py loops over row blocks in Python (row_blocks), each stopping "
+    "at its last query's key: the length specialized to the example's"
+)
 PATH_BLOCKS = (
     "attn/runners/path.py loops over row blocks in Python (row_blocks), and "
     "functional/path.py over blocks of 64 keys (path_scores): the length specialized to "
@@ -74,6 +78,8 @@ def dynamic_causes(name: str) -> list[str]:
         causes.append(FOX_QUERY_BLOCKS)
     if name == "path":
         causes.append(PATH_BLOCKS)
+    if name == "stick_breaking":
+        causes.append(STICK_ROW_BLOCKS)
     return causes
 
 
