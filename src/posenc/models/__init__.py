@@ -17,6 +17,8 @@ One module per concept:
   input into the scores (PaTH), cached beside their keys, in the order of the sequence;
 - :mod:`~posenc.models.calls`: a block's torch layers run as their functional ops where
   a module call would add only host time (no hooks, torch's own class);
+- :mod:`~posenc.models.activation`: the MLP's exact GELU on ATen's own CPU kernel
+  (oneDNN's costs ten times its host time in a decode step);
 - :mod:`~posenc.models.init`: the standard deviations the weights start from;
 - :mod:`~posenc.models.inputs`: the checks on token ids and on the padding and document
   masks;

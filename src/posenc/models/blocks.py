@@ -24,6 +24,7 @@ from ..attn.planner import ScoreTraits
 from ..base import BiasEncoding, Encoding, InputBias, InputTransforms, RotaryEncoding
 from ..config import check_int
 from ..rotary import RoPE, XPos
+from .activation import GELU
 from .calls import call, linear, mlp, norm
 from .spec import LayerSpec
 from .transforms import layer_transforms
@@ -318,7 +319,7 @@ class Block(nn.Module):
         self.mlp_norm = nn.RMSNorm(dim)
         self.mlp = nn.Sequential(
             nn.Linear(dim, mlp_ratio * dim, bias=False),
-            nn.GELU(),
+            GELU(),
             nn.Linear(mlp_ratio * dim, dim, bias=False),
         )
 

@@ -22,6 +22,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules import module as _module
 
+from .activation import GELU, gelu
+
 __all__ = ["call", "linear", "mlp", "norm", "plain"]
 
 #: the global hooks ``nn.Module.__call__`` runs for every module (torch 2.x names; a
@@ -35,6 +37,10 @@ _FORWARD_PRE, _FORWARD, _BACKWARD_PRE, _BACKWARD = (
         "_global_backward_hooks",
     )
 )
+
+
+#: each GELU class's functional op
+_GELUS = {nn.GELU: F.gelu, GELU: gelu}
 
 
 def plain(layer: nn.Module) -> bool:
@@ -87,8 +93,9 @@ def linear(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def mlp(layers: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """``layers(x)``; an ``nn.Sequential`` of a linear, a GELU and a linear (the block's
-    MLP) as their functional ops where each is :func:`plain`.
+    """``layers(x)``; an ``nn.Sequential`` of a linear, a GELU (torch's, or the block's
+    :class:`~posenc.models.activation.GELU`) and a linear (the block's MLP) as their
+    functional ops where each is :func:`plain`.
 
     Shapes:
         x: ``[..., dim]`` -> ``[..., dim]``.
@@ -96,8 +103,8 @@ def mlp(layers: nn.Module, x: torch.Tensor) -> torch.Tensor:
     if type(layers) is not nn.Sequential or len(layers) != 3 or not plain(layers):
         return layers(x)
     up, act, down = layers  # [dim -> hidden], its activation, [hidden -> dim]
-    if type(act) is nn.GELU and plain(act):
-        hidden = F.gelu(linear(up, x), approximate=act.approximate)
+    if type(act) in _GELUS and plain(act):
+        hidden = _GELUS[type(act)](linear(up, x), approximate=act.approximate)
     else:
         hidden = act(linear(up, x))
     return linear(down, hidden)
