@@ -116,6 +116,12 @@ def checked() -> Iterator[None]:
         _STATE.checked -= 1
 
 
+def in_checked() -> bool:
+    """Whether this thread runs inside :func:`checked`: a model's layers, whose forward
+    checked their inputs (its KV cache against them among those) before them."""
+    return _STATE.checked > 0
+
+
 def reads_values(*tensors: torch.Tensor | None) -> bool:
     """Whether a value check should read ``tensors`` now: checks are on, not inside
     :func:`checked`, not under ``torch.compile``, and every tensor given (None skipped)

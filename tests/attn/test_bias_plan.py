@@ -15,6 +15,7 @@ from posenc.attn import planner as plan_module
 from posenc.attn.planner import AttnShape, plan_bias, shares_table
 from posenc.attn.runners.flex import flex_available
 from posenc.base import InputTransforms, ScoreBias, ScoreWeights
+from posenc.builder import build
 from posenc.models import TransformerLM
 
 CPU = torch.device("cpu")
@@ -236,3 +237,31 @@ def test_a_plan_is_decided_once_per_encoding_shapes_and_flags():
         assert again is not first and again == first  # decided anew, the same decision
     grad = q.clone().requires_grad_(True)
     assert dispatch.plan_of(call_of(enc, grad)) is not dispatch.plan_of(call_of(enc, grad))
+
+
+@pytest.mark.parametrize(
+    "name", [None, *(n for n in posenc.available() if posenc.info(n).kind == "bias")]
+)
+def test_keys_the_plan_reads_alike_share_its_plan(name):
+    """plan_of keeps a plan under plan_shape, which reads of the key length only how it
+    compares with the query length and the flex threshold: every key length of one key
+    gets the plan that plan() decides for it afresh (a decode step's growing keys share
+    one), across the thresholds a row reads."""
+    enc = None if name is None else build(name, dim=512, n_heads=8, head_dim=64, kv_heads=8)
+    flex = plan_module.FLEX_MIN_SCORES
+    for q_len in (1, 4, 256):
+        lengths = {q_len, q_len + 1, q_len + 9, 2 * q_len + 3}  # default positions: k >= q
+        lengths |= {flex // q_len - 1, flex // q_len, flex // q_len + 1, flex // q_len + 2}
+        groups: dict[tuple, list] = {}
+        for k_len in sorted(n for n in lengths if n >= q_len):
+            context = AttentionContext.default(q_len, k_len, 1, CPU)
+            shape = AttnShape(1, 8, 8, q_len, k_len, 64)
+            try:
+                chosen = plan_module.plan(
+                    enc, shape, context.positions, masked=False, needs_grad=False, device=CPU
+                )
+            except ValueError as error:  # refused: the refusal is the decision
+                chosen = str(error)
+            groups.setdefault(plan_module.plan_shape(shape), []).append(chosen)
+        assert all(p == plans[0] for plans in groups.values() for p in plans), (q_len, groups)
+        assert len(groups) >= 2  # at and above the query length (and the threshold): apart

@@ -22,6 +22,7 @@ import torch
 
 from ..arguments import check_dtype, check_size
 from ..config import check_bool, check_device, check_int
+from ..host_reads import in_checked
 from .cache_checks import (
     check_delta,
     check_growing,
@@ -217,8 +218,16 @@ class KVCache:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Store ``k, v`` ``[batch, kv_heads, n, head_dim]`` after the cached ones and return
         the keys and values the new queries may see, ``[batch, kv_heads, visible(layer,
-        n), head_dim]`` (all of them in a layer that keeps all)."""
-        self._check_new(layer, k, v)
+        n), head_dim]`` (all of them in a layer that keeps all).
+
+        Checked against the layer's buffers, but in a model's layers
+        (:func:`~posenc.host_reads.checked`): their forward checked this cache against
+        them once (heads, widths, device: ``check_fits``; batch; room for the new tokens),
+        so only the dtype, which autocast may change, is compared there (nothing is cast).
+        """
+        ours = in_checked() and type(layer) is int and 0 <= layer < len(self.keys)
+        if not (ours and k.dtype == v.dtype == self.keys[layer].dtype):
+            self._check_new(layer, k, v)
         self._claim(layer)
         return self._store(self.keys[layer], k, layer), self._store(self.values[layer], v, layer)
 

@@ -14,7 +14,7 @@ from ..base.bias import UNCHANGED
 from ..host_reads import checked
 from .call import AttnShape, Call
 from .forget import forget_call
-from .planner import Plan, plan
+from .planner import Plan, plan, plan_shape
 from .runners import RUNNERS
 
 __all__ = ["PLAIN_PLANS_MAX", "plan_of", "run", "run_within"]
@@ -56,7 +56,8 @@ def plan_of(call: Call) -> Plan:
     """:func:`plan` of a checked call; a backward will run when grad mode is on and an
     input, a sink, the table or a parameter of the encoding requires grad.
 
-    Decided once per encoding, shapes, flags and device: a call with no backward over the
+    Decided once per encoding, shapes (:func:`~posenc.attn.planner.plan_shape`: the key
+    length only as the plan reads it), flags and device: a call with no backward over the
     default positions (whose facts follow from the lengths) takes the plan of the first
     such call, kept with the encoding (:meth:`~posenc.base.BiasEncoding.derived`: a new
     config or parameters decide again) or, for plain attention, in :data:`_PLAIN_PLANS`.
@@ -75,7 +76,7 @@ def plan_of(call: Call) -> Plan:
     decide = partial(plan, enc, shape, context.positions, needs_grad=grad, **flags)
     if grad or context.positions.explicit or torch.compiler.is_compiling():
         return decide()
-    key = (shape, *flags.values())
+    key = (plan_shape(shape), *flags.values())
     if enc is not None:
         return enc.derived(("plan", key), decide)
     chosen = _PLAIN_PLANS.get(key)

@@ -91,6 +91,7 @@ __all__ = [
     "ScoreTraits",
     "plan",
     "plan_bias",
+    "plan_shape",
     "shares_table",
 ]
 
@@ -333,6 +334,16 @@ def _flash(f: Facts) -> Plan | None:
 
 def _bias_sdpa(f: Facts) -> Plan | None:
     return Plan("sdpa", table="full")
+
+
+def plan_shape(shape: AttnShape) -> tuple[int | bool, ...]:
+    """What :func:`plan` reads of ``shape`` (the key :func:`~posenc.attn.dispatch.plan_of`
+    keeps a plan under): every size but the key length, of which the rows read only how it
+    compares with the query length and whether the scores reach :data:`FLEX_MIN_SCORES`.
+    So decode steps, whose keys grow by one, share one plan. A row that reads the key
+    length in another way adds it here."""
+    q, k = shape.q_len, shape.k_len
+    return (*shape[:4], min(k, q + 1), q * k >= FLEX_MIN_SCORES, shape.head_dim)
 
 
 #: the rows :func:`plan` reads, top to bottom: the first that answers runs the call (the
