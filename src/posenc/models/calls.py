@@ -15,7 +15,8 @@ Shapes:
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -40,7 +41,7 @@ _FORWARD_PRE, _FORWARD, _BACKWARD_PRE, _BACKWARD = (
 
 
 #: each GELU class's functional op
-_GELUS = {nn.GELU: F.gelu, GELU: gelu}
+_GELUS: dict[type[nn.Module], Callable[..., torch.Tensor]] = {nn.GELU: F.gelu, GELU: gelu}
 
 
 def plain(layer: nn.Module) -> bool:
@@ -103,8 +104,9 @@ def mlp(layers: nn.Module, x: torch.Tensor) -> torch.Tensor:
     if type(layers) is not nn.Sequential or len(layers) != 3 or not plain(layers):
         return layers(x)
     up, act, down = layers  # [dim -> hidden], its activation, [hidden -> dim]
-    if type(act) in _GELUS and plain(act):
-        hidden = _GELUS[type(act)](linear(up, x), approximate=act.approximate)
+    gelu_of = _GELUS.get(type(act))
+    if gelu_of is not None and plain(act):
+        hidden = gelu_of(linear(up, x), approximate=cast(nn.GELU, act).approximate)
     else:
         hidden = act(linear(up, x))
     return linear(down, hidden)
