@@ -78,7 +78,8 @@ def norm(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
         x: ``[..., dim]`` -> the same.
     """
     if type(layer) is nn.RMSNorm and plain(layer):
-        return F.rms_norm(x, layer.normalized_shape, layer.weight, layer.eps)
+        weight = layer._parameters["weight"]  # as layer.weight, without Module.__getattr__
+        return F.rms_norm(x, layer.normalized_shape, weight, layer.eps)
     return layer(x)
 
 
@@ -89,7 +90,8 @@ def linear(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
         x: ``[..., in_features]`` -> ``[..., out_features]``.
     """
     if type(layer) is nn.Linear and plain(layer):
-        return F.linear(x, layer.weight, layer.bias)
+        params = layer._parameters  # as layer.weight, layer.bias, without Module.__getattr__
+        return F.linear(x, params["weight"], params["bias"])
     return layer(x)
 
 

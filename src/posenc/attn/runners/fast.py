@@ -37,4 +37,4 @@ def fast(call: Call, plan: Plan) -> torch.Tensor:
     out = F.scaled_dot_product_attention(
         q, k, v, is_causal=is_causal, scale=call.scale, enable_gqa=gqa
     )
-    return out[..., :width]
+    return out if width == q.shape[-1] else out[..., :width]
