@@ -91,7 +91,7 @@ def linear(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """
     if type(layer) is nn.Linear and plain(layer):
         params = layer._parameters  # as layer.weight, layer.bias, without Module.__getattr__
-        return F.linear(x, params["weight"], params["bias"])
+        return F.linear(x, cast(torch.Tensor, params["weight"]), params["bias"])
     return layer(x)
 
 
