@@ -18,15 +18,14 @@ The backward (FlashAttention-2, Dao 2023, arXiv:2307.08691, Algorithm 2, in
 gradient of ``w`` sums each anti-diagonal of the score gradients, read as the columns of a
 skewed view (:class:`DistanceGrad`). Measured against plain causal SDPA: docs/design-notes.md,
 "Shift-invariant biases from their distances". The block of queries per call is measured
-on the machine (:func:`tuned_block`): the fastest differs between CPUs.
+on the machine (:func:`tuned_block`), and so is the backward's (:func:`tuned_backward_block`):
+the fastest differs between CPUs.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -122,7 +121,7 @@ def distance_attention(
     values = values.contiguous()  # the kernel reads rows of stride 1
     args = (q, k, v, values, float(scale), bool(causal), block)
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, values)):
-        return _DistanceFlash.apply(*args)
+        return _DistanceFlash.apply(*args, tuned_backward_block(q))
     return _forward(*args)[0]  # no backward: no autograd node to build
 
 
@@ -159,21 +158,52 @@ def tuned_block(q: torch.Tensor) -> int:
         x = x.to(q.dtype)
         values = torch.zeros(PROBE_HEADS, 2 * probe - 1, dtype=math_dtype(q.dtype))
         values[:, probe:] = float("-inf")  # causal: no key after its query
-        return best_time(lambda: _forward(x, x, x, values, d**-0.5, True, block))
+        return calibration.best_time(lambda: _forward(x, x, x, values, d**-0.5, True, block))
 
     fits = [c for c in CANDIDATES if c <= probe // 2]
     return calibration.choose(key, fits, block_size(probe), measure)
 
 
-def best_time(run: Callable[[], object], rounds: int = 3) -> float:
-    """The fastest of ``rounds`` timings of ``run()`` after one warm-up, in seconds."""
-    run()
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return min(times)
+#: the backward's block sizes :func:`tuned_backward_block` tries
+BACKWARD_CANDIDATES = (32, 64, 128, 256)
+
+
+def tuned_backward_block(q: torch.Tensor) -> int:
+    """Queries per block of the backward for ``q``'s length and head size on this machine,
+    as :func:`tuned_block` measures the forward's: the fastest of
+    :data:`BACKWARD_CANDIDATES` for the forward and backward of the same probe call (every
+    gradient, the distance values' included, as training computes them; the forward in the
+    default block), else the backward's default block. A block holds ``[batch, heads,
+    block, L]`` floats of score gradients: the size that fits a core's L2 differs between
+    CPUs (1 MiB on the AMD EPYC this was built on, 2 MiB on a Sapphire Rapids Xeon). The
+    gradients are the same whatever the block, to rounding.
+
+    Shapes:
+        q ``[batch, heads, L, head_dim]``
+    """
+    n, d = q.shape[2], q.shape[3]
+    if q.device.type != "cpu" or n < PROBE_MIN or type(q) is not torch.Tensor:
+        return BACKWARD_BLOCK
+    probe = min(PROBE_MAX, 1 << (n - 1).bit_length())
+    key = f"distance_backward_block/L{probe}/d{d}/{str(q.dtype).removeprefix('torch.')}"
+
+    def measure(block: int) -> float:
+        x = torch.randn(1, PROBE_HEADS, probe, d, generator=torch.Generator().manual_seed(0))
+        x = x.to(q.dtype).requires_grad_(True)
+        values = torch.zeros(PROBE_HEADS, 2 * probe - 1, dtype=math_dtype(q.dtype))
+        values[:, probe:] = float("-inf")  # causal: no key after its query
+        values.requires_grad_(True)
+        args = (x, x, x, values, d**-0.5, True, block_size(probe), block)
+
+        def step() -> object:
+            with torch.enable_grad():  # a probe of its own, whatever mode its caller is in
+                out = _DistanceFlash.apply(*args)
+                return torch.autograd.grad(out.sum(), (x, values))
+
+        return calibration.best_time(step)
+
+    fits = [c for c in BACKWARD_CANDIDATES if c <= probe // 2]
+    return calibration.choose(key, fits, BACKWARD_BLOCK, measure)
 
 
 def negligible(
@@ -278,10 +308,11 @@ class _DistanceFlash(torch.autograd.Function):
         scale: float,
         causal: bool,
         block: int,
+        backward_block: int,
     ) -> torch.Tensor:
         out, q_r, out_r, lse_r = _forward(q, k, v, values, scale, causal, block)
         ctx.save_for_backward(q_r, k, v, values, out_r, lse_r)
-        ctx.scale, ctx.causal = scale, causal
+        ctx.scale, ctx.causal, ctx.block = scale, causal, backward_block
         return out
 
     @staticmethod
@@ -291,7 +322,7 @@ class _DistanceFlash(torch.autograd.Function):
         need = ctx.needs_input_grad
         b, h, n, _ = q_r.shape
         rows = values.unfold(-1, n, 1).unsqueeze(0)
-        sink = DistanceGrad(b, h, n, BACKWARD_BLOCK, values) if need[3] else None
+        sink = DistanceGrad(b, h, n, ctx.block, values) if need[3] else None
         gq, gk, gv = flash_backward(
             grads[0].flip(2),
             q_r,
@@ -301,7 +332,7 @@ class _DistanceFlash(torch.autograd.Function):
             out_r,
             lse_r,
             ctx.scale,
-            block=BACKWARD_BLOCK,
+            block=ctx.block,
             keys=(lambda i0, i1: n - i0) if ctx.causal else None,
             bias_grad=sink,
         )
@@ -310,6 +341,7 @@ class _DistanceFlash(torch.autograd.Function):
             gk.to(k.dtype) if need[1] else None,
             gv.to(v.dtype) if need[2] else None,
             None if sink is None else sink.total,
+            None,
             None,
             None,
             None,
