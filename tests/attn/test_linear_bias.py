@@ -219,28 +219,52 @@ def test_fused_float32_error_stays_flat_with_length(length):
 
 
 def test_a_models_layers_share_one_small_call_bias(monkeypatch):
-    """A decode step's linear bias (one query) is made by the first layer and kept on the
-    forward's context for the others: once per step, not once per layer, and the tokens are
-    those of the full forward."""
+    """A decode step's linear bias (one query) is read by the first layer from the table the
+    encoding keeps, and kept on the forward's context for the others: once per step, not
+    once per layer, built by no kernel of _small_bias; a table per power of two of keys;
+    the tokens are those of the full forward."""
     from posenc.attn.runners import linear as linear_module
     from posenc.models import TransformerLM
 
-    made = []
-    real = linear_module._small_bias
+    rows, built = [], []
+    real_row, real_small = linear_module.last_query_bias, linear_module._small_bias
     monkeypatch.setattr(
-        linear_module, "_small_bias", lambda *a, **k: made.append(1) or real(*a, **k)
+        linear_module, "last_query_bias", lambda *a: rows.append(a[2]) or real_row(*a)
+    )
+    monkeypatch.setattr(
+        linear_module, "_small_bias", lambda *a, **k: built.append(1) or real_small(*a, **k)
     )
     torch.manual_seed(0)
     model = TransformerLM(32, 16, 3, 2, "alibi").eval()
-    ids = torch.randint(0, 32, (1, 6))
-    cache = model.new_cache(1, 6)
+    ids = torch.randint(0, 32, (1, 9))
+    cache = model.new_cache(1, 9)
     with torch.no_grad():
-        model(ids[:, :5], cache=cache)
-        made.clear()
-        step = model(ids[:, 5:], cache=cache)
+        model(ids[:, :5], cache=cache)  # as many queries as keys: the distance runner
+        steps = [model(ids[:, n : n + 1], cache=cache) for n in range(5, 9)]
         full = model(ids)
-    assert len(made) == 1  # three layers, one bias
-    torch.testing.assert_close(step[:, -1], full[:, -1], rtol=1e-5, atol=1e-5)
+    assert rows == [6, 7, 8, 9] and built == []  # a row per step (three layers), none built
+    kept = model.encodings[0]._kept().values
+    sizes = sorted(key[0][2] for key in kept if key[0][0] == "last_query_bias")
+    assert sizes == [8, 16]  # keys 6, 7 and 8 share the table of 8; 9 makes the one of 16
+    for n, step in enumerate(steps, start=5):
+        torch.testing.assert_close(step[:, -1], full[:, n], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_the_last_query_row_is_the_built_bias_to_the_bit(dtype):
+    """last_query_bias slices the kept table where _small_bias builds the bias of the last
+    query over every key at the default positions: the same values, bit for bit."""
+    from posenc.attn.runners.linear import _small_bias, last_query_bias
+
+    enc = posenc.create("alibi", n_heads=6)
+    slopes = enc.linear_slopes(True)
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    for k_len in (1, 2, 3, 31, 32, 33, 700):
+        row = last_query_bias(enc, slopes, k_len, work, torch.device("cpu"))
+        q_pos, k_pos = torch.arange(k_len - 1, k_len), torch.arange(k_len)
+        built = _small_bias(slopes, q_pos, k_pos, True, work)
+        assert row.shape == built.shape == (1, 6, 1, k_len) and row.dtype == work
+        assert torch.equal(row, built)
 
 
 def test_context_derived_keeps_by_key_and_inference_mode():

@@ -24,8 +24,9 @@ runner        for   where
                     forget bias materialised
 ``math`` or   all   inputs not finite (``math``, which keeps a hidden slot's NaN out);
 ``flex``            softcap or sinks (``flex`` at inference where it pays, never sinks)
-``shaw``      bias  Shaw's clipped tables on the CPU, ``q_len == k_len``, no masks, keys
-                    in index order (or not causal), not compiling
+``shaw``      bias  Shaw's clipped tables on the CPU, ``q_len == k_len >=``
+                    :data:`BLOCKWISE_MIN`, no masks, keys in index order (or not
+                    causal), not compiling
 ``math``      bias  the encoding adds to the values (Shaw's values)
 ``flex``      all   asked for (not training on the CPU)
 ``math``      all   asked for
@@ -35,9 +36,11 @@ runner        for   where
                     own causal mask
 ``sdpa``      plain everything else: SDPA with the dense mask
 ``distance``  bias  the CPU, a shift-invariant bias (ALiBi, T5, KERPLE) over default
-                    positions, ``q_len == k_len``, no masks, not compiling
+                    positions, ``q_len == k_len >=`` :data:`BLOCKWISE_MIN`, no masks,
+                    not compiling
 ``rows``      bias  the CPU, a bias of the positions alone (FIRE), no table given,
-                    ``[len]`` positions, keys in index order (or not causal), no masks
+                    ``[len]`` positions, ``q_len == k_len >=`` :data:`BLOCKWISE_MIN`,
+                    keys in index order (or not causal), no masks
 ``linear``    bias  linear slopes (ALiBi) on the CPU, centring coordinates within
                     ``MAX_WIDTH_RATIO`` (after ``flex`` when masked and flex pays)
 ``flex``      bias  :data:`FLEX_MIN_SCORES` scores per head or more where flex runs,
@@ -80,6 +83,7 @@ from .runners.linear import MAX_WIDTH_RATIO, SMALL_Q, linear_bias_blocks, linear
 
 __all__ = [
     "BACKENDS",
+    "BLOCKWISE_MIN",
     "FLEX_MIN_SCORES",
     "PLAIN",
     "PLAIN_TRAITS",
@@ -98,6 +102,11 @@ __all__ = [
 
 #: the number of scores per head (q_len * k_len) from which ``auto`` uses flex attention
 FLEX_MIN_SCORES = 256 * 256
+#: the fewest queries the blockwise CPU runners (``distance``, ``rows``, ``shaw``) take: one
+#: query over one key (a model's forward of one token) costs their set-up (the distance
+#: values, their flush, the reversed queries) for one score, where one SDPA call with the
+#: bias takes it (ALiBi's: the ``linear`` runner's row of a kept table)
+BLOCKWISE_MIN = 2
 
 
 @dataclass(frozen=True)
@@ -146,8 +155,10 @@ class Facts:
 
     @property
     def square(self) -> bool:
-        """A CPU call of as many queries as keys and no masks: the blockwise kernels'."""
-        return self.cpu and not self.masked and self.shape.q_len == self.shape.k_len
+        """A CPU call of as many queries as keys, at least :data:`BLOCKWISE_MIN`, and no
+        masks: the blockwise kernels'."""
+        s = self.shape
+        return self.cpu and not self.masked and s.q_len == s.k_len >= BLOCKWISE_MIN
 
     @property
     def in_order(self) -> bool:

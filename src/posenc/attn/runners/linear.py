@@ -24,6 +24,7 @@ from ...positions import causal_mask
 from ..masks import zero_dead_rows
 
 if TYPE_CHECKING:
+    from ...base import BiasEncoding
     from ..call import Call
     from ..planner import Plan
 
@@ -32,6 +33,7 @@ __all__ = [
     "MAX_WIDTH_RATIO",
     "SMALL_Q",
     "SPLIT_GAIN",
+    "last_query_bias",
     "linear",
     "linear_bias_blocks",
     "linear_bias_runs",
@@ -292,6 +294,22 @@ def linear(call: Call, plan: Plan) -> torch.Tensor:
         assert allowed is not None, "masks or a window: something is masked"
         mask, dead = allowed
     p = context.positions
+    key = ("linear", tuple(plan.slopes), causal, pattern, dtype)
+    kept: Callable[[Callable[[], torch.Tensor]], torch.Tensor] = partial(context.derived, key)
+    if mask is None and not p.explicit and call.q.shape[2] == 1:  # a decode step's query
+        assert call.encoding is not None, "the plan gives 'linear' to biases with slopes"
+        last = partial(
+            last_query_bias,
+            call.encoding,
+            plan.slopes,
+            call.k.shape[2],
+            math_dtype(dtype),
+            call.q.device,
+        )
+
+        def kept(make: Callable[[], torch.Tensor]) -> torch.Tensor:  # its row of a table
+            return context.derived(key, last)
+
     out = linear_bias_sdpa(
         call.q,
         call.k,
@@ -305,6 +323,34 @@ def linear(call: Call, plan: Plan) -> torch.Tensor:
         mask,
         q_range=p.q_range(),  # read with the positions' other facts
         order=(p.index_ordered(), p.keys_first()),
-        kept=partial(context.derived, ("linear", tuple(plan.slopes), causal, pattern, dtype)),
+        kept=kept,
     )
     return zero_dead_rows(out, dead)
+
+
+def last_query_bias(
+    encoding: BiasEncoding,
+    slopes: list[float],
+    k_len: int,
+    work: torch.dtype,
+    device: torch.device,
+) -> torch.Tensor:
+    """The bias of one query after ``k_len`` keys at the default positions (a decode step:
+    query ``k_len - 1``, keys ``0 .. k_len - 1``), ``-m_h (k_len - 1 - j)``: the last
+    ``k_len`` columns of a table of a power-of-two length that the encoding keeps while it
+    is unchanged (:meth:`~posenc.base.BiasEncoding.derived`), so a decode step slices it
+    where it built the bias anew in a dozen kernels. The same float64 products as
+    :func:`_small_bias`'s, rounded once to ``work``: equal to its bias to the bit.
+
+    Shapes:
+        -> ``[1, heads, 1, k_len]`` in ``work``.
+    """
+    size = 1 << (k_len - 1).bit_length()  # k_len >= 1: the query's own key at least
+
+    def make() -> torch.Tensor:  # [heads, size]: column t at distance size - 1 - t
+        m = torch.tensor(slopes, dtype=torch.float64, device=device).view(-1, 1)
+        far = torch.arange(size - 1, -1, -1, dtype=torch.float64, device=device)
+        return (-m * far).to(work)
+
+    table = encoding.derived(("last_query_bias", tuple(slopes), size, device, work), make)
+    return table[None, :, None, size - k_len :]
