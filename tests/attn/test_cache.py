@@ -345,3 +345,37 @@ def test_a_second_update_of_a_layer_in_one_step_is_refused_and_changes_nothing(s
     cache.update_positions(torch.tensor([[2]]))
     cache.update(0, k[:, :, :1], k[:, :, :1])  # the next step
     assert (int(cache.filled) if static else cache.length) == 2
+
+
+def test_keys_and_values_side_by_side_are_one_copy_into_one_buffer():
+    """A layer that keeps every key, as wide as its values, holds both in one buffer (keys
+    and values are views of it): update_joint in a model's layers writes it in one copy and
+    returns what update of the halves returns; a layer that rolls, or whose keys were
+    replaced since, or a caller outside a model, takes update (and its checks)."""
+    from posenc.host_reads import checked
+
+    cache = KVCache(3, 2, 2, 4, max_seq_len=8, keep=[None, 3, None], key_dims=[4, 4, 8])
+    assert sorted(cache.joint) == [0]  # layer 1 rolls, layer 2's keys are twice as wide
+    assert cache.keys[0]._base is cache.joint[0] and cache.values[0]._base is cache.joint[0]
+    other = KVCache(3, 2, 2, 4, max_seq_len=8, keep=[None, 3, None], key_dims=[4, 4, 8])
+    kv = torch.randn(2, 4, 3, 4)
+    with checked():
+        k, v = cache.update_joint(0, kv)
+    want_k, want_v = other.update(0, kv[:, :2], kv[:, 2:])
+    assert torch.equal(k, want_k) and torch.equal(v, want_v) and k.shape == (2, 2, 3, 4)
+    assert torch.equal(cache.joint[0][:, :, :3], kv)
+    with pytest.raises(TypeError, match=r"k must be torch\.float32"):  # outside: checked
+        cache.update_joint(2, kv.double())
+    cache.keys[0] = cache.keys[0].clone()  # replaced: the buffer is no longer what it reads
+    cache.advance(3)
+    with checked():
+        k, _ = cache.update_joint(0, torch.ones(2, 4, 1, 4))
+    assert torch.equal(k[:, :, 3], torch.ones(2, 2, 4))  # written where the keys are now
+    assert torch.equal(cache.joint[0][:, :2, 3], torch.zeros(2, 2, 4))
+
+
+def test_a_static_cache_keeps_every_buffer_its_own():
+    from posenc.attn import StaticKVCache
+
+    cache = StaticKVCache(2, 1, 2, 4, max_seq_len=8)
+    assert cache.joint == {} and all(k.is_contiguous() for k in cache.keys + cache.values)

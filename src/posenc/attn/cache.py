@@ -72,6 +72,9 @@ class KVCache:
         [(1, 1, 100, 4), (1, 1, 3, 4)]
     """
 
+    #: whether a layer's keys and values share one buffer (:attr:`joint`)
+    _JOINT = True
+
     def __init__(
         self,
         n_layers: int,
@@ -96,13 +99,22 @@ class KVCache:
         #: past keys each layer keeps (None: all), at most ``max_seq_len``
         self.keep: list[int | None] = [None if n is None or n >= max_seq_len else n for n in keep]
         size = [max_seq_len if n is None else n for n in self.keep]
-        self.keys = [
-            torch.zeros(batch, kv_heads, n, width, device=device, dtype=dtype)
-            for n, width in zip(size, key_dims, strict=True)
-        ]
-        self.values = [
-            torch.zeros(batch, kv_heads, n, head_dim, device=device, dtype=dtype) for n in size
-        ]
+        #: per layer that keeps every key as wide as its values: one buffer ``[batch, 2 ·
+        #: kv_heads, max_seq_len, head_dim]``, the keys' heads then the values', which
+        #: :attr:`keys` and :attr:`values` view and :meth:`update_joint` writes in one copy
+        self.joint: dict[int, torch.Tensor] = {}
+        self.keys, self.values = [], []
+        for layer, (n, width) in enumerate(zip(size, key_dims, strict=True)):
+            if self._JOINT and width == head_dim and self.keep[layer] is None:
+                both = torch.zeros(batch, 2 * kv_heads, n, head_dim, device=device, dtype=dtype)
+                self.joint[layer] = both
+                self.keys.append(both[:, :kv_heads])
+                self.values.append(both[:, kv_heads:])
+            else:
+                self.keys.append(torch.zeros(batch, kv_heads, n, width, device=device, dtype=dtype))
+                self.values.append(
+                    torch.zeros(batch, kv_heads, n, head_dim, device=device, dtype=dtype)
+                )
         #: per layer with a forget clock (FoX), ``[batch, heads, max_seq_len | keep, 1]``
         self.clocks: dict[int, torch.Tensor] = {}
         #: per layer with a forget clock, the clock of its last cached token, ``[batch,
@@ -230,6 +242,34 @@ class KVCache:
             self._check_new(layer, k, v)
         self._claim(layer)
         return self._store(self.keys[layer], k, layer), self._store(self.values[layer], v, layer)
+
+    def update_joint(self, layer: int, kv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`update` of keys and values side by side, ``kv`` ``[batch, 2 · kv_heads, n,
+        head_dim]`` (the keys' heads first: a model's projection, zeroed in one pass): one
+        copy into the layer's :attr:`joint` buffer in a model's layers (checked as
+        :meth:`update` checks there), :meth:`update` of its halves elsewhere (a layer without
+        one, a rolling one, keys or values replaced since, or a caller outside a model).
+
+        Shapes:
+            -> keys and values as :meth:`update` returns them.
+        """
+        both = self.joint.get(layer) if type(layer) is int else None
+        if (
+            both is None
+            or not in_checked()
+            or kv.dtype != both.dtype
+            or self.keys[layer]._base is not both
+            or self.values[layer]._base is not both
+        ):
+            heads = kv.shape[1] // 2
+            return self.update(layer, *kv.split_with_sizes((heads, kv.shape[1] - heads), dim=1))
+        self._claim(layer)
+        n = kv.shape[2]
+        end = self._end(n)
+        both.narrow(2, self.length, n).copy_(kv)
+        heads = both.shape[1] // 2
+        k, v = both.narrow(2, 0, end).split_with_sizes((heads, heads), dim=1)
+        return k, v
 
     def _check_new(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """Raise unless ``k`` and ``v`` are ``layer``'s new keys and values, of the cache's

@@ -67,6 +67,10 @@ class StaticKVCache(KVCache):
         ((1, 1, 8, 4), 3, 3)
     """
 
+    #: every buffer its own tensor: the Triton kernel that writes rotated keys and the
+    #: exported program's state take them contiguous
+    _JOINT = False
+
     def __init__(
         self,
         n_layers: int,

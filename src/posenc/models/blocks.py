@@ -31,6 +31,9 @@ from .transforms import layer_transforms
 
 __all__ = ["Block", "SelfAttention", "check_layer_args"]
 
+#: a layer's keys and values: side by side in one tensor (keys' heads first), or a pair
+KeysValues = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
+
 
 def check_layer_args(
     dim: int, n_heads: int, n_kv_heads: int, spec: LayerSpec | None, scale: float | None
@@ -144,15 +147,21 @@ class SelfAttention(nn.Module):
         # no host read per layer: a token's NaN key or value is zeroed, so that it cannot
         # reach the rows that may not see it (its own row carries the NaN); keys as they
         # are cached (rotated), values and keys no rotation turns in one pass
-        q, k, v = self._project(x, encoding, None if fused else rotation, own=True)
+        joint = cache is not None and layer in cache.joint  # keys and values in one buffer
+        q, kv = self._own_heads(x, encoding, None if fused else rotation, joint)
         if fused:  # rotated while written into the cache, in one launch
             static, rope = cast(StaticKVCache, cache), cast(RoPE, encoding)
             pair = cast(tuple[torch.Tensor, torch.Tensor], rotation)
-            q, k, v = static.update_rotated(layer, q, k, v, pair, rope.config.layout)
+            q, k, v = static.update_rotated(layer, q, *self._halves(kv), pair, rope.config.layout)
         elif isinstance(encoding, InputTransforms):  # PaTH: each key's transform beside it
+            k, v = self._halves(kv)
             k, v, bias, context = layer_transforms(encoding, x, k, v, cache, layer, context)
+        elif cache is not None and isinstance(kv, torch.Tensor):  # side by side: one copy
+            k, v = cache.update_joint(layer, kv)
         elif cache is not None:
-            k, v = cache.update(layer, k, v)
+            k, v = cache.update(layer, *kv)
+        else:
+            k, v = self._halves(kv)
         q = self.temper(q, context)
         if isinstance(encoding, InputBias):
             bias = self.clock(encoding, x, cache, layer)
@@ -211,38 +220,50 @@ class SelfAttention(nn.Module):
             ``(q, k, v)``: q ``[batch, n_heads, seq, head_dim]``, k and v
             ``[batch, n_kv_heads, seq, head_dim]`` (key heads not repeated).
         """
-        return self._project(x, encoding, rotation, own=False)
+        sizes = [self.n_heads, self.n_kv_heads, self.n_kv_heads]
+        q, k, v = self._qkv(x).split_with_sizes(sizes, dim=1)
+        if rotation is None:
+            return q, k, v
+        rotary = cast(RotaryEncoding, encoding)  # only rotary encodings give a rotation
+        return (*rotary.rotate_pair(q, k, rotation), v)
 
-    def _project(
+    def _qkv(self, x: torch.Tensor) -> torch.Tensor:
+        """The heads of q, k and v in a row: ``[batch, seq, dim]`` -> ``[batch, n_heads + 2 ·
+        n_kv_heads, seq, head_dim]`` (a view of one projection)."""
+        b, s, _ = x.shape
+        heads = self.n_heads + 2 * self.n_kv_heads
+        return linear(self.qkv, x).view(b, s, heads, self.head_dim).transpose(1, 2)
+
+    def _own_heads(
         self,
         x: torch.Tensor,
         encoding: Encoding,
         rotation: tuple[torch.Tensor, ...] | None,
-        *,
-        own: bool,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """:meth:`project`; with ``own`` (:meth:`forward`'s call, whose ``rotation`` the
-        model made for these heads' positions) q and k turned without checking them again,
-        and keys and values through :func:`~posenc.attn.checks.zero_nonfinite` (keys after
-        their rotation; both in one call where no rotation turns them)."""
-        b, s, _ = x.shape
+        joint: bool,
+    ) -> tuple[torch.Tensor, KeysValues]:
+        """:meth:`forward`'s q and its keys and values, keys turned by ``rotation`` (made for
+        these heads' positions by the model: nothing checked again), both through
+        :func:`~posenc.attn.checks.zero_nonfinite` after it: side by side, ``[batch, 2 ·
+        n_kv_heads, seq, head_dim]`` (one call) where the projection holds them so (no
+        rotation) or they go to a cache that does (``joint``: one copy, for a
+        concatenation), else a pair (PoPE's keys are twice as wide)."""
+        qkv = self._qkv(x)
         heads, kv_heads = self.n_heads, self.n_kv_heads
-        # [b, s, (h + 2 kv_h) * hd] -> [b, h + 2 kv_h, s, hd]: q, k, v heads in a row
-        qkv = linear(self.qkv, x).view(b, s, heads + 2 * kv_heads, self.head_dim).transpose(1, 2)
-        if own and rotation is None:
-            q, kv = qkv.split_with_sizes([heads, 2 * kv_heads], dim=1)
-            k, v = zero_nonfinite(kv).split_with_sizes([kv_heads, kv_heads], dim=1)
-            return q, k, v
-        q, k, v = qkv.split_with_sizes([heads, kv_heads, kv_heads], dim=1)
         if rotation is None:
-            return q, k, v
-        rotary = cast(RotaryEncoding, encoding)  # only rotary encodings give a rotation
-        if not own:
-            return (*rotary.rotate_pair(q, k, rotation), v)
-        # the model's heads, of the encoding's head_dim (the model built it or checked it),
-        # by the rotation made for their positions: nothing to check again
-        q, k = rotary._rotate_pair(q, k, rotation)
-        return q, zero_nonfinite(k), zero_nonfinite(v)
+            q, kv = qkv.split_with_sizes([heads, 2 * kv_heads], dim=1)
+            return q, zero_nonfinite(kv)
+        q, k, v = qkv.split_with_sizes([heads, kv_heads, kv_heads], dim=1)
+        q, k = cast(RotaryEncoding, encoding)._rotate_pair(q, k, rotation)
+        if joint and k.shape[-1] == v.shape[-1]:
+            return q, zero_nonfinite(torch.cat((k, v), dim=1))
+        return q, (zero_nonfinite(k), zero_nonfinite(v))
+
+    def _halves(self, kv: KeysValues) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys and values of ``kv`` (:meth:`_own_heads`), as views."""
+        if not isinstance(kv, torch.Tensor):
+            return kv
+        k, v = kv.split_with_sizes([self.n_kv_heads, self.n_kv_heads], dim=1)
+        return k, v
 
     def temper(self, q: torch.Tensor, context: AttentionContext) -> torch.Tensor:
         """``q`` scaled by this layer's query temperature of the queries' positions (the
