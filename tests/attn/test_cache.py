@@ -364,7 +364,7 @@ def test_keys_and_values_side_by_side_are_one_copy_into_one_buffer():
     want_k, want_v = other.update(0, kv[:, :2], kv[:, 2:])
     assert torch.equal(k, want_k) and torch.equal(v, want_v) and k.shape == (2, 2, 3, 4)
     assert torch.equal(cache.joint[0][:, :, :3], kv)
-    with pytest.raises(TypeError, match=r"k must be torch\.float32"):  # outside: checked
+    with pytest.raises(TypeError, match=r"kv must be torch\.float32"):  # outside: checked
         cache.update_joint(2, kv.double())
     cache.keys[0] = cache.keys[0].clone()  # replaced: the buffer is no longer what it reads
     cache.advance(3)

@@ -231,6 +231,8 @@ example("posenc.KVCache.check_batch", lambda: call(cache().check_batch, 1))
 example("posenc.KVCache.visible", lambda: call(cache().visible, 1, 2))
 example("posenc.StaticKVCache.visible", lambda: call(cache(True).visible, 1, 2))
 example("posenc.KVCache.update", lambda: call(cache().update, 0, new(), new(seed=6)))
+# keys and values side by side: [batch, 2 * kv_heads, n, head_dim]
+example("posenc.KVCache.update_joint", lambda: call(cache().update_joint, 0, gen(1, 2, 1, 4)))
 example("posenc.KVCache.last_clock", lambda: call(cache().last_clock, 0))
 example("posenc.StaticKVCache.last_clock", lambda: call(cache(True).last_clock, 0))
 example("posenc.KVCache.add_clock", lambda: call(cache().add_clock, 0, 2))

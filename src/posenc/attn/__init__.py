@@ -20,6 +20,8 @@ positions and masks (:mod:`~posenc.attn.masks`) into one :class:`~posenc.attn.ca
 - :mod:`~posenc.attn.kernels`: the CPU kernels runners share;
 - :mod:`~posenc.attn.cache`: :class:`KVCache` for incremental decoding, with rolling
   buffers for window and chunk layers;
+- :mod:`~posenc.attn.cache_buffers`: a cache's buffers per layer, keys and values side
+  by side in one where a layer can (one copy a decode step);
 - :mod:`~posenc.attn.static_cache`: :class:`StaticKVCache`, whose shapes never change (one
   compiled decode step for every position);
 - :mod:`~posenc.attn.cache_checks`: the checks of both caches' arguments (each error

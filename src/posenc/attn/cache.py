@@ -23,9 +23,11 @@ import torch
 from ..arguments import check_dtype, check_size
 from ..config import check_bool, check_device, check_int
 from ..host_reads import in_checked
+from .cache_buffers import layer_buffers, write_joint
 from .cache_checks import (
     check_delta,
     check_growing,
+    check_joint,
     check_key_masks,
     check_new,
     check_new_positions,
@@ -99,22 +101,12 @@ class KVCache:
         #: past keys each layer keeps (None: all), at most ``max_seq_len``
         self.keep: list[int | None] = [None if n is None or n >= max_seq_len else n for n in keep]
         size = [max_seq_len if n is None else n for n in self.keep]
-        #: per layer that keeps every key as wide as its values: one buffer ``[batch, 2 ·
-        #: kv_heads, max_seq_len, head_dim]``, the keys' heads then the values', which
+        #: :attr:`joint`: per layer that keeps every key as wide as its values, one buffer
+        #: ``[batch, 2 · kv_heads, max_seq_len, head_dim]`` (keys' heads first) that
         #: :attr:`keys` and :attr:`values` view and :meth:`update_joint` writes in one copy
-        self.joint: dict[int, torch.Tensor] = {}
-        self.keys, self.values = [], []
-        for layer, (n, width) in enumerate(zip(size, key_dims, strict=True)):
-            if self._JOINT and width == head_dim and self.keep[layer] is None:
-                both = torch.zeros(batch, 2 * kv_heads, n, head_dim, device=device, dtype=dtype)
-                self.joint[layer] = both
-                self.keys.append(both[:, :kv_heads])
-                self.values.append(both[:, kv_heads:])
-            else:
-                self.keys.append(torch.zeros(batch, kv_heads, n, width, device=device, dtype=dtype))
-                self.values.append(
-                    torch.zeros(batch, kv_heads, n, head_dim, device=device, dtype=dtype)
-                )
+        joinable = [self._JOINT and n is None for n in self.keep]
+        buffers = layer_buffers(batch, kv_heads, head_dim, size, key_dims, joinable, device, dtype)
+        self.keys, self.values, self.joint = buffers
         #: per layer with a forget clock (FoX), ``[batch, heads, max_seq_len | keep, 1]``
         self.clocks: dict[int, torch.Tensor] = {}
         #: per layer with a forget clock, the clock of its last cached token, ``[batch,
@@ -255,21 +247,17 @@ class KVCache:
         """
         both = self.joint.get(layer) if type(layer) is int else None
         if (
-            both is None
-            or not in_checked()
-            or kv.dtype != both.dtype
-            or self.keys[layer]._base is not both
-            or self.values[layer]._base is not both
+            both is not None
+            and in_checked()
+            and kv.dtype == both.dtype
+            and self.keys[layer]._base is self.values[layer]._base is both
         ):
-            heads = kv.shape[1] // 2
-            return self.update(layer, *kv.split_with_sizes((heads, kv.shape[1] - heads), dim=1))
-        self._claim(layer)
-        n = kv.shape[2]
-        end = self._end(n)
-        both.narrow(2, self.length, n).copy_(kv)
-        heads = both.shape[1] // 2
-        k, v = both.narrow(2, 0, end).split_with_sizes((heads, heads), dim=1)
-        return k, v
+            self._claim(layer)
+            self._end(kv.shape[2])  # raises where they do not fit, as update does
+            return write_joint(both, kv, self.length)
+        self._check_layer(layer)
+        check_joint(kv, self.values[layer])
+        return self.update(layer, *kv.chunk(2, dim=1))
 
     def _check_new(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """Raise unless ``k`` and ``v`` are ``layer``'s new keys and values, of the cache's

@@ -20,6 +20,7 @@ from ..positions.padding import check_padding_mask, check_segment_ids
 __all__ = [
     "check_delta",
     "check_growing",
+    "check_joint",
     "check_key_masks",
     "check_layers",
     "check_new",
@@ -94,6 +95,26 @@ def check_new(name: str, new: Any, buffer: torch.Tensor, n: int | None, layer: i
             f"{name} must be [batch={b}, kv_heads={h}, {length}, {width}] for layer {layer} "
             f"of this cache, got shape {tuple(new.shape)}"
         )
+
+
+def check_joint(kv: Any, values: torch.Tensor) -> None:
+    """Raise unless ``kv`` can be a layer's keys and values side by side
+    (:meth:`~posenc.attn.KVCache.update_joint`), ``values`` its values' buffer: a ``[batch,
+    2 · kv_heads, n, width]`` tensor of the buffer's dtype on its device (its halves are
+    then checked as keys and values). No value is read."""
+    if not isinstance(kv, torch.Tensor):
+        raise TypeError(f"kv must be a torch.Tensor, got {type(kv).__name__}")
+    if kv.dim() != 4 or kv.shape[1] % 2:
+        raise ValueError(
+            "kv must be [batch, 2 * kv_heads, n, head_dim] (the keys' heads, then the values'), "
+            f"got shape {tuple(kv.shape)}"
+        )
+    if kv.dtype != values.dtype:
+        raise TypeError(
+            f"kv must be {values.dtype}, the cache's dtype (nothing is cast), got {kv.dtype}"
+        )
+    if kv.device != values.device:
+        raise ValueError(f"kv is on {kv.device} but the cache is on {values.device}: move kv there")
 
 
 def check_new_positions(positions: Any, batch: int, device: torch.device) -> torch.Tensor:
