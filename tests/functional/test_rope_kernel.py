@@ -307,3 +307,38 @@ def test_offset_is_checked_against_the_head():
         rk.apply_rope_fast(x, cos, sin, offset=1.0)
     with pytest.raises(ValueError, match="kernel must be one of"):
         rk.apply_rope_fast(x, cos, sin, kernel="cuda")
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_heads_side_by_side_turn_as_the_pair_does_to_the_bit(layout, batch):
+    """rotate_heads_checked of q's and k's heads in one view (a projection's, strided)
+    equals rotate_pair_checked of q and k apart, bit for bit, where that takes one pass;
+    None where it would not (past the size, an offset, a compiled graph's path)."""
+    from posenc.functional.rope import widen_tables
+    from posenc.functional.rope_kernel import (
+        COMPILE_MIN_NUMEL,
+        rotate_heads_checked,
+        rotate_pair_checked,
+    )
+
+    gen = torch.Generator().manual_seed(0)
+    qkv = torch.randn(batch, 5, 6, 16, generator=gen).transpose(1, 2)  # [b, 6 heads, 5, 16]
+    angles = torch.rand(5, 8, generator=gen, dtype=torch.float64) * 10
+    cos, sin = angles.cos().float(), angles.sin().float()
+    qk = qkv[:, :4]  # 3 query heads, 1 key head
+    q, k = qk.split_with_sizes([3, 1], dim=1)
+    want_q, want_k = rotate_pair_checked(q, k, cos, sin, layout)
+    for wide in (False, True):
+        tables = widen_tables(cos, sin, layout) if wide else (cos, sin)
+        turned = rotate_heads_checked(qk, *tables, layout, wide=wide)
+        assert turned is not None and turned.shape == qk.shape
+        assert torch.equal(turned[:, :3], want_q) and torch.equal(turned[:, 3:], want_k)
+    assert rotate_heads_checked(qk, cos[:, :4], sin[:, :4], layout, offset=8) is None
+    big = torch.zeros(1, 2, COMPILE_MIN_NUMEL // 32, 16)
+    assert (
+        rotate_heads_checked(
+            big, cos[:1].expand(big.shape[2], -1), sin[:1].expand(big.shape[2], -1), layout
+        )
+        is None
+    )

@@ -167,6 +167,15 @@ class RotaryEncoding(Encoding):
         it made for them: RoPE skips the checks; other encodings run :meth:`rotate_pair`."""
         return self.rotate_pair(q, k, rotation)
 
+    def _rotate_heads(
+        self, x: torch.Tensor, rotation: tuple[torch.Tensor, ...]
+    ) -> torch.Tensor | None:
+        """q's and k's heads side by side in one tensor (a model's projection), checked,
+        turned in one pass by a ``rotation`` made for them, where q and k turn alike and
+        that pass pays (RoPE); None elsewhere: the caller turns them with
+        :meth:`_rotate_pair`."""
+        return None
+
     def forward(
         self,
         q: torch.Tensor,

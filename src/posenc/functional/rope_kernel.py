@@ -38,7 +38,14 @@ import torch
 
 from ..arguments import check_choice
 from .compiled import CompiledFunction, tracing
-from .rope import check_rope_inputs, narrow_tables, rotate_pairs, rotate_qk
+from .rope import (
+    check_rope_inputs,
+    narrow_tables,
+    rotate_pairs,
+    rotate_qk,
+    rotate_wide,
+    widen_tables,
+)
 
 __all__ = [
     "COMPILE_MIN_NUMEL",
@@ -47,6 +54,7 @@ __all__ = [
     "check_rope_kernel",
     "compiled_rope_failed",
     "rotate_checked",
+    "rotate_heads_checked",
     "rotate_pair_checked",
     "rotate_with_triton",
 ]
@@ -158,14 +166,7 @@ def rotate_pair_checked(
         q ``[batch, heads, seq, head_dim]``, k ``[batch, kv_heads, seq, head_dim]``, cos,
         sin as :func:`apply_rope_fast` (``[..., 2n]`` with ``wide``) -> q, k rotated.
     """
-    if (
-        kernel == "auto"
-        and not offset
-        and q.dtype == k.dtype
-        and (cos.dim() == 2 or (cos.dim() == 3 and cos.shape[0] == 1))
-        and not torch.compiler.is_compiling()  # first: under a trace the size test guards
-        and q.numel() + k.numel() < COMPILE_MIN_NUMEL
-    ):
+    if q.dtype == k.dtype and _one_pass(q.numel() + k.numel(), cos, kernel, offset):
         return rotate_qk(q, k, cos, sin, layout, wide=wide)
     if wide:
         cos, sin = narrow_tables(cos, sin, layout)
@@ -173,6 +174,48 @@ def rotate_pair_checked(
         q_out, k_out = rotate_with_triton(q, k, cos, sin, layout, offset)
         return q_out, cast(torch.Tensor, k_out)
     return _rotate(q, cos, sin, layout, offset), _rotate(k, cos, sin, layout, offset)
+
+
+def rotate_heads_checked(
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    layout: str,
+    kernel: str = "auto",
+    offset: int = 0,
+    *,
+    wide: bool = False,
+) -> torch.Tensor | None:
+    """q's and k's heads side by side in one tensor (a projection's view of both) turned
+    as :func:`rotate_pair_checked` turns them where it takes one pass: the same
+    :func:`~posenc.functional.rope.rotate_wide` on the same elements, without stacking
+    them first; None where it would not take that pass (the caller turns q and k apart).
+
+    Shapes:
+        x ``[batch, heads + kv_heads, seq, head_dim]``; cos, sin as
+        :func:`rotate_pair_checked` -> x's shape, or None.
+    """
+    if not _one_pass(x.numel(), cos, kernel, offset):
+        return None
+    if cos.dim() == 3:  # [1, seq, n]: one rotation for every row of the batch
+        cos, sin = cos.squeeze(0), sin.squeeze(0)
+    if not wide:
+        cos, sin = widen_tables(cos, sin, layout)
+    return rotate_wide(x, cos, sin, layout)
+
+
+def _one_pass(numel: int, cos: torch.Tensor, kernel: str, offset: int) -> bool:
+    """Whether q and k (``numel`` elements together) turn in one pass of
+    :func:`~posenc.functional.rope.rotate_wide`: small, one rotation for every row of the
+    batch, all of each head's channels from the first, outside a compiled graph (which
+    fuses each rotation as it stands)."""
+    return (
+        kernel == "auto"
+        and not offset
+        and (cos.dim() == 2 or (cos.dim() == 3 and cos.shape[0] == 1))
+        and not torch.compiler.is_compiling()  # first: under a trace the size test guards
+        and numel < COMPILE_MIN_NUMEL
+    )
 
 
 def _rotate(

@@ -252,8 +252,14 @@ class SelfAttention(nn.Module):
         if rotation is None:
             q, kv = qkv.split_with_sizes([heads, 2 * kv_heads], dim=1)
             return q, zero_nonfinite(kv)
-        q, k, v = qkv.split_with_sizes([heads, kv_heads, kv_heads], dim=1)
-        q, k = cast(RotaryEncoding, encoding)._rotate_pair(q, k, rotation)
+        rotary = cast(RotaryEncoding, encoding)  # only rotary encodings give a rotation
+        qk, v = qkv.split_with_sizes([heads + kv_heads, kv_heads], dim=1)
+        turned = rotary._rotate_heads(qk, rotation)  # q's and k's heads in one pass
+        if turned is None:
+            q, k = qk.split_with_sizes([heads, kv_heads], dim=1)
+            q, k = rotary._rotate_pair(q, k, rotation)
+        else:
+            q, k = turned.split_with_sizes([heads, kv_heads], dim=1)
         if joint and k.shape[-1] == v.shape[-1]:
             return q, zero_nonfinite(torch.cat((k, v), dim=1))
         return q, (zero_nonfinite(k), zero_nonfinite(v))

@@ -22,7 +22,12 @@ from ..functional.rope import (
     rotary_offset,
     widen_tables,
 )
-from ..functional.rope_kernel import check_rope_kernel, rotate_checked, rotate_pair_checked
+from ..functional.rope_kernel import (
+    check_rope_kernel,
+    rotate_checked,
+    rotate_heads_checked,
+    rotate_pair_checked,
+)
 from ..registry import register
 from .inputs import check_rotate
 from .scaling import ScalingConfig, parse_scaling
@@ -369,9 +374,28 @@ class RoPE(RotaryEncoding):
         (:func:`~posenc.functional.rope_kernel.rotate_pair_checked`)."""
         if not self._paired:
             return self.rotate(q, rotation), self.rotate(k, rotation, key=True)
+        args, wide = self._pair_args(rotation, q.shape[-1])
+        return rotate_pair_checked(q, k, *args, wide=wide)
+
+    def _rotate_heads(
+        self, x: torch.Tensor, rotation: tuple[torch.Tensor, ...]
+    ) -> torch.Tensor | None:
+        """q's and k's heads side by side, turned in one pass where :meth:`_rotate_pair`
+        takes one (:func:`~posenc.functional.rope_kernel.rotate_heads_checked`), without
+        stacking them first."""
+        if not self._paired:
+            return None
+        args, wide = self._pair_args(rotation, x.shape[-1])
+        return rotate_heads_checked(x, *args, wide=wide)
+
+    def _pair_args(
+        self, rotation: tuple[torch.Tensor, ...], head_dim: int
+    ) -> tuple[tuple[Any, ...], bool]:
+        """``((cos, sin, layout, kernel, offset), wide)`` of a ``rotation`` for heads of
+        ``head_dim``, as the checked rotations take them."""
         cos, sin = rotation
         c = self.config
         wide = type(rotation) is WideTables
         pairs = cos.shape[-1] // 2 if wide else cos.shape[-1]
-        offset = rotary_offset(c.rotary_at, q.shape[-1], pairs)
-        return rotate_pair_checked(q, k, cos, sin, c.layout, c.kernel, offset, wide=wide)
+        offset = rotary_offset(c.rotary_at, head_dim, pairs)
+        return (cos, sin, c.layout, c.kernel, offset), wide
