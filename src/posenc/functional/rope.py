@@ -48,6 +48,7 @@ __all__ = [
     "rotate_pairs",
     "rotate_qk",
     "rotate_wide",
+    "shared_wide_tables",
     "split_rope_parameters",
     "widen_tables",
 ]
@@ -367,6 +368,22 @@ def narrow_tables(
     return cos[..., 0::2], sin[..., 1::2]
 
 
+def shared_wide_tables(
+    cos: torch.Tensor, sin: torch.Tensor, layout: str, wide: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One rotation for every row of a batch as :func:`rotate_wide` takes it: ``[1, seq,
+    n]`` squeezed to ``[seq, n]``, widened (:func:`widen_tables`) unless ``wide``.
+
+    Shapes:
+        cos, sin ``[seq, n]`` or ``[1, seq, n]`` (``2n`` wide with ``wide``) -> ``[seq, 2n]``.
+    """
+    if cos.dim() == 3:  # [1, seq, n]: the rows have no batch axis
+        cos, sin = cos.squeeze(0), sin.squeeze(0)
+    if not wide:
+        cos, sin = widen_tables(cos, sin, layout)
+    return cos, sin
+
+
 def rotate_qk(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -387,10 +404,7 @@ def rotate_qk(
         sin ``[seq, n]`` or ``[1, seq, n]``, one rotation for every row of the batch
         (``2n`` wide with ``wide``: :func:`widen_tables`) -> q, k rotated, their shapes.
     """
-    if cos.dim() == 3:  # [1, seq, n]: the rows below have no batch axis
-        cos, sin = cos.squeeze(0), sin.squeeze(0)
-    if not wide:
-        cos, sin = widen_tables(cos, sin, layout)
+    cos, sin = shared_wide_tables(cos, sin, layout, wide)
     if q.shape[0] == 1:  # the heads of q and k side by side, split back without a copy
         turned = rotate_wide(torch.cat((q, k), dim=1), cos, sin, layout)
         q_out, k_out = turned.split_with_sizes((q.shape[1], k.shape[1]), dim=1)

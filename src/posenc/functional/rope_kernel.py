@@ -44,7 +44,7 @@ from .rope import (
     rotate_pairs,
     rotate_qk,
     rotate_wide,
-    widen_tables,
+    shared_wide_tables,
 )
 
 __all__ = [
@@ -197,11 +197,7 @@ def rotate_heads_checked(
     """
     if not _one_pass(x.numel(), cos, kernel, offset):
         return None
-    if cos.dim() == 3:  # [1, seq, n]: one rotation for every row of the batch
-        cos, sin = cos.squeeze(0), sin.squeeze(0)
-    if not wide:
-        cos, sin = widen_tables(cos, sin, layout)
-    return rotate_wide(x, cos, sin, layout)
+    return rotate_wide(x, *shared_wide_tables(cos, sin, layout, wide), layout)
 
 
 def _one_pass(numel: int, cos: torch.Tensor, kernel: str, offset: int) -> bool:
