@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -146,22 +147,14 @@ def tuned_block(q: torch.Tensor) -> int:
     Shapes:
         q ``[batch, heads, L, head_dim]``
     """
-    n, d = q.shape[2], q.shape[3]
-    # a traced or fake tensor (export, FakeTensorMode) has no time to measure
-    if q.device.type != "cpu" or n < PROBE_MIN or type(q) is not torch.Tensor:
-        return block_size(n)
-    probe = min(PROBE_MAX, 1 << (n - 1).bit_length())
-    key = f"distance_block/L{probe}/d{d}/{str(q.dtype).removeprefix('torch.')}"
+    return _calibrated(q, "distance_block", CANDIDATES, PROBE_MAX, block_size, _time_forward)
 
-    def measure(block: int) -> float:
-        x = torch.randn(1, PROBE_HEADS, probe, d, generator=torch.Generator().manual_seed(0))
-        x = x.to(q.dtype)
-        values = torch.zeros(PROBE_HEADS, 2 * probe - 1, dtype=math_dtype(q.dtype))
-        values[:, probe:] = float("-inf")  # causal: no key after its query
-        return calibration.best_time(lambda: _forward(x, x, x, values, d**-0.5, True, block))
 
-    fits = [c for c in CANDIDATES if c <= probe // 2]
-    return calibration.choose(key, fits, block_size(probe), measure)
+def _time_forward(x: torch.Tensor, values: torch.Tensor, block: int) -> float:
+    """The forward of the probe call in blocks of ``block`` queries, in seconds."""
+    return calibration.best_time(
+        lambda: _forward(x, x, x, values, x.shape[-1] ** -0.5, True, block)
+    )
 
 
 #: the backward's block sizes :func:`tuned_backward_block` tries
@@ -184,29 +177,58 @@ def tuned_backward_block(q: torch.Tensor) -> int:
     Shapes:
         q ``[batch, heads, L, head_dim]``
     """
+    return _calibrated(
+        q,
+        "distance_backward_block",
+        BACKWARD_CANDIDATES,
+        BACKWARD_PROBE_MAX,
+        lambda n: BACKWARD_BLOCK,
+        _time_backward,
+    )
+
+
+def _time_backward(x: torch.Tensor, values: torch.Tensor, block: int) -> float:
+    """The forward and backward of the probe call (every gradient) with the backward in
+    blocks of ``block`` queries, in seconds."""
+    x, values = x.requires_grad_(True), values.requires_grad_(True)
+    args = (x, x, x, values, x.shape[-1] ** -0.5, True, block_size(x.shape[2]), block)
+
+    def step() -> object:
+        with torch.enable_grad():  # a probe of its own, whatever mode its caller is in
+            out = _DistanceFlash.apply(*args)
+            return torch.autograd.grad(out.sum(), (x, values))
+
+    return calibration.best_time(step)
+
+
+def _calibrated(
+    q: torch.Tensor,
+    name: str,
+    candidates: tuple[int, ...],
+    probe_max: int,
+    default: Callable[[int], int],
+    time_block: Callable[[torch.Tensor, torch.Tensor, int], float],
+) -> int:
+    """The block :func:`posenc.calibration.choose` keeps for ``name`` at ``q``'s length as a
+    power of two (:data:`PROBE_MIN` to ``probe_max``), head size and dtype, each of
+    ``candidates`` (up to half the probe) timed by ``time_block(x, values, block)`` on a
+    causal call of a flat bias (``x`` its q, k and v, :data:`PROBE_HEADS` heads);
+    ``default(length)`` where nothing is measured: not the CPU, shorter than the probes, a
+    traced or fake tensor (export, FakeTensorMode: no time to measure)."""
     n, d = q.shape[2], q.shape[3]
     if q.device.type != "cpu" or n < PROBE_MIN or type(q) is not torch.Tensor:
-        return BACKWARD_BLOCK
-    probe = min(BACKWARD_PROBE_MAX, 1 << (n - 1).bit_length())
-    key = f"distance_backward_block/L{probe}/d{d}/{str(q.dtype).removeprefix('torch.')}"
+        return default(n)
+    probe = min(probe_max, 1 << (n - 1).bit_length())
+    key = f"{name}/L{probe}/d{d}/{str(q.dtype).removeprefix('torch.')}"
 
     def measure(block: int) -> float:
         x = torch.randn(1, PROBE_HEADS, probe, d, generator=torch.Generator().manual_seed(0))
-        x = x.to(q.dtype).requires_grad_(True)
         values = torch.zeros(PROBE_HEADS, 2 * probe - 1, dtype=math_dtype(q.dtype))
         values[:, probe:] = float("-inf")  # causal: no key after its query
-        values.requires_grad_(True)
-        args = (x, x, x, values, d**-0.5, True, block_size(probe), block)
+        return time_block(x.to(q.dtype), values, block)
 
-        def step() -> object:
-            with torch.enable_grad():  # a probe of its own, whatever mode its caller is in
-                out = _DistanceFlash.apply(*args)
-                return torch.autograd.grad(out.sum(), (x, values))
-
-        return calibration.best_time(step)
-
-    fits = [c for c in BACKWARD_CANDIDATES if c <= probe // 2]
-    return calibration.choose(key, fits, BACKWARD_BLOCK, measure)
+    fits = [c for c in candidates if c <= probe // 2]
+    return calibration.choose(key, fits, default(probe), measure)
 
 
 def negligible(

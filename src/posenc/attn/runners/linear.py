@@ -294,22 +294,12 @@ def linear(call: Call, plan: Plan) -> torch.Tensor:
         assert allowed is not None, "masks or a window: something is masked"
         mask, dead = allowed
     p = context.positions
-    key = ("linear", tuple(plan.slopes), causal, pattern, dtype)
-    kept: Callable[[Callable[[], torch.Tensor]], torch.Tensor] = partial(context.derived, key)
+    row = None
     if mask is None and not p.explicit and call.q.shape[2] == 1:  # a decode step's query
         assert call.encoding is not None, "the plan gives 'linear' to biases with slopes"
-        last = partial(
-            last_query_bias,
-            call.encoding,
-            plan.slopes,
-            call.k.shape[2],
-            math_dtype(dtype),
-            call.q.device,
-        )
-
-        def kept(make: Callable[[], torch.Tensor]) -> torch.Tensor:  # its row of a table
-            return context.derived(key, last)
-
+        k_len, work = call.k.shape[2], math_dtype(dtype)
+        row = partial(last_query_bias, call.encoding, plan.slopes, k_len, work, call.q.device)
+    key = ("linear", tuple(plan.slopes), causal, pattern, dtype)
     out = linear_bias_sdpa(
         call.q,
         call.k,
@@ -323,7 +313,7 @@ def linear(call: Call, plan: Plan) -> torch.Tensor:
         mask,
         q_range=p.q_range(),  # read with the positions' other facts
         order=(p.index_ordered(), p.keys_first()),
-        kept=kept,
+        kept=lambda make: context.derived(key, make if row is None else row),
     )
     return zero_dead_rows(out, dead)
 
