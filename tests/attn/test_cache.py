@@ -7,7 +7,7 @@ from tests.attn.cache_state import assert_unchanged, state
 from torch.testing import assert_close
 
 import posenc
-from posenc.attn import KVCache
+from posenc.attn import KVCache, StaticKVCache
 
 
 def test_kv_cache_stores_and_refuses_overflow():
@@ -70,13 +70,49 @@ def test_positions_so_far_are_one_buffer_written_past_the_cached_ones():
     first = cache.update_positions(torch.tensor([4, 5]))
     cache.advance(2)
     unadvanced = cache.update_positions(torch.tensor([9]))  # never advanced
-    assert unadvanced.tolist() == [[4, 5, 9]] and cache.positions.tolist()[0][2] == 0
+    # slot 2 keeps what it held: the default count's 2, not the unadvanced 9
+    assert unadvanced.tolist() == [[4, 5, 9]] and cache.positions.tolist()[0][2] == 2
     second = cache.update_positions(torch.tensor([6]))  # replaces it
     assert second.tolist() == [[4, 5, 6]] and second.data_ptr() == first.data_ptr()
     cache.advance(1)
-    assert cache.positions.tolist() == [[4, 5, 6, 0, 0, 0]]
+    assert cache.positions.tolist() == [[4, 5, 6, 3, 4, 5]]  # past length: the count
     cache.shift_positions(10)  # moves the cached positions: the next call copies them
     assert cache.update_positions(torch.tensor([17])).tolist() == [[14, 15, 16, 17]]
+
+
+def test_the_count_is_in_place_and_nothing_is_written_for_it():
+    """A cache that holds only the default count has it in its positions already:
+    count_positions returns them as a view and advance writes none; once explicit
+    positions are cached the count is refused (the next ones continue from the last)."""
+    cache = KVCache(n_layers=1, batch=2, kv_heads=1, head_dim=2, max_seq_len=6)
+    before = cache.positions.clone()
+    seen = cache.count_positions(3)
+    assert seen.tolist() == [[0, 1, 2]] * 2 and seen.data_ptr() == cache.positions.data_ptr()
+    cache.advance(3)
+    assert torch.equal(cache.positions, before) and cache.length == 3
+    assert not cache.explicit_positions
+    assert cache.count_positions(2).tolist() == [[0, 1, 2, 3, 4]] * 2
+    cache.advance(2)
+    with pytest.raises(ValueError, match="5 are used and 2 more do not fit"):
+        cache.count_positions(2)
+    cache.update_positions(torch.tensor([9]), explicit=True)
+    cache.advance(1)
+    assert cache.positions.tolist() == [[0, 1, 2, 3, 4, 9]] * 2
+    with pytest.raises(ValueError, match="holds explicit positions"):
+        cache.count_positions(1)
+    with pytest.raises(ValueError, match="n must be"):
+        KVCache(1, 1, 1, 2, 4).count_positions(-1)
+
+
+def test_a_static_cache_counts_by_its_slots():
+    made = [StaticKVCache(1, 2, 1, 2, 6) for _ in range(2)]
+    for n in (3, 2):
+        counted = made[0].count_positions(n)
+        given = made[1].update_positions(made[1].slots(n))
+        assert torch.equal(counted, given)
+        for cache in made:
+            cache.advance(n)
+    assert torch.equal(made[0].positions, made[1].positions)
 
 
 def test_dtype_device_and_batch_check():

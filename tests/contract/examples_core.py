@@ -250,6 +250,7 @@ for name, static in (("KVCache", False), ("StaticKVCache", True)):
             given=True,
         ),
     )
+    example(f"posenc.{name}.count_positions", lambda s=static: call(cache(s).count_positions, 2))
     example(f"posenc.{name}.next_positions", lambda s=static: call(cache(s).next_positions, 2))
     example(f"posenc.{name}.advance", lambda s=static: call(cache(s).advance, 0))
     example(f"posenc.{name}.stored_keys", lambda s=static: call(cache(s).stored_keys, 1))

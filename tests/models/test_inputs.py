@@ -36,8 +36,10 @@ def test_bad_ids_are_named(ids, error, named):
 def test_an_id_out_of_range_is_named_exactly_at_any_magnitude(bad):
     """The bounds are read as float64 (one cast); an id that float64 rounds is read
     again, exactly, for the message."""
-    with pytest.raises(ValueError, match=rf"vocab_size=10\), got {bad}$"):
-        check_input_ids(torch.tensor([[0, bad, 3]]), vocab_size=10)
+    # three ids (their bounds are read), two and one (read as they are)
+    for ids in ([[0, bad, 3]], [[bad], [0]], [[bad]]):
+        with pytest.raises(ValueError, match=rf"vocab_size=10\), got {bad}$"):
+            check_input_ids(torch.tensor(ids), vocab_size=10)
     assert check_input_ids(torch.tensor([[0, 9]]), vocab_size=10).tolist() == [[0, 9]]
 
 

@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..arguments import check_dtype, check_size
+from ..arguments import check_size
 from ..config import check_bool, check_device, check_int
 from ..host_reads import in_checked
 from .cache_buffers import layer_buffers, write_joint
 from .cache_checks import (
+    check_cache_fits,
     check_delta,
     check_growing,
     check_joint,
@@ -112,7 +113,11 @@ class KVCache:
         #: per layer with a forget clock, the clock of its last cached token, ``[batch,
         #: heads, 1]`` (FoX's next tokens continue from it)
         self.last_clocks: dict[int, torch.Tensor] = {}
-        self.positions = torch.zeros(batch, max_seq_len, device=device, dtype=torch.long)
+        #: every slot's position; past :attr:`length` not state, but the default count
+        #: (``positions[:, i] = i``) until another is written: where the cache holds only
+        #: the count, a step's positions are then there already (:meth:`count_positions`)
+        slots = torch.arange(max_seq_len, device=device)
+        self.positions = slots.repeat(batch, 1)  # [batch, max_seq_len]
         self.max_seq_len = max_seq_len
         self.length = 0
         #: set once positions other than the default count were cached (given, implied by
@@ -129,7 +134,7 @@ class KVCache:
         self._updated: set[int] = set()
         #: what :meth:`update_positions` checked, stored by :meth:`advance`: the positions
         #: to store, how many tokens they are, and the flags they set
-        self._pending: tuple[torch.Tensor, int, bool, bool] | None = None
+        self._pending: tuple[torch.Tensor | None, int, bool, bool] | None = None
         #: scratch, not state: the cached positions (``[:, :length]``, as
         #: :attr:`positions`) and past them the new ones :meth:`update_positions` checked
         #: last, so that it returns every position as a view, ``O(n)`` a step rather than a
@@ -155,41 +160,9 @@ class KVCache:
         layers have ``kv_heads`` heads of keys ``key_dims[layer]`` wide and values
         ``head_dim`` wide, in ``dtype`` on ``device``, and need their last ``keep[layer]``
         past keys (None: all of them). Shapes only: no value is read."""
-        check_int("kv_heads", kv_heads)
-        check_int("head_dim", head_dim)
-        if not isinstance(key_dims, (list, tuple)):
-            raise TypeError(
-                f"key_dims must be a list or tuple, one width per layer, got {key_dims!r}"
-            )
-        key_dims = per_layer("key_dims", key_dims, len(key_dims), 1, minimum=1, optional=False)
-        keep = per_layer("keep", keep, len(key_dims), None, minimum=0, optional=True)
-        check_dtype("dtype", dtype, floating=False)
-        if not isinstance(device, torch.device):
-            raise TypeError(f"device must be a torch.device, got {device!r}")
-        fix = "make one with model.new_cache(batch, max_seq_len)"
-        if len(self.keys) != len(key_dims):
-            raise ValueError(
-                f"cache has n_layers={len(self.keys)} but the model has {len(key_dims)}: {fix}"
-            )
-        for i, (k, v) in enumerate(zip(self.keys, self.values, strict=True)):
-            got = (k.shape[1], k.shape[-1], v.shape[-1])
-            if got != (kv_heads, key_dims[i], head_dim):
-                raise ValueError(
-                    f"cache layer {i} holds kv_heads={got[0]}, key width {got[1]} and "
-                    f"head_dim={got[2]}, but the model's layer {i} has kv_heads={kv_heads}, "
-                    f"key width {key_dims[i]} and head_dim={head_dim}: {fix}"
-                )
-            kept, needed = self.keep[i], keep[i]
-            if kept is not None and (needed is None or kept < needed):
-                raise ValueError(
-                    f"cache layer {i} keeps its last {kept} keys but the model's layer {i} "
-                    f"needs {'all of them' if needed is None else f'its last {needed}'}: {fix}"
-                )
-        if self.keys[0].dtype != dtype or self.positions.device != device:
-            raise ValueError(
-                f"cache holds {self.keys[0].dtype} on {self.positions.device} but the model is "
-                f"{dtype} on {device}: {fix}"
-            )
+        layers = list(zip(self.keys, self.values, self.keep, strict=True))
+        held = (self.keys[0].dtype, self.positions.device)
+        check_cache_fits(layers, held, kv_heads, head_dim, key_dims, keep, dtype, device)
 
     def check_batch(self, batch: int) -> None:
         """Raise unless this cache holds ``batch`` sequences."""
@@ -391,6 +364,23 @@ class KVCache:
         self._begin_step()
         return seen
 
+    def count_positions(self, n: int) -> torch.Tensor:
+        """:meth:`update_positions` of the default count's next ``n`` positions (``length
+        .. length + n - 1`` in every row) in a cache that holds only the count (no
+        :attr:`explicit_positions`): nothing to check or store, the count is in
+        :attr:`positions` already. Returns every position so far, ``[batch, length + n]``.
+        """
+        check_size("n", n, maximum=self.max_seq_len)
+        if self.explicit_positions:
+            raise ValueError(
+                "the cache holds explicit positions: the next ones continue from its last "
+                "(next_positions), not from the count; pass them to update_positions"
+            )
+        end = self._end(n)
+        self._pending = (None, n, False, False)
+        self._begin_step()
+        return self.positions.narrow(1, 0, end)
+
     def next_positions(self, n: int) -> torch.Tensor:
         """The positions of ``n`` tokens after the last cached one, ``[batch, n]``: what a
         call without positions continues from once the cache holds explicit ones."""
@@ -418,7 +408,8 @@ class KVCache:
         stored, count, explicit, given = pending
         if count != n:
             raise ValueError(f"n={n} tokens advanced, but update_positions was given {count}")
-        self._store_positions(stored)
+        if stored is not None:  # None: the count (count_positions), in place already
+            self._store_positions(stored)
         self.explicit_positions = self.explicit_positions or explicit or given
         self.given_positions = self.given_positions or given
 

@@ -12,12 +12,14 @@ from typing import Any
 
 import torch
 
+from ..arguments import check_dtype
 from ..config import MAX_INT, check_int
 from ..host_reads import read, reads_values
 from ..positions.checks import check_positions
 from ..positions.padding import check_padding_mask, check_segment_ids
 
 __all__ = [
+    "check_cache_fits",
     "check_delta",
     "check_growing",
     "check_joint",
@@ -46,6 +48,54 @@ def check_delta(delta: Any, batch: int, device: torch.device) -> int | torch.Ten
     if delta.device != device:
         raise ValueError(f"delta is on {delta.device} but the cache is on {device}: move it there")
     return delta.long().view(-1, 1)  # [1 | batch, 1]
+
+
+def check_cache_fits(
+    layers: Sequence[tuple[torch.Tensor, torch.Tensor, int | None]],
+    held: tuple[torch.dtype, torch.device],
+    kv_heads: int,
+    head_dim: int,
+    key_dims: Sequence[int],
+    keep: Sequence[int | None],
+    dtype: torch.dtype,
+    device: torch.device,
+) -> None:
+    """:meth:`KVCache.check_fits <posenc.attn.KVCache.check_fits>` (see there): raise a
+    ``ValueError`` naming what differs unless the cache's ``layers`` (each its keys'
+    buffer, its values' and how many keys it keeps, None: all) and what it ``held``
+    (dtype, device) fit a model's layers. Shapes only."""
+    check_int("kv_heads", kv_heads)
+    check_int("head_dim", head_dim)
+    if not isinstance(key_dims, (list, tuple)):
+        raise TypeError(f"key_dims must be a list or tuple, one width per layer, got {key_dims!r}")
+    key_dims = per_layer("key_dims", key_dims, len(key_dims), 1, minimum=1, optional=False)
+    keep = per_layer("keep", keep, len(key_dims), None, minimum=0, optional=True)
+    check_dtype("dtype", dtype, floating=False)
+    if not isinstance(device, torch.device):
+        raise TypeError(f"device must be a torch.device, got {device!r}")
+    fix = "make one with model.new_cache(batch, max_seq_len)"
+    if len(layers) != len(key_dims):
+        raise ValueError(
+            f"cache has n_layers={len(layers)} but the model has {len(key_dims)}: {fix}"
+        )
+    for i, (k, v, kept) in enumerate(layers):
+        got = (k.shape[1], k.shape[-1], v.shape[-1])
+        if got != (kv_heads, key_dims[i], head_dim):
+            raise ValueError(
+                f"cache layer {i} holds kv_heads={got[0]}, key width {got[1]} and "
+                f"head_dim={got[2]}, but the model's layer {i} has kv_heads={kv_heads}, "
+                f"key width {key_dims[i]} and head_dim={head_dim}: {fix}"
+            )
+        needed = keep[i]
+        if kept is not None and (needed is None or kept < needed):
+            raise ValueError(
+                f"cache layer {i} keeps its last {kept} keys but the model's layer {i} "
+                f"needs {'all of them' if needed is None else f'its last {needed}'}: {fix}"
+            )
+    if held != (dtype, device):
+        raise ValueError(
+            f"cache holds {held[0]} on {held[1]} but the model is {dtype} on {device}: {fix}"
+        )
 
 
 def per_layer(

@@ -311,6 +311,12 @@ class StaticKVCache(KVCache):
         self._begin_step()
         return merged
 
+    def count_positions(self, n: int) -> torch.Tensor:
+        """:meth:`update_positions` of the default count's next ``n`` positions, which
+        here are the slots they are written to (:meth:`slots`)."""
+        check_size("n", n, maximum=self.max_seq_len)
+        return self.update_positions(self.slots(n))
+
     def _check_growing(self, new: torch.Tensor, real: torch.Tensor | None) -> None:
         """Raise unless ``new`` ``[batch, n]`` grow from the last written token's position
         on, between real tokens (a value check, skipped where values are not read)."""

@@ -25,7 +25,7 @@ from ..base import BiasEncoding, Encoding, InputBias, InputTransforms, RotaryEnc
 from ..config import check_int
 from ..rotary import RoPE, XPos
 from .activation import GELU
-from .calls import call, linear, mlp, norm
+from .calls import call, layers_of, linear, mlp, norm
 from .spec import LayerSpec
 from .transforms import layer_transforms
 
@@ -187,7 +187,8 @@ class SelfAttention(nn.Module):
                 q, k, v, biased, context, causal=causal, scale=scale, options=options, bias=bias
             )
         # [b, h, s, hd] -> [b, s, h * hd]
-        return linear(self.out, out.transpose(1, 2).reshape(b, s, self.n_heads * self.head_dim))
+        out = out.transpose(1, 2).reshape(b, s, self.n_heads * self.head_dim)
+        return linear(layers_of(self)["out"], out)
 
     @staticmethod
     def clock(
@@ -232,7 +233,7 @@ class SelfAttention(nn.Module):
         n_kv_heads, seq, head_dim]`` (a view of one projection)."""
         b, s, _ = x.shape
         heads = self.n_heads + 2 * self.n_kv_heads
-        return linear(self.qkv, x).view(b, s, heads, self.head_dim).transpose(1, 2)
+        return linear(layers_of(self)["qkv"], x).view(b, s, heads, self.head_dim).transpose(1, 2)
 
     def _own_heads(
         self,
@@ -363,9 +364,10 @@ class Block(nn.Module):
         bias: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """``x`` through the block; the keywords are those of :meth:`SelfAttention.forward`."""
+        layers = layers_of(self)
         x = x + call(
-            self.attn,
-            norm(self.attn_norm, x),
+            layers["attn"],
+            norm(layers["attn_norm"], x),
             encoding=encoding,
             rotation=rotation,
             context=context,
@@ -374,7 +376,7 @@ class Block(nn.Module):
             layer=layer,
             bias=bias,
         )
-        return x + mlp(self.mlp, norm(self.mlp_norm, x))
+        return x + mlp(layers["mlp"], norm(layers["mlp_norm"], x))
 
     def projections(self) -> tuple[tuple[nn.Linear, nn.Linear], tuple[nn.Linear, nn.Linear]]:
         """``((qkv, mlp in), (attention out, mlp out))``: the linears that read the residual

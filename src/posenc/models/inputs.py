@@ -50,7 +50,10 @@ def check_input_ids(
         )
     input_ids = input_ids.long()  # uint16/32 have no min() on the CPU
     if reads_values(input_ids):  # one pass; one host read (or one of the forward's)
-        bounds = torch.stack(torch.aminmax(input_ids))  # [2] int64: the least, the largest
+        # [2] int64: the least and the largest; one or two ids (decoding) are read as they
+        # are, as many values without the two kernels that find them
+        flat = input_ids.view(-1) if input_ids.numel() <= 2 else None
+        bounds = torch.stack(torch.aminmax(input_ids)) if flat is None else flat
         # read as float64, which orders every int64 as it is (the conversion rounds
         # monotonically and keeps every id below 2**53): one cast, not the two exact halves
         read(bounds.double(), partial(_check_ids, vocab_size, bounds))
@@ -58,12 +61,12 @@ def check_input_ids(
 
 
 def _check_ids(vocab_size: int, bounds: torch.Tensor, values: list[float]) -> None:
-    low, high = values
+    low, high = min(values), max(values)
     if low < 0 or high >= vocab_size:
         bad = int(low if low < 0 else high)
         if abs(bad) >= 2**53:  # rounded: the exact id, read on the way to the error
             exact = bounds.tolist()
-            bad = exact[0] if low < 0 else exact[1]
+            bad = min(exact) if low < 0 else max(exact)
         raise ValueError(f"input_ids must be in [0, vocab_size={vocab_size}), got {bad}")
 
 

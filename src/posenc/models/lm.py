@@ -26,9 +26,9 @@ from ..base import Encoding, InputBias, ScoreWeights
 from ..base.bias import UNCHANGED
 from ..config import check_bool, check_int
 from ..host_reads import batched, checked, traced
-from .blocks import Block, check_layer_args
+from .blocks import Block, SelfAttention, check_layer_args
 from .caching import CacheLayout
-from .calls import call, norm
+from .calls import call, layers_of, norm
 from .generation import generate
 from .init import init_weights
 from .inputs import check_input_ids
@@ -288,7 +288,7 @@ class TransformerLM(nn.Module):
             b, self.n_heads, self.n_kv_heads, s, inputs.context.positions.k_len, self.head_dim
         )
         blocks = cast(Sequence[Block], self.blocks)
-        traits = [block.attn.score_traits for block in blocks]
+        traits = [cast(SelfAttention, layers_of(block)["attn"]).score_traits for block in blocks]
         tables = layer_tables(
             encodings,
             layers,

@@ -14,7 +14,6 @@ encoding's parameters (autograd sums every layer's gradient into it).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import cast
 
@@ -24,7 +23,6 @@ from ..attn import AttentionContext, KVCache
 from ..attn.planner import PLAIN_TRAITS, AttnShape, ScoreTraits, plan, shares_table
 from ..attn.static_cache import StaticKVCache
 from ..base import BiasEncoding, Encoding, ReadsInput, RotaryEncoding
-from ..host_reads import checked
 from ..positions import arange, document_starts, from_padding, from_segments, query_offset
 from .inputs import check_mask, check_masks
 
@@ -138,8 +136,9 @@ def forward_inputs(
     if cache is not None:
         real, ids = (None, None) if masks is None else masks  # for a rolling cache's check
         # the default count after default ones: >= 0 and growing, nothing to read
-        made = not explicit and not cache.explicit_positions
-        with checked() if made else nullcontext():
+        if not explicit and not cache.explicit_positions:  # the count after the count
+            k_positions = cache.count_positions(s)
+        else:
             k_positions = cache.update_positions(
                 order, real=real, segments=ids, explicit=ordered, given=given and ordered
             )
