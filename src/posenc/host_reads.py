@@ -105,15 +105,25 @@ def traced(manager: Callable[[], AbstractContextManager[None]]) -> AbstractConte
     return nullcontext() if torch.compiler.is_compiling() else manager()
 
 
-@contextmanager
-def checked() -> Iterator[None]:
+def checked() -> AbstractContextManager[None]:
     """A block whose inputs were checked before it: value checks inside are skipped (a
-    model's layers, after the forward's entry checks)."""
-    _STATE.checked += 1
-    try:
-        yield
-    finally:
+    model's layers, after the forward's entry checks). Blocks nest. While ``torch.compile``
+    traces, a no-op (no value is read there: :func:`reads_values`)."""
+    return nullcontext() if torch.compiler.is_compiling() else _CHECKED
+
+
+class _Checked:
+    """:func:`checked`'s block: a depth per thread (a class, not a generator: a forward
+    enters several, and a generator's block costs microseconds)."""
+
+    def __enter__(self) -> None:
+        _STATE.checked += 1
+
+    def __exit__(self, *exc: object) -> None:
         _STATE.checked -= 1
+
+
+_CHECKED = _Checked()
 
 
 def in_checked() -> bool:

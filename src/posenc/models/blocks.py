@@ -25,7 +25,7 @@ from ..base import BiasEncoding, Encoding, InputBias, InputTransforms, RotaryEnc
 from ..config import check_int
 from ..rotary import RoPE, XPos
 from .activation import GELU
-from .calls import call, layers_of, linear, mlp, norm
+from .calls import forward_of, layers_of, linear, mlp, norm
 from .spec import LayerSpec
 from .transforms import layer_transforms
 
@@ -365,8 +365,7 @@ class Block(nn.Module):
     ) -> torch.Tensor:
         """``x`` through the block; the keywords are those of :meth:`SelfAttention.forward`."""
         layers = layers_of(self)
-        x = x + call(
-            layers["attn"],
+        x = x + forward_of(layers["attn"])(
             norm(layers["attn_norm"], x),
             encoding=encoding,
             rotation=rotation,

@@ -25,7 +25,7 @@ from torch.nn.modules import module as _module
 
 from .activation import GELU, gelu
 
-__all__ = ["call", "layers_of", "linear", "mlp", "norm", "plain"]
+__all__ = ["call", "forward_of", "layers_of", "linear", "mlp", "norm", "plain"]
 
 #: the global hooks ``nn.Module.__call__`` runs for every module (torch 2.x names; a
 #: missing one counts as empty)
@@ -81,7 +81,7 @@ def layers_of(module: nn.Module) -> dict[str, nn.Module]:
         >>> layers_of(block)["0"] is block[0]
         True
     """
-    return cast(dict[str, nn.Module], module._modules)
+    return cast("dict[str, nn.Module]", module._modules)  # a string: no alias built per call
 
 
 def norm(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -131,6 +131,19 @@ def mlp(layers: nn.Module, x: torch.Tensor) -> torch.Tensor:
 def call(module: nn.Module, /, *args: Any, **kwargs: Any) -> Any:
     """``module(*args, **kwargs)``, as ``module.forward(...)`` where :func:`plain` (and
     its class calls as ``nn.Module`` does)."""
+    return forward_of(module)(*args, **kwargs)
+
+
+def forward_of(module: nn.Module) -> Callable[..., Any]:
+    """What :func:`call` calls: ``module.forward`` where :func:`plain` (and its class
+    calls as ``nn.Module`` does), else ``module``. A caller with many keywords calls it
+    directly (``forward_of(m)(x, a=...)``), passing them once instead of twice.
+
+    Example:
+        >>> layer = nn.Identity()
+        >>> forward_of(layer) == layer.forward
+        True
+    """
     if type(module).__call__ is nn.Module.__call__ and plain(module):
-        return module.forward(*args, **kwargs)
-    return module(*args, **kwargs)
+        return module.forward
+    return module

@@ -28,7 +28,7 @@ from ..config import check_bool, check_int
 from ..host_reads import batched, checked, traced
 from .blocks import Block, SelfAttention, check_layer_args
 from .caching import CacheLayout
-from .calls import call, layers_of, norm
+from .calls import forward_of, layers_of, norm
 from .generation import generate
 from .init import init_weights
 from .inputs import check_input_ids
@@ -163,7 +163,9 @@ class TransformerLM(nn.Module):
     def encodings(self) -> tuple[Encoding, ...]:
         """Every distinct encoding of the plan: :attr:`encoding`, then
         :attr:`extra_encodings`."""
-        return (self.encoding, *cast(Iterable[Encoding], self.extra_encodings))
+        layers = layers_of(self)  # read per forward: no nn.Module.__getattr__
+        first, others = layers["encoding"], layers["extra_encodings"]
+        return (cast(Encoding, first), *cast(Iterable[Encoding], others))
 
     def check_positions(
         self, positions: torch.Tensor, *, seq_len: int | None = None, batch: int | None = None
@@ -302,8 +304,7 @@ class TransformerLM(nn.Module):
         contexts = layer_contexts(inputs, cache, len(layers), s)
         for i, block in enumerate(blocks):
             e = layers[i]
-            x = call(
-                block,
+            x = forward_of(block)(
                 x,
                 encoding=encodings[e],
                 rotation=rotations.get(e),
