@@ -138,7 +138,7 @@ def reads_values(*tensors: torch.Tensor | None) -> bool:
     has values (not on the meta device, not empty)."""
     if torch.compiler.is_compiling() or not _STATE.enabled or _STATE.checked:
         return False
-    return all(t is None or (t.device.type != "meta" and t.numel() > 0) for t in tensors)
+    return all(t is None or (not t.is_meta and t.numel() > 0) for t in tensors)
 
 
 def read(values: torch.Tensor, then: Callable[[list], None]) -> None:
@@ -194,7 +194,7 @@ def _check_read(values: object, then: object) -> None:
     if not isinstance(values, torch.Tensor) or values.is_complex():
         got = values.dtype if isinstance(values, torch.Tensor) else type(values).__name__
         raise TypeError(f"values must be a tensor of a real dtype (bool, int, float), got {got}")
-    if values.device.type == "meta":
+    if values.is_meta:
         raise ValueError("values are on the meta device, which holds none to read")
     if not callable(then):
         raise TypeError(f"then must be callable, got {type(then).__name__}")

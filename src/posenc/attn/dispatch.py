@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import itertools
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from ..base.bias import UNCHANGED
 from ..host_reads import checked
-from .call import AttnShape, Call
+from .call import AttnShape, Call, ScoreTraits
 from .forget import forget_call
 from .planner import Plan, plan, plan_shape
 from .runners import RUNNERS
+
+if TYPE_CHECKING:
+    from ..base import BiasEncoding
+    from ..positions import AttnPositions
 
 __all__ = ["PLAIN_PLANS_MAX", "plan_of", "run", "run_within"]
 
@@ -62,21 +66,22 @@ def plan_of(call: Call) -> Plan:
     such call, kept with the encoding (:meth:`~posenc.base.BiasEncoding.derived`: a new
     config or parameters decide again) or, for plain attention, in :data:`_PLAIN_PLANS`.
     Nothing is kept while ``torch.compile`` traces."""
-    context, enc = call.context, call.encoding
+    context, enc, q = call.context, call.encoding, call.q
     grad = torch.is_grad_enabled() and _requires_grad(call)
-    flags: dict[str, Any] = {
-        "masked": context.masks is not None,
-        "causal": call.causal,
-        "device": call.q.device,
-        "backend": call.backend,
-        "traits": call.options.traits(call.finite),
-        "table_given": call.table is not None,
-    }
-    shape = AttnShape.of(call.q, call.k)
-    decide = partial(plan, enc, shape, context.positions, needs_grad=grad, **flags)
+    # plan's flags, in its order: masked, causal, device, backend, traits, table_given
+    flags = (
+        context.masks is not None,
+        call.causal,
+        q.device,
+        call.backend,
+        call.options.traits(call.finite),
+        call.table is not None,
+    )
+    shape = AttnShape.of(q, call.k)
+    decide = partial(_decide, enc, shape, context.positions, grad, flags)
     if grad or context.positions.explicit or torch.compiler.is_compiling():
         return decide()
-    key = (plan_shape(shape), *flags.values())
+    key = (plan_shape(shape), *flags)
     if enc is not None:
         return enc.derived(("plan", key), decide)
     chosen = _PLAIN_PLANS.get(key)
@@ -85,6 +90,29 @@ def plan_of(call: Call) -> Plan:
             _PLAIN_PLANS.popitem()  # one atomic step: safe across threads
         chosen = _PLAIN_PLANS[key] = decide()
     return chosen
+
+
+def _decide(
+    enc: BiasEncoding | None,
+    shape: AttnShape,
+    positions: AttnPositions,
+    grad: bool,
+    flags: tuple[bool, bool, torch.device, str, ScoreTraits, bool],
+) -> Plan:
+    """:func:`plan` of :func:`plan_of`'s flags (a tuple: the key it keeps plans under)."""
+    masked, causal, device, backend, traits, table_given = flags
+    return plan(
+        enc,
+        shape,
+        positions,
+        needs_grad=grad,
+        masked=masked,
+        causal=causal,
+        device=device,
+        backend=backend,
+        traits=traits,
+        table_given=table_given,
+    )
 
 
 def _requires_grad(call: Call) -> bool:

@@ -60,7 +60,7 @@ def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     if (
         approximate == "none"
         and x.dtype in _ONEDNN_DTYPES
-        and x.device.type == "cpu"
+        and x.is_cpu  # (no device object made)
         and x.is_contiguous()  # else ATen's kernel already
         and not (torch.compiler.is_compiling() or torch._C._get_tracing_state())
     ):
