@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from posenc.models import TransformerLM
-from posenc.models.calls import call, linear, mlp, norm, plain
+from posenc.models.calls import call, forward_of, layers_of, linear, mlp, norm, plain
 
 
 def test_the_functional_ops_equal_the_module_calls_bit_for_bit():
@@ -89,3 +89,35 @@ def test_a_layer_compiled_on_its_own_runs_its_compiled_call():
     assert not plain(block)
     model(torch.zeros(1, 3, dtype=torch.long))
     assert ran == [1]
+
+
+def test_a_layer_assigned_after_construction_is_the_one_that_runs():
+    """The model reads its layers from ``_modules`` (``layers_of``): a layer replaced by
+    assignment (a LoRA wrapper, a spy) is the one a forward calls."""
+    torch.manual_seed(0)
+    model = TransformerLM(32, 16, 2, 4, "rope").eval()
+    ids = torch.zeros(1, 3, dtype=torch.long)
+    before = model(ids)
+    seen = []
+
+    class Spy(nn.Linear):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen.append(tuple(x.shape))
+            return super().forward(x)
+
+    attn = model.blocks[1].attn
+    spy = Spy(attn.qkv.in_features, attn.qkv.out_features, bias=False)
+    spy.load_state_dict(attn.qkv.state_dict())
+    attn.qkv = spy
+    model.blocks[0].mlp = nn.Sequential(*model.blocks[0].mlp, nn.Identity())  # not 3 layers
+    assert layers_of(attn)["qkv"] is spy
+    assert torch.equal(model(ids), before) and seen == [(1, 3, 16)]
+
+
+def test_forward_of_is_the_forward_or_the_module_itself():
+    layer = nn.Linear(2, 2)
+    assert forward_of(layer) == layer.forward
+    handle = layer.register_forward_pre_hook(lambda m, args: None)
+    assert forward_of(layer) is layer
+    handle.remove()
+    assert forward_of(layer) == layer.forward
