@@ -1,7 +1,8 @@
 """posenc.calibration: a choice is measured once per machine and kept (in memory and in a
 file named by what a timing depends on), the default unless another candidate is faster by
 the margin, and nothing is measured with calibration off; the distance runner's block size
-is one such choice, its result the same at any block."""
+is one such choice, its result the same at any block; so is the rows runner's backward block,
+measured on the encoding itself."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import pytest
 import torch
 from torch.testing import assert_close
 
+import posenc
 from posenc import calibration
-from posenc.attn.runners import distance
+from posenc.attn.runners import distance, rows
 
 
 @pytest.fixture
@@ -148,3 +150,38 @@ def test_the_backward_block_is_measured_once_and_changes_no_gradient(calibrating
         for got, want in zip(grads(other), tuned, strict=True):
             assert_close(got, want, atol=1e-5, rtol=1e-5)  # the same sums, other blocks
     assert calibration.chosen()["distance_backward_block/L512/d16/float32"] == block
+
+
+def test_the_rows_backward_block_is_measured_on_the_encoding_once(calibrating, monkeypatch):
+    """FIRE that trains, 512 queries: the backward's block is one of the candidates,
+    measured once on FIRE's own forward and backward at the probe length, written under
+    FIRE's name and heads; the probe writes no gradient to FIRE's parameters, and every
+    block gives the default one's gradients to rounding."""
+    asked = []
+    real = calibration.best_time
+    monkeypatch.setattr(calibration, "best_time", lambda run: asked.append(run) or real(run, 1))
+    torch.manual_seed(0)
+    fire = posenc.create("fire", n_heads=2, init_threshold=100.0)
+    q, k, v = (torch.randn(1, 2, 512, 16).requires_grad_(True) for _ in range(3))
+    block = rows.tuned_backward_block(fire, q)
+    key = "rows_backward_block/Fire/h2/L512/d16/float32"
+    assert json.loads(calibration.cache_path().read_text()) == {key: block}
+    # 64, 128 (the default), 256, each once a round; nothing reached FIRE's parameters
+    assert block in rows.BACKWARD_CANDIDATES and len(asked) == 3 * calibration.ROUNDS
+    assert all(p.grad is None for p in fire.parameters())
+    inputs = (q, k, v, *fire.parameters())
+
+    used = []
+
+    def grads(backward_block):
+        monkeypatch.setattr(
+            rows, "tuned_backward_block", lambda enc, q: used.append(enc) or backward_block
+        )
+        out = posenc.attention(q, k, v, encoding=fire, causal=True)
+        return torch.autograd.grad((out * out).sum(), inputs)
+
+    want = grads(rows.BACKWARD_BLOCK)
+    assert used == [fire]  # the rows runner took the call, and asked for its block
+    for other in rows.BACKWARD_CANDIDATES:
+        for got, ref in zip(grads(other), want, strict=True):
+            assert_close(got, ref, atol=1e-5, rtol=1e-5)  # the same sums, other blocks

@@ -167,3 +167,10 @@ def test_fire_before_its_threshold_runs_on_the_distance_blocks(threshold, monkey
     for g, w in zip(results[0][1], results[1][1], strict=True):
         scale = max(w.abs().max().item(), 1.0)
         torch.testing.assert_close(g, w, **tol(torch.float64, n=4 * 45 * 45, scale=scale))
+
+
+def test_the_backward_block_is_named_when_bad():
+    q = torch.randn(1, 2, 5, 8)
+    for bad, error in ((0, ValueError), (2.0, TypeError)):
+        with pytest.raises(error, match="backward_block"):
+            rows_attention(q, q, q, lambda *a: None, [], 0.3, True, backward_block=bad)

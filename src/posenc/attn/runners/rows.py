@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.autograd.function import once_differentiable
 
+from ... import calibration
 from ...base import BiasEncoding
 from ...base.capabilities import invariant_below
 from ...config import check_int
@@ -39,13 +40,21 @@ from ..kernels.flash_blocks import (
     flash_backward,
     flash_forward,
 )
-from .distance import by_distance
+from .distance import PROBE_MIN, by_distance
 
 if TYPE_CHECKING:
     from ..call import Call
     from ..planner import Plan
 
-__all__ = ["BACKWARD_BLOCK", "PARTS", "Rows", "rows", "rows_attention"]
+__all__ = [
+    "BACKWARD_BLOCK",
+    "BACKWARD_CANDIDATES",
+    "PARTS",
+    "Rows",
+    "rows",
+    "rows_attention",
+    "tuned_backward_block",
+]
 
 #: queries per block of the backward: twice the other blockwise paths' (each block here
 #: recomputes its rows and runs the encoding's backward, about 0.3 ms of calls whatever
@@ -74,6 +83,7 @@ def rows_attention(
     causal: bool,
     block: int | None = None,
     q_offset: int = 0,
+    backward_block: int = BACKWARD_BLOCK,
 ) -> torch.Tensor:
     """``softmax(q kᵀ · scale + bias) v`` with the bias from ``rows``, a block of queries per
     kernel call, with a blockwise backward that reaches ``params`` through ``rows``.
@@ -91,6 +101,9 @@ def rows_attention(
         q_offset: the queries are the keys from ``q_offset`` on (the rest of a call whose
             first queries went another way); ``rows`` and the causal mask take the keys'
             indices.
+        backward_block: queries per block of the backward (:func:`tuned_backward_block`
+            measures the best on the machine); the gradients are the same at any, to
+            rounding.
 
     Returns:
         ``[batch, heads, q_len, d]`` in the dtype of ``q``.
@@ -99,12 +112,18 @@ def rows_attention(
     block = block_size(n, PARTS) if block is None else block
     k, v = check_blockwise(q, k, v, False, block)
     check_int("q_offset", q_offset, minimum=0)
+    check_int("backward_block", backward_block)
     if k.shape[2] != q_offset + n:
         raise ValueError(
             f"rows_attention needs q_offset + q_len keys ({q_offset} + {n}), got {k.shape[2]}"
         )
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
-    return _RowsFlash.apply(q, k, v, rows, float(scale), bool(causal), block, q_offset, *params)
+    args = (q, k, v, rows, float(scale), bool(causal), block, q_offset, backward_block)
+    return _RowsFlash.apply(*args, *params)
+
+
+#: where :class:`_RowsFlash`'s arguments after ``ctx`` reach ``params``
+_PARAMS = 9
 
 
 class _RowsFlash(torch.autograd.Function):
@@ -121,6 +140,7 @@ class _RowsFlash(torch.autograd.Function):
         causal: bool,
         block: int,
         q_offset: int,
+        backward_block: int,
         *params: torch.Tensor,
     ) -> torch.Tensor:
         dtype = math_dtype(q.dtype)
@@ -133,6 +153,7 @@ class _RowsFlash(torch.autograd.Function):
         out, lse = flash_forward(q, k, v, mask, scale, block=block, keys=_keys(k, causal, q_offset))
         ctx.save_for_backward(q, k, v, out, lse, *params)
         ctx.rows, ctx.scale, ctx.causal, ctx.q_offset = rows, scale, causal, q_offset
+        ctx.backward_block = backward_block
         return out
 
     @staticmethod
@@ -143,9 +164,9 @@ class _RowsFlash(torch.autograd.Function):
         # a derived tensor as a leaf of its own: each block's graph ends there
         params = [
             p if p.is_leaf or not needed else p.detach().requires_grad_()
-            for p, needed in zip(params, need[8:], strict=True)
+            for p, needed in zip(params, need[_PARAMS:], strict=True)
         ]
-        wanted = [p for p, needed in zip(params, need[8:], strict=True) if needed]
+        wanted = [p for p, needed in zip(params, need[_PARAMS:], strict=True) if needed]
         dtype = math_dtype(q.dtype)
         totals = [torch.zeros_like(p) for p in wanted]
         current: list[torch.Tensor] = []
@@ -173,7 +194,7 @@ class _RowsFlash(torch.autograd.Function):
             out,
             lse,
             ctx.scale,
-            block=BACKWARD_BLOCK,
+            block=ctx.backward_block,
             keys=_keys(k, ctx.causal, ctx.q_offset),  # the rows hold the causal -inf
             bias_grad=bias_grad if wanted else None,
         )
@@ -182,13 +203,64 @@ class _RowsFlash(torch.autograd.Function):
             gq.to(q.dtype) if need[0] else None,
             gk.to(k.dtype) if need[1] else None,
             gv.to(v.dtype) if need[2] else None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            *(next(param_grads) if needed else None for needed in need[8:]),
+            *(None,) * (_PARAMS - 3),  # rows, scale, causal, block, q_offset, backward_block
+            *(next(param_grads) if needed else None for needed in need[_PARAMS:]),
         )
+
+
+#: the backward's block sizes :func:`tuned_backward_block` tries (:data:`BACKWARD_BLOCK`
+#: too)
+BACKWARD_CANDIDATES = (64, 128, 256)
+#: the longest length it measures at (FIRE's forward and backward there, 8 heads of 64, in
+#: each of three blocks: about 4 s on the 2-core EPYC, once per machine, after FIRE's own
+#: first compile; at 2048, 7 s); longer calls take its choice
+BACKWARD_PROBE_MAX = 1024
+
+
+def tuned_backward_block(encoding: BiasEncoding, q: torch.Tensor) -> int:
+    """Queries per block of the backward of ``encoding``'s calls with ``q``'s heads, length
+    and head size on this machine: the fastest of :data:`BACKWARD_CANDIDATES` for the
+    forward and backward of a causal call of ``encoding`` itself at the probe length (the
+    length's power of two, :data:`~posenc.attn.runners.distance.PROBE_MIN` to
+    :data:`BACKWARD_PROBE_MAX`), every gradient taken (its own rows' too, as training
+    takes them, none written to its parameters), measured once per machine
+    (:func:`posenc.calibration.choose`, kept on disk); :data:`BACKWARD_BLOCK` where nothing
+    is measured (not the CPU, shorter than the probes, a traced or fake tensor).
+
+    Each block recomputes its rows and runs the encoding's backward (a cost per block that
+    only the encoding's own rows show) and holds ``[batch, heads, block, L]`` score
+    gradients (what a core's L2 holds decides the rest). On the 2-core EPYC, a causal FIRE
+    call's forward and backward (``posenc.attention``, 8 heads of 64, 2 threads) took 76 /
+    72 / 97 ms in blocks of 64 / 128 / 256 at L 1024, and the probe keeps 128 there; a
+    Xeon's 2 MiB of L2 may keep another. The gradients are the same at any block, to
+    rounding.
+
+    Shapes:
+        q ``[batch, heads, L, head_dim]`` (``heads`` the encoding's)
+    """
+    h, n, d = q.shape[1:]
+    if q.device.type != "cpu" or n < PROBE_MIN or type(q) is not torch.Tensor:
+        return BACKWARD_BLOCK
+    probe = min(BACKWARD_PROBE_MAX, 1 << (n - 1).bit_length())
+    dtype = str(q.dtype).removeprefix("torch.")
+    key = f"rows_backward_block/{type(encoding).__name__}/h{h}/L{probe}/d{d}/{dtype}"
+
+    def measure(block: int) -> float:
+        gen = torch.Generator().manual_seed(0)
+        x = torch.randn(1, h, probe, d, generator=gen).to(q.dtype).requires_grad_(True)
+        positions = torch.arange(probe)
+
+        def step() -> object:
+            with torch.enable_grad():  # a probe of its own, whatever mode its caller is in
+                rows, tensors = encoding.block_rows(positions, positions)
+                wanted = (x, *(t for t in tensors if t.requires_grad))
+                out = rows_attention(x, x, x, rows, tensors, d**-0.5, True, backward_block=block)
+                return torch.autograd.grad(out.sum(), wanted)
+
+        return calibration.best_time(step)
+
+    fits = [c for c in BACKWARD_CANDIDATES if c <= probe // 2]
+    return calibration.choose(key, fits, BACKWARD_BLOCK, measure)
 
 
 def _keys(k: torch.Tensor, causal: bool, q_offset: int) -> Callable[[int, int], int]:
@@ -225,15 +297,17 @@ def rows(call: Call, plan: Plan) -> torch.Tensor:
     if first == n:
         return by_distance(q, k, v, encoding, scale, causal)
     block_rows, tensors = encoding.block_rows(p.q, p.k)
+    trains = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, *tensors))
+    backward = tuned_backward_block(encoding, q) if trains else BACKWARD_BLOCK
     if first == 0:
-        return rows_attention(q, k, v, block_rows, tensors, scale, causal)
+        return rows_attention(q, k, v, block_rows, tensors, scale, causal, None, 0, backward)
     # each part in the blocks the whole call would take: fewer kernel calls
     head_q, head_k, head_v = (t[:, :, :first] for t in (q, k, v))
     block = min(first, block_size(n))
     out = by_distance(head_q, head_k, head_v, encoding, scale, causal, block=block)
     rest = q[:, :, first:]
     block = min(n - first, block_size(n, PARTS))
-    rest = rows_attention(rest, k, v, block_rows, tensors, scale, causal, block, q_offset=first)
+    rest = rows_attention(rest, k, v, block_rows, tensors, scale, causal, block, first, backward)
     return torch.cat([out, rest], dim=2)
 
 
