@@ -201,6 +201,20 @@ def _time_backward(x: torch.Tensor, values: torch.Tensor, block: int) -> float:
     return calibration.best_time(step)
 
 
+def probe_length(q: torch.Tensor, probe_max: int) -> int | None:
+    """The length a calibration of ``q``'s calls measures at: the power of two from ``q``'s
+    length, :data:`PROBE_MIN` to ``probe_max``; None where nothing is measured (not the
+    CPU, shorter than the probes, a traced or fake tensor: export, FakeTensorMode).
+
+    Shapes:
+        q ``[batch, heads, L, head_dim]``
+    """
+    n = q.shape[2]
+    if q.device.type != "cpu" or n < PROBE_MIN or type(q) is not torch.Tensor:
+        return None
+    return min(probe_max, 1 << (n - 1).bit_length())
+
+
 def _calibrated(
     q: torch.Tensor,
     name: str,
@@ -216,9 +230,9 @@ def _calibrated(
     ``default(length)`` where nothing is measured: not the CPU, shorter than the probes, a
     traced or fake tensor (export, FakeTensorMode: no time to measure)."""
     n, d = q.shape[2], q.shape[3]
-    if q.device.type != "cpu" or n < PROBE_MIN or type(q) is not torch.Tensor:
+    probe = probe_length(q, probe_max)
+    if probe is None:
         return default(n)
-    probe = min(probe_max, 1 << (n - 1).bit_length())
     key = f"{name}/L{probe}/d{d}/{str(q.dtype).removeprefix('torch.')}"
 
     def measure(block: int) -> float:

@@ -40,7 +40,7 @@ from ..kernels.flash_blocks import (
     flash_backward,
     flash_forward,
 )
-from .distance import PROBE_MIN, by_distance
+from .distance import by_distance, probe_length
 
 if TYPE_CHECKING:
     from ..call import Call
@@ -221,7 +221,7 @@ def tuned_backward_block(encoding: BiasEncoding, q: torch.Tensor) -> int:
     """Queries per block of the backward of ``encoding``'s calls with ``q``'s heads, length
     and head size on this machine: the fastest of :data:`BACKWARD_CANDIDATES` for the
     forward and backward of a causal call of ``encoding`` itself at the probe length (the
-    length's power of two, :data:`~posenc.attn.runners.distance.PROBE_MIN` to
+    length's power of two, :func:`~posenc.attn.runners.distance.probe_length` up to
     :data:`BACKWARD_PROBE_MAX`), every gradient taken (its own rows' too, as training
     takes them, none written to its parameters), measured once per machine
     (:func:`posenc.calibration.choose`, kept on disk); :data:`BACKWARD_BLOCK` where nothing
@@ -238,10 +238,10 @@ def tuned_backward_block(encoding: BiasEncoding, q: torch.Tensor) -> int:
     Shapes:
         q ``[batch, heads, L, head_dim]`` (``heads`` the encoding's)
     """
-    h, n, d = q.shape[1:]
-    if q.device.type != "cpu" or n < PROBE_MIN or type(q) is not torch.Tensor:
+    h, d = q.shape[1], q.shape[3]
+    probe = probe_length(q, BACKWARD_PROBE_MAX)
+    if probe is None:
         return BACKWARD_BLOCK
-    probe = min(BACKWARD_PROBE_MAX, 1 << (n - 1).bit_length())
     dtype = str(q.dtype).removeprefix("torch.")
     key = f"rows_backward_block/{type(encoding).__name__}/h{h}/L{probe}/d{d}/{dtype}"
 
