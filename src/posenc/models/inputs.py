@@ -52,8 +52,8 @@ def check_input_ids(
     if reads_values(input_ids):  # one pass; one host read (or one of the forward's)
         # [2] int64: the least and the largest; one or two ids (decoding) are read as they
         # are, as many values without the two kernels that find them
-        flat = input_ids.view(-1) if input_ids.numel() <= 2 else None
-        bounds = torch.stack(torch.aminmax(input_ids)) if flat is None else flat
+        small = input_ids.numel() <= 2
+        bounds = input_ids.view(-1) if small else torch.stack(torch.aminmax(input_ids))
         # read as float64, which orders every int64 as it is (the conversion rounds
         # monotonically and keeps every id below 2**53): one cast, not the two exact halves
         read(bounds.double(), partial(_check_ids, vocab_size, bounds))
